@@ -1,0 +1,8 @@
+//! bmoe's actors and pure policy. Nothing here links llama.cpp: every function
+//! takes plain data, so this crate builds and tests in seconds.
+//!
+//! - [`sampling`]: greedy selection over a logits row.
+//! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
+
+pub mod sampling;
+pub mod text;

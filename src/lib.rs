@@ -1,0 +1,15 @@
+//! bmoe: run Mixture-of-Experts models bigger than RAM.
+//!
+//! Rooms: [`llama`] is the only FFI seam; [`fixture`] builds the offline test
+//! models; [`layout`] says where expert bytes live; [`generate`] is plain greedy
+//! generation; [`inspect`] describes a model. Actors and pure policy live in the
+//! `bmoe-actors` crate.
+
+pub mod fixture;
+pub mod generate;
+pub mod inspect;
+pub mod layout;
+pub mod llama;
+
+/// The engine version written into telemetry.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

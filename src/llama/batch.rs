@@ -1,0 +1,69 @@
+//! An owned `llama_batch` with explicit positions, sequence ids and output flags.
+
+use llama_cpp_sys_2 as sys;
+
+use super::Token;
+
+/// A token batch for [`super::Context::decode`].
+pub struct Batch {
+    raw: sys::llama_batch,
+    capacity: usize,
+}
+
+impl Batch {
+    /// A batch that can hold up to `capacity` tokens of one sequence each.
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        // SAFETY: allocates arrays for `capacity` tokens with one seq id each;
+        // freed exactly once in Drop.
+        let raw = unsafe { sys::llama_batch_init(capacity as i32, 0, 1) };
+        Self { raw, capacity }
+    }
+
+    pub fn clear(&mut self) {
+        self.raw.n_tokens = 0;
+    }
+
+    pub fn len(&self) -> usize {
+        self.raw.n_tokens as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Append `token` at position `pos` in sequence 0; `logits` asks for its output row.
+    /// Returns false when the batch is full.
+    pub fn push(&mut self, token: Token, pos: i32, logits: bool) -> bool {
+        let i = self.raw.n_tokens as usize;
+        if i >= self.capacity {
+            return false;
+        }
+        // SAFETY: i < capacity, and llama_batch_init allocated `capacity` entries
+        // for token/pos/n_seq_id/logits and `capacity` seq_id arrays of length 1.
+        unsafe {
+            *self.raw.token.add(i) = token;
+            *self.raw.pos.add(i) = pos;
+            *self.raw.n_seq_id.add(i) = 1;
+            *(*self.raw.seq_id.add(i)) = 0;
+            *self.raw.logits.add(i) = logits as i8;
+        }
+        self.raw.n_tokens += 1;
+        true
+    }
+
+    pub(crate) fn raw(&self) -> sys::llama_batch {
+        self.raw
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from llama_batch_init and is freed once.
+        unsafe { sys::llama_batch_free(self.raw) };
+    }
+}

@@ -1,0 +1,212 @@
+//! A llama.cpp context: decode, logits, sequence trimming. It lives on the OS
+//! thread that created it (`Context` is neither `Send` nor `Sync`).
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use llama_cpp_sys_2 as sys;
+
+use super::eval::{trampoline, ObserverCell};
+use super::{Batch, EvalObserver, LlamaError, Model};
+
+/// Which graph a context computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextKind {
+    /// The ordinary target model.
+    Target,
+    /// The model's MTP (nextn) head as a draft context.
+    Mtp,
+}
+
+/// How to build a context.
+pub struct ContextParams {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_threads: u32,
+    pub kind: ContextKind,
+    /// Recurrent-state snapshots per sequence, for rollback on hybrid models.
+    pub n_rs_seq: u32,
+    /// Optional observer of the decode graph (see [`EvalObserver`]).
+    pub observer: Option<Box<dyn EvalObserver>>,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        Self {
+            n_ctx: 2048,
+            n_batch: 512,
+            n_ubatch: 512,
+            n_threads: default_threads(),
+            kind: ContextKind::Target,
+            n_rs_seq: 0,
+            observer: None,
+        }
+    }
+}
+
+/// The number of physical-ish cores to use by default.
+pub fn default_threads() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1)
+        .min(16)
+}
+
+pub struct Context {
+    ptr: NonNull<sys::llama_context>,
+    threadpool: *mut sys::ggml_threadpool,
+    // Kept alive (and at a stable address) for llama.cpp's callback user data.
+    _observer: Option<Box<ObserverCell>>,
+    abort: Arc<AtomicBool>,
+    n_vocab: usize,
+    n_ctx: u32,
+    // Dropped after the context (field order): the model must outlive it.
+    model: Arc<Model>,
+}
+
+unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
+    // SAFETY: `data` is the address of the AtomicBool inside the Arc held by the
+    // owning Context, which outlives the llama context.
+    unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed)
+}
+
+impl Context {
+    pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
+        // SAFETY: returns a plain struct by value.
+        let mut cp = unsafe { sys::llama_context_default_params() };
+        cp.n_ctx = params.n_ctx;
+        cp.n_batch = params.n_batch.max(params.n_ubatch);
+        cp.n_ubatch = params.n_ubatch;
+        cp.n_seq_max = 1;
+        cp.n_rs_seq = params.n_rs_seq;
+        cp.n_threads = params.n_threads as i32;
+        cp.n_threads_batch = params.n_threads as i32;
+        cp.no_perf = true;
+        cp.ctx_type = match params.kind {
+            ContextKind::Target => sys::LLAMA_CONTEXT_TYPE_DEFAULT,
+            ContextKind::Mtp => sys::LLAMA_CONTEXT_TYPE_MTP,
+        };
+        let abort = Arc::new(AtomicBool::new(false));
+        cp.abort_callback = Some(abort_cb);
+        cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
+        let mut observer = params.observer.map(|o| Box::new(ObserverCell(o)));
+        if let Some(cell) = observer.as_mut() {
+            cp.cb_eval = Some(trampoline);
+            cp.cb_eval_user_data = (&mut **cell) as *mut ObserverCell as *mut c_void;
+        }
+        // SAFETY: the model pointer is valid and outlives the context (we hold an
+        // Arc); the callback user data pointers stay valid because the boxes they
+        // point into are stored in the returned Context.
+        let raw = unsafe { sys::llama_init_from_model(model.as_ptr(), cp) };
+        let ptr = NonNull::new(raw).ok_or_else(|| {
+            LlamaError::ContextFailed(match params.kind {
+                ContextKind::Mtp if model.n_layer_nextn() == 0 => {
+                    "the model has no MTP (nextn) layers".to_string()
+                }
+                ContextKind::Mtp => "MTP context refused by llama.cpp".to_string(),
+                ContextKind::Target => format!("n_ctx {} n_ubatch {}", params.n_ctx, params.n_ubatch),
+            })
+        })?;
+        // A persistent thread pool that sleeps instead of spinning (poll = 0), so
+        // workers do not burn CPU while an eval callback blocks.
+        // SAFETY: plain struct by value.
+        let mut tpp = unsafe { sys::ggml_threadpool_params_default(params.n_threads as i32) };
+        tpp.poll = 0;
+        // SAFETY: `tpp` is a valid, initialised parameter struct.
+        let threadpool = unsafe { sys::ggml_threadpool_new(&mut tpp) };
+        if !threadpool.is_null() {
+            // SAFETY: both pointers are valid; the pool is freed after the context in Drop.
+            unsafe { sys::llama_attach_threadpool(ptr.as_ptr(), threadpool, threadpool) };
+        }
+        // SAFETY: valid context pointer; pure getter.
+        let n_ctx = unsafe { sys::llama_n_ctx(ptr.as_ptr()) };
+        Ok(Self {
+            ptr,
+            threadpool,
+            _observer: observer,
+            abort,
+            n_vocab: model.n_vocab(),
+            n_ctx,
+            model,
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_context {
+        self.ptr.as_ptr()
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    /// A flag that, once set, makes the running and every later decode abort.
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        self.abort.clone()
+    }
+
+    /// Run the model over `batch`.
+    pub fn decode(&mut self, batch: &Batch) -> Result<(), LlamaError> {
+        if batch.is_empty() {
+            return Err(LlamaError::Decode(-1));
+        }
+        // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
+        // the call; the context is used only from this thread (`&mut self`).
+        let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), batch.raw()) };
+        if rc != 0 {
+            return Err(LlamaError::Decode(rc));
+        }
+        Ok(())
+    }
+
+    /// The logits row of batch entry `i` (which must have asked for logits in the last decode).
+    pub fn logits(&self, i: i32) -> Option<&[f32]> {
+        // SAFETY: valid context; returns null for a row without logits (and
+        // llama.cpp logs the error rather than aborting in release builds).
+        let p = unsafe { sys::llama_get_logits_ith(self.ptr.as_ptr(), i) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null logits row holds n_vocab floats owned by the context,
+        // valid until the next decode, which needs `&mut self`.
+        Some(unsafe { std::slice::from_raw_parts(p, self.n_vocab) })
+    }
+
+    /// Drop positions `[p0, p1)` of sequence 0 (`p1 < 0`: to the end). Returns false when
+    /// the memory cannot do it (e.g. a recurrent model without snapshots).
+    pub fn trim(&mut self, p0: i32, p1: i32) -> bool {
+        // SAFETY: valid context; the memory handle is owned by it.
+        unsafe {
+            let mem = sys::llama_get_memory(self.ptr.as_ptr());
+            sys::llama_memory_seq_rm(mem, 0, p0, p1)
+        }
+    }
+
+    /// Forget every cached position.
+    pub fn clear(&mut self) {
+        // SAFETY: valid context; the memory handle is owned by it.
+        unsafe {
+            let mem = sys::llama_get_memory(self.ptr.as_ptr());
+            sys::llama_memory_clear(mem, true)
+        }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: freed once; the thread pool is detached with the context and
+        // freed after it, when no decode can use it any more.
+        unsafe {
+            sys::llama_free(self.ptr.as_ptr());
+            if !self.threadpool.is_null() {
+                sys::ggml_threadpool_free(self.threadpool);
+            }
+        }
+    }
+}

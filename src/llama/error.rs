@@ -1,0 +1,43 @@
+use std::path::PathBuf;
+
+/// Errors raised by the llama.cpp seam.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaError {
+    #[error("model file {path} does not exist")]
+    Missing { path: PathBuf },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a gguf file (its first bytes are not the GGUF magic); pass a .gguf model")]
+    NotGguf { path: PathBuf },
+    #[error(
+        "{path} is truncated: its tensors need {needed_bytes} bytes but the file has {file_bytes}; \
+         re-download or rebuild the model"
+    )]
+    Truncated {
+        path: PathBuf,
+        needed_bytes: u64,
+        file_bytes: u64,
+    },
+    #[error("{path}: corrupt gguf header ({detail}); re-download or rebuild the model")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("llama.cpp failed to load the model {path} (run with -v to see llama.cpp's log)")]
+    LoadFailed { path: PathBuf },
+    #[error("llama.cpp failed to create a context: {0} (run with -v to see llama.cpp's log)")]
+    ContextFailed(String),
+    #[error("llama_decode failed with code {0}")]
+    Decode(i32),
+    #[error("tokenization failed: {0}")]
+    Tokenize(String),
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    #[error("gguf: {0}")]
+    Gguf(String),
+    #[error("quantization: {0}")]
+    Quant(String),
+    #[error("path {0:?} contains a NUL byte")]
+    NulInPath(PathBuf),
+}

@@ -1,0 +1,170 @@
+//! The eval-callback trampoline: lets a safe observer watch (and later stall at)
+//! named graph nodes while llama.cpp computes a decode.
+//!
+//! llama.cpp's scheduler calls `cb(t, ask = true)` node by node until one
+//! returns true, computes up to that node, synchronizes, and then calls
+//! `cb(t, ask = false)` on the decoding thread. The trampoline always returns
+//! true from the `ask = false` call: returning false there makes the decode
+//! "succeed" with garbage. Aborting is done through the abort callback instead.
+
+use std::ffi::{c_void, CStr};
+use std::marker::PhantomData;
+
+use llama_cpp_sys_2 as sys;
+
+/// A read-only view of one graph node during the eval callback.
+///
+/// Data accessors are meaningful only in [`EvalObserver::observe`] (after the
+/// node has been computed); in [`EvalObserver::wants`] only the name and shape are.
+pub struct NodeView<'a> {
+    t: *mut sys::ggml_tensor,
+    _life: PhantomData<&'a sys::ggml_tensor>,
+}
+
+impl<'a> NodeView<'a> {
+    /// # Safety
+    /// `t` must point to a live tensor for the lifetime `'a`.
+    unsafe fn new(t: *mut sys::ggml_tensor) -> Self {
+        Self {
+            t,
+            _life: PhantomData,
+        }
+    }
+
+    fn raw(&self) -> &sys::ggml_tensor {
+        // SAFETY: `t` is live for 'a (constructor contract) and only read here.
+        unsafe { &*self.t }
+    }
+
+    /// The node's name, e.g. `ffn_moe_topk-12`.
+    pub fn name(&self) -> &str {
+        let name = &self.raw().name;
+        // SAFETY: ggml keeps `name` NUL-terminated within its fixed-size array.
+        let c = unsafe { CStr::from_ptr(name.as_ptr()) };
+        c.to_str().unwrap_or("")
+    }
+
+    /// Element counts, ggml order (ne0 first).
+    pub fn ne(&self) -> [i64; 4] {
+        self.raw().ne
+    }
+
+    /// Byte strides, ggml order.
+    pub fn nb(&self) -> [u64; 4] {
+        self.raw().nb.map(|x| x as u64)
+    }
+
+    pub fn is_i32(&self) -> bool {
+        self.raw().type_ == sys::GGML_TYPE_I32
+    }
+
+    pub fn is_f32(&self) -> bool {
+        self.raw().type_ == sys::GGML_TYPE_F32
+    }
+
+    /// Whether the node's data lives in host memory that can be read directly.
+    fn host_data(&self) -> Option<*const u8> {
+        let r = self.raw();
+        if r.data.is_null() {
+            return None;
+        }
+        if !r.buffer.is_null() {
+            // SAFETY: a non-null buffer pointer belongs to this live tensor.
+            if !unsafe { sys::ggml_backend_buffer_is_host(r.buffer) } {
+                return None;
+            }
+        }
+        Some(r.data as *const u8)
+    }
+
+    /// Copy a 2-D I32 tensor (respecting its strides) into `out`, row-major
+    /// `[ne1][ne0]`. Returns false when the node is not a host I32 tensor.
+    /// This is how the routed expert ids of `ffn_moe_topk-N` (a non-contiguous
+    /// view) are read.
+    pub fn copy_i32_2d(&self, out: &mut Vec<i32>) -> bool {
+        if !self.is_i32() {
+            return false;
+        }
+        let Some(base) = self.host_data() else {
+            return false;
+        };
+        let [ne0, ne1, _, _] = self.ne();
+        let [nb0, nb1, _, _] = self.nb();
+        out.clear();
+        out.reserve((ne0 * ne1).max(0) as usize);
+        for i1 in 0..ne1.max(0) as u64 {
+            for i0 in 0..ne0.max(0) as u64 {
+                // SAFETY: (i0, i1) are within ne, so the offset lies inside the
+                // tensor's view as described by its own strides; the node has been
+                // computed (observe phase) and the data is host memory. Unaligned
+                // read because views may start anywhere.
+                let v = unsafe { (base.add((i1 * nb1 + i0 * nb0) as usize) as *const i32).read_unaligned() };
+                out.push(v);
+            }
+        }
+        true
+    }
+
+    /// Copy a tensor of F32 values with shape [ne0, ne1] (strided) into `out`.
+    pub fn copy_f32_2d(&self, out: &mut Vec<f32>) -> bool {
+        if !self.is_f32() {
+            return false;
+        }
+        let Some(base) = self.host_data() else {
+            return false;
+        };
+        let [ne0, ne1, _, _] = self.ne();
+        let [nb0, nb1, _, _] = self.nb();
+        out.clear();
+        for i1 in 0..ne1.max(0) as u64 {
+            for i0 in 0..ne0.max(0) as u64 {
+                // SAFETY: as in `copy_i32_2d`.
+                let v = unsafe { (base.add((i1 * nb1 + i0 * nb0) as usize) as *const f32).read_unaligned() };
+                out.push(v);
+            }
+        }
+        true
+    }
+}
+
+/// Watches a decode node by node. Lives on the thread that owns the context.
+pub trait EvalObserver {
+    /// Ask phase (node not computed yet): return true to have [`observe`]
+    /// called once this node is computed. Every true splits the graph there.
+    ///
+    /// [`observe`]: EvalObserver::observe
+    fn wants(&mut self, node: &NodeView<'_>) -> bool;
+    /// The node has been computed. Blocking here stalls the decode at this point.
+    fn observe(&mut self, node: &NodeView<'_>);
+}
+
+/// Heap cell whose address is handed to llama.cpp as the callback's user data.
+pub(crate) struct ObserverCell(pub(crate) Box<dyn EvalObserver>);
+
+pub(crate) unsafe extern "C" fn trampoline(t: *mut sys::ggml_tensor, ask: bool, user: *mut c_void) -> bool {
+    if t.is_null() || user.is_null() {
+        return !ask;
+    }
+    // SAFETY: `user` is the address of the `ObserverCell` boxed inside the owning
+    // `Context`, which outlives every decode; the callback runs on the decoding
+    // thread only, so no other reference to the cell is live.
+    let cell = unsafe { &mut *(user as *mut ObserverCell) };
+    // SAFETY: llama.cpp passes a tensor that is live for the duration of the call.
+    let node = unsafe { NodeView::new(t) };
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if ask {
+            cell.0.wants(&node)
+        } else {
+            cell.0.observe(&node);
+            true
+        }
+    }));
+    match res {
+        Ok(v) => v,
+        Err(_) => {
+            tracing::error!("eval observer panicked; continuing the decode without it");
+            // Never false in the observe phase (that would yield garbage silently).
+            !ask
+        }
+    }
+}

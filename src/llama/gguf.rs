@@ -1,0 +1,535 @@
+//! gguf files through ggml's own reader/writer: the tensor table with absolute
+//! file offsets (where expert bytes live), metadata access, and a streaming
+//! writer used by the fixtures.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+use super::quant::GgmlType;
+use super::LlamaError;
+
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+/// One tensor of a gguf file.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    pub name: String,
+    pub ggml_type: GgmlType,
+    /// Element counts in ggml order (ne0 first); unused dims are 1.
+    pub ne: [u64; 4],
+    /// Absolute offset of the tensor's first byte in the file.
+    pub file_offset: u64,
+    pub size_bytes: u64,
+}
+
+impl TensorInfo {
+    /// Bytes of one row (ne0 elements).
+    pub fn row_bytes(&self) -> u64 {
+        self.ggml_type.row_bytes(self.ne[0])
+    }
+    /// Bytes of one 2-D slice along dim 2 (one expert of a stacked expert tensor).
+    pub fn slice_bytes(&self) -> u64 {
+        self.row_bytes() * self.ne[1]
+    }
+}
+
+/// A gguf metadata value, as far as bmoe needs to read them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    IntArray(Vec<i64>),
+    Other,
+}
+
+/// An open gguf file: header parsed by ggml, data not loaded.
+pub struct GgufFile {
+    path: PathBuf,
+    ctx: NonNull<sys::gguf_context>,
+    meta: *mut sys::ggml_context,
+    file_bytes: u64,
+    data_offset: u64,
+    tensors: Vec<TensorInfo>,
+}
+
+impl GgufFile {
+    /// Parse the header of `path`. Fails clearly for a missing file, a file that
+    /// is not a gguf, and a header ggml cannot parse.
+    pub fn open(path: &Path) -> Result<Self, LlamaError> {
+        let io_err = |source| LlamaError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(LlamaError::Missing {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        let file_bytes = f.metadata().map_err(io_err)?.len();
+        let mut magic = [0u8; 4];
+        if file_bytes < 4 || f.read_exact(&mut magic).is_err() || &magic != GGUF_MAGIC {
+            return Err(LlamaError::NotGguf {
+                path: path.to_path_buf(),
+            });
+        }
+        drop(f);
+        super::init_backend();
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))?;
+        let mut meta: *mut sys::ggml_context = std::ptr::null_mut();
+        let params = sys::gguf_init_params {
+            no_alloc: true,
+            ctx: &mut meta,
+        };
+        // SAFETY: `cpath` is NUL-terminated; `meta` is a valid out-pointer that
+        // receives a no-alloc ggml context holding only tensor descriptors.
+        let raw = unsafe { sys::gguf_init_from_file(cpath.as_ptr(), params) };
+        let ctx = NonNull::new(raw).ok_or_else(|| LlamaError::Corrupt {
+            path: path.to_path_buf(),
+            detail: "ggml's gguf reader rejected the header (run with -v for its message)".into(),
+        })?;
+        let mut file = Self {
+            path: path.to_path_buf(),
+            ctx,
+            meta,
+            file_bytes,
+            data_offset: 0,
+            tensors: Vec::new(),
+        };
+        file.load_table()?;
+        Ok(file)
+    }
+
+    fn load_table(&mut self) -> Result<(), LlamaError> {
+        let ctx = self.ctx.as_ptr();
+        // SAFETY: valid gguf context; pure getters.
+        self.data_offset = unsafe { sys::gguf_get_data_offset(ctx) } as u64;
+        // SAFETY: as above.
+        let n = unsafe { sys::gguf_get_n_tensors(ctx) };
+        for i in 0..n {
+            // SAFETY: 0 <= i < n_tensors; the name is owned by the gguf context.
+            let name = unsafe { CStr::from_ptr(sys::gguf_get_tensor_name(ctx, i)) }
+                .to_string_lossy()
+                .into_owned();
+            // SAFETY: as above.
+            let (ty, off, size) = unsafe {
+                (
+                    sys::gguf_get_tensor_type(ctx, i),
+                    sys::gguf_get_tensor_offset(ctx, i) as u64,
+                    sys::gguf_get_tensor_size(ctx, i) as u64,
+                )
+            };
+            let mut ne = [1u64; 4];
+            if !self.meta.is_null() {
+                let cname = CString::new(name.clone()).unwrap_or_default();
+                // SAFETY: `meta` is the no-alloc context gguf_init filled with one
+                // descriptor per tensor; the returned tensor is owned by it.
+                let t = unsafe { sys::ggml_get_tensor(self.meta, cname.as_ptr()) };
+                if !t.is_null() {
+                    // SAFETY: non-null descriptor owned by `meta`.
+                    ne = unsafe { (*t).ne }.map(|x| x.max(0) as u64);
+                }
+            }
+            self.tensors.push(TensorInfo {
+                name,
+                ggml_type: GgmlType(ty),
+                ne,
+                file_offset: self.data_offset + off,
+                size_bytes: size,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    pub fn alignment(&self) -> u64 {
+        // SAFETY: valid gguf context; pure getter.
+        unsafe { sys::gguf_get_alignment(self.ctx.as_ptr()) as u64 }
+    }
+
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Every tensor's bytes lie inside the file.
+    pub fn check_complete(&self) -> Result<(), LlamaError> {
+        let needed = self
+            .tensors
+            .iter()
+            .map(|t| t.file_offset + t.size_bytes)
+            .max()
+            .unwrap_or(self.data_offset);
+        if needed > self.file_bytes {
+            return Err(LlamaError::Truncated {
+                path: self.path.clone(),
+                needed_bytes: needed,
+                file_bytes: self.file_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn key_id(&self, key: &str) -> Option<i64> {
+        let ckey = CString::new(key).ok()?;
+        // SAFETY: valid context and NUL-terminated key.
+        let id = unsafe { sys::gguf_find_key(self.ctx.as_ptr(), ckey.as_ptr()) };
+        (id >= 0).then_some(id)
+    }
+
+    /// Every metadata key, in file order.
+    pub fn keys(&self) -> Vec<String> {
+        // SAFETY: valid context; pure getter.
+        let n = unsafe { sys::gguf_get_n_kv(self.ctx.as_ptr()) };
+        (0..n)
+            .map(|i| {
+                // SAFETY: 0 <= i < n_kv; the key string is owned by the context.
+                unsafe { CStr::from_ptr(sys::gguf_get_key(self.ctx.as_ptr(), i)) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    }
+
+    /// Read a metadata value.
+    pub fn get(&self, key: &str) -> Option<MetaValue> {
+        let id = self.key_id(key)?;
+        let ctx = self.ctx.as_ptr();
+        // SAFETY: `id` is a valid key id; each getter matches the key's type, as
+        // gguf asserts (we dispatch on the reported type first).
+        unsafe {
+            let ty = sys::gguf_get_kv_type(ctx, id);
+            Some(match ty {
+                sys::GGUF_TYPE_UINT8 => MetaValue::Int(sys::gguf_get_val_u8(ctx, id) as i64),
+                sys::GGUF_TYPE_INT8 => MetaValue::Int(sys::gguf_get_val_i8(ctx, id) as i64),
+                sys::GGUF_TYPE_UINT16 => MetaValue::Int(sys::gguf_get_val_u16(ctx, id) as i64),
+                sys::GGUF_TYPE_INT16 => MetaValue::Int(sys::gguf_get_val_i16(ctx, id) as i64),
+                sys::GGUF_TYPE_UINT32 => MetaValue::Int(sys::gguf_get_val_u32(ctx, id) as i64),
+                sys::GGUF_TYPE_INT32 => MetaValue::Int(sys::gguf_get_val_i32(ctx, id) as i64),
+                sys::GGUF_TYPE_UINT64 => MetaValue::Int(sys::gguf_get_val_u64(ctx, id) as i64),
+                sys::GGUF_TYPE_INT64 => MetaValue::Int(sys::gguf_get_val_i64(ctx, id)),
+                sys::GGUF_TYPE_FLOAT32 => MetaValue::Float(sys::gguf_get_val_f32(ctx, id) as f64),
+                sys::GGUF_TYPE_FLOAT64 => MetaValue::Float(sys::gguf_get_val_f64(ctx, id)),
+                sys::GGUF_TYPE_BOOL => MetaValue::Bool(sys::gguf_get_val_bool(ctx, id)),
+                sys::GGUF_TYPE_STRING => MetaValue::Str(
+                    CStr::from_ptr(sys::gguf_get_val_str(ctx, id))
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+                sys::GGUF_TYPE_ARRAY => {
+                    let at = sys::gguf_get_arr_type(ctx, id);
+                    let n = sys::gguf_get_arr_n(ctx, id);
+                    let data = sys::gguf_get_arr_data(ctx, id);
+                    match at {
+                        sys::GGUF_TYPE_INT32 => MetaValue::IntArray(
+                            std::slice::from_raw_parts(data as *const i32, n)
+                                .iter()
+                                .map(|&v| v as i64)
+                                .collect(),
+                        ),
+                        sys::GGUF_TYPE_UINT32 => MetaValue::IntArray(
+                            std::slice::from_raw_parts(data as *const u32, n)
+                                .iter()
+                                .map(|&v| v as i64)
+                                .collect(),
+                        ),
+                        _ => MetaValue::Other,
+                    }
+                }
+                _ => MetaValue::Other,
+            })
+        }
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        match self.get(key)? {
+            MetaValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn get_int(&self, key: &str) -> Option<i64> {
+        match self.get(key)? {
+            MetaValue::Int(v) => Some(v),
+            MetaValue::IntArray(v) => v.first().copied(),
+            _ => None,
+        }
+    }
+
+    /// `general.architecture`.
+    pub fn arch(&self) -> Option<String> {
+        self.get_str("general.architecture")
+    }
+
+    /// `{arch}.{suffix}` as an integer.
+    pub fn arch_int(&self, suffix: &str) -> Option<i64> {
+        self.get_int(&format!("{}.{suffix}", self.arch()?))
+    }
+
+    pub(crate) fn raw_ctx(&self) -> *const sys::gguf_context {
+        self.ctx.as_ptr()
+    }
+}
+
+impl Drop for GgufFile {
+    fn drop(&mut self) {
+        // SAFETY: both contexts were created by gguf_init_from_file and are freed once.
+        unsafe {
+            sys::gguf_free(self.ctx.as_ptr());
+            if !self.meta.is_null() {
+                sys::ggml_free(self.meta);
+            }
+        }
+    }
+}
+
+/// Builds a gguf file: metadata and tensor descriptors through ggml's writer,
+/// tensor data streamed by the caller in order (so multi-GB files never sit in memory).
+pub struct GgufBuilder {
+    ctx: NonNull<sys::gguf_context>,
+    scratch: NonNull<sys::ggml_context>,
+    sizes: Vec<u64>,
+}
+
+const MAX_TENSORS: usize = 8192;
+
+impl GgufBuilder {
+    /// An empty file whose tensors are aligned to `alignment` bytes (a power of two).
+    pub fn new(alignment: u32) -> Result<Self, LlamaError> {
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(LlamaError::Gguf(format!("alignment {alignment} is not a power of two")));
+        }
+        super::init_backend();
+        // SAFETY: creates an empty gguf context; freed in Drop.
+        let ctx = NonNull::new(unsafe { sys::gguf_init_empty() })
+            .ok_or_else(|| LlamaError::Gguf("gguf_init_empty failed".into()))?;
+        // SAFETY: pure size query.
+        let overhead = unsafe { sys::ggml_tensor_overhead() };
+        let params = sys::ggml_init_params {
+            mem_size: MAX_TENSORS * overhead,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: a no-alloc context used only to build tensor descriptors.
+        let scratch = NonNull::new(unsafe { sys::ggml_init(params) })
+            .ok_or_else(|| LlamaError::Gguf("ggml_init failed".into()))?;
+        let mut b = Self {
+            ctx,
+            scratch,
+            sizes: Vec::new(),
+        };
+        b.set_u32("general.alignment", alignment)?;
+        Ok(b)
+    }
+
+    fn key(key: &str) -> Result<CString, LlamaError> {
+        CString::new(key).map_err(|_| LlamaError::Gguf(format!("bad key {key:?}")))
+    }
+
+    /// Copy every metadata key of `src` (tokenizer, template, ...).
+    pub fn copy_metadata_from(&mut self, src: &GgufFile) -> Result<(), LlamaError> {
+        let align = self.alignment();
+        // SAFETY: both contexts are valid; gguf_set_kv deep-copies the values.
+        unsafe { sys::gguf_set_kv(self.ctx.as_ptr(), src.raw_ctx()) };
+        // Keep our own alignment, not the source's.
+        self.set_u32("general.alignment", align)?;
+        Ok(())
+    }
+
+    fn alignment(&self) -> u32 {
+        // SAFETY: valid context; pure getter.
+        unsafe { sys::gguf_get_alignment(self.ctx.as_ptr()) as u32 }
+    }
+
+    pub fn remove_key(&mut self, key: &str) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; removing an absent key is a no-op.
+        unsafe { sys::gguf_remove_key(self.ctx.as_ptr(), k.as_ptr()) };
+        Ok(())
+    }
+
+    /// Drop every key starting with `prefix`.
+    pub fn remove_prefix(&mut self, prefix: &str) -> Result<(), LlamaError> {
+        loop {
+            // SAFETY: valid context; pure getter.
+            let n = unsafe { sys::gguf_get_n_kv(self.ctx.as_ptr()) };
+            let found = (0..n).find_map(|i| {
+                // SAFETY: 0 <= i < n; key string owned by the context.
+                let k = unsafe { CStr::from_ptr(sys::gguf_get_key(self.ctx.as_ptr(), i)) }
+                    .to_string_lossy()
+                    .into_owned();
+                k.starts_with(prefix).then_some(k)
+            });
+            match found {
+                Some(k) => self.remove_key(&k)?,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    pub fn set_u32(&mut self, key: &str, v: u32) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; value copied.
+        unsafe { sys::gguf_set_val_u32(self.ctx.as_ptr(), k.as_ptr(), v) };
+        Ok(())
+    }
+
+    pub fn set_f32(&mut self, key: &str, v: f32) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; value copied.
+        unsafe { sys::gguf_set_val_f32(self.ctx.as_ptr(), k.as_ptr(), v) };
+        Ok(())
+    }
+
+    pub fn set_bool(&mut self, key: &str, v: bool) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; value copied.
+        unsafe { sys::gguf_set_val_bool(self.ctx.as_ptr(), k.as_ptr(), v) };
+        Ok(())
+    }
+
+    pub fn set_str(&mut self, key: &str, v: &str) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        let cv = CString::new(v).map_err(|_| LlamaError::Gguf("NUL in string value".into()))?;
+        // SAFETY: valid context, key and value; the string is copied.
+        unsafe { sys::gguf_set_val_str(self.ctx.as_ptr(), k.as_ptr(), cv.as_ptr()) };
+        Ok(())
+    }
+
+    pub fn set_i32_array(&mut self, key: &str, v: &[i32]) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: `v` is valid for `v.len()` i32 values; gguf copies them.
+        unsafe {
+            sys::gguf_set_arr_data(
+                self.ctx.as_ptr(),
+                k.as_ptr(),
+                sys::GGUF_TYPE_INT32,
+                v.as_ptr() as *const c_void,
+                v.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Declare the next tensor (data must later be written in declaration order).
+    pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[u64]) -> Result<(), LlamaError> {
+        if ne.is_empty() || ne.len() > 4 {
+            return Err(LlamaError::Gguf(format!("{name}: {} dims", ne.len())));
+        }
+        if name.len() >= 64 {
+            return Err(LlamaError::Gguf(format!("tensor name too long: {name}")));
+        }
+        if ne[0] % ty.block_size() != 0 {
+            return Err(LlamaError::Gguf(format!(
+                "{name}: ne0 {} not a multiple of {}'s block size",
+                ne[0],
+                ty.name()
+            )));
+        }
+        if self.sizes.len() >= MAX_TENSORS {
+            return Err(LlamaError::Gguf("too many tensors".into()));
+        }
+        let cname = CString::new(name).map_err(|_| LlamaError::Gguf("NUL in name".into()))?;
+        let ne_i: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
+        // SAFETY: `scratch` is a no-alloc context with room for MAX_TENSORS
+        // descriptors (checked above); `ne_i` holds `ne.len()` dims; gguf_add_tensor
+        // copies the descriptor (name, type, shape) by value; the name fits (< 64).
+        unsafe {
+            let cname_exists = sys::gguf_find_tensor(self.ctx.as_ptr(), cname.as_ptr());
+            if cname_exists >= 0 {
+                return Err(LlamaError::Gguf(format!("duplicate tensor {name}")));
+            }
+            let t = sys::ggml_new_tensor(self.scratch.as_ptr(), ty.0, ne_i.len() as i32, ne_i.as_ptr());
+            if t.is_null() {
+                return Err(LlamaError::Gguf("ggml_new_tensor failed".into()));
+            }
+            sys::ggml_set_name(t, cname.as_ptr() as *const c_char);
+            sys::gguf_add_tensor(self.ctx.as_ptr(), t);
+        }
+        let rows: u64 = ne[1..].iter().product();
+        self.sizes.push(ty.row_bytes(ne[0]) * rows);
+        Ok(())
+    }
+
+    /// Write the file: header, then each tensor's bytes from `fill(i, buf)` in
+    /// declaration order, padded to the alignment. `fill` must produce exactly
+    /// the declared size. Written to a temporary name, then renamed.
+    pub fn write<F>(&self, path: &Path, mut fill: F) -> Result<(), LlamaError>
+    where
+        F: FnMut(usize, &mut Vec<u8>) -> Result<(), LlamaError>,
+    {
+        let io_err = |source| LlamaError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        // SAFETY: valid context; pure size query.
+        let meta_size = unsafe { sys::gguf_get_meta_size(self.ctx.as_ptr()) };
+        let mut meta = vec![0u8; meta_size];
+        // SAFETY: `meta` is writable for exactly gguf_get_meta_size bytes.
+        unsafe { sys::gguf_get_meta_data(self.ctx.as_ptr(), meta.as_mut_ptr() as *mut c_void) };
+        let tmp = path.with_extension("gguf.partial");
+        let mut w = BufWriter::with_capacity(8 << 20, File::create(&tmp).map_err(io_err)?);
+        w.write_all(&meta).map_err(io_err)?;
+        let align = self.alignment() as u64;
+        let mut written: u64 = 0;
+        let mut buf = Vec::new();
+        let zeros = vec![0u8; align as usize];
+        for (i, &size) in self.sizes.iter().enumerate() {
+            buf.clear();
+            fill(i, &mut buf)?;
+            if buf.len() as u64 != size {
+                return Err(LlamaError::Gguf(format!(
+                    "tensor {i}: filled {} bytes, declared {size}",
+                    buf.len()
+                )));
+            }
+            w.write_all(&buf).map_err(io_err)?;
+            written += size;
+            let pad = (align - written % align) % align;
+            w.write_all(&zeros[..pad as usize]).map_err(io_err)?;
+            written += pad;
+        }
+        w.flush().map_err(io_err)?;
+        w.into_inner()
+            .map_err(|e| io_err(e.into_error()))?
+            .sync_all()
+            .map_err(io_err)?;
+        std::fs::rename(&tmp, path).map_err(io_err)?;
+        Ok(())
+    }
+}
+
+impl Drop for GgufBuilder {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, freed once.
+        unsafe {
+            sys::gguf_free(self.ctx.as_ptr());
+            sys::ggml_free(self.scratch.as_ptr());
+        }
+    }
+}

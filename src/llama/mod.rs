@@ -1,0 +1,24 @@
+//! The FFI seam: the only place in bmoe that calls llama.cpp / ggml / gguf.
+//!
+//! Everything outside this module sees safe types: [`Model`], [`Context`],
+//! [`Batch`], [`gguf::GgufFile`], [`gguf::GgufBuilder`] and the quantization
+//! helpers in [`quant`]. Every `unsafe` block states why it is sound.
+
+mod backend;
+mod batch;
+mod context;
+mod error;
+mod eval;
+pub mod gguf;
+mod model;
+pub mod quant;
+
+pub use backend::init_backend;
+pub use batch::Batch;
+pub use context::{default_threads, Context, ContextKind, ContextParams};
+pub use error::LlamaError;
+pub use eval::{EvalObserver, NodeView};
+pub use model::{ChatMessage, Model, ModelParams};
+
+/// A vocabulary token id, as llama.cpp numbers them.
+pub type Token = i32;

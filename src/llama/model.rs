@@ -1,0 +1,286 @@
+//! A loaded llama.cpp model: metadata, vocabulary, tokenizer and chat template.
+
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+use super::gguf::GgufFile;
+use super::{init_backend, LlamaError, Token};
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct ModelParams {
+    /// Map the file (llama.cpp's default) instead of reading it into anonymous buffers.
+    pub use_mmap: bool,
+    /// Load the MTP (nextn) block(s) so that an MTP context can be created.
+    pub load_mtp: bool,
+}
+
+impl Default for ModelParams {
+    fn default() -> Self {
+        Self {
+            use_mmap: true,
+            load_mtp: false,
+        }
+    }
+}
+
+/// One message of a chat, for [`Model::apply_chat_template`].
+#[derive(Debug, Clone)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// A llama.cpp model. Read-only after load, so it may be shared between the
+/// threads that own contexts on it.
+pub struct Model {
+    ptr: NonNull<sys::llama_model>,
+    path: PathBuf,
+}
+
+// SAFETY: a loaded llama_model is immutable; llama.cpp allows several contexts on
+// different threads to read it concurrently (the server does exactly this).
+unsafe impl Send for Model {}
+// SAFETY: see `Send`: every method takes `&self` and only reads the model.
+unsafe impl Sync for Model {}
+
+impl Model {
+    /// Validate the file as a gguf (clear errors for missing, non-gguf and
+    /// truncated files), then load it with llama.cpp on the CPU. Weight
+    /// repacking is always off so that file offsets describe what the matmuls read.
+    pub fn load(path: &Path, params: &ModelParams) -> Result<Self, LlamaError> {
+        GgufFile::open(path)?.check_complete()?;
+        init_backend();
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))?;
+        // SAFETY: returns a plain struct by value; no pointers are retained.
+        let mut mp = unsafe { sys::llama_model_default_params() };
+        mp.n_gpu_layers = 0;
+        mp.use_extra_bufts = false;
+        mp.load_mtp = params.load_mtp;
+        mp.load_mode = if params.use_mmap {
+            sys::LLAMA_LOAD_MODE_MMAP
+        } else {
+            sys::LLAMA_LOAD_MODE_NONE
+        };
+        mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+        // SAFETY: `cpath` is a valid NUL-terminated string for the call; `mp` is a
+        // fully initialised parameter struct whose pointer fields are null/defaults.
+        let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
+        let ptr = NonNull::new(raw).ok_or_else(|| LlamaError::LoadFailed {
+            path: path.to_path_buf(),
+        })?;
+        Ok(Self {
+            ptr,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_model {
+        self.ptr.as_ptr()
+    }
+
+    fn vocab(&self) -> *const sys::llama_vocab {
+        // SAFETY: the model pointer is valid for `self`'s lifetime; the vocab it
+        // returns is owned by the model and lives as long.
+        unsafe { sys::llama_model_get_vocab(self.ptr.as_ptr()) }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Trunk layers (excluding nextn/MTP blocks).
+    pub fn n_layer(&self) -> u32 {
+        // SAFETY: valid model pointer; pure getter.
+        unsafe { sys::llama_model_n_layer(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
+    /// MTP (nextn) blocks loaded after the trunk.
+    pub fn n_layer_nextn(&self) -> u32 {
+        // SAFETY: valid model pointer; pure getter.
+        unsafe { sys::llama_model_n_layer_nextn(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
+    pub fn n_embd(&self) -> u32 {
+        // SAFETY: valid model pointer; pure getter.
+        unsafe { sys::llama_model_n_embd(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        // SAFETY: valid vocab pointer owned by the model; pure getter.
+        unsafe { sys::llama_vocab_n_tokens(self.vocab()) }.max(0) as usize
+    }
+
+    /// Trained context length.
+    pub fn n_ctx_train(&self) -> u32 {
+        // SAFETY: valid model pointer; pure getter.
+        unsafe { sys::llama_model_n_ctx_train(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
+    /// llama.cpp's one-line description (arch, size, quant).
+    pub fn description(&self) -> String {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` is writable for `buf.len()` bytes; llama.cpp writes at most
+        // that many including the NUL terminator.
+        let n = unsafe {
+            sys::llama_model_desc(self.ptr.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len())
+        };
+        buf.truncate(n.clamp(0, 255) as usize);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// End-of-generation token (EOS, EOT, `<|im_end|>`, ...).
+    pub fn is_eog(&self, token: Token) -> bool {
+        // SAFETY: valid vocab pointer; any token id is accepted (out of range -> false/abort
+        // is prevented by callers passing ids produced by this model).
+        unsafe { sys::llama_vocab_is_eog(self.vocab(), token) }
+    }
+
+    /// Tokenize `text`. `add_special` adds BOS where the model wants it;
+    /// `parse_special` turns control-token text (e.g. `<|im_start|>`) into tokens.
+    pub fn tokenize(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<Token>, LlamaError> {
+        let len = i32::try_from(text.len())
+            .map_err(|_| LlamaError::Tokenize("text longer than 2 GiB".into()))?;
+        let mut out: Vec<Token> = vec![0; text.len() + 8];
+        for _ in 0..2 {
+            // SAFETY: `text` is valid for `len` bytes (need not be NUL-terminated);
+            // `out` is writable for `out.len()` tokens.
+            let n = unsafe {
+                sys::llama_tokenize(
+                    self.vocab(),
+                    text.as_ptr() as *const c_char,
+                    len,
+                    out.as_mut_ptr(),
+                    out.len() as i32,
+                    add_special,
+                    parse_special,
+                )
+            };
+            if n >= 0 {
+                out.truncate(n as usize);
+                return Ok(out);
+            }
+            if n == i32::MIN {
+                break;
+            }
+            out.resize((-n) as usize, 0);
+        }
+        Err(LlamaError::Tokenize("llama_tokenize failed".into()))
+    }
+
+    /// The bytes one token stands for (may be part of a UTF-8 sequence).
+    pub fn token_bytes(&self, token: Token) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        for _ in 0..2 {
+            // SAFETY: `buf` is writable for `buf.len()` bytes; the call does not
+            // write a terminator beyond that length.
+            let n = unsafe {
+                sys::llama_token_to_piece(
+                    self.vocab(),
+                    token,
+                    buf.as_mut_ptr() as *mut c_char,
+                    buf.len() as i32,
+                    0,
+                    false,
+                )
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return buf;
+            }
+            buf.resize((-n) as usize, 0);
+        }
+        Vec::new()
+    }
+
+    /// Detokenize a whole sequence (lossy UTF-8).
+    pub fn detokenize(&self, tokens: &[Token]) -> String {
+        let bytes: Vec<u8> = tokens.iter().flat_map(|&t| self.token_bytes(t)).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The model's own chat template, if its gguf carries one.
+    pub fn chat_template(&self) -> Option<String> {
+        // SAFETY: valid model; a null name asks for the default template. The
+        // returned string is owned by the model.
+        let p = unsafe { sys::llama_model_chat_template(self.ptr.as_ptr(), std::ptr::null()) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, NUL-terminated, owned by the model for its lifetime.
+        Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// Format `messages` with the model's chat template and open the assistant turn.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, LlamaError> {
+        let tmpl = self.chat_template().ok_or_else(|| {
+            LlamaError::ChatTemplate(format!(
+                "{} has no chat template (tokenizer.chat_template); run without --chat",
+                self.path.display()
+            ))
+        })?;
+        let ctmpl = CString::new(tmpl).map_err(|_| LlamaError::ChatTemplate("NUL in template".into()))?;
+        let owned: Vec<(CString, CString)> = messages
+            .iter()
+            .map(|m| {
+                Ok((
+                    CString::new(m.role.as_str())?,
+                    CString::new(m.content.as_str())?,
+                ))
+            })
+            .collect::<Result<_, std::ffi::NulError>>()
+            .map_err(|_| LlamaError::ChatTemplate("NUL byte in a chat message".into()))?;
+        let msgs: Vec<sys::llama_chat_message> = owned
+            .iter()
+            .map(|(r, c)| sys::llama_chat_message {
+                role: r.as_ptr(),
+                content: c.as_ptr(),
+            })
+            .collect();
+        let total: usize = messages.iter().map(|m| m.content.len() + m.role.len()).sum();
+        let mut buf = vec![0u8; 2 * total + 256];
+        for _ in 0..2 {
+            // SAFETY: `msgs` points into `owned`, alive for the call; `buf` is writable
+            // for `buf.len()` bytes.
+            let n = unsafe {
+                sys::llama_chat_apply_template(
+                    ctmpl.as_ptr(),
+                    msgs.as_ptr(),
+                    msgs.len(),
+                    true,
+                    buf.as_mut_ptr() as *mut c_char,
+                    buf.len() as i32,
+                )
+            };
+            if n < 0 {
+                return Err(LlamaError::ChatTemplate(
+                    "llama.cpp does not support this model's chat template".into(),
+                ));
+            }
+            if (n as usize) <= buf.len() {
+                buf.truncate(n as usize);
+                return String::from_utf8(buf)
+                    .map_err(|_| LlamaError::ChatTemplate("template produced invalid UTF-8".into()));
+            }
+            buf.resize(n as usize, 0);
+        }
+        Err(LlamaError::ChatTemplate("template output kept growing".into()))
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from llama_model_load_from_file and is freed once;
+        // contexts borrow the model, so none outlives it.
+        unsafe { sys::llama_model_free(self.ptr.as_ptr()) };
+    }
+}
