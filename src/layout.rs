@@ -121,7 +121,10 @@ impl MoeLayout {
     }
 
     pub fn expert_bytes(&self) -> u64 {
-        self.experts.iter().map(|e| e.slice_bytes * e.n_expert as u64).sum()
+        self.experts
+            .iter()
+            .map(|e| e.slice_bytes * e.n_expert as u64)
+            .sum()
     }
 
     pub fn dense_bytes(&self) -> u64 {
@@ -130,7 +133,10 @@ impl MoeLayout {
 
     /// Bytes of one expert slice per projection (from the first layer that has it).
     pub fn slice_bytes(&self, proj: Proj) -> Option<u64> {
-        self.experts.iter().find(|e| e.proj == proj).map(|e| e.slice_bytes)
+        self.experts
+            .iter()
+            .find(|e| e.proj == proj)
+            .map(|e| e.slice_bytes)
     }
 
     /// Bytes of one expert of `layer` (all projections).
@@ -182,7 +188,10 @@ mod tests {
 
     #[test]
     fn expert_names() {
-        assert_eq!(parse_expert_name("blk.7.ffn_up_exps.weight"), Some((7, Proj::Up)));
+        assert_eq!(
+            parse_expert_name("blk.7.ffn_up_exps.weight"),
+            Some((7, Proj::Up))
+        );
         assert_eq!(parse_expert_name("blk.7.ffn_up_shexp.weight"), None);
         assert_eq!(parse_expert_name("blk.x.ffn_up_exps.weight"), None);
     }

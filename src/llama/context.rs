@@ -107,7 +107,9 @@ impl Context {
                     "the model has no MTP (nextn) layers".to_string()
                 }
                 ContextKind::Mtp => "MTP context refused by llama.cpp".to_string(),
-                ContextKind::Target => format!("n_ctx {} n_ubatch {}", params.n_ctx, params.n_ubatch),
+                ContextKind::Target => {
+                    format!("n_ctx {} n_ubatch {}", params.n_ctx, params.n_ubatch)
+                }
             })
         })?;
         // A persistent thread pool that sleeps instead of spinning (poll = 0), so
@@ -132,10 +134,6 @@ impl Context {
             n_ctx,
             model,
         })
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut sys::llama_context {
-        self.ptr.as_ptr()
     }
 
     pub fn model(&self) -> &Arc<Model> {

@@ -11,7 +11,9 @@ pub enum LlamaError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not a gguf file (its first bytes are not the GGUF magic); pass a .gguf model")]
+    #[error(
+        "{path} is not a gguf file (its first bytes are not the GGUF magic); pass a .gguf model"
+    )]
     NotGguf { path: PathBuf },
     #[error(
         "{path} is truncated: its tensors need {needed_bytes} bytes but the file has {file_bytes}; \

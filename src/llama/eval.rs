@@ -98,7 +98,9 @@ impl<'a> NodeView<'a> {
                 // tensor's view as described by its own strides; the node has been
                 // computed (observe phase) and the data is host memory. Unaligned
                 // read because views may start anywhere.
-                let v = unsafe { (base.add((i1 * nb1 + i0 * nb0) as usize) as *const i32).read_unaligned() };
+                let v = unsafe {
+                    (base.add((i1 * nb1 + i0 * nb0) as usize) as *const i32).read_unaligned()
+                };
                 out.push(v);
             }
         }
@@ -119,7 +121,9 @@ impl<'a> NodeView<'a> {
         for i1 in 0..ne1.max(0) as u64 {
             for i0 in 0..ne0.max(0) as u64 {
                 // SAFETY: as in `copy_i32_2d`.
-                let v = unsafe { (base.add((i1 * nb1 + i0 * nb0) as usize) as *const f32).read_unaligned() };
+                let v = unsafe {
+                    (base.add((i1 * nb1 + i0 * nb0) as usize) as *const f32).read_unaligned()
+                };
                 out.push(v);
             }
         }
@@ -141,7 +145,11 @@ pub trait EvalObserver {
 /// Heap cell whose address is handed to llama.cpp as the callback's user data.
 pub(crate) struct ObserverCell(pub(crate) Box<dyn EvalObserver>);
 
-pub(crate) unsafe extern "C" fn trampoline(t: *mut sys::ggml_tensor, ask: bool, user: *mut c_void) -> bool {
+pub(crate) unsafe extern "C" fn trampoline(
+    t: *mut sys::ggml_tensor,
+    ask: bool,
+    user: *mut c_void,
+) -> bool {
     if t.is_null() || user.is_null() {
         return !ask;
     }

@@ -244,8 +244,14 @@ impl GgufFile {
                 sys::GGUF_TYPE_ARRAY => {
                     let at = sys::gguf_get_arr_type(ctx, id);
                     let n = sys::gguf_get_arr_n(ctx, id);
-                    let data = sys::gguf_get_arr_data(ctx, id);
+                    // gguf_get_arr_data asserts on string arrays: only ask for numbers.
+                    let data = if at == sys::GGUF_TYPE_INT32 || at == sys::GGUF_TYPE_UINT32 {
+                        sys::gguf_get_arr_data(ctx, id)
+                    } else {
+                        std::ptr::null()
+                    };
                     match at {
+                        _ if data.is_null() => MetaValue::Other,
                         sys::GGUF_TYPE_INT32 => MetaValue::IntArray(
                             std::slice::from_raw_parts(data as *const i32, n)
                                 .iter()
@@ -314,6 +320,7 @@ pub struct GgufBuilder {
     ctx: NonNull<sys::gguf_context>,
     scratch: NonNull<sys::ggml_context>,
     sizes: Vec<u64>,
+    alignment: u32,
 }
 
 const MAX_TENSORS: usize = 8192;
@@ -322,7 +329,9 @@ impl GgufBuilder {
     /// An empty file whose tensors are aligned to `alignment` bytes (a power of two).
     pub fn new(alignment: u32) -> Result<Self, LlamaError> {
         if alignment == 0 || !alignment.is_power_of_two() {
-            return Err(LlamaError::Gguf(format!("alignment {alignment} is not a power of two")));
+            return Err(LlamaError::Gguf(format!(
+                "alignment {alignment} is not a power of two"
+            )));
         }
         super::init_backend();
         // SAFETY: creates an empty gguf context; freed in Drop.
@@ -342,6 +351,7 @@ impl GgufBuilder {
             ctx,
             scratch,
             sizes: Vec::new(),
+            alignment,
         };
         b.set_u32("general.alignment", alignment)?;
         Ok(b)
@@ -353,17 +363,16 @@ impl GgufBuilder {
 
     /// Copy every metadata key of `src` (tokenizer, template, ...).
     pub fn copy_metadata_from(&mut self, src: &GgufFile) -> Result<(), LlamaError> {
-        let align = self.alignment();
+        if !self.sizes.is_empty() {
+            return Err(LlamaError::Gguf(
+                "copy metadata before adding tensors".into(),
+            ));
+        }
         // SAFETY: both contexts are valid; gguf_set_kv deep-copies the values.
         unsafe { sys::gguf_set_kv(self.ctx.as_ptr(), src.raw_ctx()) };
         // Keep our own alignment, not the source's.
-        self.set_u32("general.alignment", align)?;
+        self.set_u32("general.alignment", self.alignment)?;
         Ok(())
-    }
-
-    fn alignment(&self) -> u32 {
-        // SAFETY: valid context; pure getter.
-        unsafe { sys::gguf_get_alignment(self.ctx.as_ptr()) as u32 }
     }
 
     pub fn remove_key(&mut self, key: &str) -> Result<(), LlamaError> {
@@ -394,6 +403,14 @@ impl GgufBuilder {
 
     pub fn set_u32(&mut self, key: &str, v: u32) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
+        if key == "general.alignment" {
+            if v == 0 || !v.is_power_of_two() || !self.sizes.is_empty() {
+                return Err(LlamaError::Gguf(format!(
+                    "general.alignment {v}: must be a power of two, set before tensors"
+                )));
+            }
+            self.alignment = v;
+        }
         // SAFETY: valid context and key; value copied.
         unsafe { sys::gguf_set_val_u32(self.ctx.as_ptr(), k.as_ptr(), v) };
         Ok(())
@@ -436,6 +453,42 @@ impl GgufBuilder {
         Ok(())
     }
 
+    /// ggml's writer lays tensors out with the context's internal alignment, which
+    /// only its reader sets (from `general.alignment`). Round-trip the metadata
+    /// through the reader once, before the first tensor, so offsets, padding and
+    /// the key agree.
+    fn adopt_alignment(&mut self) -> Result<(), LlamaError> {
+        // SAFETY: valid context; pure size query.
+        let size = unsafe { sys::gguf_get_meta_size(self.ctx.as_ptr()) };
+        let mut meta = vec![0u8; size];
+        // SAFETY: `meta` is writable for exactly `size` bytes.
+        unsafe { sys::gguf_get_meta_data(self.ctx.as_ptr(), meta.as_mut_ptr() as *mut c_void) };
+        let params = sys::gguf_init_params {
+            no_alloc: true,
+            ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: `meta` is a complete gguf header with no tensors, valid for the call;
+        // the parsed context copies what it needs.
+        let parsed = unsafe {
+            sys::gguf_init_from_buffer(meta.as_ptr() as *const c_void, meta.len(), params)
+        };
+        let parsed = NonNull::new(parsed).ok_or_else(|| {
+            LlamaError::Gguf("could not re-read the metadata just written".into())
+        })?;
+        // SAFETY: the old context is ours and no longer referenced once replaced.
+        unsafe { sys::gguf_free(self.ctx.as_ptr()) };
+        self.ctx = parsed;
+        // SAFETY: valid context; pure getter.
+        let got = unsafe { sys::gguf_get_alignment(self.ctx.as_ptr()) } as u32;
+        if got != self.alignment {
+            return Err(LlamaError::Gguf(format!(
+                "alignment {got} after re-read, wanted {}",
+                self.alignment
+            )));
+        }
+        Ok(())
+    }
+
     /// Declare the next tensor (data must later be written in declaration order).
     pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[u64]) -> Result<(), LlamaError> {
         if ne.is_empty() || ne.len() > 4 {
@@ -451,6 +504,9 @@ impl GgufBuilder {
                 ty.name()
             )));
         }
+        if self.sizes.is_empty() {
+            self.adopt_alignment()?;
+        }
         if self.sizes.len() >= MAX_TENSORS {
             return Err(LlamaError::Gguf("too many tensors".into()));
         }
@@ -464,7 +520,12 @@ impl GgufBuilder {
             if cname_exists >= 0 {
                 return Err(LlamaError::Gguf(format!("duplicate tensor {name}")));
             }
-            let t = sys::ggml_new_tensor(self.scratch.as_ptr(), ty.0, ne_i.len() as i32, ne_i.as_ptr());
+            let t = sys::ggml_new_tensor(
+                self.scratch.as_ptr(),
+                ty.0,
+                ne_i.len() as i32,
+                ne_i.as_ptr(),
+            );
             if t.is_null() {
                 return Err(LlamaError::Gguf("ggml_new_tensor failed".into()));
             }
@@ -495,7 +556,7 @@ impl GgufBuilder {
         let tmp = path.with_extension("gguf.partial");
         let mut w = BufWriter::with_capacity(8 << 20, File::create(&tmp).map_err(io_err)?);
         w.write_all(&meta).map_err(io_err)?;
-        let align = self.alignment() as u64;
+        let align = self.alignment as u64;
         let mut written: u64 = 0;
         let mut buf = Vec::new();
         let zeros = vec![0u8; align as usize];

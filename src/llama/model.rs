@@ -127,7 +127,11 @@ impl Model {
         // SAFETY: `buf` is writable for `buf.len()` bytes; llama.cpp writes at most
         // that many including the NUL terminator.
         let n = unsafe {
-            sys::llama_model_desc(self.ptr.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len())
+            sys::llama_model_desc(
+                self.ptr.as_ptr(),
+                buf.as_mut_ptr() as *mut c_char,
+                buf.len(),
+            )
         };
         buf.truncate(n.clamp(0, 255) as usize);
         String::from_utf8_lossy(&buf).into_owned()
@@ -217,7 +221,11 @@ impl Model {
             return None;
         }
         // SAFETY: non-null, NUL-terminated, owned by the model for its lifetime.
-        Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
 
     /// Format `messages` with the model's chat template and open the assistant turn.
@@ -228,7 +236,8 @@ impl Model {
                 self.path.display()
             ))
         })?;
-        let ctmpl = CString::new(tmpl).map_err(|_| LlamaError::ChatTemplate("NUL in template".into()))?;
+        let ctmpl =
+            CString::new(tmpl).map_err(|_| LlamaError::ChatTemplate("NUL in template".into()))?;
         let owned: Vec<(CString, CString)> = messages
             .iter()
             .map(|m| {
@@ -246,7 +255,10 @@ impl Model {
                 content: c.as_ptr(),
             })
             .collect();
-        let total: usize = messages.iter().map(|m| m.content.len() + m.role.len()).sum();
+        let total: usize = messages
+            .iter()
+            .map(|m| m.content.len() + m.role.len())
+            .sum();
         let mut buf = vec![0u8; 2 * total + 256];
         for _ in 0..2 {
             // SAFETY: `msgs` points into `owned`, alive for the call; `buf` is writable
@@ -268,12 +280,15 @@ impl Model {
             }
             if (n as usize) <= buf.len() {
                 buf.truncate(n as usize);
-                return String::from_utf8(buf)
-                    .map_err(|_| LlamaError::ChatTemplate("template produced invalid UTF-8".into()));
+                return String::from_utf8(buf).map_err(|_| {
+                    LlamaError::ChatTemplate("template produced invalid UTF-8".into())
+                });
             }
             buf.resize(n as usize, 0);
         }
-        Err(LlamaError::ChatTemplate("template output kept growing".into()))
+        Err(LlamaError::ChatTemplate(
+            "template output kept growing".into(),
+        ))
     }
 }
 

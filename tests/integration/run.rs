@@ -1,0 +1,112 @@
+//! `bmoe run` and `bmoe inspect` on real models.
+
+use std::sync::Arc;
+
+use bmoe::generate;
+use bmoe::llama::{Context, ContextParams, Model, ModelParams};
+
+use crate::common::{bmoe, e8k2, smollm2, stderr, stdout};
+
+const QUESTION: &str = "What is the capital of France? Answer in one sentence.";
+
+#[test]
+fn dense_smollm2_answers_the_capital_question() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        smollm2().to_str().unwrap(),
+        "--chat",
+        "-p",
+        QUESTION,
+        "-n",
+        "32",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "The capital of France is Paris.");
+    assert!(stderr(&o).contains("generation:"), "{}", stderr(&o));
+}
+
+#[test]
+fn upcycled_e8k2_answers_the_capital_question() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "--chat",
+        "-p",
+        QUESTION,
+        "-n",
+        "32",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "The capital of France is Paris.");
+}
+
+#[test]
+fn prompt_from_file_and_token_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("prompt.txt");
+    std::fs::write(&f, "Once upon a time").unwrap();
+    let o = bmoe(&[
+        "run",
+        "-m",
+        smollm2().to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+        "-n",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("5 generated (token limit)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).trim().is_empty());
+}
+
+#[test]
+fn library_generation_is_deterministic_and_matches_the_cli() {
+    let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
+    let tokens = generate::prompt_tokens(&model, QUESTION, true).unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
+        let g = generate::generate(&mut ctx, &tokens, 16, 512, &mut |_| {}).unwrap();
+        runs.push(g);
+    }
+    assert_eq!(runs[0].tokens, runs[1].tokens);
+    assert_eq!(runs[0].text, "The capital of France is Paris.");
+    assert_eq!(runs[0].stop, generate::StopReason::EndOfText);
+}
+
+#[test]
+fn inspect_reports_the_moe_layout() {
+    let o = bmoe(&["inspect", e8k2().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    for want in [
+        "arch:             llama",
+        "layers:           30 trunk + 0 nextn",
+        "n_expert:         8",
+        "n_expert_used:    2",
+        "expert slice gate: 552960 bytes (q4_1)",
+        "expert slice down: 552960 bytes (q4_1)",
+        "alignment:        4096",
+        // 30 layers x 2 experts x 3 x 552960
+        "routed bytes/tok: 99532800",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+}
+
+#[test]
+fn inspect_a_dense_model_says_it_has_no_experts() {
+    let o = bmoe(&["inspect", smollm2().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("experts:          none"),
+        "{}",
+        stdout(&o)
+    );
+}
