@@ -91,7 +91,7 @@ pub fn generate(
         });
     }
     let model = ctx.model().clone();
-    let n_batch = n_batch.max(1);
+    let n_batch = n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
     let t0 = Instant::now();
     let mut pos = 0i32;

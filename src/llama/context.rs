@@ -63,6 +63,7 @@ pub struct Context {
     abort: Arc<AtomicBool>,
     n_vocab: usize,
     n_ctx: u32,
+    n_batch: u32,
     // Dropped after the context (field order): the model must outlive it.
     model: Arc<Model>,
 }
@@ -125,6 +126,8 @@ impl Context {
         }
         // SAFETY: valid context pointer; pure getter.
         let n_ctx = unsafe { sys::llama_n_ctx(ptr.as_ptr()) };
+        // SAFETY: valid context pointer; pure getter (llama.cpp may clamp n_batch to n_ctx).
+        let n_batch = unsafe { sys::llama_n_batch(ptr.as_ptr()) };
         Ok(Self {
             ptr,
             threadpool,
@@ -132,6 +135,7 @@ impl Context {
             abort,
             n_vocab: model.n_vocab(),
             n_ctx,
+            n_batch,
             model,
         })
     }
@@ -144,6 +148,11 @@ impl Context {
         self.n_ctx
     }
 
+    /// The largest batch one `decode` accepts (as llama.cpp settled it).
+    pub fn n_batch(&self) -> u32 {
+        self.n_batch
+    }
+
     /// A flag that, once set, makes the running and every later decode abort.
     pub fn abort_flag(&self) -> Arc<AtomicBool> {
         self.abort.clone()
@@ -151,8 +160,12 @@ impl Context {
 
     /// Run the model over `batch`.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), LlamaError> {
-        if batch.is_empty() {
-            return Err(LlamaError::Decode(-1));
+        if batch.is_empty() || batch.len() > self.n_batch as usize {
+            // llama.cpp asserts (aborts) on an oversized batch: refuse it here.
+            return Err(LlamaError::BatchSize {
+                tokens: batch.len(),
+                n_batch: self.n_batch,
+            });
         }
         // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
         // the call; the context is used only from this thread (`&mut self`).

@@ -30,6 +30,8 @@ pub enum LlamaError {
     LoadFailed { path: PathBuf },
     #[error("llama.cpp failed to create a context: {0} (run with -v to see llama.cpp's log)")]
     ContextFailed(String),
+    #[error("a batch of {tokens} tokens does not fit this context's n_batch {n_batch}")]
+    BatchSize { tokens: usize, n_batch: u32 },
     #[error("llama_decode failed with code {0}")]
     Decode(i32),
     #[error("tokenization failed: {0}")]

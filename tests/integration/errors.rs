@@ -88,7 +88,7 @@ fn prompt_and_file_conflict_and_one_is_required() {
 
 #[test]
 fn prompt_longer_than_the_context() {
-    let long = "word ".repeat(200);
+    let long = "word ".repeat(600);
     assert_fails(
         &[
             "run",
