@@ -27,6 +27,8 @@ pub enum Command {
         /// The gguf file.
         model: PathBuf,
     },
+    /// Measure this host's limits for a model: io_uring expert-slice read bandwidth per queue depth.
+    Probe(ProbeArgs),
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(FixtureCmd),
@@ -55,6 +57,44 @@ pub struct RunArgs {
     /// Context size in tokens.
     #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
+    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).
+    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights"])]
+    pub resident: bool,
+    /// Stream experts (the default for MoE models; an error for a dense model).
+    #[arg(long)]
+    pub moe_stream: bool,
+    /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
+    /// N keeps an LRU of (layer, expert) slices within N MiB, auto sizes it from MemAvailable.
+    #[arg(long, value_name = "MIB|auto", default_value = "auto")]
+    pub cache_mb: bmoe::stream::CacheSize,
+    /// Upper bound for --cache-mb auto, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    pub cache_ceil_mb: u64,
+    /// Expert reads kept in flight (io_uring queue depth).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub io_threads: u32,
+    /// Read experts through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    pub no_odirect: bool,
+    /// What to do with the dense (non-expert) weights after load.
+    #[arg(long, value_enum, default_value_t = bmoe::stream::DenseMode::Warm)]
+    pub dense_weights: bmoe::stream::DenseMode,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Model gguf (default: the default upcycled model).
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Queue depths to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    pub depths: Vec<u32>,
+    /// Seconds per depth.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Read through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    pub no_odirect: bool,
 }
 
 #[derive(Debug, Subcommand)]

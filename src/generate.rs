@@ -54,6 +54,30 @@ impl Generation {
     }
 }
 
+/// One `llama_decode` call as seen by a [`GenerationSink`].
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeStep {
+    /// Tokens in the batch.
+    pub n_tokens: usize,
+    /// Part of the prompt prefill (the last prefill decode yields the first token).
+    pub prefill: bool,
+    pub elapsed: Duration,
+}
+
+/// Receives generated text and per-decode timing.
+pub trait GenerationSink {
+    /// Complete text, as soon as it is known.
+    fn text(&mut self, _piece: &str) {}
+    /// A decode finished.
+    fn decoded(&mut self, _step: DecodeStep) {}
+}
+
+impl<F: FnMut(&str)> GenerationSink for F {
+    fn text(&mut self, piece: &str) {
+        self(piece)
+    }
+}
+
 /// Turn user text into prompt tokens, through the model's chat template when `chat`.
 pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>, GenerateError> {
     let tokens = if chat {
@@ -71,14 +95,14 @@ pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>
     Ok(tokens)
 }
 
-/// Greedy generation of up to `n_predict` tokens after `prompt`, calling
-/// `on_text` with each complete piece of text as soon as it is known.
+/// Greedy generation of up to `n_predict` tokens after `prompt`; `sink` gets each
+/// complete piece of text as soon as it is known and each decode's timing.
 pub fn generate(
     ctx: &mut Context,
     prompt: &[Token],
     n_predict: u32,
     n_batch: usize,
-    on_text: &mut dyn FnMut(&str),
+    sink: &mut dyn GenerationSink,
 ) -> Result<Generation, GenerateError> {
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
@@ -102,7 +126,13 @@ pub fn generate(
             batch.push(t, pos, last_chunk && i + 1 == chunk.len());
             pos += 1;
         }
+        let td = Instant::now();
         ctx.decode(&batch)?;
+        sink.decoded(DecodeStep {
+            n_tokens: batch.len(),
+            prefill: true,
+            elapsed: td.elapsed(),
+        });
     }
     let mut last_row = (batch.len() - 1) as i32;
     let prefill = t0.elapsed();
@@ -119,7 +149,7 @@ pub fn generate(
         tokens.push(next);
         let piece = utf8.push(&model.token_bytes(next));
         if !piece.is_empty() {
-            on_text(&piece);
+            sink.text(&piece);
             text.push_str(&piece);
         }
         if tokens.len() >= n_predict as usize {
@@ -131,12 +161,18 @@ pub fn generate(
         batch.clear();
         batch.push(next, pos, true);
         pos += 1;
+        let td = Instant::now();
         ctx.decode(&batch)?;
+        sink.decoded(DecodeStep {
+            n_tokens: 1,
+            prefill: false,
+            elapsed: td.elapsed(),
+        });
         last_row = 0;
     };
     let rest = utf8.finish();
     if !rest.is_empty() {
-        on_text(&rest);
+        sink.text(&rest);
         text.push_str(&rest);
     }
     Ok(Generation {

@@ -5,11 +5,13 @@
 //! generation; [`inspect`] describes a model. Actors and pure policy live in the
 //! `bmoe-actors` crate.
 
+pub mod engine;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
 pub mod layout;
 pub mod llama;
+pub mod stream;
 
 /// The engine version written into telemetry.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

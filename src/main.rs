@@ -4,16 +4,17 @@ mod cli;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
 
+use bmoe::engine::{self, EngineError, Mode, RunConfig};
 use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle, FixtureError};
-use bmoe::generate::{self, GenerateError, StopReason};
+use bmoe::generate::GenerateError;
 use bmoe::layout::MoeLayout;
-use bmoe::llama::{self, Context, ContextParams, LlamaError, Model, ModelParams};
-use cli::{Cli, Command, FixtureCmd, RunArgs};
+use bmoe::llama::{self, LlamaError};
+use bmoe::stream::{StreamConfig, StreamError};
+use cli::{Cli, Command, FixtureCmd, ProbeArgs, RunArgs};
 
 /// Exit codes (also documented in the README).
 mod exit {
@@ -63,10 +64,15 @@ fn llama_code(e: &LlamaError) -> Option<u8> {
 
 fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
-        if let Some(l) = cause.downcast_ref::<LlamaError>() {
-            if let Some(c) = llama_code(l) {
-                return c;
-            }
+        let llama =
+            cause
+                .downcast_ref::<LlamaError>()
+                .or(match cause.downcast_ref::<EngineError>() {
+                    Some(EngineError::Llama(l)) => Some(l),
+                    _ => None,
+                });
+        if let Some(c) = llama.and_then(llama_code) {
+            return c;
         }
         if let Some(UsageError(_)) = cause.downcast_ref::<UsageError>() {
             return exit::USAGE;
@@ -92,6 +98,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             print!("{}", bmoe::inspect::report(&model, &layout));
             Ok(())
         }
+        Command::Probe(p) => probe(p),
         Command::Fixture(f) => fixture_cmd(f),
     }
 }
@@ -105,68 +112,100 @@ fn run(args: RunArgs) -> Result<()> {
             return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
         }
     };
-    let model_path = match &args.model {
+    let model = match &args.model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
     };
-    let layout =
-        MoeLayout::open(&model_path).with_context(|| format!("open {}", model_path.display()))?;
-    tracing::info!(
-        arch = %layout.arch,
-        n_layer = layout.n_layer,
-        n_expert = layout.n_expert,
-        "model"
-    );
-    let model = Arc::new(
-        Model::load(&model_path, &ModelParams::default())
-            .with_context(|| format!("load {}", model_path.display()))?,
-    );
-    let threads = args.threads.unwrap_or_else(llama::default_threads);
-    let n_batch = 512u32;
-    let mut ctx = Context::new(
-        model.clone(),
-        ContextParams {
-            n_ctx: args.ctx,
-            n_batch,
-            n_ubatch: n_batch,
-            n_threads: threads,
-            ..ContextParams::default()
-        },
-    )
-    .context("create the context")?;
-    let tokens = generate::prompt_tokens(&model, &prompt, args.chat)?;
+    let mode = if args.resident {
+        Mode::Resident
+    } else {
+        Mode::Stream(StreamConfig {
+            cache: args.cache_mb,
+            cache_ceil_mb: args.cache_ceil_mb,
+            io_threads: args.io_threads,
+            o_direct: !args.no_odirect,
+            dense: args.dense_weights,
+        })
+    };
+    let cfg = RunConfig {
+        model: model.clone(),
+        prompt,
+        chat: args.chat,
+        n_predict: args.n_predict,
+        threads: args.threads.unwrap_or_else(llama::default_threads),
+        n_ctx: args.ctx,
+        mode,
+        stream_explicit: args.moe_stream,
+    };
     let mut out = std::io::stdout().lock();
-    let res = generate::generate(
-        &mut ctx,
-        &tokens,
-        args.n_predict,
-        n_batch as usize,
-        &mut |s| {
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
-        },
-    );
-    let g = match res {
-        Ok(g) => g,
-        Err(e @ GenerateError::PromptTooLong { .. }) => {
+    let res = engine::run(&cfg, |s| {
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    });
+    let report = match res {
+        Ok(r) => r,
+        Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
             return Err(UsageError(e.to_string()).into())
         }
-        Err(e) => return Err(e.into()),
+        Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
+        | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. })) => {
+            return Err(UsageError(e.to_string()).into())
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     };
     let _ = writeln!(out);
     drop(out);
-    let stop = match g.stop {
-        StopReason::EndOfText => "end of text",
-        StopReason::Limit => "token limit",
-        StopReason::ContextFull => "context full",
+    for line in report.summary_lines() {
+        eprintln!("{line}");
+    }
+    Ok(())
+}
+
+fn probe(args: ProbeArgs) -> Result<()> {
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
     };
-    eprintln!(
-        "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s",
-        g.prompt_tokens,
-        g.tokens.len(),
-        g.prefill.as_secs_f64() * 1e3,
-        g.decode_tok_per_s()
+    let layout = MoeLayout::open(&model).with_context(|| format!("open {}", model.display()))?;
+    if !layout.is_moe() {
+        return Err(UsageError(format!(
+            "{} has no expert tensors to probe",
+            model.display()
+        ))
+        .into());
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(UsageError("--seconds must be > 0".into()).into());
+    }
+    let slices = bmoe::stream::expert_slices(&layout);
+    println!(
+        "probe: {} ({} slices of {} bytes), {}",
+        model.display(),
+        slices.len(),
+        layout.slice_bytes(bmoe::layout::Proj::Gate).unwrap_or(0),
+        if args.no_odirect {
+            "buffered"
+        } else {
+            "O_DIRECT"
+        }
     );
+    println!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
+    for &d in &args.depths {
+        let r = bmoe_actors::flash::probe_read_bandwidth(
+            &model,
+            &slices,
+            d.max(1),
+            !args.no_odirect,
+            std::time::Duration::from_secs_f64(args.seconds),
+            0x5eed,
+        )?;
+        println!(
+            "{:>6} {:>10.1} {:>12.1}",
+            d,
+            r.bytes_per_s() / (1024.0 * 1024.0),
+            r.reads as f64 / r.elapsed.as_secs_f64()
+        );
+    }
     Ok(())
 }
 

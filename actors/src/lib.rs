@@ -4,5 +4,7 @@
 //! - [`sampling`]: greedy selection over a logits row.
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
 
+pub mod cache;
+pub mod flash;
 pub mod sampling;
 pub mod text;

@@ -31,6 +31,8 @@ pub struct ContextParams {
     pub n_rs_seq: u32,
     /// Optional observer of the decode graph (see [`EvalObserver`]).
     pub observer: Option<Box<dyn EvalObserver>>,
+    /// Abort flag shared with the observer (a fresh one when `None`).
+    pub abort: Option<Arc<AtomicBool>>,
 }
 
 impl Default for ContextParams {
@@ -43,6 +45,7 @@ impl Default for ContextParams {
             kind: ContextKind::Target,
             n_rs_seq: 0,
             observer: None,
+            abort: None,
         }
     }
 }
@@ -90,7 +93,9 @@ impl Context {
             ContextKind::Target => sys::LLAMA_CONTEXT_TYPE_DEFAULT,
             ContextKind::Mtp => sys::LLAMA_CONTEXT_TYPE_MTP,
         };
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = params
+            .abort
+            .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
         cp.abort_callback = Some(abort_cb);
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
         let mut observer = params.observer.map(|o| Box::new(ObserverCell(o)));

@@ -54,6 +54,54 @@ impl<'a> NodeView<'a> {
         self.raw().nb.map(|x| x as u64)
     }
 
+    /// An expert matmul (`GGML_OP_MUL_MAT_ID`): src 0 is the stacked expert
+    /// weight tensor, src 2 the routed ids.
+    pub fn is_mul_mat_id(&self) -> bool {
+        self.raw().op == sys::GGML_OP_MUL_MAT_ID
+    }
+
+    /// Source tensor `i` of this node.
+    pub fn src(&self, i: usize) -> Option<NodeView<'a>> {
+        let p = *self.raw().src.get(i)?;
+        // SAFETY: a node's sources outlive the node (they belong to the same graph
+        // or are model weights), so they are live for 'a as well.
+        (!p.is_null()).then(|| unsafe { NodeView::new(p) })
+    }
+
+    /// Whether this tensor is a model weight (allocated in a weights buffer).
+    pub fn is_weight(&self) -> bool {
+        let b = self.raw().buffer;
+        // SAFETY: a non-null buffer pointer of a live tensor is a live buffer.
+        !b.is_null()
+            && unsafe { sys::ggml_backend_buffer_get_usage(b) }
+                == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+    }
+
+    /// The address the kernels read this tensor's bytes from.
+    pub fn data_addr(&self) -> usize {
+        self.raw().data as usize
+    }
+
+    /// Total bytes of the tensor's data (ggml_nbytes).
+    pub fn nbytes(&self) -> u64 {
+        // SAFETY: a live tensor; pure computation from its shape and type.
+        unsafe { sys::ggml_nbytes(self.t) as u64 }
+    }
+
+    /// Point this tensor's data at `ptr` (used to serve expert weights from
+    /// engine-owned memory, in the ask phase of the matmul that reads them).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of [`nbytes`](Self::nbytes) bytes, laid out
+    /// exactly as the tensor's own data, for as long as any decode may read this
+    /// tensor, and the bytes the computation actually reads must be initialised.
+    pub unsafe fn rebind_data(&self, ptr: *mut u8) {
+        // SAFETY: `t` is live (constructor contract); writing the data pointer
+        // of a weight tensor is what ggml's own allocators do; validity of `ptr`
+        // is the caller's contract.
+        unsafe { (*self.t).data = ptr as *mut std::ffi::c_void };
+    }
+
     pub fn is_i32(&self) -> bool {
         self.raw().type_ == sys::GGML_TYPE_I32
     }
@@ -130,6 +178,20 @@ impl<'a> NodeView<'a> {
         true
     }
 }
+
+/// How many sources a graph node can have (GGML_MAX_SRC, the length of `src`).
+pub fn llama_max_src() -> usize {
+    SRC_LEN
+}
+
+// The bindings do not export the GGML_MAX_SRC macro: take the length of the
+// bound struct's `src` array instead (the same fact, checked by the compiler).
+const SRC_LEN: usize = {
+    const fn len<T, const N: usize>(_: fn(&T) -> &[*mut sys::ggml_tensor; N]) -> usize {
+        N
+    }
+    len(|t: &sys::ggml_tensor| &t.src)
+};
 
 /// Watches a decode node by node. Lives on the thread that owns the context.
 pub trait EvalObserver {

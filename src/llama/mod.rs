@@ -17,7 +17,7 @@ pub use backend::init_backend;
 pub use batch::Batch;
 pub use context::{default_threads, Context, ContextKind, ContextParams};
 pub use error::LlamaError;
-pub use eval::{EvalObserver, NodeView};
+pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
 
 /// A vocabulary token id, as llama.cpp numbers them.

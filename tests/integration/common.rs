@@ -30,16 +30,16 @@ fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
     path
 }
 
-/// SmolLM2 upcycled to 8 experts, top-2 (sigma 0.10, seed 1): the small MoE.
+/// SmolLM2 upcycled to 8 experts, top-2 (default sigma and seed): the small MoE.
 pub fn e8k2() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        build_once("e8k2-seed1.gguf", |p| {
-            let params = upcycle::UpcycleParams {
-                experts: 8,
-                top_k: 2,
-                ..Default::default()
-            };
+        let params = upcycle::UpcycleParams {
+            experts: 8,
+            top_k: 2,
+            ..Default::default()
+        };
+        build_once(&upcycle::default_file_name(&params), |p| {
             upcycle::upcycle(smollm2(), p, &params).expect("build E8K2");
         })
     })

@@ -34,7 +34,7 @@ fn observer_sees_every_layers_routing_and_does_not_change_output() {
     let tokens = generate::prompt_tokens(&model, "The quick brown fox", false).unwrap();
     let plain = {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
-        generate::generate(&mut ctx, &tokens, 12, 512, &mut |_| {}).unwrap()
+        generate::generate(&mut ctx, &tokens, 12, 512, &mut |_: &str| {}).unwrap()
     };
     let routing = Arc::new(Mutex::new(Routing::default()));
     let observed = {
@@ -46,7 +46,7 @@ fn observer_sees_every_layers_routing_and_does_not_change_output() {
             },
         )
         .unwrap();
-        generate::generate(&mut ctx, &tokens, 12, 512, &mut |_| {}).unwrap()
+        generate::generate(&mut ctx, &tokens, 12, 512, &mut |_: &str| {}).unwrap()
     };
     assert_eq!(
         plain.tokens, observed.tokens,

@@ -6,3 +6,4 @@ mod errors;
 mod eval_hook;
 mod fixtures;
 mod run;
+mod stream;

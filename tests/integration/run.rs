@@ -72,7 +72,7 @@ fn library_generation_is_deterministic_and_matches_the_cli() {
     let mut runs = Vec::new();
     for _ in 0..2 {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
-        let g = generate::generate(&mut ctx, &tokens, 16, 512, &mut |_| {}).unwrap();
+        let g = generate::generate(&mut ctx, &tokens, 16, 512, &mut |_: &str| {}).unwrap();
         runs.push(g);
     }
     assert_eq!(runs[0].tokens, runs[1].tokens);

@@ -1,0 +1,350 @@
+//! The expert cache's state machine: which (layer, expert) slices are resident,
+//! LRU order, a hard byte budget and per-requester pins. Pure policy: no memory,
+//! no I/O. The flash actor applies the plans it returns.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// One cached unit: all projections of one expert of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotKey {
+    pub layer: u32,
+    pub expert: u32,
+}
+
+/// Who asks for experts; each has its own pins and byte counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Requester {
+    Verify = 0,
+    Draft = 1,
+    Prefetch = 2,
+}
+
+impl Requester {
+    pub const COUNT: usize = 3;
+    pub const ALL: [Requester; 3] = [Requester::Verify, Requester::Draft, Requester::Prefetch];
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Requester::Verify => "verify",
+            Requester::Draft => "draft",
+            Requester::Prefetch => "prefetch",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    tick: u64,
+    pins: u32,
+}
+
+/// What the flash actor must do to serve a request.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Requested and already resident.
+    pub hits: Vec<SlotKey>,
+    /// Requested and absent: read them before replying (now accounted resident).
+    pub misses: Vec<SlotKey>,
+    /// Release these before reading (LRU, unpinned).
+    pub evict: Vec<SlotKey>,
+}
+
+/// LRU over expert slots with a byte budget. The slots pinned by requesters are
+/// never evicted; when the pinned working set alone exceeds the budget (e.g.
+/// budget 0), the cache holds exactly that working set and nothing else.
+#[derive(Debug)]
+pub struct ExpertCache {
+    budget_bytes: u64,
+    /// Bytes of one slot, per layer.
+    slot_bytes: Vec<u64>,
+    entries: HashMap<SlotKey, Entry>,
+    lru: BTreeMap<u64, SlotKey>,
+    pinned: [Vec<SlotKey>; Requester::COUNT],
+    resident_bytes: u64,
+    peak_resident_bytes: u64,
+    tick: u64,
+}
+
+impl ExpertCache {
+    pub fn new(budget_bytes: u64, slot_bytes: Vec<u64>) -> Self {
+        Self {
+            budget_bytes,
+            slot_bytes,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            pinned: Default::default(),
+            resident_bytes: 0,
+            peak_resident_bytes: 0,
+            tick: 0,
+        }
+    }
+
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_bytes
+    }
+
+    pub fn peak_resident_bytes(&self) -> u64 {
+        self.peak_resident_bytes
+    }
+
+    pub fn resident_slots(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn contains(&self, key: SlotKey) -> bool {
+        self.entries.contains_key(&key)
+    }
+
+    fn bytes(&self, key: SlotKey) -> u64 {
+        self.slot_bytes
+            .get(key.layer as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn pinned_bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.pins > 0)
+            .map(|(k, _)| self.bytes(*k))
+            .sum()
+    }
+
+    /// The most bytes the cache may hold right now: the budget, or the pinned
+    /// working set when that alone is larger.
+    pub fn limit_bytes(&self) -> u64 {
+        self.budget_bytes.max(self.pinned_bytes())
+    }
+
+    fn touch(&mut self, key: SlotKey) {
+        self.tick += 1;
+        if let Some(e) = self.entries.get_mut(&key) {
+            self.lru.remove(&e.tick);
+            e.tick = self.tick;
+            self.lru.insert(self.tick, key);
+        }
+    }
+
+    /// `requester` now needs `keys` (its previous pins are released): returns the
+    /// hits, the misses to read, and the evictions that keep the cache within budget.
+    pub fn request(&mut self, requester: Requester, keys: &[SlotKey]) -> Plan {
+        let old = std::mem::take(&mut self.pinned[requester.index()]);
+        for k in old {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.pins = e.pins.saturating_sub(1);
+            }
+        }
+        let mut plan = Plan::default();
+        let mut pins = Vec::with_capacity(keys.len());
+        for &k in keys {
+            if pins.contains(&k) {
+                continue;
+            }
+            pins.push(k);
+            let bytes = self.bytes(k);
+            match self.entries.entry(k) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    plan.hits.push(k);
+                    e.get_mut().pins += 1;
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    plan.misses.push(k);
+                    v.insert(Entry { tick: 0, pins: 1 });
+                    self.resident_bytes += bytes;
+                }
+            }
+            self.touch(k);
+        }
+        self.pinned[requester.index()] = pins;
+        plan.evict = self.evict_to(self.budget_bytes);
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        plan
+    }
+
+    /// Insert unpinned slots (prefetch) only where the budget has room without
+    /// evicting anything; returns the ones admitted (to be read).
+    pub fn admit(&mut self, keys: &[SlotKey]) -> Vec<SlotKey> {
+        let mut admitted = Vec::new();
+        for &k in keys {
+            if self.entries.contains_key(&k) {
+                continue;
+            }
+            let b = self.bytes(k);
+            if self.resident_bytes + b > self.budget_bytes {
+                break;
+            }
+            self.entries.insert(k, Entry { tick: 0, pins: 0 });
+            self.resident_bytes += b;
+            self.touch(k);
+            admitted.push(k);
+        }
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        admitted
+    }
+
+    /// Drop slots that could not be loaded (a failed read): they are not resident.
+    pub fn forget(&mut self, keys: &[SlotKey]) {
+        for k in keys {
+            if let Some(e) = self.entries.remove(k) {
+                self.lru.remove(&e.tick);
+                self.resident_bytes -= self.bytes(*k);
+            }
+            for pins in self.pinned.iter_mut() {
+                pins.retain(|p| p != k);
+            }
+        }
+    }
+
+    /// Release all pins of `requester` (e.g. at the end of a decode).
+    pub fn release(&mut self, requester: Requester) -> Vec<SlotKey> {
+        let old = std::mem::take(&mut self.pinned[requester.index()]);
+        for k in old {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.pins = e.pins.saturating_sub(1);
+            }
+        }
+        self.evict_to(self.budget_bytes)
+    }
+
+    fn evict_to(&mut self, target: u64) -> Vec<SlotKey> {
+        let mut out = Vec::new();
+        if self.resident_bytes <= target {
+            return out;
+        }
+        let candidates: Vec<(u64, SlotKey)> = self.lru.iter().map(|(t, k)| (*t, *k)).collect();
+        for (t, k) in candidates {
+            if self.resident_bytes <= target {
+                break;
+            }
+            if self.entries.get(&k).is_some_and(|e| e.pins == 0) {
+                self.entries.remove(&k);
+                self.lru.remove(&t);
+                self.resident_bytes -= self.bytes(k);
+                out.push(k);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(layer: u32, expert: u32) -> SlotKey {
+        SlotKey { layer, expert }
+    }
+
+    #[test]
+    fn hits_misses_and_lru_eviction_under_budget() {
+        let mut c = ExpertCache::new(300, vec![100; 4]);
+        let p = c.request(Requester::Verify, &[k(0, 1), k(0, 2)]);
+        assert_eq!(p.misses, vec![k(0, 1), k(0, 2)]);
+        assert!(p.hits.is_empty() && p.evict.is_empty());
+        let p = c.request(Requester::Verify, &[k(1, 1), k(1, 2)]);
+        assert_eq!(p.misses.len(), 2);
+        // 400 > 300: the least recently used unpinned slot goes.
+        assert_eq!(p.evict, vec![k(0, 1)]);
+        assert_eq!(c.resident_bytes(), 300);
+        let p = c.request(Requester::Verify, &[k(0, 2), k(1, 2)]);
+        assert_eq!(p.hits, vec![k(0, 2), k(1, 2)]);
+        assert!(p.misses.is_empty());
+    }
+
+    #[test]
+    fn budget_zero_keeps_only_the_working_set() {
+        let mut c = ExpertCache::new(0, vec![100; 2]);
+        c.request(Requester::Verify, &[k(0, 0), k(0, 1)]);
+        assert_eq!(c.resident_bytes(), 200, "pinned working set stays");
+        let p = c.request(Requester::Verify, &[k(1, 0), k(1, 1)]);
+        assert_eq!(p.evict.len(), 2);
+        assert_eq!(c.resident_bytes(), 200);
+        let p = c.request(Requester::Verify, &[k(0, 0), k(0, 1)]);
+        assert_eq!(p.misses.len(), 2, "re-read every time");
+        assert_eq!(c.release(Requester::Verify).len(), 2);
+        assert_eq!(c.resident_bytes(), 0);
+    }
+
+    #[test]
+    fn another_requesters_pins_are_respected() {
+        let mut c = ExpertCache::new(100, vec![100; 2]);
+        c.request(Requester::Draft, &[k(1, 0)]);
+        let p = c.request(Requester::Verify, &[k(0, 0)]);
+        assert!(p.evict.is_empty(), "both pinned");
+        assert_eq!(c.resident_bytes(), 200);
+        let p = c.request(Requester::Draft, &[k(1, 1)]);
+        assert_eq!(p.evict, vec![k(1, 0)]);
+        assert!(c.contains(k(0, 0)));
+    }
+
+    #[test]
+    fn duplicates_in_a_request_count_once() {
+        let mut c = ExpertCache::new(1000, vec![100]);
+        let p = c.request(Requester::Verify, &[k(0, 3), k(0, 3), k(0, 3)]);
+        assert_eq!(p.misses, vec![k(0, 3)]);
+        assert_eq!(c.resident_bytes(), 100);
+    }
+
+    #[test]
+    fn admit_never_evicts() {
+        let mut c = ExpertCache::new(250, vec![100; 3]);
+        c.request(Requester::Verify, &[k(0, 0)]);
+        let a = c.admit(&[k(1, 0), k(2, 0)]);
+        assert_eq!(a, vec![k(1, 0)]);
+        assert_eq!(c.resident_bytes(), 200);
+    }
+
+    /// Property: over random request sequences, resident bytes never exceed
+    /// max(budget, pinned working set), and accounting matches the entries.
+    #[test]
+    fn never_exceeds_budget_over_random_sequences() {
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for trial in 0..50 {
+            let layers = 1 + (next() % 6) as u32;
+            let experts = 1 + (next() % 16) as u32;
+            let sizes: Vec<u64> = (0..layers).map(|_| 1 + next() % 500).collect();
+            let budget = next() % 3000;
+            let mut c = ExpertCache::new(budget, sizes.clone());
+            for _ in 0..400 {
+                let who = Requester::ALL[(next() % 3) as usize];
+                let layer = (next() % layers as u64) as u32;
+                let n = (next() % 5) as usize;
+                let keys: Vec<SlotKey> = (0..n)
+                    .map(|_| k(layer, (next() % experts as u64) as u32))
+                    .collect();
+                if next() % 10 == 0 {
+                    c.admit(&keys);
+                } else if next() % 17 == 0 {
+                    c.release(who);
+                } else {
+                    let p = c.request(who, &keys);
+                    for m in &p.misses {
+                        assert!(c.contains(*m));
+                    }
+                    for e in &p.evict {
+                        assert!(!c.contains(*e));
+                        assert!(!keys.contains(e), "never evict what was just asked for");
+                    }
+                }
+                let sum: u64 = c.entries.keys().map(|k| sizes[k.layer as usize]).sum();
+                assert_eq!(sum, c.resident_bytes(), "trial {trial}");
+                assert!(
+                    c.resident_bytes() <= c.limit_bytes(),
+                    "trial {trial}: over budget"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Engine-owned memory for expert slices: one reserved, lazily committed
+//! address range per (layer, projection), laid out exactly like the stacked
+//! tensor in the file (expert e at base + e * slice_bytes), so the matmul can
+//! read it in place. Evicting releases the pages (`madvise(MADV_DONTNEED)`), so
+//! RSS follows what the cache holds.
+
+use super::FlashError;
+
+/// One stacked expert tensor's region.
+#[derive(Debug)]
+struct Region {
+    base: *mut u8,
+    len: usize,
+    slice_bytes: u64,
+    file_offset: u64,
+}
+
+/// What the arena needs to know about one stacked expert tensor.
+#[derive(Debug, Clone)]
+pub struct TensorSpec {
+    pub layer: u32,
+    /// Projection index (0 gate, 1 up, 2 down).
+    pub proj: u8,
+    /// Absolute file offset of expert 0.
+    pub file_offset: u64,
+    pub slice_bytes: u64,
+    pub n_expert: u32,
+}
+
+/// All expert regions. Addresses are stable for the arena's lifetime.
+#[derive(Debug)]
+pub struct Arena {
+    regions: Vec<Option<Region>>,
+    n_proj: usize,
+    page: usize,
+}
+
+// SAFETY: the arena only hands out raw addresses; who writes (the flash actor,
+// for slots it is loading) and who reads (matmuls, for pinned slots) is
+// serialized by the cache protocol, not by the arena itself.
+unsafe impl Send for Arena {}
+// SAFETY: see Send; &Arena methods never write through the regions except
+// `release`, whose callers guarantee the slot is not pinned.
+unsafe impl Sync for Arena {}
+
+/// Three projections per expert.
+pub const N_PROJ: usize = 3;
+
+impl Arena {
+    pub fn new(specs: &[TensorSpec]) -> Result<Self, FlashError> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let n_layer = specs
+            .iter()
+            .map(|s| s.layer as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut regions: Vec<Option<Region>> = (0..n_layer * N_PROJ).map(|_| None).collect();
+        for s in specs {
+            let len = (s.slice_bytes * s.n_expert as u64) as usize;
+            let len = len.div_ceil(page) * page;
+            // SAFETY: an anonymous private mapping with no address hint; no
+            // existing memory is affected. MAP_NORESERVE: pages are committed
+            // only when written, which is what keeps RSS at the cache's size.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len.max(page),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(FlashError::Os {
+                    what: format!("reserve {len} bytes for layer {} expert tensor", s.layer),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            regions[s.layer as usize * N_PROJ + s.proj as usize] = Some(Region {
+                base: p as *mut u8,
+                len: len.max(page),
+                slice_bytes: s.slice_bytes,
+                file_offset: s.file_offset,
+            });
+        }
+        Ok(Self {
+            regions,
+            n_proj: N_PROJ,
+            page,
+        })
+    }
+
+    fn region(&self, layer: u32, proj: u8) -> Option<&Region> {
+        self.regions
+            .get(layer as usize * self.n_proj + proj as usize)
+            .and_then(|r| r.as_ref())
+    }
+
+    /// Base address of (layer, proj): what the expert tensor's data pointer is bound to.
+    pub fn base(&self, layer: u32, proj: u8) -> Option<*mut u8> {
+        self.region(layer, proj).map(|r| r.base)
+    }
+
+    /// Bytes reserved for (layer, proj).
+    pub fn region_len(&self, layer: u32, proj: u8) -> u64 {
+        self.region(layer, proj).map(|r| r.len as u64).unwrap_or(0)
+    }
+
+    /// (destination address, file offset, length) of one expert slice.
+    pub fn slot(&self, layer: u32, proj: u8, expert: u32) -> Option<(*mut u8, u64, u64)> {
+        let r = self.region(layer, proj)?;
+        let off = expert as u64 * r.slice_bytes;
+        if off + r.slice_bytes > r.len as u64 {
+            return None;
+        }
+        // SAFETY: off + slice_bytes <= len, so the address is inside the region.
+        let dst = unsafe { r.base.add(off as usize) };
+        Some((dst, r.file_offset + off, r.slice_bytes))
+    }
+
+    /// Give the pages of one expert slot back to the kernel. Only whole pages
+    /// inside the slot are released (a neighbour's bytes are never touched).
+    pub fn release(&self, layer: u32, proj: u8, expert: u32) {
+        let Some((dst, _, len)) = self.slot(layer, proj, expert) else {
+            return;
+        };
+        let start = dst as usize;
+        let begin = start.div_ceil(self.page) * self.page;
+        let end = (start + len as usize) / self.page * self.page;
+        if end > begin {
+            // SAFETY: [begin, end) lies inside this region (it is within the slot);
+            // the caller guarantees no matmul reads this slot (it is unpinned), and
+            // MADV_DONTNEED on private anonymous memory only zero-fills those pages.
+            unsafe {
+                libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED);
+            }
+        }
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        for r in self.regions.iter().flatten() {
+            // SAFETY: each region was mapped in `new` with exactly this length and
+            // is unmapped once; the engine drops the arena only after the contexts
+            // that read it are gone.
+            unsafe {
+                libc::munmap(r.base as *mut libc::c_void, r.len);
+            }
+        }
+    }
+}
+
+/// A page-aligned anonymous buffer (dense weights copied out of the page cache).
+#[derive(Debug)]
+pub struct AnonBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a plain owned allocation; synchronisation of its contents is the
+// owner's business (the verify thread writes it once, then only kernels read it).
+unsafe impl Send for AnonBuffer {}
+
+impl AnonBuffer {
+    /// A copy of `len` bytes starting at `src`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes.
+    pub unsafe fn copy_from(src: *const u8, len: usize) -> Result<Self, FlashError> {
+        let map_len = len.max(1);
+        // SAFETY: anonymous private mapping, no hint; affects no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(FlashError::Os {
+                what: format!("allocate {len} bytes for dense weights"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `src` is readable for len bytes (caller), `p` writable for map_len >= len;
+        // a fresh mapping cannot overlap the source.
+        unsafe { std::ptr::copy_nonoverlapping(src, p as *mut u8, len) };
+        Ok(Self {
+            ptr: p as *mut u8,
+            len: map_len,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for AnonBuffer {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `copy_from` with this length, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Engine assembly for `bmoe run`: resident (plain llama.cpp mmap) or streamed
+//! (flash actor + verify hook), greedy generation, per-token accounting.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
+use crate::layout::MoeLayout;
+use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
+use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Llama(#[from] LlamaError),
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
+    #[error("streaming stopped the decode: {0}")]
+    Streaming(String),
+}
+
+/// How expert weights reach the matmuls.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// llama.cpp's own mmap path (the comparison baseline).
+    Resident,
+    /// Experts streamed by the flash actor (the default for MoE models).
+    Stream(StreamConfig),
+}
+
+/// Everything `bmoe run` settles before generating.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub model: PathBuf,
+    pub prompt: String,
+    pub chat: bool,
+    pub n_predict: u32,
+    pub threads: u32,
+    pub n_ctx: u32,
+    pub mode: Mode,
+    /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
+    pub stream_explicit: bool,
+}
+
+/// Per-token accounting (token i is produced by decode i; token 0 by the prefill).
+#[derive(Debug, Clone, Default)]
+pub struct TokenRow {
+    pub wall_ms: f64,
+    pub stall_ms: f64,
+    pub io_ms: f64,
+    pub read_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub majflt: u64,
+    pub cpu_ms: f64,
+    pub prefill: bool,
+}
+
+/// What a run produced and measured.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub generation: Generation,
+    pub rows: Vec<TokenRow>,
+    /// "resident" or "stream".
+    pub mode: &'static str,
+    pub notes: Vec<String>,
+    pub cache_budget_bytes: u64,
+    pub reader: String,
+    /// Flash actor's total bytes over the whole run (prefill included).
+    pub flash_read_bytes: u64,
+    /// Kernel-reported storage reads of the process over the generation.
+    pub kernel_read_bytes: Option<u64>,
+    pub peak_resident_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub dense_bytes: u64,
+    pub layout: MoeLayout,
+}
+
+struct Sink<'a, F: FnMut(&str)> {
+    on_text: F,
+    stats: Option<SharedStats>,
+    rows: &'a mut Vec<TokenRow>,
+    usage: memory::Usage,
+    prefill_row: TokenRow,
+}
+
+impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
+    fn text(&mut self, piece: &str) {
+        (self.on_text)(piece)
+    }
+    fn decoded(&mut self, step: DecodeStep) {
+        let u = memory::usage();
+        let s = self
+            .stats
+            .as_ref()
+            .map(|s| s.borrow_mut().take())
+            .unwrap_or_default();
+        let row = TokenRow {
+            wall_ms: step.elapsed.as_secs_f64() * 1e3,
+            stall_ms: s.stall.as_secs_f64() * 1e3,
+            io_ms: s.io.as_secs_f64() * 1e3,
+            read_bytes: s.read_bytes,
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            majflt: u.majflt - self.usage.majflt,
+            cpu_ms: u.cpu_ms - self.usage.cpu_ms,
+            prefill: step.prefill,
+        };
+        self.usage = u;
+        if step.prefill {
+            // Several prefill chunks fold into the first token's row.
+            let p = &mut self.prefill_row;
+            p.prefill = true;
+            p.wall_ms += row.wall_ms;
+            p.stall_ms += row.stall_ms;
+            p.io_ms += row.io_ms;
+            p.read_bytes += row.read_bytes;
+            p.hits += row.hits;
+            p.misses += row.misses;
+            p.evictions += row.evictions;
+            p.majflt += row.majflt;
+            p.cpu_ms += row.cpu_ms;
+        } else {
+            if self.rows.is_empty() {
+                self.rows.push(std::mem::take(&mut self.prefill_row));
+            }
+            self.rows.push(row);
+        }
+    }
+}
+
+/// Run one greedy generation as configured; `on_text` gets the text as it is produced.
+pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, EngineError> {
+    let layout = MoeLayout::open(&cfg.model)?;
+    let mut notes = Vec::new();
+    let mut mode = cfg.mode.clone();
+    if let Mode::Stream(_) = mode {
+        if !layout.is_moe() {
+            if cfg.stream_explicit {
+                return Err(StreamError::NotMoe {
+                    model: cfg.model.display().to_string(),
+                    n_expert: layout.n_expert,
+                }
+                .into());
+            }
+            notes.push(
+                "dense model (no expert tensors): running resident, nothing to stream".into(),
+            );
+            mode = Mode::Resident;
+        }
+    }
+    let streamer = match &mode {
+        Mode::Stream(sc) => Some((Streamer::start(&cfg.model, &layout, sc)?, sc.dense)),
+        Mode::Resident => None,
+    };
+    let model = Arc::new(Model::load(
+        &cfg.model,
+        &ModelParams {
+            use_mmap: true,
+            load_mtp: false,
+        },
+    )?);
+    let abort = Arc::new(AtomicBool::new(false));
+    let mut params = ContextParams {
+        n_ctx: cfg.n_ctx,
+        n_batch: 512,
+        n_ubatch: 512,
+        n_threads: cfg.threads,
+        abort: Some(abort.clone()),
+        ..ContextParams::default()
+    };
+    let mut stats = None;
+    if let Some((s, dense)) = &streamer {
+        let anon = s.prepare_mapping(&cfg.model, *dense)?;
+        notes.extend(s.notes.iter().cloned());
+        let (hook, st) = s.verify_hook(abort.clone(), anon);
+        params.observer = Some(Box::new(hook));
+        stats = Some(st);
+    }
+    let mut ctx = Context::new(model.clone(), params)?;
+    let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
+
+    memory::reset_peak_rss();
+    let kernel0 = memory::io_read_bytes();
+    let mut rows = Vec::new();
+    let mut sink = Sink {
+        on_text,
+        stats: stats.clone(),
+        rows: &mut rows,
+        usage: memory::usage(),
+        prefill_row: TokenRow::default(),
+    };
+    let t0 = Instant::now();
+    let res = generate::generate(&mut ctx, &tokens, cfg.n_predict, 512, &mut sink);
+    if sink.rows.is_empty() && sink.prefill_row.prefill {
+        let p = std::mem::take(&mut sink.prefill_row);
+        sink.rows.push(p);
+    }
+    let _elapsed: Duration = t0.elapsed();
+    let stream_error = stats.as_ref().and_then(|s| s.borrow().error.clone());
+    let generation = match (res, stream_error) {
+        (_, Some(e)) if abort.load(Ordering::SeqCst) => return Err(EngineError::Streaming(e)),
+        (Ok(g), _) => g,
+        (Err(e), _) => return Err(e.into()),
+    };
+    let kernel1 = memory::io_read_bytes();
+    let (_, peak_rss) = memory::rss_bytes();
+    drop(ctx);
+    let (reader, budget, flash_bytes, peak_resident) = match &streamer {
+        Some((s, _)) => {
+            let c = s.flash.counters();
+            (
+                s.flash.reader_description().to_string(),
+                s.budget_bytes,
+                c.read_bytes_total(),
+                c.peak_resident_bytes.load(Ordering::Relaxed),
+            )
+        }
+        None => ("llama.cpp mmap".into(), 0, 0, 0),
+    };
+    Ok(RunReport {
+        generation,
+        rows,
+        mode: if streamer.is_some() {
+            "stream"
+        } else {
+            "resident"
+        },
+        notes,
+        cache_budget_bytes: budget,
+        reader,
+        flash_read_bytes: flash_bytes,
+        kernel_read_bytes: kernel0.zip(kernel1).map(|(a, b)| b.saturating_sub(a)),
+        peak_resident_bytes: peak_resident,
+        peak_rss_bytes: peak_rss,
+        dense_bytes: layout.dense_bytes(),
+        layout,
+    })
+}
+
+impl RunReport {
+    fn decode_rows(&self) -> impl Iterator<Item = &TokenRow> {
+        self.rows.iter().filter(|r| !r.prefill)
+    }
+
+    /// Streamed bytes per generated token, over the single-token decodes.
+    pub fn decode_bytes_per_token(&self) -> f64 {
+        let (n, b) = self
+            .decode_rows()
+            .fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.read_bytes));
+        if n == 0 {
+            0.0
+        } else {
+            b as f64 / n as f64
+        }
+    }
+
+    /// The summary lines printed on stderr after the answer.
+    pub fn summary_lines(&self) -> Vec<String> {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let g = &self.generation;
+        let n = self.decode_rows().count().max(1) as f64;
+        let stall: f64 = self.decode_rows().map(|r| r.stall_ms).sum::<f64>() / n;
+        let io: f64 = self.decode_rows().map(|r| r.io_ms).sum::<f64>() / n;
+        let wall: f64 = self.decode_rows().map(|r| r.wall_ms).sum::<f64>() / n;
+        let cpu: f64 = self.decode_rows().map(|r| r.cpu_ms).sum::<f64>() / n;
+        let majflt: f64 = self.decode_rows().map(|r| r.majflt).sum::<u64>() as f64 / n;
+        let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
+        let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
+        let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
+        let stop = match g.stop {
+            generate::StopReason::EndOfText => "end of text",
+            generate::StopReason::Limit => "token limit",
+            generate::StopReason::ContextFull => "context full",
+        };
+        let mut v = vec![format!(
+            "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token)",
+            g.prompt_tokens,
+            g.tokens.len(),
+            g.prefill.as_secs_f64() * 1e3,
+            g.decode_tok_per_s(),
+            wall
+        )];
+        v.push(format!(
+            "compute: cpu {:.2} cores busy per decode, major faults/token {majflt:.1}",
+            if wall > 0.0 { cpu / wall } else { 0.0 }
+        ));
+        if self.mode == "stream" {
+            let kernel = self
+                .kernel_read_bytes
+                .map(|b| format!("{:.1} MiB", b as f64 / MIB))
+                .unwrap_or_else(|| "unavailable".into());
+            v.push(format!(
+                "moe-stream: {}, read {:.1} MiB ({:.2} MiB/token decode), kernel read_bytes {kernel}; \
+                 decode {wall:.1} ms/token = flash wait {stall:.1} (io {io:.1}) + compute and cache management {:.1} (residual)",
+                self.reader,
+                self.flash_read_bytes as f64 / MIB,
+                self.decode_bytes_per_token() / MIB,
+                (wall - stall).max(0.0)
+            ));
+            let warm: Vec<&TokenRow> = self.decode_rows().filter(|r| r.misses == 0).collect();
+            if !warm.is_empty() && warm.len() < self.decode_rows().count() {
+                let ms: f64 = warm.iter().map(|r| r.wall_ms).sum();
+                v.push(format!(
+                    "moe-warm: {:.2} tok/s over the {} decodes that needed no read (after warm-up)",
+                    warm.len() as f64 * 1e3 / ms.max(1e-9),
+                    warm.len()
+                ));
+            }
+            let total = hits + misses;
+            v.push(format!(
+                "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), evictions {evictions}, peak resident {:.1} MiB, \
+                 peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
+                self.cache_budget_bytes as f64 / MIB,
+                if total > 0 { hits as f64 * 100.0 / total as f64 } else { 0.0 },
+                self.peak_resident_bytes as f64 / MIB,
+                self.peak_rss_bytes as f64 / MIB,
+                self.dense_bytes as f64 / MIB,
+            ));
+        }
+        for n in &self.notes {
+            v.push(format!("note: {n}"));
+        }
+        v
+    }
+}

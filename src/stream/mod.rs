@@ -1,0 +1,320 @@
+//! Expert streaming, assembled: the flash actor over the model file, the
+//! verify-side hook, the expert cache budget, and what happens to llama.cpp's
+//! mapping (expert ranges dropped, dense ranges warmed or locked).
+
+mod hook;
+pub mod memory;
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bmoe_actors::cache::Requester;
+use bmoe_actors::flash::{Flash, FlashConfig, FlashError, TensorSpec};
+
+pub use hook::{DenseAnon, SharedStats, StepStats, StreamHook};
+use memory::FileMapping;
+
+use crate::layout::{MoeLayout, Proj};
+
+const MIB: u64 = 1024 * 1024;
+/// Memory left for everything else when sizing or checking the cache.
+pub const HEADROOM_BYTES: u64 = 512 * MIB;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Flash(#[from] FlashError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
+    NoMapping(String),
+    #[error(
+        "{model} has no ffn_{{gate,up,down}}_exps tensors (n_expert {n_expert}): it is a dense model \
+         or an MoE layout bmoe does not know; drop --moe-stream (it runs resident)"
+    )]
+    NotMoe { model: String, n_expert: u32 },
+    #[error(
+        "--cache-mb {asked_mb} does not fit: MemAvailable is {available_mb} MiB; with the dense \
+         weights ({dense_mb} MiB) and {headroom_mb} MiB of headroom at most {fits_mb} MiB fits \
+         (or use --cache-mb auto)"
+    )]
+    CacheTooLarge {
+        asked_mb: u64,
+        available_mb: u64,
+        dense_mb: u64,
+        headroom_mb: u64,
+        fits_mb: u64,
+    },
+    #[error(
+        "--dense-weights mlock: locking {need_mb} MiB failed ({source}); RLIMIT_MEMLOCK is {limit}; \
+         raise it (ulimit -l) or use --dense-weights warm"
+    )]
+    Mlock {
+        need_mb: u64,
+        limit: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `--cache-mb`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheSize {
+    Mib(u64),
+    /// Sized once at load from MemAvailable, capped by `--cache-ceil-mb`.
+    Auto,
+}
+
+impl std::str::FromStr for CacheSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(CacheSize::Auto);
+        }
+        s.parse::<u64>()
+            .map(CacheSize::Mib)
+            .map_err(|_| format!("expected a number of MiB or 'auto', got {s:?}"))
+    }
+}
+
+/// `--dense-weights`: what to do with the dense (non-expert) weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DenseMode {
+    /// Leave them in llama.cpp's mapping (paged in on use).
+    Mmap,
+    /// Touch them once after load so they are resident from the first token.
+    Warm,
+    /// Copy them into anonymous memory (out of the page cache) on first use.
+    Anon,
+    /// Lock them in memory (needs RLIMIT_MEMLOCK above the dense bytes).
+    Mlock,
+}
+
+impl DenseMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            DenseMode::Mmap => "mmap",
+            DenseMode::Warm => "warm",
+            DenseMode::Anon => "anon",
+            DenseMode::Mlock => "mlock",
+        }
+    }
+}
+
+/// Streaming settings, as typed.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub cache: CacheSize,
+    pub cache_ceil_mb: u64,
+    pub io_threads: u32,
+    pub o_direct: bool,
+    pub dense: DenseMode,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            cache: CacheSize::Mib(0),
+            cache_ceil_mb: 4096,
+            io_threads: 4,
+            o_direct: true,
+            dense: DenseMode::Warm,
+        }
+    }
+}
+
+/// The cache budget the engine settles on, in bytes (never more than all experts).
+pub fn resolve_cache_bytes(
+    cfg: &StreamConfig,
+    layout: &MoeLayout,
+    available: Option<u64>,
+) -> Result<u64, StreamError> {
+    let experts = layout.expert_bytes();
+    let dense = layout.dense_bytes();
+    let fits = available
+        .map(|a| a.saturating_sub(dense + HEADROOM_BYTES))
+        .unwrap_or(u64::MAX);
+    match cfg.cache {
+        CacheSize::Auto => Ok(fits.min(cfg.cache_ceil_mb * MIB).min(experts)),
+        CacheSize::Mib(mb) => {
+            let asked = mb * MIB;
+            if asked.min(experts) > fits {
+                return Err(StreamError::CacheTooLarge {
+                    asked_mb: mb,
+                    available_mb: available.unwrap_or(0) / MIB,
+                    dense_mb: dense / MIB,
+                    headroom_mb: HEADROOM_BYTES / MIB,
+                    fits_mb: fits / MIB,
+                });
+            }
+            Ok(asked.min(experts))
+        }
+    }
+}
+
+/// Every expert slice of the model as (file offset, bytes), for the read probe.
+pub fn expert_slices(layout: &MoeLayout) -> Vec<(u64, u64)> {
+    layout
+        .experts
+        .iter()
+        .flat_map(|e| (0..e.n_expert).map(move |x| (e.slice_offset(x), e.slice_bytes)))
+        .collect()
+}
+
+fn specs(layout: &MoeLayout) -> Vec<TensorSpec> {
+    layout
+        .experts
+        .iter()
+        .map(|e| TensorSpec {
+            layer: e.layer,
+            proj: match e.proj {
+                Proj::Gate => 0,
+                Proj::Up => 1,
+                Proj::Down => 2,
+            },
+            file_offset: e.file_offset,
+            slice_bytes: e.slice_bytes,
+            n_expert: e.n_expert,
+        })
+        .collect()
+}
+
+/// A running streamer: the flash actor plus what the verify hook needs.
+pub struct Streamer {
+    pub flash: Flash,
+    pub budget_bytes: u64,
+    pub notes: Vec<String>,
+    layout: MoeLayout,
+    /// Mappings of the model file that existed before llama.cpp loaded it.
+    premapped: Vec<usize>,
+}
+
+impl Streamer {
+    /// Start the flash actor for `layout` of `model_path`.
+    pub fn start(
+        model_path: &Path,
+        layout: &MoeLayout,
+        cfg: &StreamConfig,
+    ) -> Result<Self, StreamError> {
+        if !layout.is_moe() {
+            return Err(StreamError::NotMoe {
+                model: model_path.display().to_string(),
+                n_expert: layout.n_expert,
+            });
+        }
+        let budget_bytes = resolve_cache_bytes(cfg, layout, memory::mem_available_bytes())?;
+        let flash = Flash::spawn(
+            model_path,
+            specs(layout),
+            FlashConfig {
+                budget_bytes,
+                queue_depth: cfg.io_threads,
+                o_direct: cfg.o_direct,
+                ..FlashConfig::default()
+            },
+        )?;
+        let notes = flash.notes().to_vec();
+        Ok(Self {
+            flash,
+            budget_bytes,
+            notes,
+            layout: layout.clone(),
+            premapped: FileMapping::existing_bases(model_path),
+        })
+    }
+
+    /// After the model is loaded: drop the expert ranges of llama.cpp's mapping
+    /// (the load populated them) and handle the dense weights per `dense`.
+    pub fn prepare_mapping(
+        &self,
+        model_path: &Path,
+        dense: DenseMode,
+    ) -> Result<Option<DenseAnon>, StreamError> {
+        let map = FileMapping::find(model_path, &self.premapped)?;
+        for e in &self.layout.experts {
+            map.drop_range(e.file_offset, e.slice_bytes * e.n_expert as u64);
+        }
+        let dense_ranges = self.dense_ranges();
+        match dense {
+            DenseMode::Mmap => {}
+            DenseMode::Anon => {
+                return Ok(Some(DenseAnon::new(map.address_ranges())));
+            }
+            DenseMode::Warm => {
+                for (off, len) in &dense_ranges {
+                    map.warm_range(*off, *len);
+                }
+            }
+            DenseMode::Mlock => {
+                let need: u64 = dense_ranges.iter().map(|r| r.1).sum();
+                for (off, len) in &dense_ranges {
+                    map.lock_range(*off, *len)
+                        .map_err(|source| StreamError::Mlock {
+                            need_mb: need.div_ceil(MIB),
+                            limit: memory::memlock_limit_bytes()
+                                .map(|b| format!("{} KiB", b / 1024))
+                                .unwrap_or_else(|| "unlimited".into()),
+                            source,
+                        })?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// File ranges that are not expert tensors (header and dense weights).
+    fn dense_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ex: Vec<(u64, u64)> = self
+            .layout
+            .experts
+            .iter()
+            .map(|e| {
+                (
+                    e.file_offset,
+                    e.file_offset + e.slice_bytes * e.n_expert as u64,
+                )
+            })
+            .collect();
+        ex.sort_unstable();
+        let mut out = Vec::new();
+        let mut pos = 0;
+        for (a, b) in ex {
+            if a > pos {
+                out.push((pos, a - pos));
+            }
+            pos = pos.max(b);
+        }
+        if self.layout.file_bytes > pos {
+            out.push((pos, self.layout.file_bytes - pos));
+        }
+        out
+    }
+
+    /// A hook for the verify context, with its stats cell and abort flag.
+    pub fn verify_hook(
+        &self,
+        abort: Arc<AtomicBool>,
+        anon: Option<DenseAnon>,
+    ) -> (StreamHook, SharedStats) {
+        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
+        let hook = StreamHook::new(
+            self.flash.client(Requester::Verify),
+            self.flash.arena().clone(),
+            &self.layout,
+            stats.clone(),
+            abort,
+        );
+        let hook = match anon {
+            Some(a) => hook.with_dense_anon(a),
+            None => hook,
+        };
+        (hook, stats)
+    }
+}

@@ -1,0 +1,214 @@
+//! Expert streaming on real models: byte identity with the resident path,
+//! exact accounting, the memory budget, and the refusals.
+
+use bmoe::engine::{self, Mode, RunConfig, RunReport};
+use bmoe::stream::{CacheSize, DenseMode, StreamConfig};
+
+use crate::common::{bmoe, e8k2, smollm2, stderr};
+
+const PROSE: &str = "Once upon a time, in a small village by the sea, there lived";
+
+fn cfg(mode: Mode, n: u32) -> RunConfig {
+    RunConfig {
+        model: e8k2().to_path_buf(),
+        prompt: PROSE.into(),
+        chat: false,
+        n_predict: n,
+        threads: 2,
+        n_ctx: 512,
+        mode,
+        stream_explicit: false,
+    }
+}
+
+fn stream(cache_mb: u64, o_direct: bool) -> Mode {
+    Mode::Stream(StreamConfig {
+        cache: CacheSize::Mib(cache_mb),
+        o_direct,
+        dense: DenseMode::Warm,
+        ..StreamConfig::default()
+    })
+}
+
+fn run(mode: Mode, n: u32) -> RunReport {
+    engine::run(&cfg(mode, n), |_| {}).expect("run")
+}
+
+#[test]
+fn streamed_tokens_equal_resident_tokens_for_every_cache_setting() {
+    let n = 128;
+    let resident = run(Mode::Resident, n);
+    assert_eq!(
+        resident.generation.tokens.len(),
+        n as usize,
+        "prose runs to the limit"
+    );
+    for (name, mode) in [
+        ("cache 0", stream(0, true)),
+        ("cache 64 MiB (evicts every token)", stream(64, true)),
+        ("cache larger than all experts", stream(100_000, true)),
+        ("cache 0, buffered reads", stream(0, false)),
+        (
+            "cache 0, dense weights in anonymous memory",
+            Mode::Stream(StreamConfig {
+                cache: CacheSize::Mib(0),
+                dense: DenseMode::Anon,
+                ..StreamConfig::default()
+            }),
+        ),
+    ] {
+        let r = run(mode, n);
+        assert_eq!(r.mode, "stream");
+        assert_eq!(
+            r.generation.tokens, resident.generation.tokens,
+            "{name}: token ids differ from --resident"
+        );
+        let hits: u64 = r.rows.iter().map(|x| x.hits).sum();
+        let evictions: u64 = r.rows.iter().map(|x| x.evictions).sum();
+        match name {
+            "cache 0" => assert_eq!(hits, 0, "{name}: nothing survives a zero budget"),
+            "cache 64 MiB (evicts every token)" => assert!(evictions > 0, "{name}"),
+            "cache larger than all experts" => {
+                assert_eq!(evictions, 0, "{name}");
+                assert!(hits > 0, "{name}");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Parse "read X MiB (Y MiB/token decode), kernel read_bytes Z MiB" from the summary.
+fn stream_numbers(err: &str) -> (f64, f64, f64) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("moe-stream:"))
+        .expect("moe-stream line");
+    let num_after = |key: &str| -> f64 {
+        let i = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
+        line[i..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .trim_start_matches('(')
+            .parse()
+            .unwrap()
+    };
+    (
+        num_after("read "),
+        num_after("MiB ("),
+        num_after("kernel read_bytes "),
+    )
+}
+
+#[test]
+fn flash_accounting_matches_the_kernel_and_the_layout() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        PROSE,
+        "-n",
+        "24",
+        "--cache-mb",
+        "0",
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let (flash_mib, per_token_mib, kernel_mib) = stream_numbers(&err);
+    // O_DIRECT reads all reach the device: the kernel's count matches ours within 2%.
+    assert!((kernel_mib - flash_mib).abs() <= 0.02 * flash_mib, "{err}");
+    // 30 layers x k=2 x (3 x 552960 bytes) per decoded token, within 5%.
+    let expect = 30.0 * 2.0 * 3.0 * 552960.0 / (1024.0 * 1024.0);
+    assert!(
+        (per_token_mib - expect).abs() <= 0.05 * expect,
+        "{per_token_mib} vs {expect}\n{err}"
+    );
+}
+
+#[test]
+fn the_cache_stays_within_its_budget_and_rss_follows_it() {
+    const MIB: u64 = 1024 * 1024;
+    let small = run(stream(0, true), 24);
+    let r = run(stream(64, true), 24);
+    // The budget is never exceeded (the working set of one layer is far smaller).
+    assert!(
+        r.peak_resident_bytes <= 64 * MIB,
+        "peak {}",
+        r.peak_resident_bytes
+    );
+    assert!(
+        r.peak_resident_bytes > 32 * MIB,
+        "the budget is used: {}",
+        r.peak_resident_bytes
+    );
+    // RSS follows the budget: the 64 MiB cache costs at most its budget more than
+    // the zero-budget run (plus 16 MiB of noise), never the experts' 380 MiB.
+    assert!(
+        r.peak_rss_bytes <= small.peak_rss_bytes + 64 * MIB + 16 * MIB,
+        "rss {} MiB vs {} MiB with no cache",
+        r.peak_rss_bytes / MIB,
+        small.peak_rss_bytes / MIB
+    );
+    assert!(
+        small.peak_rss_bytes <= small.dense_bytes + 250 * MIB,
+        "zero-budget RSS {} MiB is dense {} MiB + context buffers + slack",
+        small.peak_rss_bytes / MIB,
+        small.dense_bytes / MIB
+    );
+}
+
+#[test]
+fn a_dense_model_runs_resident_with_a_note_and_refuses_moe_stream() {
+    let m = smollm2().to_str().unwrap();
+    let o = bmoe(&["run", "-m", m, "-p", "Hello", "-n", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("note: dense model"), "{}", stderr(&o));
+    let o = bmoe(&["run", "-m", m, "-p", "Hello", "-n", "4", "--moe-stream"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("drop --moe-stream"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_cache_larger_than_memory_is_refused_with_what_fits() {
+    let mut big = cfg(stream(1 << 30, true), 4);
+    // E8K2's experts are 380 MiB: shrink "available memory" by asking the library directly.
+    let layout = bmoe::layout::MoeLayout::open(&big.model).unwrap();
+    let e = bmoe::stream::resolve_cache_bytes(
+        &StreamConfig {
+            cache: CacheSize::Mib(300),
+            ..StreamConfig::default()
+        },
+        &layout,
+        Some(600 * 1024 * 1024),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("at most 42 MiB fits"), "{e}");
+    // Through the CLI, with the real MemAvailable: a budget bigger than all experts is
+    // capped to them (not refused), so refuse via a model-independent huge number only
+    // when memory is really short; here just check `auto` resolves within the ceiling.
+    big.mode = Mode::Stream(StreamConfig {
+        cache: CacheSize::Auto,
+        cache_ceil_mb: 100,
+        ..StreamConfig::default()
+    });
+    let r = engine::run(&big, |_| {}).unwrap();
+    assert_eq!(r.cache_budget_bytes, 100 * 1024 * 1024);
+}
+
+#[test]
+fn streaming_flags_conflict_with_resident() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        "x",
+        "--resident",
+        "--cache-mb",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
