@@ -57,6 +57,7 @@ pub struct TokenRow {
     pub misses: u64,
     pub evictions: u64,
     pub majflt: u64,
+    pub minflt: u64,
     pub cpu_ms: f64,
     pub prefill: bool,
 }
@@ -109,6 +110,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             misses: s.misses,
             evictions: s.evictions,
             majflt: u.majflt - self.usage.majflt,
+            minflt: u.minflt - self.usage.minflt,
             cpu_ms: u.cpu_ms - self.usage.cpu_ms,
             prefill: step.prefill,
         };
@@ -125,6 +127,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             p.misses += row.misses;
             p.evictions += row.evictions;
             p.majflt += row.majflt;
+            p.minflt += row.minflt;
             p.cpu_ms += row.cpu_ms;
         } else {
             if self.rows.is_empty() {
@@ -271,6 +274,7 @@ impl RunReport {
         let wall: f64 = self.decode_rows().map(|r| r.wall_ms).sum::<f64>() / n;
         let cpu: f64 = self.decode_rows().map(|r| r.cpu_ms).sum::<f64>() / n;
         let majflt: f64 = self.decode_rows().map(|r| r.majflt).sum::<u64>() as f64 / n;
+        let minflt: f64 = self.decode_rows().map(|r| r.minflt).sum::<u64>() as f64 / n;
         let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
         let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
         let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
@@ -288,7 +292,7 @@ impl RunReport {
             wall
         )];
         v.push(format!(
-            "compute: cpu {:.2} cores busy per decode, major faults/token {majflt:.1}",
+            "compute: cpu {:.2} cores busy per decode, major faults/token {majflt:.1}, minor faults/token {minflt:.0}",
             if wall > 0.0 { cpu / wall } else { 0.0 }
         ));
         if self.mode == "stream" {

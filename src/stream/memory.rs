@@ -50,6 +50,7 @@ pub fn io_read_bytes() -> Option<u64> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub majflt: u64,
+    pub minflt: u64,
     pub cpu_ms: f64,
 }
 
@@ -64,6 +65,7 @@ pub fn usage() -> Usage {
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     Usage {
         majflt: ru.ru_majflt as u64,
+        minflt: ru.ru_minflt as u64,
         cpu_ms: tv(ru.ru_utime) + tv(ru.ru_stime),
     }
 }

@@ -139,6 +139,59 @@ impl Arena {
         }
     }
 
+    /// Recycle the committed pages of slot `from` as slot `to` (same projection,
+    /// same size, both page-aligned): `mremap` moves the physical pages, so the
+    /// read into `to` needs no page faults and no zeroing, and `from` becomes an
+    /// empty reservation again. Returns false (nothing changed) when the slots
+    /// do not qualify or the kernel refuses; the caller then releases `from`.
+    pub fn move_slot(&self, proj: u8, from: (u32, u32), to: (u32, u32)) -> bool {
+        let (Some((src, _, len)), Some((dst, _, dlen))) =
+            (self.slot(from.0, proj, from.1), self.slot(to.0, proj, to.1))
+        else {
+            return false;
+        };
+        let page = self.page;
+        if len != dlen || len as usize % page != 0 || src as usize % page != 0 || dst as usize % page != 0 {
+            return false;
+        }
+        let len = len as usize;
+        // SAFETY: both ranges are whole pages inside our own reserved regions;
+        // `from` is evicted (unpinned) and `to` is a miss being loaded, so no
+        // matmul reads either while they move. MREMAP_FIXED replaces the `to`
+        // range with `from`'s pages and leaves a hole at `from`.
+        let moved = unsafe {
+            libc::mremap(
+                src as *mut libc::c_void,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                dst as *mut libc::c_void,
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: refill the hole left at `from` with a fresh reservation, exactly
+        // as `new` made it; MAP_FIXED only replaces that (now empty) range.
+        let p = unsafe {
+            libc::mmap(
+                src as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            // The hole stays: a later read into `from` would fault. Nothing
+            // reads it before it is loaded again, and loading writes through
+            // `read`, which would fail loudly (EFAULT) rather than corrupt.
+            tracing::warn!("could not refill an expert slot reservation after mremap");
+        }
+        true
+    }
+
     pub fn page_size(&self) -> usize {
         self.page
     }

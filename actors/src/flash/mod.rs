@@ -274,6 +274,8 @@ impl Drop for Flash {
     }
 }
 
+const MAX_RECYCLED_SLOTS: usize = 12_000;
+
 struct Actor {
     cache: ExpertCache,
     n_expert: Vec<u32>,
@@ -337,8 +339,32 @@ impl Actor {
             .map(|&expert| SlotKey { layer, expert })
             .collect();
         let plan = self.cache.request(requester, &keys);
-        // Release first so RSS stays within the budget while reading.
-        self.evict(&plan.evict);
+        // Recycle evicted slots' pages for the misses (no faults, no zeroing),
+        // release the rest first so RSS stays within the budget while reading.
+        // Each recycled slot can become its own memory mapping: past this many
+        // resident slots, fall back to plain release to stay far below the
+        // kernel's map count limit (65530 by default).
+        let recycle = self.cache.resident_slots() < MAX_RECYCLED_SLOTS;
+        let mut spare = plan.evict.iter().copied().filter(|_| recycle);
+        let mut released = Vec::new();
+        for m in &plan.misses {
+            let Some(e) = spare.next() else { break };
+            for p in 0..N_PROJ as u8 {
+                if !self.arena.move_slot(p, (e.layer, e.expert), (m.layer, m.expert)) {
+                    self.arena.release(e.layer, p, e.expert);
+                }
+            }
+            released.push(e);
+        }
+        let rest: Vec<SlotKey> = if recycle {
+            spare.collect()
+        } else {
+            plan.evict.clone()
+        };
+        self.evict(&rest);
+        self.counters
+            .evictions
+            .fetch_add(released.len() as u64, Ordering::Relaxed);
         self.ops.clear();
         for k in &plan.misses {
             for p in 0..N_PROJ as u8 {
