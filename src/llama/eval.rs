@@ -130,9 +130,17 @@ impl<'a> NodeView<'a> {
     /// This is how the routed expert ids of `ffn_moe_topk-N` (a non-contiguous
     /// view) are read.
     pub fn copy_i32_2d(&self, out: &mut Vec<i32>) -> bool {
-        if !self.is_i32() {
-            return false;
-        }
+        self.is_i32() && self.copy_2d(out)
+    }
+
+    /// Copy a tensor of F32 values with shape [ne0, ne1] (strided) into `out`.
+    pub fn copy_f32_2d(&self, out: &mut Vec<f32>) -> bool {
+        self.is_f32() && self.copy_2d(out)
+    }
+
+    /// Copy the first two dimensions, honouring the strides; `T` must be the
+    /// tensor's element type (the public wrappers check it).
+    fn copy_2d<T: Copy>(&self, out: &mut Vec<T>) -> bool {
         let Some(base) = self.host_data() else {
             return false;
         };
@@ -144,33 +152,11 @@ impl<'a> NodeView<'a> {
             for i0 in 0..ne0.max(0) as u64 {
                 // SAFETY: (i0, i1) are within ne, so the offset lies inside the
                 // tensor's view as described by its own strides; the node has been
-                // computed (observe phase) and the data is host memory. Unaligned
-                // read because views may start anywhere.
+                // computed (observe phase), the data is host memory and its element
+                // type is T (checked by the callers). Unaligned read because views
+                // may start anywhere.
                 let v = unsafe {
-                    (base.add((i1 * nb1 + i0 * nb0) as usize) as *const i32).read_unaligned()
-                };
-                out.push(v);
-            }
-        }
-        true
-    }
-
-    /// Copy a tensor of F32 values with shape [ne0, ne1] (strided) into `out`.
-    pub fn copy_f32_2d(&self, out: &mut Vec<f32>) -> bool {
-        if !self.is_f32() {
-            return false;
-        }
-        let Some(base) = self.host_data() else {
-            return false;
-        };
-        let [ne0, ne1, _, _] = self.ne();
-        let [nb0, nb1, _, _] = self.nb();
-        out.clear();
-        for i1 in 0..ne1.max(0) as u64 {
-            for i0 in 0..ne0.max(0) as u64 {
-                // SAFETY: as in `copy_i32_2d`.
-                let v = unsafe {
-                    (base.add((i1 * nb1 + i0 * nb0) as usize) as *const f32).read_unaligned()
+                    (base.add((i1 * nb1 + i0 * nb0) as usize) as *const T).read_unaligned()
                 };
                 out.push(v);
             }

@@ -151,7 +151,11 @@ impl Arena {
             return false;
         };
         let page = self.page;
-        if len != dlen || len as usize % page != 0 || src as usize % page != 0 || dst as usize % page != 0 {
+        if len != dlen
+            || len as usize % page != 0
+            || src as usize % page != 0
+            || dst as usize % page != 0
+        {
             return false;
         }
         let len = len as usize;

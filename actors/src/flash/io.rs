@@ -140,6 +140,14 @@ fn aligned(op: &ReadOp) -> bool {
     (op.dst as u64) % ALIGN == 0 && op.file_offset % ALIGN == 0 && op.len % ALIGN == 0
 }
 
+/// The page-aligned file range (offset, length) that covers `op`, read into a
+/// bounce buffer when the slice itself cannot be read with O_DIRECT.
+fn covering_range(op: &ReadOp) -> (u64, u64) {
+    let off = op.file_offset / ALIGN * ALIGN;
+    let end = (op.file_offset + op.len).div_ceil(ALIGN) * ALIGN;
+    (off, end - off)
+}
+
 /// The io_uring reader.
 pub struct UringReader {
     ring: IoUring,
@@ -243,13 +251,12 @@ impl SliceReader for UringReader {
                 let slot = flights.iter().position(|f| f.is_none()).expect("free slot");
                 let f = if self.direct && !aligned(&op) {
                     let b = free_bounce.pop().expect("one bounce per slot");
-                    let off = op.file_offset / ALIGN * ALIGN;
-                    let end = (op.file_offset + op.len).div_ceil(ALIGN) * ALIGN;
+                    let (off, len) = covering_range(&op);
                     Flight {
                         op: next,
                         bounce: Some(b),
                         off,
-                        len: end - off,
+                        len,
                         done: 0,
                         retries: 0,
                     }
@@ -381,9 +388,8 @@ impl SliceReader for PreadReader {
         };
         for op in ops {
             let (off, len, bounce) = if self.direct && !aligned(op) {
-                let off = op.file_offset / ALIGN * ALIGN;
-                let end = (op.file_offset + op.len).div_ceil(ALIGN) * ALIGN;
-                (off, end - off, true)
+                let (off, len) = covering_range(op);
+                (off, len, true)
             } else {
                 (op.file_offset, op.len, false)
             };

@@ -350,7 +350,10 @@ impl Actor {
         for m in &plan.misses {
             let Some(e) = spare.next() else { break };
             for p in 0..N_PROJ as u8 {
-                if !self.arena.move_slot(p, (e.layer, e.expert), (m.layer, m.expert)) {
+                if !self
+                    .arena
+                    .move_slot(p, (e.layer, e.expert), (m.layer, m.expert))
+                {
                     self.arena.release(e.layer, p, e.expert);
                 }
             }
