@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Streaming cells on one model, side by side in one run (DESIGN.md §5): the
 # read probe, --resident twice (noise band), --cache-mb 0, a cache that holds
-# every expert, and a 256 MiB cache. Raw outputs go to OUT (default
+# every expert, a 256 MiB cache, and the overlap cells. Raw outputs go to OUT (default
 # docs/results/streaming-DATE). Usage: benches/streaming.sh [MODEL] [TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,9 @@ cell stream-cache0 --cache-mb 0
 cell stream-cache-all --cache-mb 4096
 cell resident-2 --resident
 cell stream-cache256 --cache-mb 256
+cell stream-cache0-overlap --cache-mb 0 --overlap
+cell stream-cache0-overlap-qd8 --cache-mb 0 --overlap --io-threads 8
+cell stream-cache256-overlap --cache-mb 256 --overlap
 cell stream-cache0-buffered --cache-mb 0 --no-odirect
 for f in "$OUT"/stream-*.out; do
   cmp -s "$f" "$OUT/resident-1.out" && echo "identical text: $(basename "$f")" || echo "TEXT DIFFERS: $(basename "$f")"

@@ -58,7 +58,7 @@ pub struct RunArgs {
     #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
     /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).
-    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights"])]
+    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights", "overlap"])]
     pub resident: bool,
     /// Stream experts (the default for MoE models; an error for a dense model).
     #[arg(long)]
@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Read experts through the page cache instead of O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
+    /// Overlap expert reads with compute: wait for the down slices only after the
+    /// gate/up matmuls have run (byte-identical to serial).
+    #[arg(long)]
+    pub overlap: bool,
     /// What to do with the dense (non-expert) weights after load.
     #[arg(long, value_enum, default_value_t = bmoe::stream::DenseMode::Warm)]
     pub dense_weights: bmoe::stream::DenseMode,

@@ -144,6 +144,14 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let mut notes = Vec::new();
     let mut mode = cfg.mode.clone();
     if let Mode::Stream(_) = mode {
+        if layout.n_expert > 0 && !layout.is_moe() {
+            // It says it has experts, but not in a layout bmoe can stream.
+            return Err(StreamError::UnknownLayout {
+                model: cfg.model.display().to_string(),
+                n_expert: layout.n_expert,
+            }
+            .into());
+        }
         if !layout.is_moe() {
             if cfg.stream_explicit {
                 return Err(StreamError::NotMoe {
@@ -159,7 +167,11 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         }
     }
     let streamer = match &mode {
-        Mode::Stream(sc) => Some((Streamer::start(&cfg.model, &layout, sc)?, sc.dense)),
+        Mode::Stream(sc) => Some((
+            Streamer::start(&cfg.model, &layout, sc)?,
+            sc.dense,
+            sc.overlap,
+        )),
         Mode::Resident => None,
     };
     let model = Arc::new(Model::load(
@@ -179,10 +191,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         ..ContextParams::default()
     };
     let mut stats = None;
-    if let Some((s, dense)) = &streamer {
+    if let Some((s, dense, overlap)) = &streamer {
         let anon = s.prepare_mapping(&cfg.model, *dense)?;
         notes.extend(s.notes.iter().cloned());
-        let (hook, st) = s.verify_hook(abort.clone(), anon);
+        let (hook, st) = s.verify_hook(abort.clone(), anon, *overlap);
         params.observer = Some(Box::new(hook));
         stats = Some(st);
     }
@@ -216,7 +228,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let (_, peak_rss) = memory::rss_bytes();
     drop(ctx);
     let (reader, budget, flash_bytes, peak_resident) = match &streamer {
-        Some((s, _)) => {
+        Some((s, _, _)) => {
             let c = s.flash.counters();
             (
                 s.flash.reader_description().to_string(),

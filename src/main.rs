@@ -125,6 +125,7 @@ fn run(args: RunArgs) -> Result<()> {
             io_threads: args.io_threads,
             o_direct: !args.no_odirect,
             dense: args.dense_weights,
+            overlap: args.overlap,
         })
     };
     let cfg = RunConfig {
@@ -148,6 +149,7 @@ fn run(args: RunArgs) -> Result<()> {
             return Err(UsageError(e.to_string()).into())
         }
         Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
+        | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
         | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. })) => {
             return Err(UsageError(e.to_string()).into())
         }

@@ -45,6 +45,28 @@ impl StepStats {
 pub type SharedStats = Rc<RefCell<StepStats>>;
 
 const TOPK_PREFIX: &str = "ffn_moe_topk-";
+/// The activation between the gate/up and the down expert matmuls, by the names
+/// llama.cpp's build_moe_ffn gives it: in overlap mode the down slices are
+/// awaited there, after the gate/up matmuls have run.
+const ACTIVATIONS: [&str; 10] = [
+    "ffn_moe_swiglu-",
+    "ffn_moe_silu-",
+    "ffn_moe_geglu-",
+    "ffn_moe_gelu-",
+    "ffn_moe_reglu-",
+    "ffn_moe_relu-",
+    "ffn_moe_situ-",
+    "ffn_moe_swiglu_oai-",
+    "ffn_moe_swiglu_limited-",
+    "ffn_moe_relu_sqr-",
+];
+
+fn activation_layer(name: &str) -> Option<u32> {
+    ACTIVATIONS
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+        .and_then(|l| l.parse().ok())
+}
 
 pub struct StreamHook {
     client: FlashClient,
@@ -60,6 +82,8 @@ pub struct StreamHook {
     abort: Arc<AtomicBool>,
     /// `--dense-weights anon`: llama.cpp's mapping (address range) and the copies made.
     anon: Option<DenseAnon>,
+    /// `--overlap`: wait for gate/up at the routing, for down at the activation.
+    overlap: bool,
 }
 
 /// Dense weights moved out of the file mapping into anonymous memory, tensor by
@@ -112,6 +136,36 @@ impl StreamHook {
             stats,
             abort,
             anon: None,
+            overlap: false,
+        }
+    }
+
+    /// Overlap the down reads with the gate/up matmuls (`--overlap`).
+    pub fn with_overlap(mut self, overlap: bool) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Wait for the down slices of the current layer (overlap mode), counting the stall.
+    fn wait_down(&mut self) {
+        if !self.client.down_pending() {
+            return;
+        }
+        let layer = self.current;
+        let span = tracing::debug_span!("hook.wait_down", layer = layer.unwrap_or(u32::MAX));
+        let _g = span.enter();
+        let t0 = Instant::now();
+        match self.client.wait_down() {
+            Ok(r) => {
+                let mut s = self.stats.borrow_mut();
+                s.stall += t0.elapsed();
+                s.io += r.io_time;
+                s.read_bytes += r.read_bytes;
+            }
+            Err(e) => {
+                self.current = None;
+                self.fail(format!("expert down read for layer {layer:?} failed: {e}"));
+            }
         }
     }
 
@@ -186,6 +240,11 @@ impl StreamHook {
         let Some(&(layer, proj)) = self.weights.get(w.name()) else {
             return;
         };
+        if proj == 2 {
+            // Normally already awaited at the activation; this covers archs whose
+            // activation node bmoe does not know.
+            self.wait_down();
+        }
         if self.current != Some(layer) {
             self.fail(format!(
                 "expert matmul {} of layer {layer} ran without its routing being served \
@@ -236,7 +295,12 @@ impl StreamHook {
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
-        match self.client.demand(layer, &self.union) {
+        let res = if self.overlap {
+            self.client.demand_gate_up(layer, &self.union)
+        } else {
+            self.client.demand(layer, &self.union)
+        };
+        match res {
             Ok(r) => {
                 let mut s = self.stats.borrow_mut();
                 s.stall += t0.elapsed();
@@ -274,12 +338,17 @@ impl EvalObserver for StreamHook {
             self.bind(node);
             return false;
         }
-        node.name().starts_with(TOPK_PREFIX)
+        let name = node.name();
+        name.starts_with(TOPK_PREFIX)
+            || (self.overlap && self.client.down_pending() && activation_layer(name).is_some())
     }
 
     fn observe(&mut self, node: &NodeView<'_>) {
-        if node.name().starts_with(TOPK_PREFIX) {
+        let name = node.name();
+        if name.starts_with(TOPK_PREFIX) {
             self.serve(node);
+        } else if activation_layer(name).is_some() {
+            self.wait_down();
         }
     }
 }

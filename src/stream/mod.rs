@@ -41,6 +41,11 @@ pub enum StreamError {
     )]
     NotMoe { model: String, n_expert: u32 },
     #[error(
+        "{model} declares {n_expert} experts but has no blk.N.ffn_gate_exps / ffn_up_exps / \
+         ffn_down_exps tensors: an MoE layout bmoe cannot stream (run it with --resident)"
+    )]
+    UnknownLayout { model: String, n_expert: u32 },
+    #[error(
         "--cache-mb {asked_mb} does not fit: MemAvailable is {available_mb} MiB; with the dense \
          weights ({dense_mb} MiB) and {headroom_mb} MiB of headroom at most {fits_mb} MiB fits \
          (or use --cache-mb auto)"
@@ -116,6 +121,8 @@ pub struct StreamConfig {
     pub io_threads: u32,
     pub o_direct: bool,
     pub dense: DenseMode,
+    /// Wait for the down slices only at the activation (reads overlap gate/up compute).
+    pub overlap: bool,
 }
 
 impl Default for StreamConfig {
@@ -126,6 +133,7 @@ impl Default for StreamConfig {
             io_threads: 4,
             o_direct: true,
             dense: DenseMode::Warm,
+            overlap: false,
         }
     }
 }
@@ -302,6 +310,7 @@ impl Streamer {
         &self,
         abort: Arc<AtomicBool>,
         anon: Option<DenseAnon>,
+        overlap: bool,
     ) -> (StreamHook, SharedStats) {
         let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
         let hook = StreamHook::new(
@@ -314,7 +323,8 @@ impl Streamer {
         let hook = match anon {
             Some(a) => hook.with_dense_anon(a),
             None => hook,
-        };
+        }
+        .with_overlap(overlap);
         (hook, stats)
     }
 }

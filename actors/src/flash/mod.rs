@@ -113,10 +113,17 @@ enum Msg {
         requester: Requester,
         layer: u32,
         experts: Vec<u32>,
+        /// Reply twice: once gate/up are resident, once down is (overlap mode).
+        split: bool,
         reply: Sender<Result<DemandReply, String>>,
     },
     Release(Requester),
 }
+
+/// Projection indices read in the first phase of a split demand.
+const GATE_UP: [u8; 2] = [0, 1];
+const DOWN: u8 = 2;
+const ALL_PROJ: [u8; 3] = [0, 1, 2];
 
 /// Owner's handle: spawns the actor, hands out clients, shuts it down.
 pub struct Flash {
@@ -134,23 +141,66 @@ pub struct FlashClient {
     reply_tx: Sender<Result<DemandReply, String>>,
     reply_rx: Receiver<Result<DemandReply, String>>,
     requester: Requester,
+    /// A split demand whose down slices have not been waited for yet.
+    down_pending: bool,
 }
 
 impl FlashClient {
-    /// Block until `experts` of `layer` are resident (and pinned for this requester).
-    pub fn demand(&self, layer: u32, experts: &[u32]) -> Result<DemandReply, FlashError> {
+    fn send(&self, layer: u32, experts: &[u32], split: bool) -> Result<(), FlashError> {
         self.tx
             .send(Msg::Demand {
                 requester: self.requester,
                 layer,
                 experts: experts.to_vec(),
+                split,
                 reply: self.reply_tx.clone(),
             })
-            .map_err(|_| FlashError::Stopped("request channel closed".into()))?;
+            .map_err(|_| FlashError::Stopped("request channel closed".into()))
+    }
+
+    fn recv(&self) -> Result<DemandReply, FlashError> {
         self.reply_rx
             .recv()
             .map_err(|_| FlashError::Stopped("no reply".into()))?
             .map_err(FlashError::Stopped)
+    }
+
+    /// Block until `experts` of `layer` are resident (and pinned for this requester).
+    pub fn demand(&mut self, layer: u32, experts: &[u32]) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, false)?;
+        self.recv()
+    }
+
+    /// Overlap mode: block until the gate and up slices of `experts` are
+    /// resident while the down slices keep loading; call [`wait_down`] before
+    /// the down matmul.
+    ///
+    /// [`wait_down`]: FlashClient::wait_down
+    pub fn demand_gate_up(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+    ) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, true)?;
+        let r = self.recv()?;
+        self.down_pending = true;
+        Ok(r)
+    }
+
+    /// Block until the down slices of the last split demand are resident
+    /// (returns at once when none is pending).
+    pub fn wait_down(&mut self) -> Result<DemandReply, FlashError> {
+        if !std::mem::take(&mut self.down_pending) {
+            return Ok(DemandReply::default());
+        }
+        self.recv()
+    }
+
+    /// Whether a split demand still has down slices in flight.
+    pub fn down_pending(&self) -> bool {
+        self.down_pending
     }
 
     /// Drop this requester's pins (its decode is over).
@@ -219,12 +269,13 @@ impl Flash {
     }
 
     pub fn client(&self, requester: Requester) -> FlashClient {
-        let (reply_tx, reply_rx) = bounded(1);
+        let (reply_tx, reply_rx) = bounded(2);
         FlashClient {
             tx: self.tx.clone().expect("flash running"),
             reply_tx,
             reply_rx,
             requester,
+            down_pending: false,
         }
     }
 
@@ -293,14 +344,15 @@ impl Actor {
                     requester,
                     layer,
                     experts,
+                    split,
                     reply,
                 } => {
-                    let span = tracing::debug_span!("flash.demand", layer, n = experts.len());
+                    let span =
+                        tracing::debug_span!("flash.demand", layer, n = experts.len(), split);
                     let _g = span.enter();
-                    let r = self
-                        .demand(requester, layer, &experts)
-                        .map_err(|e| e.to_string());
-                    let _ = reply.send(r);
+                    if let Err(e) = self.demand(requester, layer, &experts, split, &reply) {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
                 }
                 Msg::Release(r) => {
                     let evicted = self.cache.release(r);
@@ -324,12 +376,16 @@ impl Actor {
             .store(self.cache.resident_bytes(), Ordering::Relaxed);
     }
 
+    /// Serve one demand: plan, recycle/evict, read, reply; twice when `split`
+    /// (after gate/up, then after down), so down reads overlap the gate/up matmuls.
     fn demand(
         &mut self,
         requester: Requester,
         layer: u32,
         experts: &[u32],
-    ) -> Result<DemandReply, FlashError> {
+        split: bool,
+        reply: &Sender<Result<DemandReply, String>>,
+    ) -> Result<(), FlashError> {
         let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);
         if let Some(&bad) = experts.iter().find(|&&e| e >= limit) {
             return Err(FlashError::UnknownExpert { layer, expert: bad });
@@ -339,16 +395,54 @@ impl Actor {
             .map(|&expert| SlotKey { layer, expert })
             .collect();
         let plan = self.cache.request(requester, &keys);
-        // Recycle evicted slots' pages for the misses (no faults, no zeroing),
-        // release the rest first so RSS stays within the budget while reading.
+        self.make_room(&plan.evict, &plan.misses);
+        let phases: &[&[u8]] = if split {
+            &[&GATE_UP, &[DOWN]]
+        } else {
+            &[&ALL_PROJ]
+        };
+        for (i, projs) in phases.iter().enumerate() {
+            let stats = self.read_misses(layer, &plan.misses, projs)?;
+            let first = i == 0;
+            let c = &self.counters;
+            let r = requester.index();
+            c.read_bytes[r].fetch_add(stats.device_bytes, Ordering::Relaxed);
+            c.io_ns
+                .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
+            if first {
+                c.hits[r].fetch_add(plan.hits.len() as u64, Ordering::Relaxed);
+                c.misses[r].fetch_add(plan.misses.len() as u64, Ordering::Relaxed);
+                c.requests.fetch_add(1, Ordering::Relaxed);
+            }
+            c.resident_bytes
+                .store(self.cache.resident_bytes(), Ordering::Relaxed);
+            c.peak_resident_bytes
+                .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+            let counted = |n: usize| if first { n as u32 } else { 0 };
+            let _ = reply.send(Ok(DemandReply {
+                hits: counted(plan.hits.len()),
+                misses: counted(plan.misses.len()),
+                evictions: counted(plan.evict.len()),
+                read_bytes: stats.device_bytes,
+                io_time: stats.elapsed,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Give the evicted slots' pages to the misses (mremap: no faults, no
+    /// zeroing) and release the rest, so RSS stays within the budget while reading.
+    fn make_room(&mut self, evict: &[SlotKey], misses: &[SlotKey]) {
         // Each recycled slot can become its own memory mapping: past this many
         // resident slots, fall back to plain release to stay far below the
         // kernel's map count limit (65530 by default).
         let recycle = self.cache.resident_slots() < MAX_RECYCLED_SLOTS;
-        let mut spare = plan.evict.iter().copied().filter(|_| recycle);
-        let mut released = Vec::new();
-        for m in &plan.misses {
-            let Some(e) = spare.next() else { break };
+        let pairs = if recycle {
+            evict.len().min(misses.len())
+        } else {
+            0
+        };
+        for (e, m) in evict.iter().zip(misses).take(pairs) {
             for p in 0..N_PROJ as u8 {
                 if !self
                     .arena
@@ -357,20 +451,23 @@ impl Actor {
                     self.arena.release(e.layer, p, e.expert);
                 }
             }
-            released.push(e);
         }
-        let rest: Vec<SlotKey> = if recycle {
-            spare.collect()
-        } else {
-            plan.evict.clone()
-        };
-        self.evict(&rest);
         self.counters
             .evictions
-            .fetch_add(released.len() as u64, Ordering::Relaxed);
+            .fetch_add(pairs as u64, Ordering::Relaxed);
+        self.evict(&evict[pairs..]);
+    }
+
+    /// Read the `projs` slices of every miss.
+    fn read_misses(
+        &mut self,
+        layer: u32,
+        misses: &[SlotKey],
+        projs: &[u8],
+    ) -> Result<ReadStats, FlashError> {
         self.ops.clear();
-        for k in &plan.misses {
-            for p in 0..N_PROJ as u8 {
+        for k in misses {
+            for &p in projs {
                 if let Some((dst, file_offset, len)) = self.arena.slot(k.layer, p, k.expert) {
                     self.ops.push(ReadOp {
                         dst,
@@ -380,42 +477,22 @@ impl Actor {
                 }
             }
         }
-        let stats = if self.ops.is_empty() {
-            ReadStats::default()
-        } else {
-            let span = tracing::debug_span!("flash.read", layer, slices = self.ops.len());
-            let _g = span.enter();
-            // SAFETY: every op targets a slot of a key that this plan just marked
-            // resident (a miss): no matmul reads it until we reply, and no other
-            // op in the batch overlaps it (distinct experts and projections).
-            unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
-                // Whatever was partially read must not be taken for resident.
-                for k in &plan.misses {
-                    for p in 0..N_PROJ as u8 {
-                        self.arena.release(k.layer, p, k.expert);
-                    }
+        if self.ops.is_empty() {
+            return Ok(ReadStats::default());
+        }
+        let span = tracing::debug_span!("flash.read", layer, slices = self.ops.len());
+        let _g = span.enter();
+        // SAFETY: every op targets a slot of a key that this plan just marked
+        // resident (a miss): no matmul reads it until we reply, and no other op
+        // in the batch overlaps it (distinct experts and projections).
+        unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
+            // Whatever was partially read must not be taken for resident.
+            for k in misses {
+                for p in 0..N_PROJ as u8 {
+                    self.arena.release(k.layer, p, k.expert);
                 }
-                self.cache.forget(&plan.misses);
-            })?
-        };
-        let c = &self.counters;
-        let i = requester.index();
-        c.read_bytes[i].fetch_add(stats.device_bytes, Ordering::Relaxed);
-        c.hits[i].fetch_add(plan.hits.len() as u64, Ordering::Relaxed);
-        c.misses[i].fetch_add(plan.misses.len() as u64, Ordering::Relaxed);
-        c.requests.fetch_add(1, Ordering::Relaxed);
-        c.io_ns
-            .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
-        c.resident_bytes
-            .store(self.cache.resident_bytes(), Ordering::Relaxed);
-        c.peak_resident_bytes
-            .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
-        Ok(DemandReply {
-            hits: plan.hits.len() as u32,
-            misses: plan.misses.len() as u32,
-            evictions: plan.evict.len() as u32,
-            read_bytes: stats.device_bytes,
-            io_time: stats.elapsed,
+            }
+            self.cache.forget(misses);
         })
     }
 }

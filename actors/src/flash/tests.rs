@@ -120,7 +120,7 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
         },
     )
     .unwrap();
-    let client = flash.client(Requester::Verify);
+    let mut client = flash.client(Requester::Verify);
     let r = client.demand(0, &[1, 3]).unwrap();
     assert_eq!((r.hits, r.misses, r.evictions), (0, 2, 0));
     assert_eq!(r.read_bytes, 6 * slice);
@@ -144,9 +144,48 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     assert_eq!(r.hits, 1, "expert 3 of layer 0 was the most recent");
     let e = client.demand(0, &[9]).unwrap_err();
     assert!(e.to_string().contains("expert 9"), "{e}");
+    // Overlap: gate/up first, down after; both land where the layout says.
+    let r = client.demand_gate_up(1, &[2, 3]).unwrap();
+    assert_eq!(r.read_bytes, 4 * slice, "gate and up of two misses");
+    assert!(client.down_pending());
+    let d = client.wait_down().unwrap();
+    assert_eq!(d.read_bytes, 2 * slice, "down of two misses");
+    assert!(!client.down_pending());
+    for p in 0..3u8 {
+        for e in [2u32, 3] {
+            let (dst, off, len) = flash.arena().slot(1, p, e).unwrap();
+            // SAFETY: resident and pinned; nobody writes it now.
+            let got = unsafe { std::slice::from_raw_parts(dst, len as usize) };
+            assert_eq!(got, &expect(off, len)[..], "layer 1 proj {p} expert {e}");
+        }
+    }
+    assert_eq!(client.wait_down().unwrap().read_bytes, 0, "nothing pending");
     let c = flash.counters().clone();
-    assert_eq!(c.read_bytes_total(), 9 * slice);
+    assert_eq!(c.read_bytes_total(), 15 * slice);
     assert!(c.peak_resident_bytes.load(Ordering::Relaxed) <= 6 * slice);
     drop(client);
     assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+#[test]
+fn o_direct_refused_falls_back_to_buffered_with_a_note() {
+    // procfs refuses O_DIRECT (EINVAL at open), like some filesystems do.
+    let path = std::path::Path::new("/proc/version");
+    let expected = std::fs::read(path).unwrap();
+    let (mut r, notes) = open_reader(path, true, 2, 4096).unwrap();
+    assert!(!r.direct(), "fell back to buffered reads");
+    assert!(
+        notes.iter().any(|n| n.contains("refuses O_DIRECT")),
+        "the fallback is reported: {notes:?}"
+    );
+    let n = expected.len().min(32) as u64;
+    let mut buf = vec![0u8; n as usize];
+    let op = ReadOp {
+        dst: buf.as_mut_ptr(),
+        file_offset: 0,
+        len: n,
+    };
+    // SAFETY: buf is valid for n bytes.
+    unsafe { r.read_all(&[op]) }.unwrap();
+    assert_eq!(&buf[..], &expected[..n as usize]);
 }
