@@ -80,6 +80,12 @@ pub struct RunArgs {
     /// gate/up matmuls have run (byte-identical to serial).
     #[arg(long)]
     pub overlap: bool,
+    /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Print one `BMOE_PROGRESS {json}` line per token on stdout (instead of the text).
+    #[arg(long)]
+    pub progress: bool,
     /// What to do with the dense (non-expert) weights after load.
     #[arg(long, value_enum, default_value_t = bmoe::stream::DenseMode::Warm)]
     pub dense_weights: bmoe::stream::DenseMode,

@@ -10,6 +10,7 @@ use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSin
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
 use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
+use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -21,6 +22,8 @@ pub enum EngineError {
     Generate(#[from] GenerateError),
     #[error("streaming stopped the decode: {0}")]
     Streaming(String),
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
 }
 
 /// How expert weights reach the matmuls.
@@ -44,23 +47,13 @@ pub struct RunConfig {
     pub mode: Mode,
     /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
     pub stream_explicit: bool,
+    /// `--csv` and `--progress`.
+    pub telemetry: TelemetryConfig,
 }
 
-/// Per-token accounting (token i is produced by decode i; token 0 by the prefill).
-#[derive(Debug, Clone, Default)]
-pub struct TokenRow {
-    pub wall_ms: f64,
-    pub stall_ms: f64,
-    pub io_ms: f64,
-    pub read_bytes: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub evictions: u64,
-    pub majflt: u64,
-    pub minflt: u64,
-    pub cpu_ms: f64,
-    pub prefill: bool,
-}
+/// Per-token accounting (row i is the decode that produced token i; row 0 the
+/// prefill; under a multi-token decode its whole cost sits on its first row).
+pub type TokenRow = Row;
 
 /// What a run produced and measured.
 #[derive(Debug, Clone)]
@@ -80,20 +73,53 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     pub dense_bytes: u64,
     pub layout: MoeLayout,
+    /// The `BMOE_DONE` JSON object (the same totals as the CSV trailer).
+    pub done_line: String,
 }
 
 struct Sink<'a, F: FnMut(&str)> {
     on_text: F,
     stats: Option<SharedStats>,
     rows: &'a mut Vec<TokenRow>,
+    telemetry: Option<&'a Telemetry>,
     usage: memory::Usage,
-    prefill_row: TokenRow,
+    /// Prefill chunks folded into the first token's row.
+    prefill: Option<TokenRow>,
+    /// The last decode's row, collecting the text of the token it produced.
+    pending: Option<TokenRow>,
+}
+
+impl<F: FnMut(&str)> Sink<'_, F> {
+    /// The row of the token whose text is complete goes to the list and the telemetry actor.
+    fn flush(&mut self) {
+        if let Some(p) = self.prefill.take() {
+            self.push(p);
+        }
+        if let Some(r) = self.pending.take() {
+            self.push(r);
+        }
+    }
+
+    fn push(&mut self, mut row: TokenRow) {
+        row.step = self.rows.len() as u64;
+        if let Some(t) = self.telemetry {
+            t.row(row.clone());
+        }
+        self.rows.push(row);
+    }
 }
 
 impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
     fn text(&mut self, piece: &str) {
-        (self.on_text)(piece)
+        (self.on_text)(piece);
+        if let Some(p) = self.prefill.take() {
+            self.pending = Some(p);
+        }
+        if let Some(r) = self.pending.as_mut() {
+            r.text.push_str(piece);
+        }
     }
+
     fn decoded(&mut self, step: DecodeStep) {
         let u = memory::usage();
         let s = self
@@ -112,13 +138,15 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             majflt: u.majflt - self.usage.majflt,
             minflt: u.minflt - self.usage.minflt,
             cpu_ms: u.cpu_ms - self.usage.cpu_ms,
+            batch: step.n_tokens as u64,
             prefill: step.prefill,
+            ..TokenRow::default()
         };
         self.usage = u;
         if step.prefill {
-            // Several prefill chunks fold into the first token's row.
-            let p = &mut self.prefill_row;
+            let p = self.prefill.get_or_insert_with(TokenRow::default);
             p.prefill = true;
+            p.batch += row.batch;
             p.wall_ms += row.wall_ms;
             p.stall_ms += row.stall_ms;
             p.io_ms += row.io_ms;
@@ -130,16 +158,25 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             p.minflt += row.minflt;
             p.cpu_ms += row.cpu_ms;
         } else {
-            if self.rows.is_empty() {
-                self.rows.push(std::mem::take(&mut self.prefill_row));
-            }
-            self.rows.push(row);
+            self.flush();
+            self.pending = Some(row);
         }
+    }
+
+    fn should_stop(&mut self) -> bool {
+        crate::interrupt::requested().is_some()
     }
 }
 
 /// Run one greedy generation as configured; `on_text` gets the text as it is produced.
 pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, EngineError> {
+    // Refuse an unwritable --csv before any real work.
+    let csv_file = cfg
+        .telemetry
+        .csv
+        .as_deref()
+        .map(telemetry::open_csv)
+        .transpose()?;
     let layout = MoeLayout::open(&cfg.model)?;
     let mut notes = Vec::new();
     let mut mode = cfg.mode.clone();
@@ -200,6 +237,14 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     }
     let mut ctx = Context::new(model.clone(), params)?;
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
+    let preamble = preamble(
+        cfg,
+        &layout,
+        streamer.as_ref().map(|s| &s.0),
+        &model,
+        ctx.n_ctx(),
+    );
+    let telemetry = Telemetry::start(&cfg.telemetry, csv_file, &preamble)?;
 
     memory::reset_peak_rss();
     let kernel0 = memory::io_read_bytes();
@@ -208,22 +253,50 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         on_text,
         stats: stats.clone(),
         rows: &mut rows,
+        telemetry: Some(&telemetry),
         usage: memory::usage(),
-        prefill_row: TokenRow::default(),
+        prefill: None,
+        pending: None,
     };
     let t0 = Instant::now();
     let res = generate::generate(&mut ctx, &tokens, cfg.n_predict, 512, &mut sink);
-    if sink.rows.is_empty() && sink.prefill_row.prefill {
-        let p = std::mem::take(&mut sink.prefill_row);
-        sink.rows.push(p);
+    if let Ok(g) = &res {
+        if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {
+            // The last decode produced the end-of-text token, which is not
+            // emitted: rows stay one per generated token.
+            sink.pending = None;
+        }
     }
-    let _elapsed: Duration = t0.elapsed();
+    sink.flush();
+    drop(sink);
+    let elapsed: Duration = t0.elapsed();
     let stream_error = stats.as_ref().and_then(|s| s.borrow().error.clone());
-    let generation = match (res, stream_error) {
-        (_, Some(e)) if abort.load(Ordering::SeqCst) => return Err(EngineError::Streaming(e)),
-        (Ok(g), _) => g,
-        (Err(e), _) => return Err(e.into()),
+    let failure = match (&res, stream_error) {
+        (_, Some(e)) if abort.load(Ordering::SeqCst) => Some(EngineError::Streaming(e)),
+        (Ok(_), _) => None,
+        (Err(_), _) => res
+            .as_ref()
+            .err()
+            .map(|e| EngineError::Streaming(e.to_string())),
     };
+    let interrupted = matches!(&res, Ok(g) if g.stop == generate::StopReason::Interrupted);
+    let trailer = totals(
+        &rows,
+        tokens.len(),
+        elapsed,
+        failure.is_some() || interrupted,
+        telemetry.dropped(),
+    );
+    let done_line = json_object(&trailer);
+    let finished = telemetry.finish(trailer, Duration::from_secs(5));
+    if let Some(f) = failure {
+        return Err(match res {
+            Err(e) => e.into(),
+            Ok(_) => f,
+        });
+    }
+    finished?;
+    let generation = res?;
     let kernel1 = memory::io_read_bytes();
     let (_, peak_rss) = memory::rss_bytes();
     drop(ctx);
@@ -256,7 +329,95 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         peak_rss_bytes: peak_rss,
         dense_bytes: layout.dense_bytes(),
         layout,
+        done_line,
     })
+}
+
+/// The resolved configuration, as `key=value` pairs for the CSV preamble.
+fn preamble(
+    cfg: &RunConfig,
+    layout: &MoeLayout,
+    streamer: Option<&Streamer>,
+    model: &Model,
+    n_ctx: u32,
+) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut kv = |k: &str, val: String| v.push((k.to_string(), val));
+    kv("engine_version", crate::VERSION.to_string());
+    kv("model", cfg.model.display().to_string());
+    kv("arch", layout.arch.clone());
+    kv("n_layer", model.n_layer().to_string());
+    kv("n_layer_nextn", layout.n_layer_nextn.to_string());
+    kv("n_expert", layout.n_expert.to_string());
+    kv("n_expert_used", layout.n_expert_used.to_string());
+    kv("threads", cfg.threads.to_string());
+    kv("n_ctx", n_ctx.to_string());
+    kv("n_ubatch", "512".to_string());
+    kv("n_predict", cfg.n_predict.to_string());
+    kv("chat", (cfg.chat as u8).to_string());
+    match (&cfg.mode, streamer) {
+        (Mode::Stream(sc), Some(s)) => {
+            kv("mode", "stream".into());
+            kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
+            kv("io_threads", sc.io_threads.to_string());
+            kv(
+                "o_direct",
+                (s.flash.reader_description().contains("O_DIRECT") as u8).to_string(),
+            );
+            kv("reader", s.flash.reader_description().to_string());
+            kv("overlap", (sc.overlap as u8).to_string());
+            kv("dense_weights", sc.dense.name().to_string());
+        }
+        _ => {
+            kv("mode", "resident".into());
+            kv("cache_mb", "0".into());
+            kv("io_threads", "0".into());
+            kv("o_direct", "0".into());
+            kv("overlap", "0".into());
+            kv("dense_weights", "mmap".into());
+        }
+    }
+    kv("prefetch", "0".into());
+    kv("drop_cold_frac", "0".into());
+    kv("lossy", "0".into());
+    kv("spec", "off".into());
+    kv("spec_draft_max", "0".into());
+    v
+}
+
+/// Totals over the rows, for the CSV trailer and the BMOE_DONE line (values are JSON).
+fn totals(
+    rows: &[TokenRow],
+    prompt_tokens: usize,
+    elapsed: Duration,
+    aborted: bool,
+    dropped_events: u64,
+) -> Vec<(String, String)> {
+    let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
+    let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
+    let sum = |f: fn(&TokenRow) -> u64| rows.iter().map(f).sum::<u64>();
+    let tok_s = if decode_ms > 0.0 {
+        decode.len() as f64 * 1e3 / decode_ms
+    } else {
+        0.0
+    };
+    vec![
+        ("tokens".into(), rows.len().to_string()),
+        ("prompt_tokens".into(), prompt_tokens.to_string()),
+        ("decode_tok_s".into(), format!("{tok_s:.3}")),
+        ("wall_s".into(), format!("{:.3}", elapsed.as_secs_f64())),
+        ("read_bytes_total".into(), sum(|r| r.read_bytes).to_string()),
+        ("cache_hits".into(), sum(|r| r.hits).to_string()),
+        ("cache_misses".into(), sum(|r| r.misses).to_string()),
+        ("evictions".into(), sum(|r| r.evictions).to_string()),
+        (
+            "stall_s".into(),
+            format!("{:.3}", rows.iter().map(|r| r.stall_ms).sum::<f64>() / 1e3),
+        ),
+        ("majflt".into(), sum(|r| r.majflt).to_string()),
+        ("aborted".into(), (aborted as u8).to_string()),
+        ("dropped_events".into(), dropped_events.to_string()),
+    ]
 }
 
 impl RunReport {
@@ -294,6 +455,7 @@ impl RunReport {
             generate::StopReason::EndOfText => "end of text",
             generate::StopReason::Limit => "token limit",
             generate::StopReason::ContextFull => "context full",
+            generate::StopReason::Interrupted => "interrupted",
         };
         let mut v = vec![format!(
             "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token)",

@@ -29,6 +29,8 @@ pub enum StopReason {
     Limit,
     /// The context is full.
     ContextFull,
+    /// The sink asked to stop (an interrupt).
+    Interrupted,
 }
 
 /// The outcome of one generation.
@@ -70,6 +72,10 @@ pub trait GenerationSink {
     fn text(&mut self, _piece: &str) {}
     /// A decode finished.
     fn decoded(&mut self, _step: DecodeStep) {}
+    /// Checked at every token boundary: true stops generation there.
+    fn should_stop(&mut self) -> bool {
+        false
+    }
 }
 
 impl<F: FnMut(&str)> GenerationSink for F {
@@ -157,6 +163,9 @@ pub fn generate(
         }
         if pos as u32 >= n_ctx {
             break StopReason::ContextFull;
+        }
+        if sink.should_stop() {
+            break StopReason::Interrupted;
         }
         batch.clear();
         batch.push(next, pos, true);

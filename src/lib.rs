@@ -9,6 +9,7 @@ pub mod engine;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
+pub mod interrupt;
 pub mod layout;
 pub mod llama;
 pub mod stream;

@@ -27,8 +27,12 @@ mod exit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    bmoe::interrupt::install();
     match dispatch(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => match bmoe::interrupt::requested() {
+            Some(sig) => ExitCode::from(bmoe::interrupt::exit_code(sig)),
+            None => ExitCode::SUCCESS,
+        },
         Err(e) => {
             let _ = std::io::stdout().flush();
             eprintln!("error: {e:#}");
@@ -137,12 +141,21 @@ fn run(args: RunArgs) -> Result<()> {
         n_ctx: args.ctx,
         mode,
         stream_explicit: args.moe_stream,
+        telemetry: bmoe_actors::telemetry::TelemetryConfig {
+            csv: args.csv.clone(),
+            progress: args.progress,
+            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+        },
     };
-    let mut out = std::io::stdout().lock();
+    let progress = args.progress;
     let res = engine::run(&cfg, |s| {
-        let _ = out.write_all(s.as_bytes());
-        let _ = out.flush();
+        if !progress {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        }
     });
+    let mut out = std::io::stdout().lock();
     let report = match res {
         Ok(r) => r,
         Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
@@ -153,12 +166,20 @@ fn run(args: RunArgs) -> Result<()> {
         | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. })) => {
             return Err(UsageError(e.to_string()).into())
         }
+        Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
+            return Err(UsageError(e.to_string()).into())
+        }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     };
     let _ = writeln!(out);
     drop(out);
     for line in report.summary_lines() {
         eprintln!("{line}");
+    }
+    if progress {
+        println!("BMOE_DONE {}", report.done_line);
+    } else {
+        eprintln!("BMOE_DONE {}", report.done_line);
     }
     Ok(())
 }

@@ -7,4 +7,5 @@
 pub mod cache;
 pub mod flash;
 pub mod sampling;
+pub mod telemetry;
 pub mod text;

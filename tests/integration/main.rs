@@ -7,3 +7,4 @@ mod eval_hook;
 mod fixtures;
 mod run;
 mod stream;
+mod telemetry;

@@ -18,6 +18,7 @@ fn cfg(mode: Mode, n: u32) -> RunConfig {
         n_ctx: 512,
         mode,
         stream_explicit: false,
+        telemetry: Default::default(),
     }
 }
 

@@ -1,0 +1,371 @@
+//! The telemetry actor: receives per-token rows over a bounded channel (never
+//! blocking a decode: when it falls behind, rows are counted as dropped), writes
+//! the CSV (a `# bmoe_metrics` header, a `key=value` preamble, one row per token,
+//! a `# summary` trailer) and, with `--progress`, one `BMOE_PROGRESS {json}` line
+//! per token. Each CSV row is flushed as written, so an interrupted run keeps them.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+
+/// Default capacity of the telemetry channel (rows in flight).
+pub const CHANNEL_CAPACITY: usize = 1024;
+
+/// Errors of the telemetry actor.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot write the CSV {path}: {source} (choose a writable --csv path)")]
+    Csv {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the telemetry actor did not stop within {0:?}")]
+    Timeout(Duration),
+}
+
+/// One token's accounting. Under a multi-token decode (prefill), the whole
+/// decode's cost is charged to its first row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    pub step: u64,
+    pub wall_ms: f64,
+    pub stall_ms: f64,
+    pub io_ms: f64,
+    pub read_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub majflt: u64,
+    pub minflt: u64,
+    pub cpu_ms: f64,
+    /// Tokens in the decode that produced this row (prompt length for the prefill).
+    pub batch: u64,
+    pub prefill: bool,
+    /// Text this token completed (may be empty inside a multi-byte character).
+    pub text: String,
+}
+
+/// The CSV columns, in order.
+pub const COLUMNS: [&str; 13] = [
+    "step",
+    "wall_ms",
+    "stall_ms",
+    "io_ms",
+    "read_bytes",
+    "cache_hits",
+    "cache_misses",
+    "evictions",
+    "majflt",
+    "minflt",
+    "cpu_ms",
+    "batch",
+    "prefill",
+];
+
+impl Row {
+    fn csv(&self) -> String {
+        format!(
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{}",
+            self.step,
+            self.wall_ms,
+            self.stall_ms,
+            self.io_ms,
+            self.read_bytes,
+            self.hits,
+            self.misses,
+            self.evictions,
+            self.majflt,
+            self.minflt,
+            self.cpu_ms,
+            self.batch,
+            self.prefill as u8
+        )
+    }
+
+    /// The `BMOE_PROGRESS` JSON object.
+    pub fn json(&self) -> String {
+        let total = self.hits + self.misses;
+        let hit_pct = if total == 0 {
+            "null".to_string()
+        } else {
+            format!("{:.1}", self.hits as f64 * 100.0 / total as f64)
+        };
+        format!(
+            "{{\"step\":{},\"wall_ms\":{:.3},\"io_ms\":{:.3},\"stall_ms\":{:.3},\"read_bytes\":{},\"cache_hit_pct\":{},\"majflt\":{},\"cpu_ms\":{:.3},\"text\":{}}}",
+            self.step,
+            self.wall_ms,
+            self.io_ms,
+            self.stall_ms,
+            self.read_bytes,
+            hit_pct,
+            self.majflt,
+            self.cpu_ms,
+            json_string(&self.text)
+        )
+    }
+}
+
+/// A JSON string literal for `s`.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `{"k":v,...}` from key/value pairs whose values are already JSON.
+pub fn json_object(pairs: &[(String, String)]) -> String {
+    let body: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", json_string(k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+enum Event {
+    Row(Row),
+    End {
+        trailer: Vec<(String, String)>,
+        done: Sender<std::io::Result<()>>,
+    },
+}
+
+/// Where telemetry goes.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetryConfig {
+    pub csv: Option<PathBuf>,
+    /// Print `BMOE_PROGRESS {json}` lines on stdout.
+    pub progress: bool,
+    pub channel_capacity: usize,
+}
+
+/// Handle on the telemetry thread.
+pub struct Telemetry {
+    tx: Option<Sender<Event>>,
+    join: Option<JoinHandle<()>>,
+    dropped: Arc<AtomicU64>,
+    rows: Arc<AtomicU64>,
+    csv: Option<PathBuf>,
+}
+
+/// Open the CSV now (so an unwritable path is refused before any work).
+pub fn open_csv(path: &Path) -> Result<File, TelemetryError> {
+    File::create(path).map_err(|source| TelemetryError::Csv {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Telemetry {
+    /// Start the actor; `csv_file` comes from [`open_csv`]. The header and the
+    /// preamble are written before this returns.
+    pub fn start(
+        cfg: &TelemetryConfig,
+        csv_file: Option<File>,
+        preamble: &[(String, String)],
+    ) -> Result<Self, TelemetryError> {
+        let mut csv = csv_file.map(BufWriter::new);
+        if let (Some(w), Some(path)) = (csv.as_mut(), cfg.csv.as_ref()) {
+            let err = |source| TelemetryError::Csv {
+                path: path.clone(),
+                source,
+            };
+            writeln!(w, "# bmoe_metrics").map_err(err)?;
+            for (k, v) in preamble {
+                writeln!(w, "# {k}={v}").map_err(err)?;
+            }
+            writeln!(w, "{}", COLUMNS.join(",")).map_err(err)?;
+            w.flush().map_err(err)?;
+        }
+        let (tx, rx) = bounded(cfg.channel_capacity.max(1));
+        let progress = cfg.progress;
+        let rows = Arc::new(AtomicU64::new(0));
+        let rows2 = rows.clone();
+        let join = std::thread::Builder::new()
+            .name("bmoe-telemetry".into())
+            .spawn(move || run(rx, csv, progress, rows2))
+            .map_err(|source| TelemetryError::Csv {
+                path: PathBuf::from("<telemetry thread>"),
+                source,
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            join: Some(join),
+            dropped: Arc::new(AtomicU64::new(0)),
+            rows,
+            csv: cfg.csv.clone(),
+        })
+    }
+
+    /// Hand a row over without blocking; counted as dropped when the actor is behind.
+    pub fn row(&self, row: Row) {
+        if let Some(tx) = &self.tx {
+            if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+                tx.try_send(Event::Row(row))
+            {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Rows the actor could not take in time.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Write the trailer (`dropped_events` is added) and stop the actor within `deadline`.
+    pub fn finish(
+        mut self,
+        mut trailer: Vec<(String, String)>,
+        deadline: Duration,
+    ) -> Result<u64, TelemetryError> {
+        trailer.push(("dropped_events".into(), self.dropped().to_string()));
+        let (done_tx, done_rx) = bounded(1);
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send_timeout(
+                Event::End {
+                    trailer,
+                    done: done_tx,
+                },
+                deadline,
+            );
+        }
+        let res = done_rx.recv_timeout(deadline);
+        if let Some(j) = self.join.take() {
+            let t0 = Instant::now();
+            while !j.is_finished() && t0.elapsed() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if j.is_finished() {
+                let _ = j.join();
+            }
+        }
+        match res {
+            Ok(Ok(())) => Ok(self.rows.load(Ordering::Relaxed)),
+            Ok(Err(source)) => Err(TelemetryError::Csv {
+                path: self.csv.clone().unwrap_or_default(),
+                source,
+            }),
+            Err(_) => Err(TelemetryError::Timeout(deadline)),
+        }
+    }
+}
+
+fn run(
+    rx: Receiver<Event>,
+    mut csv: Option<BufWriter<File>>,
+    progress: bool,
+    rows: Arc<AtomicU64>,
+) {
+    let mut failed: Option<std::io::Error> = None;
+    while let Ok(ev) = rx.recv() {
+        match ev {
+            Event::Row(r) => {
+                let _span = tracing::trace_span!("telemetry.write", step = r.step).entered();
+                if let Some(w) = csv.as_mut() {
+                    if let Err(e) = writeln!(w, "{}", r.csv()).and_then(|_| w.flush()) {
+                        failed.get_or_insert(e);
+                    }
+                }
+                if progress {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "BMOE_PROGRESS {}", r.json());
+                    let _ = out.flush();
+                }
+                rows.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::End { trailer, done } => {
+                let res = match (csv.as_mut(), failed.take()) {
+                    (_, Some(e)) => Err(e),
+                    (Some(w), None) => (|| {
+                        writeln!(w, "# summary")?;
+                        for (k, v) in &trailer {
+                            writeln!(w, "# {k}={v}")?;
+                        }
+                        w.flush()
+                    })(),
+                    (None, None) => Ok(()),
+                };
+                let _ = done.send(res);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+        assert_eq!(json_object(&[("k".into(), "1".into())]), "{\"k\":1}");
+    }
+
+    #[test]
+    fn csv_has_header_preamble_rows_and_trailer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.csv");
+        let cfg = TelemetryConfig {
+            csv: Some(path.clone()),
+            progress: false,
+            channel_capacity: 8,
+        };
+        let t = Telemetry::start(
+            &cfg,
+            Some(open_csv(&path).unwrap()),
+            &[("mode".into(), "stream".into())],
+        )
+        .unwrap();
+        for step in 0..3 {
+            t.row(Row {
+                step,
+                read_bytes: 10,
+                ..Default::default()
+            });
+        }
+        let n = t
+            .finish(
+                vec![("read_bytes_total".into(), "30".into())],
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        assert_eq!(n, 3);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "# bmoe_metrics");
+        assert_eq!(lines[1], "# mode=stream");
+        assert_eq!(lines[2], COLUMNS.join(","));
+        assert!(lines[3].starts_with("0,"));
+        assert_eq!(lines[6], "# summary");
+        assert_eq!(lines[7], "# read_bytes_total=30");
+        assert_eq!(lines[8], "# dropped_events=0");
+    }
+
+    #[test]
+    fn an_unwritable_csv_is_refused_with_the_fix() {
+        let e = open_csv(Path::new("/nonexistent-dir/x.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("writable --csv"), "{e}");
+    }
+}

@@ -1,0 +1,234 @@
+//! The CSV contract and the BMOE_DONE line on real runs.
+
+use std::collections::HashMap;
+
+use crate::common::{bmoe, e8k2, stderr, stdout};
+
+struct Csv {
+    preamble: HashMap<String, String>,
+    columns: Vec<String>,
+    rows: Vec<Vec<String>>,
+    trailer: HashMap<String, String>,
+}
+
+fn parse(text: &str) -> Csv {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("# bmoe_metrics"));
+    let mut preamble = HashMap::new();
+    let mut columns = Vec::new();
+    for l in lines.by_ref() {
+        match l.strip_prefix("# ") {
+            Some(kv) => {
+                let (k, v) = kv
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("key=value: {l}"));
+                preamble.insert(k.to_string(), v.to_string());
+            }
+            None => {
+                columns = l.split(',').map(String::from).collect();
+                break;
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    let mut trailer = HashMap::new();
+    let mut in_trailer = false;
+    for l in lines {
+        if l == "# summary" {
+            in_trailer = true;
+        } else if in_trailer {
+            let (k, v) = l.trim_start_matches("# ").split_once('=').unwrap();
+            trailer.insert(k.to_string(), v.to_string());
+        } else {
+            rows.push(l.split(',').map(String::from).collect::<Vec<_>>());
+        }
+    }
+    Csv {
+        preamble,
+        columns,
+        rows,
+        trailer,
+    }
+}
+
+fn col_sum(c: &Csv, name: &str) -> u64 {
+    let i = c.columns.iter().position(|x| x == name).unwrap();
+    c.rows.iter().map(|r| r[i].parse::<u64>().unwrap()).sum()
+}
+
+fn done_value(line: &str, key: &str) -> String {
+    let k = format!("\"{key}\":");
+    let i = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
+    line[i..].split([',', '}']).next().unwrap().to_string()
+}
+
+#[test]
+fn csv_rows_trailer_and_done_line_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("stream", vec!["--cache-mb", "64"]),
+        ("resident", vec!["--resident"]),
+    ] {
+        let csv = dir.path().join(format!("{name}.csv"));
+        let mut args = vec![
+            "run",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "12",
+        ];
+        args.extend(extra.iter().copied());
+        let csv_s = csv.to_str().unwrap().to_string();
+        args.extend(["--csv", &csv_s]);
+        let o = bmoe(&args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let c = parse(&std::fs::read_to_string(&csv).unwrap());
+        // Every resolved flag is in the preamble.
+        for k in [
+            "engine_version",
+            "model",
+            "arch",
+            "n_layer",
+            "n_expert",
+            "n_expert_used",
+            "threads",
+            "n_ctx",
+            "n_ubatch",
+            "mode",
+            "cache_mb",
+            "io_threads",
+            "o_direct",
+            "overlap",
+            "prefetch",
+            "dense_weights",
+            "drop_cold_frac",
+            "lossy",
+            "spec",
+            "spec_draft_max",
+        ] {
+            assert!(c.preamble.contains_key(k), "{name}: preamble lacks {k}");
+        }
+        assert_eq!(c.preamble["mode"], name);
+        // One row per generated token.
+        let generated: usize = err
+            .lines()
+            .find(|l| l.starts_with("generation:"))
+            .and_then(|l| l.split(", ").nth(1))
+            .and_then(|p| p.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert_eq!(c.rows.len(), generated, "{name}");
+        assert_eq!(c.trailer["tokens"], generated.to_string());
+        // Bytes add up: rows = trailer = BMOE_DONE.
+        let done = err
+            .lines()
+            .find(|l| l.starts_with("BMOE_DONE "))
+            .expect("BMOE_DONE line");
+        let total = col_sum(&c, "read_bytes");
+        assert_eq!(c.trailer["read_bytes_total"], total.to_string());
+        assert_eq!(done_value(done, "read_bytes_total"), total.to_string());
+        assert_eq!(c.trailer["aborted"], "0");
+        if name == "stream" {
+            assert!(total > 0);
+        }
+    }
+}
+
+#[test]
+fn progress_prints_json_lines_and_done_on_stdout() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        "Once upon a time",
+        "-n",
+        "4",
+        "--progress",
+        "--cache-mb",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let progress: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("BMOE_PROGRESS {"))
+        .collect();
+    assert_eq!(progress.len(), 4, "{out}");
+    assert!(progress[1].contains("\"stall_ms\":") && progress[1].contains("\"text\":\""));
+    assert!(out.lines().any(|l| l.starts_with("BMOE_DONE {")), "{out}");
+}
+
+#[test]
+fn an_unwritable_csv_is_refused_before_the_model_loads() {
+    let o = bmoe(&[
+        "run",
+        "-m",
+        "/nonexistent/model.gguf",
+        "-p",
+        "x",
+        "--csv",
+        "/nonexistent-dir/m.csv",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("writable --csv"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_interrupted_run_keeps_its_csv_with_an_aborted_trailer() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("int.csv");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args([
+            "run",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "100000",
+        ])
+        .args([
+            "--cache-mb",
+            "0",
+            "-c",
+            "4096",
+            "--csv",
+            csv.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until a few rows are on disk, then interrupt.
+    let t0 = Instant::now();
+    loop {
+        let rows = std::fs::read_to_string(&csv)
+            .map(|t| t.lines().filter(|l| !l.starts_with('#')).count())
+            .unwrap_or(0);
+        if rows >= 4 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "no rows appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let c = parse(&std::fs::read_to_string(&csv).unwrap());
+    assert_eq!(c.trailer["aborted"], "1");
+    assert_eq!(c.trailer["tokens"], c.rows.len().to_string());
+    assert!(err.contains("(interrupted)"), "{err}");
+    let done = err
+        .lines()
+        .find(|l| l.starts_with("BMOE_DONE "))
+        .expect("BMOE_DONE");
+    assert_eq!(done_value(done, "aborted"), "1");
+}
