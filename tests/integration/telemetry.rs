@@ -183,7 +183,7 @@ fn an_interrupted_run_keeps_its_csv_with_an_aborted_trailer() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("int.csv");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args([
             "run",
             "-m",
