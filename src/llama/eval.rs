@@ -150,11 +150,9 @@ impl<'a> NodeView<'a> {
         out.reserve((ne0 * ne1).max(0) as usize);
         for i1 in 0..ne1.max(0) as u64 {
             for i0 in 0..ne0.max(0) as u64 {
-                // SAFETY: (i0, i1) are within ne, so the offset lies inside the
-                // tensor's view as described by its own strides; the node has been
-                // computed (observe phase), the data is host memory and its element
-                // type is T (checked by the callers). Unaligned read because views
-                // may start anywhere.
+                // Views may start anywhere, hence the unaligned read.
+                // SAFETY: (i0, i1) < ne, so the offset is inside the view its own strides
+                // describe; computed host data (observe phase) of element type T (callers check).
                 let v = unsafe {
                     (base.add((i1 * nb1 + i0 * nb0) as usize) as *const T).read_unaligned()
                 };

@@ -265,11 +265,11 @@ impl StreamHook {
             ));
             return;
         }
-        // SAFETY: the region is at least nbytes long and laid out like the tensor
-        // (expert e at e * slice bytes); the experts this matmul reads (the routed
-        // ids of layer `layer`, checked above to be the layer just served) were
-        // read into it and stay pinned until the next demand, which can only come
-        // after this layer's matmuls have run. The arena outlives the context.
+        // The routed experts of `layer` (checked above to be the layer just served)
+        // were read into the region and stay pinned until the next demand, which can
+        // only come after this layer's matmuls have run.
+        // SAFETY: the region is >= nbytes, laid out like the tensor (expert e at
+        // e * slice bytes), pinned as above, and the arena outlives the context.
         unsafe { w.rebind_data(base) };
     }
 

@@ -205,10 +205,9 @@ impl FileMapping {
     /// page cache, so the run starts cold for those bytes.
     pub fn drop_range(&self, off: u64, len: u64) {
         for (o, l) in self.pages(off, len) {
-            // SAFETY: the range lies inside llama.cpp's read-only file mapping;
-            // MADV_DONTNEED on a shared file mapping only drops our page-table
-            // entries (a later access would fault the bytes back in from the file),
-            // and bmoe never lets a kernel read these expert bytes from the mapping.
+            // bmoe never lets a kernel read these expert bytes from the mapping.
+            // SAFETY: inside llama.cpp's read-only shared file mapping, MADV_DONTNEED
+            // only drops page-table entries (an access would fault the file back in).
             unsafe { libc::madvise((self.base + o) as *mut libc::c_void, l, libc::MADV_DONTNEED) };
         }
         // SAFETY: plain advisory call on our own file descriptor.

@@ -159,10 +159,9 @@ impl Arena {
             return false;
         }
         let len = len as usize;
-        // SAFETY: both ranges are whole pages inside our own reserved regions;
-        // `from` is evicted (unpinned) and `to` is a miss being loaded, so no
-        // matmul reads either while they move. MREMAP_FIXED replaces the `to`
-        // range with `from`'s pages and leaves a hole at `from`.
+        // MREMAP_FIXED replaces the `to` range with `from`'s pages, leaving a hole at `from`.
+        // SAFETY: whole pages inside our own reserved regions; `from` is evicted (unpinned)
+        // and `to` is a miss being loaded, so no matmul reads either while they move.
         let moved = unsafe {
             libc::mremap(
                 src as *mut libc::c_void,
