@@ -80,3 +80,16 @@ pub fn stderr(o: &Output) -> String {
 pub fn sha256(path: &Path) -> String {
     smollm2::sha256_file(path).expect("hash")
 }
+
+/// The number right after `key` on the summary line starting with `prefix`.
+pub fn summary_number(err: &str, prefix: &str, key: &str) -> f64 {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} line in\n{err}"));
+    let i = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
+    let word = line[i..].split_whitespace().next().unwrap_or("");
+    word.trim_start_matches('(')
+        .parse()
+        .unwrap_or_else(|_| panic!("number after {key} in {line}"))
+}

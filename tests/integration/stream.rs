@@ -4,7 +4,7 @@
 use bmoe::engine::{self, Mode, RunConfig, RunReport};
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig};
 
-use crate::common::{bmoe, e8k2, smollm2, stderr};
+use crate::common::{bmoe, e8k2, smollm2, stderr, summary_number};
 
 const PROSE: &str = "Once upon a time, in a small village by the sea, there lived";
 
@@ -95,27 +95,10 @@ fn streamed_tokens_equal_resident_tokens_for_every_cache_setting() {
     }
 }
 
-/// Parse "read X MiB (Y MiB/token decode), kernel read_bytes Z MiB" from the summary.
+/// "read X MiB (Y MiB/token decode), kernel read_bytes Z MiB" from the summary.
 fn stream_numbers(err: &str) -> (f64, f64, f64) {
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("moe-stream:"))
-        .expect("moe-stream line");
-    let num_after = |key: &str| -> f64 {
-        let i = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
-        line[i..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .trim_start_matches('(')
-            .parse()
-            .unwrap()
-    };
-    (
-        num_after("read "),
-        num_after("MiB ("),
-        num_after("kernel read_bytes "),
-    )
+    let n = |key| summary_number(err, "moe-stream:", key);
+    (n("read "), n("MiB ("), n("kernel read_bytes "))
 }
 
 #[test]
@@ -144,25 +127,13 @@ fn flash_accounting_matches_the_kernel_and_the_layout() {
     );
 }
 
-/// Parse "peak resident X MiB, peak RSS during generation Y MiB (dense Z MiB)".
+/// "peak resident X MiB, peak RSS during generation Y MiB (dense Z MiB)".
 fn cache_numbers(err: &str) -> (f64, f64, f64) {
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("moe-cache:"))
-        .expect("moe-cache line");
-    let num_after = |key: &str| -> f64 {
-        let i = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
-        line[i..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let n = |key| summary_number(err, "moe-cache:", key);
     (
-        num_after("peak resident "),
-        num_after("peak RSS during generation "),
-        num_after("(dense "),
+        n("peak resident "),
+        n("peak RSS during generation "),
+        n("(dense "),
     )
 }
 
