@@ -14,6 +14,10 @@ pub struct Cli {
     /// More log output (-v: llama.cpp's log and debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Write every actor step as a span to this Chrome/Perfetto trace (JSON; open it
+    /// in ui.perfetto.dev). See docs/tracing.md.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub trace_chrome: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }

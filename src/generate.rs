@@ -133,7 +133,8 @@ pub fn generate(
             pos += 1;
         }
         let td = Instant::now();
-        ctx.decode(&batch)?;
+        tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = true)
+            .in_scope(|| ctx.decode(&batch))?;
         sink.decoded(DecodeStep {
             n_tokens: batch.len(),
             prefill: true,
@@ -171,7 +172,8 @@ pub fn generate(
         batch.push(next, pos, true);
         pos += 1;
         let td = Instant::now();
-        ctx.decode(&batch)?;
+        tracing::debug_span!("verify.decode", pos, rows = 1usize, prefill = false)
+            .in_scope(|| ctx.decode(&batch))?;
         sink.decoded(DecodeStep {
             n_tokens: 1,
             prefill: false,

@@ -5,6 +5,7 @@
 //! generation; [`inspect`] describes a model. Actors and pure policy live in the
 //! `bmoe-actors` crate.
 
+pub mod chrome_trace;
 pub mod engine;
 pub mod fixture;
 pub mod generate;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Parser;
 
+use bmoe::chrome_trace::ChromeTrace;
 use bmoe::engine::{self, EngineError, Mode, RunConfig};
 use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle, FixtureError};
 use bmoe::generate::GenerateError;
@@ -26,9 +27,22 @@ mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    let trace = match init_tracing(cli.verbose, cli.trace_chrome.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
     bmoe::interrupt::install();
-    match dispatch(cli) {
+    let res = dispatch(cli);
+    if let Some(t) = trace {
+        match t.finish() {
+            Ok(n) => eprintln!("trace: {n} events written to {}", t.path().display()),
+            Err(e) => eprintln!("error: {e}"),
+        }
+    }
+    match res {
         Ok(()) => match bmoe::interrupt::requested() {
             Some(sig) => ExitCode::from(bmoe::interrupt::exit_code(sig)),
             None => ExitCode::SUCCESS,
@@ -41,7 +55,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
+/// The text log on stderr (`-v`, `RUST_LOG`) and, with `--trace-chrome`, the
+/// Chrome/Perfetto trace of every debug-level span (independent of the log filter).
+fn init_tracing(
+    verbose: u8,
+    chrome: Option<&std::path::Path>,
+) -> Result<Option<ChromeTrace>, bmoe::chrome_trace::ChromeTraceError> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let default = match verbose {
         0 => "warn,llama.cpp=error",
         1 => "debug",
@@ -49,11 +71,25 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true)
+        .with_filter(filter);
+    let (handle, chrome_layer) = match chrome {
+        Some(p) => {
+            let (h, l) = ChromeTrace::create(p)?;
+            let spans = tracing_subscriber::filter::Targets::new()
+                .with_target("bmoe", tracing::Level::DEBUG)
+                .with_target("bmoe_actors", tracing::Level::DEBUG);
+            (Some(h), Some(l.with_filter(spans)))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(chrome_layer)
         .try_init();
+    Ok(handle)
 }
 
 fn llama_code(e: &LlamaError) -> Option<u8> {

@@ -279,7 +279,7 @@ fn run(
     while let Ok(ev) = rx.recv() {
         match ev {
             Event::Row(r) => {
-                let _span = tracing::trace_span!("telemetry.write", step = r.step).entered();
+                let _span = tracing::debug_span!("telemetry.write", step = r.step).entered();
                 if let Some(w) = csv.as_mut() {
                     if let Err(e) = writeln!(w, "{}", r.csv()).and_then(|_| w.flush()) {
                         failed.get_or_insert(e);

@@ -172,9 +172,15 @@ impl Context {
                 n_batch: self.n_batch,
             });
         }
+        if let Some(o) = self._observer.as_mut() {
+            o.0.decode_begin();
+        }
         // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
         // the call; the context is used only from this thread (`&mut self`).
         let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), batch.raw()) };
+        if let Some(o) = self._observer.as_mut() {
+            o.0.decode_end();
+        }
         if rc != 0 {
             return Err(LlamaError::Decode(rc));
         }

@@ -186,6 +186,10 @@ pub trait EvalObserver {
     fn wants(&mut self, node: &NodeView<'_>) -> bool;
     /// The node has been computed. Blocking here stalls the decode at this point.
     fn observe(&mut self, node: &NodeView<'_>);
+    /// A decode is about to start (called by [`Context::decode`](super::Context::decode)).
+    fn decode_begin(&mut self) {}
+    /// The decode returned (successfully or not).
+    fn decode_end(&mut self) {}
 }
 
 /// Heap cell whose address is handed to llama.cpp as the callback's user data.

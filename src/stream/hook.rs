@@ -84,6 +84,10 @@ pub struct StreamHook {
     anon: Option<DenseAnon>,
     /// `--overlap`: wait for gate/up at the routing, for down at the activation.
     overlap: bool,
+    /// The graph segment computing now (from the last callback to the next), as
+    /// a `verify.segment` span, so a trace shows compute between the waits.
+    segment: Option<tracing::span::EnteredSpan>,
+    segments: u32,
 }
 
 /// Dense weights moved out of the file mapping into anonymous memory, tensor by
@@ -137,6 +141,8 @@ impl StreamHook {
             abort,
             anon: None,
             overlap: false,
+            segment: None,
+            segments: 0,
         }
     }
 
@@ -344,11 +350,31 @@ impl EvalObserver for StreamHook {
     }
 
     fn observe(&mut self, node: &NodeView<'_>) {
+        self.segment = None;
         let name = node.name();
         if name.starts_with(TOPK_PREFIX) {
             self.serve(node);
         } else if activation_layer(name).is_some() {
             self.wait_down();
         }
+        self.open_segment(name);
+    }
+
+    fn decode_begin(&mut self) {
+        self.segments = 0;
+        self.open_segment("decode start");
+    }
+
+    fn decode_end(&mut self) {
+        self.segment = None;
+    }
+}
+
+impl StreamHook {
+    fn open_segment(&mut self, after: &str) {
+        self.segments += 1;
+        self.segment = Some(
+            tracing::debug_span!("verify.segment", n = self.segments, after = after).entered(),
+        );
     }
 }

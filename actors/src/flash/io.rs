@@ -173,6 +173,23 @@ struct Flight {
     len: u64,
     done: u64,
     retries: u32,
+    /// When the read was first submitted (for the per-read trace event).
+    submitted: Instant,
+}
+
+/// One completed read as a trace event: the Chrome layer draws it from
+/// submission to completion on the track of its queue slot.
+fn trace_read(slot: usize, op: &ReadOp, submitted: Instant, retries: u32) {
+    let elapsed_us = submitted.elapsed().as_nanos() as f64 / 1000.0;
+    tracing::debug!(
+        span = "flash.read_op",
+        track = slot as u64,
+        elapsed_us,
+        offset = op.file_offset,
+        bytes = op.len,
+        retries,
+        "read complete"
+    );
 }
 
 impl UringReader {
@@ -244,6 +261,7 @@ impl SliceReader for UringReader {
         let mut free_bounce: Vec<usize> = (0..self.bounces.len()).collect();
         let mut next = 0usize;
         let mut in_flight = 0usize;
+        let trace = tracing::enabled!(tracing::Level::DEBUG);
         while next < ops.len() || in_flight > 0 {
             // Fill the queue.
             while in_flight < depth && next < ops.len() {
@@ -259,6 +277,7 @@ impl SliceReader for UringReader {
                         len,
                         done: 0,
                         retries: 0,
+                        submitted: Instant::now(),
                     }
                 } else {
                     Flight {
@@ -268,6 +287,7 @@ impl SliceReader for UringReader {
                         len: op.len,
                         done: 0,
                         retries: 0,
+                        submitted: Instant::now(),
                     }
                 };
                 self.push(slot, &f, ops)?;
@@ -347,6 +367,9 @@ impl SliceReader for UringReader {
                         )
                     };
                     free_bounce.push(b);
+                }
+                if trace {
+                    trace_read(slot, &op, f.submitted, f.retries);
                 }
                 in_flight -= 1;
             }
