@@ -33,6 +33,16 @@ pub enum Command {
     },
     /// Measure this host's limits for a model: io_uring expert-slice read bandwidth per queue depth.
     Probe(ProbeArgs),
+    /// Compare runs side by side from their `--csv` files (rate with a bootstrap
+    /// interval, MiB/token, hit, stall); the legend lists the settings that differ.
+    Compare {
+        /// Telemetry CSVs written by `bmoe run --csv`.
+        #[arg(required = true, num_args = 1..)]
+        csv: Vec<PathBuf>,
+        /// Allow comparing speculated with plain runs.
+        #[arg(long)]
+        mixed: bool,
+    },
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(FixtureCmd),

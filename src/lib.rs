@@ -6,6 +6,7 @@
 //! `bmoe-actors` crate.
 
 pub mod chrome_trace;
+pub mod compare;
 pub mod engine;
 pub mod fixture;
 pub mod generate;

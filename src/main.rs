@@ -117,6 +117,12 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(UsageError(_)) = cause.downcast_ref::<UsageError>() {
             return exit::USAGE;
         }
+        if cause
+            .downcast_ref::<bmoe::compare::CompareError>()
+            .is_some()
+        {
+            return exit::USAGE;
+        }
         if let Some(FixtureError::Invalid(_)) = cause.downcast_ref::<FixtureError>() {
             return exit::USAGE;
         }
@@ -139,6 +145,21 @@ fn dispatch(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Probe(p) => probe(p),
+        Command::Compare { csv, mixed } => {
+            use bmoe::compare::{self, CompareError, RunCsv};
+            let runs = csv
+                .iter()
+                .map(|p| RunCsv::open(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            match compare::compare(&runs, mixed) {
+                Ok(table) => {
+                    print!("{table}");
+                    Ok(())
+                }
+                Err(e @ CompareError::Mixed { .. }) => Err(UsageError(e.to_string()).into()),
+                Err(e) => Err(e.into()),
+            }
+        }
         Command::Fixture(f) => fixture_cmd(f),
     }
 }
