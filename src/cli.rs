@@ -72,7 +72,7 @@ pub struct RunArgs {
     #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
     /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).
-    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights", "overlap"])]
+    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights", "overlap", "prefetch", "predict_prefetch", "drop_cold_experts"])]
     pub resident: bool,
     /// Stream experts (the default for MoE models; an error for a dense model).
     #[arg(long)]
@@ -94,6 +94,21 @@ pub struct RunArgs {
     /// gate/up matmuls have run (byte-identical to serial).
     #[arg(long)]
     pub overlap: bool,
+    /// Temporal prefetch: after layer L is served, read on idle queue slots the
+    /// experts layers L+1..L+K used for the previous token (demands go first).
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub prefetch: u32,
+    /// Predictive prefetch: score layer L+1's router on layer L's MoE input and
+    /// read the experts it names early (lossless: the real routing is served).
+    #[arg(long)]
+    pub predict_prefetch: bool,
+    /// LOSSY: skip a routed expert when it is a cache miss and its router weight
+    /// is below F x (1/k); its weight is zeroed and the rest renormalized. 0 is off.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub drop_cold_experts: f32,
+    /// LOSSY: route each token to K experts instead of the model's count.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_expert_used: Option<u32>,
     /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

@@ -24,6 +24,8 @@ pub enum EngineError {
     Streaming(String),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// How expert weights reach the matmuls.
@@ -49,6 +51,22 @@ pub struct RunConfig {
     pub stream_explicit: bool,
     /// `--csv` and `--progress`.
     pub telemetry: TelemetryConfig,
+    /// `--n-expert-used K`: route each token to K experts instead of the
+    /// model's own count (lossy unless K equals it).
+    pub n_expert_used: Option<u32>,
+}
+
+impl RunConfig {
+    /// Experts routed per token, after `--n-expert-used`.
+    pub fn experts_used(&self, layout: &MoeLayout) -> u32 {
+        self.n_expert_used.unwrap_or(layout.n_expert_used)
+    }
+
+    /// Whether a knob that changes the output is on.
+    pub fn lossy(&self, layout: &MoeLayout) -> bool {
+        let drop = matches!(&self.mode, Mode::Stream(sc) if sc.drop_cold > 0.0);
+        drop || self.experts_used(layout) != layout.n_expert_used
+    }
 }
 
 /// Per-token accounting (row i is the decode that produced token i; row 0 the
@@ -71,10 +89,40 @@ pub struct RunReport {
     pub kernel_read_bytes: Option<u64>,
     pub peak_resident_bytes: u64,
     pub peak_rss_bytes: u64,
+    /// Read-ahead: settings and the flash actor's verdicts.
+    pub prefetch: PrefetchReport,
+    /// Experts routed per token (after `--n-expert-used`) and the model's own count.
+    pub experts_used: u32,
+    pub experts_used_model: u32,
+    /// `--drop-cold-experts` threshold (0: off).
+    pub drop_cold: f32,
     pub dense_bytes: u64,
     pub layout: MoeLayout,
     /// The `BMOE_DONE` JSON object (the same totals as the CSV trailer).
     pub done_line: String,
+}
+
+/// What prefetching did over a run.
+#[derive(Debug, Clone, Default)]
+pub struct PrefetchReport {
+    /// `--prefetch K` (temporal depth) and `--predict-prefetch`.
+    pub layers: u32,
+    pub predictive: bool,
+    /// Bytes read ahead (all of them, including any after the last decode).
+    pub read_bytes: u64,
+    pub useful_bytes: u64,
+    pub wasted_bytes: u64,
+    pub hints_dropped: u64,
+    pub errors: u64,
+    /// Predictive: experts guessed and how many the real routing used.
+    pub predicted: u64,
+    pub predicted_used: u64,
+}
+
+impl PrefetchReport {
+    pub fn enabled(&self) -> bool {
+        self.layers > 0 || self.predictive
+    }
 }
 
 struct Sink<'a, F: FnMut(&str)> {
@@ -87,6 +135,9 @@ struct Sink<'a, F: FnMut(&str)> {
     prefill: Option<TokenRow>,
     /// The last decode's row, collecting the text of the token it produced.
     pending: Option<TokenRow>,
+    /// Predictive prefetch: experts guessed and guesses the routing used.
+    predicted: u64,
+    predicted_used: u64,
 }
 
 impl<F: FnMut(&str)> Sink<'_, F> {
@@ -140,8 +191,12 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             cpu_ms: u.cpu_ms - self.usage.cpu_ms,
             batch: step.n_tokens as u64,
             prefill: step.prefill,
+            prefetch_bytes: s.prefetch_bytes,
+            dropped_experts: s.dropped,
             ..TokenRow::default()
         };
+        self.predicted += s.predicted;
+        self.predicted_used += s.predicted_used;
         self.usage = u;
         if step.prefill {
             let p = self.prefill.get_or_insert_with(TokenRow::default);
@@ -157,6 +212,8 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             p.majflt += row.majflt;
             p.minflt += row.minflt;
             p.cpu_ms += row.cpu_ms;
+            p.prefetch_bytes += row.prefetch_bytes;
+            p.dropped_experts += row.dropped_experts;
         } else {
             self.flush();
             self.pending = Some(row);
@@ -203,9 +260,19 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
             mode = Mode::Resident;
         }
     }
+    if let Some(k) = cfg.n_expert_used {
+        if k == 0 || k > layout.n_expert {
+            return Err(EngineError::Config(format!(
+                "--n-expert-used {k}: this model has {} experts per layer (routes {} by default); \
+                 choose 1..={}",
+                layout.n_expert, layout.n_expert_used, layout.n_expert
+            )));
+        }
+    }
+    let k = cfg.experts_used(&layout);
     let streamer = match &mode {
         Mode::Stream(sc) => Some((
-            Streamer::start(&cfg.model, &layout, sc)?,
+            Streamer::start(&cfg.model, &layout, sc, k)?,
             sc.dense,
             sc.overlap,
         )),
@@ -216,6 +283,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         &ModelParams {
             use_mmap: true,
             load_mtp: false,
+            int_overrides: match cfg.n_expert_used {
+                Some(k) => vec![(format!("{}.expert_used_count", layout.arch), k as i64)],
+                None => Vec::new(),
+            },
         },
     )?);
     let abort = Arc::new(AtomicBool::new(false));
@@ -257,6 +328,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         usage: memory::usage(),
         prefill: None,
         pending: None,
+        predicted: 0,
+        predicted_used: 0,
     };
     let t0 = Instant::now();
     let res = generate::generate(&mut ctx, &tokens, cfg.n_predict, 512, &mut sink);
@@ -268,6 +341,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         }
     }
     sink.flush();
+    let predicted = (sink.predicted, sink.predicted_used);
     drop(sink);
     let elapsed: Duration = t0.elapsed();
     let stream_error = stats.as_ref().and_then(|s| s.borrow().error.clone());
@@ -312,6 +386,28 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         }
         None => ("llama.cpp mmap".into(), 0, 0, 0),
     };
+    let prefetch = match (&streamer, &mode) {
+        (Some((s, _, _)), Mode::Stream(sc)) => {
+            let c = s.flash.counters();
+            let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            PrefetchReport {
+                layers: sc.prefetch,
+                predictive: sc.predict_prefetch,
+                read_bytes: ld(&c.read_bytes[bmoe_actors::cache::Requester::Prefetch.index()]),
+                useful_bytes: ld(&c.prefetch_useful_bytes),
+                wasted_bytes: ld(&c.prefetch_wasted_bytes),
+                hints_dropped: ld(&c.prefetch_hints_dropped),
+                errors: ld(&c.prefetch_errors),
+                predicted: predicted.0,
+                predicted_used: predicted.1,
+            }
+        }
+        _ => PrefetchReport::default(),
+    };
+    let drop_cold = match &mode {
+        Mode::Stream(sc) => sc.drop_cold,
+        Mode::Resident => 0.0,
+    };
     Ok(RunReport {
         generation,
         rows,
@@ -326,6 +422,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         flash_read_bytes: flash_bytes,
         kernel_read_bytes: kernel0.zip(kernel1).map(|(a, b)| b.saturating_sub(a)),
         peak_resident_bytes: peak_resident,
+        prefetch,
+        experts_used: k,
+        experts_used_model: layout.n_expert_used,
+        drop_cold,
         peak_rss_bytes: peak_rss,
         dense_bytes: layout.dense_bytes(),
         layout,
@@ -349,7 +449,8 @@ fn preamble(
     kv("n_layer", model.n_layer().to_string());
     kv("n_layer_nextn", layout.n_layer_nextn.to_string());
     kv("n_expert", layout.n_expert.to_string());
-    kv("n_expert_used", layout.n_expert_used.to_string());
+    kv("n_expert_used", cfg.experts_used(layout).to_string());
+    kv("n_expert_used_model", layout.n_expert_used.to_string());
     kv("threads", cfg.threads.to_string());
     kv("n_ctx", n_ctx.to_string());
     kv("n_ubatch", "512".to_string());
@@ -377,9 +478,14 @@ fn preamble(
             kv("dense_weights", "mmap".into());
         }
     }
-    kv("prefetch", "0".into());
-    kv("drop_cold_frac", "0".into());
-    kv("lossy", "0".into());
+    let (prefetch, predict, drop) = match &cfg.mode {
+        Mode::Stream(sc) if streamer.is_some() => (sc.prefetch, sc.predict_prefetch, sc.drop_cold),
+        _ => (0, false, 0.0),
+    };
+    kv("prefetch", prefetch.to_string());
+    kv("predict_prefetch", (predict as u8).to_string());
+    kv("drop_cold_frac", drop.to_string());
+    kv("lossy", (cfg.lossy(layout) as u8).to_string());
     kv("spec", "off".into());
     kv("spec_draft_max", "0".into());
     v
@@ -415,6 +521,14 @@ fn totals(
             format!("{:.3}", rows.iter().map(|r| r.stall_ms).sum::<f64>() / 1e3),
         ),
         ("majflt".into(), sum(|r| r.majflt).to_string()),
+        (
+            "prefetch_bytes".into(),
+            sum(|r| r.prefetch_bytes).to_string(),
+        ),
+        (
+            "dropped_experts".into(),
+            sum(|r| r.dropped_experts).to_string(),
+        ),
         ("aborted".into(), (aborted as u8).to_string()),
         ("dropped_events".into(), dropped_events.to_string()),
     ]
@@ -500,6 +614,58 @@ impl RunReport {
                 self.peak_resident_bytes as f64 / MIB,
                 self.peak_rss_bytes as f64 / MIB,
                 self.dense_bytes as f64 / MIB,
+            ));
+        }
+        let p = &self.prefetch;
+        if self.mode == "stream" && p.enabled() {
+            let mut what = Vec::new();
+            if p.layers > 0 {
+                what.push(format!("temporal {} layer(s)", p.layers));
+            }
+            if p.predictive {
+                what.push("predictive".to_string());
+            }
+            let judged = p.useful_bytes + p.wasted_bytes;
+            let mut line = format!(
+                "moe-prefetch: {}, read ahead {:.1} MiB, useful {:.1} MiB, wasted {:.1} MiB ({:.0}% of judged)",
+                what.join(" + "),
+                p.read_bytes as f64 / MIB,
+                p.useful_bytes as f64 / MIB,
+                p.wasted_bytes as f64 / MIB,
+                if judged > 0 { p.wasted_bytes as f64 * 100.0 / judged as f64 } else { 0.0 },
+            );
+            if p.predictive {
+                line.push_str(&format!(
+                    "; predictor: {} of {} guessed experts routed ({:.1}%)",
+                    p.predicted_used,
+                    p.predicted,
+                    if p.predicted > 0 {
+                        p.predicted_used as f64 * 100.0 / p.predicted as f64
+                    } else {
+                        0.0
+                    }
+                ));
+            }
+            if p.hints_dropped > 0 || p.errors > 0 {
+                line.push_str(&format!(
+                    "; {} hints dropped (channel full), {} failed reads",
+                    p.hints_dropped, p.errors
+                ));
+            }
+            v.push(line);
+        }
+        let dropped: u64 = self.rows.iter().map(|r| r.dropped_experts).sum();
+        if self.drop_cold > 0.0 || self.experts_used != self.experts_used_model {
+            let routed = self.decode_rows().count() as u64
+                * self.experts_used as u64
+                * self.layout.n_layer as u64;
+            v.push(format!(
+                "moe-drop: LOSSY, top-k {} of the model's {}; --drop-cold-experts {}: dropped {dropped} \
+                 of {routed} routed experts in decodes ({:.2}/token)",
+                self.experts_used,
+                self.experts_used_model,
+                self.drop_cold,
+                dropped as f64 / n
             ));
         }
         for n in &self.notes {

@@ -173,6 +173,14 @@ fn run(args: RunArgs) -> Result<()> {
             return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
         }
     };
+    if !(args.drop_cold_experts.is_finite() && (0.0..=1.0).contains(&args.drop_cold_experts)) {
+        return Err(UsageError(format!(
+            "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
+             experts weighted below 0.75 x 1/k)",
+            args.drop_cold_experts
+        ))
+        .into());
+    }
     let model = match &args.model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
@@ -187,6 +195,9 @@ fn run(args: RunArgs) -> Result<()> {
             o_direct: !args.no_odirect,
             dense: args.dense_weights,
             overlap: args.overlap,
+            prefetch: args.prefetch,
+            predict_prefetch: args.predict_prefetch,
+            drop_cold: args.drop_cold_experts,
         })
     };
     let cfg = RunConfig {
@@ -203,6 +214,7 @@ fn run(args: RunArgs) -> Result<()> {
             progress: args.progress,
             channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
         },
+        n_expert_used: args.n_expert_used,
     };
     let progress = args.progress;
     let res = engine::run(&cfg, |s| {
@@ -226,6 +238,7 @@ fn run(args: RunArgs) -> Result<()> {
         Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
             return Err(UsageError(e.to_string()).into())
         }
+        Err(e @ EngineError::Config(_)) => return Err(UsageError(e.to_string()).into()),
         Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     };
     let _ = writeln!(out);

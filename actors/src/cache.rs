@@ -167,6 +167,54 @@ impl ExpertCache {
         plan
     }
 
+    /// `requester` also needs `keys`, keeping its earlier pins (prefetch over a
+    /// window of layers). Same plan as [`request`](Self::request).
+    pub fn request_more(&mut self, requester: Requester, keys: &[SlotKey]) -> Plan {
+        let mut plan = Plan::default();
+        for &k in keys {
+            if self.pinned[requester.index()].contains(&k) {
+                continue;
+            }
+            self.pinned[requester.index()].push(k);
+            let bytes = self.bytes(k);
+            match self.entries.entry(k) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    plan.hits.push(k);
+                    e.get_mut().pins += 1;
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    plan.misses.push(k);
+                    v.insert(Entry { tick: 0, pins: 1 });
+                    self.resident_bytes += bytes;
+                }
+            }
+            self.touch(k);
+        }
+        plan.evict = self.evict_to(self.budget_bytes);
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        plan
+    }
+
+    /// Release `requester`'s pins on `layer` only; returns the evictions that
+    /// bring the cache back within budget.
+    pub fn release_layer(&mut self, requester: Requester, layer: u32) -> Vec<SlotKey> {
+        let pins = &mut self.pinned[requester.index()];
+        let (gone, kept): (Vec<SlotKey>, Vec<SlotKey>) =
+            pins.iter().partition(|k| k.layer == layer);
+        *pins = kept;
+        for k in gone {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.pins = e.pins.saturating_sub(1);
+            }
+        }
+        self.evict_to(self.budget_bytes)
+    }
+
+    /// Keys `requester` has pinned.
+    pub fn pinned(&self, requester: Requester) -> &[SlotKey] {
+        &self.pinned[requester.index()]
+    }
+
     /// Insert unpinned slots (prefetch) only where the budget has room without
     /// evicting anything; returns the ones admitted (to be read).
     pub fn admit(&mut self, keys: &[SlotKey]) -> Vec<SlotKey> {
@@ -292,6 +340,25 @@ mod tests {
     }
 
     #[test]
+    fn prefetch_pins_accumulate_and_release_per_layer() {
+        let mut c = ExpertCache::new(0, vec![100; 3]);
+        c.request_more(Requester::Prefetch, &[k(1, 0)]);
+        c.request_more(Requester::Prefetch, &[k(2, 0), k(2, 1)]);
+        assert_eq!(c.resident_bytes(), 300, "pins of both layers kept");
+        // The verify demand for layer 1 hits the prefetched slot.
+        let p = c.request(Requester::Verify, &[k(1, 0), k(1, 1)]);
+        assert_eq!(p.hits, vec![k(1, 0)]);
+        assert_eq!(p.misses, vec![k(1, 1)]);
+        // Unpinning layer 1's prefetch keeps it (verify pins it), layer 2 stays pinned.
+        assert!(c.release_layer(Requester::Prefetch, 1).is_empty());
+        let p = c.request(Requester::Verify, &[k(2, 1)]);
+        assert_eq!(p.hits, vec![k(2, 1)]);
+        assert_eq!(p.evict.len(), 2, "layer 1 unpinned by everyone, budget 0");
+        assert_eq!(c.release_layer(Requester::Prefetch, 2), vec![k(2, 0)]);
+        assert!(c.contains(k(2, 1)));
+    }
+
+    #[test]
     fn admit_never_evicts() {
         let mut c = ExpertCache::new(250, vec![100; 3]);
         c.request(Requester::Verify, &[k(0, 0)]);
@@ -328,6 +395,21 @@ mod tests {
                     c.admit(&keys);
                 } else if next() % 17 == 0 {
                     c.release(who);
+                } else if next() % 7 == 0 {
+                    let evicted = c.release_layer(who, layer);
+                    assert!(c.pinned(who).iter().all(|p| p.layer != layer));
+                    for e in &evicted {
+                        assert!(!c.contains(*e));
+                    }
+                } else if next() % 5 == 0 {
+                    let p = c.request_more(who, &keys);
+                    for e in &p.evict {
+                        assert!(!c.contains(*e));
+                        assert!(!c.pinned(who).contains(e), "never evict a pinned slot");
+                    }
+                    for key in &keys {
+                        assert!(c.contains(*key));
+                    }
                 } else {
                     let p = c.request(who, &keys);
                     for m in &p.misses {

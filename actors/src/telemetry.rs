@@ -48,12 +48,16 @@ pub struct Row {
     /// Tokens in the decode that produced this row (prompt length for the prefill).
     pub batch: u64,
     pub prefill: bool,
+    /// Part of `read_bytes` that the flash actor read ahead (prefetch).
+    pub prefetch_bytes: u64,
+    /// Routed experts skipped by `--drop-cold-experts` (lossy).
+    pub dropped_experts: u64,
     /// Text this token completed (may be empty inside a multi-byte character).
     pub text: String,
 }
 
 /// The CSV columns, in order.
-pub const COLUMNS: [&str; 13] = [
+pub const COLUMNS: [&str; 15] = [
     "step",
     "wall_ms",
     "stall_ms",
@@ -67,12 +71,14 @@ pub const COLUMNS: [&str; 13] = [
     "cpu_ms",
     "batch",
     "prefill",
+    "prefetch_bytes",
+    "dropped_experts",
 ];
 
 impl Row {
     fn csv(&self) -> String {
         format!(
-            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{}",
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{}",
             self.step,
             self.wall_ms,
             self.stall_ms,
@@ -85,7 +91,9 @@ impl Row {
             self.minflt,
             self.cpu_ms,
             self.batch,
-            self.prefill as u8
+            self.prefill as u8,
+            self.prefetch_bytes,
+            self.dropped_experts
         )
     }
 

@@ -138,6 +138,56 @@ impl<'a> NodeView<'a> {
         self.is_f32() && self.copy_2d(out)
     }
 
+    /// Byte address of element `idx` (ggml order) of a host tensor of element
+    /// size `size`, or None when out of bounds or not host memory.
+    fn element(&self, idx: [u64; 3], size: u64) -> Option<*mut u8> {
+        let base = self.host_data()?;
+        let ne = self.ne();
+        let nb = self.nb();
+        if (0..3).any(|d| idx[d] >= ne[d].max(0) as u64) || nb[0] < size {
+            return None;
+        }
+        let off = idx[0] * nb[0] + idx[1] * nb[1] + idx[2] * nb[2];
+        Some(base.wrapping_add(off as usize) as *mut u8)
+    }
+
+    /// Overwrite one I32 element (observe phase only: the node is computed and
+    /// nothing reads or writes it until the callback returns). Returns false when
+    /// the node is not a host I32 tensor or `idx` is out of bounds.
+    ///
+    /// # Safety
+    /// Call only from [`EvalObserver::observe`] of this node or of a later node
+    /// whose computation has not yet consumed it, so the write is seen by the
+    /// nodes that read it afterwards and races with nothing.
+    pub unsafe fn set_i32(&self, idx: [u64; 3], v: i32) -> bool {
+        if !self.is_i32() {
+            return false;
+        }
+        let Some(p) = self.element(idx, 4) else {
+            return false;
+        };
+        // SAFETY: inside the tensor's host data (bounds checked by `element`);
+        // no concurrent access per the caller's contract.
+        unsafe { (p as *mut i32).write_unaligned(v) };
+        true
+    }
+
+    /// Overwrite one F32 element; see [`set_i32`](Self::set_i32).
+    ///
+    /// # Safety
+    /// As [`set_i32`](Self::set_i32).
+    pub unsafe fn set_f32(&self, idx: [u64; 3], v: f32) -> bool {
+        if !self.is_f32() {
+            return false;
+        }
+        let Some(p) = self.element(idx, 4) else {
+            return false;
+        };
+        // SAFETY: as in set_i32.
+        unsafe { (p as *mut f32).write_unaligned(v) };
+        true
+    }
+
     /// Copy the first two dimensions, honouring the strides; `T` must be the
     /// tensor's element type (the public wrappers check it).
     fn copy_2d<T: Copy>(&self, out: &mut Vec<T>) -> bool {

@@ -16,6 +16,8 @@ pub struct ModelParams {
     pub use_mmap: bool,
     /// Load the MTP (nextn) block(s) so that an MTP context can be created.
     pub load_mtp: bool,
+    /// Integer metadata overrides (key, value), e.g. `llama.expert_used_count`.
+    pub int_overrides: Vec<(String, i64)>,
 }
 
 impl Default for ModelParams {
@@ -23,8 +25,32 @@ impl Default for ModelParams {
         Self {
             use_mmap: true,
             load_mtp: false,
+            int_overrides: Vec::new(),
         }
     }
+}
+
+/// llama.cpp's override array: the entries, then one with an empty key.
+fn kv_overrides(ints: &[(String, i64)]) -> Result<Vec<sys::llama_model_kv_override>, LlamaError> {
+    let mut v = Vec::with_capacity(ints.len() + 1);
+    for (k, val) in ints {
+        // SAFETY: an all-zero override is a valid value (tag INT, empty key, 0).
+        let mut o: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
+        if k.len() >= o.key.len() || k.contains('\0') {
+            return Err(LlamaError::Gguf(format!(
+                "invalid metadata override key {k:?}"
+            )));
+        }
+        for (d, b) in o.key.iter_mut().zip(k.bytes()) {
+            *d = b as std::os::raw::c_char;
+        }
+        o.tag = sys::LLAMA_KV_OVERRIDE_TYPE_INT;
+        o.__bindgen_anon_1.val_i64 = *val;
+        v.push(o);
+    }
+    // SAFETY: as above; the empty key terminates the array.
+    v.push(unsafe { std::mem::zeroed() });
+    Ok(v)
 }
 
 /// One message of a chat, for [`Model::apply_chat_template`].
@@ -67,8 +93,13 @@ impl Model {
             sys::LLAMA_LOAD_MODE_NONE
         };
         mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+        let overrides = kv_overrides(&params.int_overrides)?;
+        if !params.int_overrides.is_empty() {
+            mp.kv_overrides = overrides.as_ptr();
+        }
         // SAFETY: `cpath` is a valid NUL-terminated string for the call; `mp` is a
-        // fully initialised parameter struct whose pointer fields are null/defaults.
+        // fully initialised parameter struct whose pointers (path, overrides
+        // terminated by an empty key) stay valid for the whole call.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
         let ptr = NonNull::new(raw).ok_or_else(|| LlamaError::LoadFailed {
             path: path.to_path_buf(),

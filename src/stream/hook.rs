@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bmoe_actors::flash::{AnonBuffer, Arena, FlashClient};
+use bmoe_actors::cache::Requester;
+use bmoe_actors::flash::{AnonBuffer, Arena, FlashClient, FlashCounters};
 
 use super::memory;
+use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};
 use crate::llama::{llama_max_src, EvalObserver, NodeView};
 
@@ -27,6 +29,13 @@ pub struct StepStats {
     pub misses: u64,
     pub evictions: u64,
     pub demands: u64,
+    /// Bytes the flash actor read ahead (prefetch) since the last take; also in `read_bytes`.
+    pub prefetch_bytes: u64,
+    /// Routed experts skipped by `--drop-cold-experts`.
+    pub dropped: u64,
+    /// Predictive prefetch: experts guessed, and how many the real routing used.
+    pub predicted: u64,
+    pub predicted_used: u64,
     /// First error met inside a callback (the decode was aborted because of it).
     pub error: Option<String>,
 }
@@ -45,6 +54,35 @@ impl StepStats {
 pub type SharedStats = Rc<RefCell<StepStats>>;
 
 const TOPK_PREFIX: &str = "ffn_moe_topk-";
+const WEIGHTS_PREFIX: &str = "ffn_moe_weights-";
+const LOGITS_PREFIX: &str = "ffn_moe_logits-";
+const PROBS_PREFIX: &str = "ffn_moe_probs-";
+
+/// Breadth-first search up a node's sources (a few levels) for a node whose
+/// name starts with `prefix`: from `ffn_moe_topk-L` this finds the router's
+/// logits and probabilities of the same layer, still alive at that point
+/// because later nodes of the layer read them.
+fn find_src<'a>(node: &NodeView<'a>, prefix: &str, depth: usize) -> Option<NodeView<'a>> {
+    let mut frontier: Vec<NodeView<'a>> =
+        (0..llama_max_src()).filter_map(|i| node.src(i)).collect();
+    for _ in 0..depth {
+        if let Some(i) = frontier.iter().position(|n| n.name().starts_with(prefix)) {
+            return Some(frontier.swap_remove(i));
+        }
+        frontier = frontier
+            .iter()
+            .flat_map(|n| {
+                (0..llama_max_src())
+                    .filter_map(|i| n.src(i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if frontier.is_empty() {
+            return None;
+        }
+    }
+    None
+}
 /// The activation between the gate/up and the down expert matmuls, by the names
 /// llama.cpp's build_moe_ffn gives it: in overlap mode the down slices are
 /// awaited there, after the gate/up matmuls have run.
@@ -88,6 +126,22 @@ pub struct StreamHook {
     /// a `verify.segment` span, so a trace shows compute between the waits.
     segment: Option<tracing::span::EnteredSpan>,
     segments: u32,
+    /// Experts routed per token (after `--n-expert-used`).
+    k: usize,
+    /// Shared flash counters (prefetch bytes are attributed per decode).
+    counters: Option<Arc<FlashCounters>>,
+    prefetch_bytes_seen: u64,
+    /// `--predict-prefetch`: the routers, and the guesses not yet judged.
+    predictor: Option<Arc<Predictor>>,
+    predicted: HashMap<u32, Vec<u32>>,
+    guess: Vec<u32>,
+    row: Vec<f32>,
+    /// `--drop-cold-experts F` (0: off).
+    drop_frac: f32,
+    /// Positions (in the routed list of the single row) whose weight must be
+    /// zeroed at `ffn_moe_weights-L` because their expert was dropped.
+    drop_zero: Vec<u64>,
+    drop_layer: Option<u32>,
 }
 
 /// Dense weights moved out of the file mapping into anonymous memory, tensor by
@@ -143,7 +197,41 @@ impl StreamHook {
             overlap: false,
             segment: None,
             segments: 0,
+            k: layout.n_expert_used.max(1) as usize,
+            counters: None,
+            prefetch_bytes_seen: 0,
+            predictor: None,
+            predicted: HashMap::new(),
+            guess: Vec::new(),
+            row: Vec::new(),
+            drop_frac: 0.0,
+            drop_zero: Vec::new(),
+            drop_layer: None,
         }
+    }
+
+    /// Experts routed per token when `--n-expert-used` overrides the model's.
+    pub fn with_k(mut self, k: u32) -> Self {
+        self.k = k.max(1) as usize;
+        self
+    }
+
+    /// Attribute the flash actor's read-ahead bytes to the decodes.
+    pub fn with_counters(mut self, counters: Arc<FlashCounters>) -> Self {
+        self.counters = Some(counters);
+        self
+    }
+
+    /// Guess the next layer's routing and ask the flash actor to read it early.
+    pub fn with_predictor(mut self, p: Option<Arc<Predictor>>) -> Self {
+        self.predictor = p;
+        self
+    }
+
+    /// Skip cold (missing, low-weight) routed experts (lossy; 0 is off).
+    pub fn with_drop_cold(mut self, frac: f32) -> Self {
+        self.drop_frac = frac.max(0.0);
+        self
     }
 
     /// Overlap the down reads with the gate/up matmuls (`--overlap`).
@@ -298,16 +386,42 @@ impl StreamHook {
         }
         self.union.sort_unstable();
         self.union.dedup();
+        // One token's routing (a single-row decode): what prediction and the
+        // lossy drop work on. Prompt batches are always served whole.
+        let single = self.ids.len() == self.k;
+        if single {
+            if let Some(guess) = self.predicted.remove(&layer) {
+                let used = guess.iter().filter(|e| self.union.contains(e)).count();
+                let mut s = self.stats.borrow_mut();
+                s.predicted += guess.len() as u64;
+                s.predicted_used += used as u64;
+            }
+        }
+        let droppable = if single && self.drop_frac > 0.0 {
+            self.cold_candidates(node)
+        } else {
+            Vec::new()
+        };
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
-        let res = if self.overlap {
+        let res = if !droppable.is_empty() {
+            self.client
+                .demand_dropping(layer, &self.union, &droppable, self.overlap)
+        } else if self.overlap {
             self.client.demand_gate_up(layer, &self.union)
         } else {
             self.client.demand(layer, &self.union)
         };
+        drop(_g);
+        if single && res.is_ok() {
+            self.predict_next(node, layer);
+        }
         match res {
             Ok(r) => {
+                if !r.dropped.is_empty() && !self.apply_drop(node, layer, &r.dropped) {
+                    return;
+                }
                 let mut s = self.stats.borrow_mut();
                 s.stall += t0.elapsed();
                 s.io += r.io_time;
@@ -347,6 +461,11 @@ impl EvalObserver for StreamHook {
         let name = node.name();
         name.starts_with(TOPK_PREFIX)
             || (self.overlap && self.client.down_pending() && activation_layer(name).is_some())
+            || (!self.drop_zero.is_empty()
+                && name
+                    .strip_prefix(WEIGHTS_PREFIX)
+                    .and_then(|l| l.parse().ok())
+                    == self.drop_layer)
     }
 
     fn observe(&mut self, node: &NodeView<'_>) {
@@ -354,6 +473,8 @@ impl EvalObserver for StreamHook {
         let name = node.name();
         if name.starts_with(TOPK_PREFIX) {
             self.serve(node);
+        } else if name.starts_with(WEIGHTS_PREFIX) {
+            self.zero_dropped_weights(node);
         } else if activation_layer(name).is_some() {
             self.wait_down();
         }
@@ -367,10 +488,120 @@ impl EvalObserver for StreamHook {
 
     fn decode_end(&mut self) {
         self.segment = None;
+        if let Some(c) = &self.counters {
+            let total = c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);
+            let delta = total.saturating_sub(self.prefetch_bytes_seen);
+            self.prefetch_bytes_seen = total;
+            let mut s = self.stats.borrow_mut();
+            s.prefetch_bytes += delta;
+            s.read_bytes += delta;
+        }
     }
 }
 
 impl StreamHook {
+    /// The routed experts of the single row whose normalized router weight is
+    /// below `drop_frac / k` (the flash actor drops them only if they are misses).
+    fn cold_candidates(&mut self, node: &NodeView<'_>) -> Vec<u32> {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+            return Vec::new();
+        };
+        if !probs.copy_f32_2d(&mut self.row) {
+            return Vec::new();
+        }
+        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
+        let sum: f32 = self.ids.iter().map(|&e| p(e)).sum();
+        if sum <= 0.0 {
+            return Vec::new();
+        }
+        let threshold = self.drop_frac / self.k as f32;
+        let top = self
+            .ids
+            .iter()
+            .copied()
+            .max_by(|a, b| p(*a).total_cmp(&p(*b)));
+        self.ids
+            .iter()
+            .copied()
+            .filter(|&e| Some(e) != top && p(e) / sum < threshold)
+            .map(|e| e as u32)
+            .collect()
+    }
+
+    /// Route the dropped experts' positions to the row's strongest expert and
+    /// remember to zero their weights at `ffn_moe_weights-L` (the weight
+    /// normalization then renormalizes over the experts kept).
+    fn apply_drop(&mut self, node: &NodeView<'_>, layer: u32, dropped: &[u32]) -> bool {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+            self.fail(format!(
+                "layer {layer}: router probabilities not found for the drop"
+            ));
+            return false;
+        };
+        if !probs.copy_f32_2d(&mut self.row) {
+            self.fail(format!("layer {layer}: router probabilities unreadable"));
+            return false;
+        }
+        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
+        let Some(top) = self
+            .ids
+            .iter()
+            .copied()
+            .max_by(|a, b| p(*a).total_cmp(&p(*b)))
+        else {
+            return true;
+        };
+        self.drop_zero.clear();
+        for (i, &e) in self.ids.iter().enumerate() {
+            if e >= 0 && dropped.contains(&(e as u32)) {
+                // SAFETY: observe phase of this very node: it is computed and the
+                // nodes that read it (weights, expert matmuls) have not run yet.
+                if !unsafe { node.set_i32([i as u64, 0, 0], top) } {
+                    self.fail(format!("{}: cannot rewrite a routed id", node.name()));
+                    return false;
+                }
+                self.drop_zero.push(i as u64);
+            }
+        }
+        self.drop_layer = Some(layer);
+        self.stats.borrow_mut().dropped += self.drop_zero.len() as u64;
+        true
+    }
+
+    /// Zero the dropped positions' weights (observe phase of `ffn_moe_weights-L`).
+    fn zero_dropped_weights(&mut self, node: &NodeView<'_>) {
+        for &i in &self.drop_zero {
+            // SAFETY: observe phase of this node: computed, not yet read by the
+            // normalization that follows it.
+            if !unsafe { node.set_f32([0, i, 0], 0.0) } {
+                let name = node.name().to_owned();
+                self.fail(format!("{name}: cannot zero a dropped expert's weight"));
+                return;
+            }
+        }
+        self.drop_zero.clear();
+        self.drop_layer = None;
+    }
+
+    /// Guess layer L+1's experts from layer L's MoE input and hint the flash actor.
+    fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) {
+        let Some(p) = self.predictor.clone() else {
+            return;
+        };
+        let Some(input) = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1)) else {
+            return;
+        };
+        if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
+            return;
+        }
+        let mut guess = std::mem::take(&mut self.guess);
+        if p.predict_next(layer, &self.row, &mut guess) {
+            self.client.prefetch(layer + 1, &guess);
+            self.predicted.insert(layer + 1, guess.clone());
+        }
+        self.guess = guess;
+    }
+
     fn open_segment(&mut self, after: &str) {
         self.segments += 1;
         self.segment = Some(

@@ -4,6 +4,9 @@
 
 mod hook;
 pub mod memory;
+mod predict;
+
+pub use predict::Predictor;
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -33,6 +36,8 @@ pub enum StreamError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--predict-prefetch cannot use this model's routers: {0}")]
+    Predict(String),
     #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
     NoMapping(String),
     #[error(
@@ -123,6 +128,12 @@ pub struct StreamConfig {
     pub dense: DenseMode,
     /// Wait for the down slices only at the activation (reads overlap gate/up compute).
     pub overlap: bool,
+    /// Temporal prefetch depth (`--prefetch K`): layers read ahead from the last token's routing.
+    pub prefetch: u32,
+    /// Predictive prefetch (`--predict-prefetch`): score layer L+1's router at layer L.
+    pub predict_prefetch: bool,
+    /// `--drop-cold-experts F` (lossy; 0 is off).
+    pub drop_cold: f32,
 }
 
 impl Default for StreamConfig {
@@ -134,6 +145,9 @@ impl Default for StreamConfig {
             o_direct: true,
             dense: DenseMode::Warm,
             overlap: false,
+            prefetch: 0,
+            predict_prefetch: false,
+            drop_cold: 0.0,
         }
     }
 }
@@ -202,6 +216,10 @@ pub struct Streamer {
     layout: MoeLayout,
     /// Mappings of the model file that existed before llama.cpp loaded it.
     premapped: Vec<usize>,
+    /// Experts routed per token (after `--n-expert-used`).
+    k: u32,
+    predictor: Option<Arc<Predictor>>,
+    drop_cold: f32,
 }
 
 impl Streamer {
@@ -210,6 +228,7 @@ impl Streamer {
         model_path: &Path,
         layout: &MoeLayout,
         cfg: &StreamConfig,
+        k: u32,
     ) -> Result<Self, StreamError> {
         if !layout.is_moe() {
             return Err(StreamError::NotMoe {
@@ -225,16 +244,26 @@ impl Streamer {
                 budget_bytes,
                 queue_depth: cfg.io_threads,
                 o_direct: cfg.o_direct,
+                prefetch_layers: cfg.prefetch,
+                prefetch_max_experts: k,
                 ..FlashConfig::default()
             },
         )?;
         let notes = flash.notes().to_vec();
+        let predictor = if cfg.predict_prefetch {
+            Some(Arc::new(Predictor::load(model_path, layout, k)?))
+        } else {
+            None
+        };
         Ok(Self {
             flash,
             budget_bytes,
             notes,
             layout: layout.clone(),
             premapped: FileMapping::existing_bases(model_path),
+            k,
+            predictor,
+            drop_cold: cfg.drop_cold,
         })
     }
 
@@ -324,7 +353,11 @@ impl Streamer {
             Some(a) => hook.with_dense_anon(a),
             None => hook,
         }
-        .with_overlap(overlap);
+        .with_overlap(overlap)
+        .with_k(self.k)
+        .with_counters(self.flash.counters().clone())
+        .with_predictor(self.predictor.clone())
+        .with_drop_cold(self.drop_cold);
         (hook, stats)
     }
 }

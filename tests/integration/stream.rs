@@ -19,6 +19,7 @@ fn cfg(mode: Mode, n: u32) -> RunConfig {
         mode,
         stream_explicit: false,
         telemetry: Default::default(),
+        n_expert_used: None,
     }
 }
 

@@ -6,13 +6,14 @@ mod arena;
 mod io;
 mod probe;
 
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
 pub use io::{open_reader, PreadReader, ReadOp, ReadStats, SliceReader, UringReader};
@@ -63,6 +64,12 @@ pub struct FlashConfig {
     pub o_direct: bool,
     /// Capacity of the request channel.
     pub request_capacity: usize,
+    /// Temporal prefetch (`--prefetch K`): after serving layer L, read on idle
+    /// queue slots what layers L+1..L+K used the last time they were asked.
+    pub prefetch_layers: u32,
+    /// Remember a layer's demand for temporal prefetch only when it names at
+    /// most this many experts (a single token's routing; 0: always).
+    pub prefetch_max_experts: u32,
 }
 
 impl Default for FlashConfig {
@@ -72,6 +79,8 @@ impl Default for FlashConfig {
             queue_depth: 4,
             o_direct: true,
             request_capacity: 16,
+            prefetch_layers: 0,
+            prefetch_max_experts: 0,
         }
     }
 }
@@ -87,6 +96,17 @@ pub struct FlashCounters {
     pub io_ns: AtomicU64,
     pub resident_bytes: AtomicU64,
     pub peak_resident_bytes: AtomicU64,
+    /// Prefetched bytes that the next demand of their layer used.
+    pub prefetch_useful_bytes: AtomicU64,
+    /// Prefetched bytes that the next demand of their layer did not ask for
+    /// (or that were evicted before it came).
+    pub prefetch_wasted_bytes: AtomicU64,
+    /// Prefetch hints not sent because the request channel was full.
+    pub prefetch_hints_dropped: AtomicU64,
+    /// Prefetch reads that failed (dropped; a demand re-reads and reports).
+    pub prefetch_errors: AtomicU64,
+    /// Routed experts skipped by `--drop-cold-experts` (misses only).
+    pub dropped_experts: AtomicU64,
 }
 
 impl FlashCounters {
@@ -101,6 +121,8 @@ impl FlashCounters {
 /// The answer to one demand request.
 #[derive(Debug, Clone, Default)]
 pub struct DemandReply {
+    /// Droppable experts that were misses and were not read (only in the first reply).
+    pub dropped: Vec<u32>,
     pub hits: u32,
     pub misses: u32,
     pub evictions: u32,
@@ -113,9 +135,16 @@ enum Msg {
         requester: Requester,
         layer: u32,
         experts: Vec<u32>,
+        /// Of `experts`, those to skip when they are not resident (lossy drop).
+        droppable: Vec<u32>,
         /// Reply twice: once gate/up are resident, once down is (overlap mode).
         split: bool,
         reply: Sender<Result<DemandReply, String>>,
+    },
+    /// Read these on idle slots, ahead of their demand (predictive prefetch).
+    Prefetch {
+        layer: u32,
+        experts: Vec<u32>,
     },
     Release(Requester),
 }
@@ -143,19 +172,58 @@ pub struct FlashClient {
     requester: Requester,
     /// A split demand whose down slices have not been waited for yet.
     down_pending: bool,
+    counters: Arc<FlashCounters>,
 }
 
 impl FlashClient {
-    fn send(&self, layer: u32, experts: &[u32], split: bool) -> Result<(), FlashError> {
+    fn send(
+        &self,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+        split: bool,
+    ) -> Result<(), FlashError> {
         self.tx
             .send(Msg::Demand {
                 requester: self.requester,
                 layer,
                 experts: experts.to_vec(),
+                droppable: droppable.to_vec(),
                 split,
                 reply: self.reply_tx.clone(),
             })
             .map_err(|_| FlashError::Stopped("request channel closed".into()))
+    }
+
+    /// Serve a demand where the `droppable` experts may be skipped when they
+    /// are not resident (`--drop-cold-experts`); the reply lists the skipped
+    /// ones. `split` as in [`demand_gate_up`](Self::demand_gate_up).
+    pub fn demand_dropping(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+        split: bool,
+    ) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, droppable, split)?;
+        let r = self.recv()?;
+        self.down_pending = split;
+        Ok(r)
+    }
+
+    /// Ask for `experts` of `layer` to be read ahead on idle queue slots. Never
+    /// blocks: when the request channel is full the hint is dropped and counted.
+    pub fn prefetch(&self, layer: u32, experts: &[u32]) {
+        let msg = Msg::Prefetch {
+            layer,
+            experts: experts.to_vec(),
+        };
+        if self.tx.try_send(msg).is_err() {
+            self.counters
+                .prefetch_hints_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn recv(&self) -> Result<DemandReply, FlashError> {
@@ -168,7 +236,7 @@ impl FlashClient {
     /// Block until `experts` of `layer` are resident (and pinned for this requester).
     pub fn demand(&mut self, layer: u32, experts: &[u32]) -> Result<DemandReply, FlashError> {
         self.wait_down()?;
-        self.send(layer, experts, false)?;
+        self.send(layer, experts, &[], false)?;
         self.recv()
     }
 
@@ -183,7 +251,7 @@ impl FlashClient {
         experts: &[u32],
     ) -> Result<DemandReply, FlashError> {
         self.wait_down()?;
-        self.send(layer, experts, true)?;
+        self.send(layer, experts, &[], true)?;
         let r = self.recv()?;
         self.down_pending = true;
         Ok(r)
@@ -244,12 +312,19 @@ impl Flash {
         let (tx, rx) = bounded::<Msg>(cfg.request_capacity.max(1));
         let reader_desc = reader.describe();
         let mut state = Actor {
-            cache: ExpertCache::new(cfg.budget_bytes, slot_bytes),
+            cache: ExpertCache::new(cfg.budget_bytes, slot_bytes.clone()),
             n_expert,
+            slot_bytes,
             arena: arena.clone(),
             reader,
             counters: counters.clone(),
             ops: Vec::new(),
+            prefetch_layers: cfg.prefetch_layers,
+            prefetch_max_experts: cfg.prefetch_max_experts,
+            prefetch_chunk: (cfg.queue_depth as usize / N_PROJ).max(1),
+            history: vec![Vec::new(); n_layer],
+            queue: VecDeque::new(),
+            prefetched: HashMap::new(),
         };
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())
@@ -276,6 +351,7 @@ impl Flash {
             reply_rx,
             requester,
             down_pending: false,
+            counters: self.counters.clone(),
         }
     }
 
@@ -330,39 +406,199 @@ const MAX_RECYCLED_SLOTS: usize = 12_000;
 struct Actor {
     cache: ExpertCache,
     n_expert: Vec<u32>,
+    /// Bytes of one (layer, expert) slot, all projections.
+    slot_bytes: Vec<u64>,
     arena: Arc<Arena>,
     reader: Box<dyn SliceReader>,
     counters: Arc<FlashCounters>,
     ops: Vec<ReadOp>,
+    prefetch_layers: u32,
+    prefetch_max_experts: u32,
+    /// Experts read per idle step (a demand waits at most this long).
+    prefetch_chunk: usize,
+    /// Per layer: the experts of its last verify demand (temporal prefetch).
+    history: Vec<Vec<u32>>,
+    /// Prefetch work, most urgent first.
+    queue: VecDeque<SlotKey>,
+    /// Read by prefetch, not yet judged by a demand of their layer: bytes.
+    prefetched: HashMap<SlotKey, u64>,
 }
 
 impl Actor {
+    /// Serve messages in order; while prefetch work is queued and no message
+    /// waits, read ahead one small chunk at a time (demands always go first).
     fn run(&mut self, rx: Receiver<Msg>) {
-        while let Ok(msg) = rx.recv() {
-            match msg {
-                Msg::Demand {
-                    requester,
-                    layer,
-                    experts,
-                    split,
-                    reply,
-                } => {
-                    let span =
-                        tracing::debug_span!("flash.demand", layer, n = experts.len(), split);
-                    let _g = span.enter();
-                    if let Err(e) = self.demand(requester, layer, &experts, split, &reply) {
-                        let _ = reply.send(Err(e.to_string()));
+        loop {
+            let msg = if self.queue.is_empty() {
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(TryRecvError::Empty) => {
+                        self.prefetch_step();
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            };
+            self.handle(msg);
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Demand {
+                requester,
+                layer,
+                experts,
+                droppable,
+                split,
+                reply,
+            } => {
+                let span = tracing::debug_span!("flash.demand", layer, n = experts.len(), split);
+                let _g = span.enter();
+                if let Err(e) = self.demand(requester, layer, &experts, &droppable, split, &reply) {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+            Msg::Prefetch { layer, experts } => {
+                // Predictions are fresher than history: they go first.
+                for &e in experts.iter().rev() {
+                    if e >= self.n_expert.get(layer as usize).copied().unwrap_or(0) {
+                        continue;
+                    }
+                    let k = SlotKey { layer, expert: e };
+                    if !self.cache.contains(k) && !self.queue.contains(&k) {
+                        self.queue.push_front(k);
                     }
                 }
-                Msg::Release(r) => {
-                    let evicted = self.cache.release(r);
-                    self.evict(&evicted);
+            }
+            Msg::Release(r) => {
+                let evicted = self.cache.release(r);
+                self.evict(&evicted);
+            }
+        }
+    }
+
+    fn n_layer(&self) -> u32 {
+        self.history.len() as u32
+    }
+
+    /// Layers a prefetch may still help once `layer` has been demanded.
+    fn in_window(&self, layer: u32, candidate: u32) -> bool {
+        let n = self.n_layer().max(1);
+        let ahead = (candidate + n - layer % n) % n;
+        ahead >= 1 && ahead <= self.prefetch_layers.max(1)
+    }
+
+    /// A verify demand of `layer` arrived: judge what was prefetched for it,
+    /// drop stale queued work, queue the next layers' history.
+    fn after_verify_demand(&mut self, layer: u32, experts: &[u32]) {
+        let judged: Vec<SlotKey> = self
+            .prefetched
+            .keys()
+            .filter(|k| k.layer == layer)
+            .copied()
+            .collect();
+        for k in judged {
+            let bytes = self.prefetched.remove(&k).unwrap_or(0);
+            let c = if experts.contains(&k.expert) {
+                &self.counters.prefetch_useful_bytes
+            } else {
+                &self.counters.prefetch_wasted_bytes
+            };
+            c.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let evicted = self.cache.release_layer(Requester::Prefetch, layer);
+        self.evict(&evicted);
+        if self.prefetch_max_experts == 0 || experts.len() <= self.prefetch_max_experts as usize {
+            if let Some(h) = self.history.get_mut(layer as usize) {
+                h.clear();
+                h.extend_from_slice(experts);
+            }
+        }
+        let queue = std::mem::take(&mut self.queue);
+        self.queue = queue
+            .into_iter()
+            .filter(|k| self.in_window(layer, k.layer))
+            .collect();
+        let n = self.n_layer();
+        for d in 1..=self.prefetch_layers {
+            let l = (layer + d) % n.max(1);
+            for i in 0..self.history[l as usize].len() {
+                let k = SlotKey {
+                    layer: l,
+                    expert: self.history[l as usize][i],
+                };
+                if !self.cache.contains(k) && !self.queue.contains(&k) {
+                    self.queue.push_back(k);
                 }
             }
         }
     }
 
+    /// Read one chunk of queued prefetch work.
+    fn prefetch_step(&mut self) {
+        let mut keys = Vec::with_capacity(self.prefetch_chunk);
+        while keys.len() < self.prefetch_chunk {
+            let Some(k) = self.queue.pop_front() else {
+                break;
+            };
+            if !self.cache.contains(k) {
+                keys.push(k);
+            }
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let span = tracing::debug_span!("flash.prefetch", layer = keys[0].layer, n = keys.len());
+        let _g = span.enter();
+        let plan = self.cache.request_more(Requester::Prefetch, &keys);
+        self.make_room(&plan.evict, &plan.misses);
+        match self.read_misses(&plan.misses, &ALL_PROJ) {
+            Ok(stats) => {
+                let c = &self.counters;
+                c.read_bytes[Requester::Prefetch.index()]
+                    .fetch_add(stats.device_bytes, Ordering::Relaxed);
+                c.io_ns
+                    .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
+                c.resident_bytes
+                    .store(self.cache.resident_bytes(), Ordering::Relaxed);
+                c.peak_resident_bytes
+                    .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+                for k in &plan.misses {
+                    let b = self.slot_bytes.get(k.layer as usize).copied().unwrap_or(0);
+                    self.prefetched.insert(*k, b);
+                }
+            }
+            Err(e) => {
+                tracing::debug!("prefetch read failed (dropped, a demand will retry): {e}");
+                self.counters
+                    .prefetch_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Prefetched slots that leave the cache before their demand are wasted.
+    fn note_evicted(&mut self, keys: &[SlotKey]) {
+        if self.prefetched.is_empty() {
+            return;
+        }
+        for k in keys {
+            if let Some(b) = self.prefetched.remove(k) {
+                self.counters
+                    .prefetch_wasted_bytes
+                    .fetch_add(b, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn evict(&mut self, keys: &[SlotKey]) {
+        self.note_evicted(keys);
         for k in keys {
             for p in 0..N_PROJ as u8 {
                 self.arena.release(k.layer, p, k.expert);
@@ -383,6 +619,7 @@ impl Actor {
         requester: Requester,
         layer: u32,
         experts: &[u32],
+        droppable: &[u32],
         split: bool,
         reply: &Sender<Result<DemandReply, String>>,
     ) -> Result<(), FlashError> {
@@ -390,10 +627,21 @@ impl Actor {
         if let Some(&bad) = experts.iter().find(|&&e| e >= limit) {
             return Err(FlashError::UnknownExpert { layer, expert: bad });
         }
+        let mut dropped = Vec::new();
         let keys: Vec<SlotKey> = experts
             .iter()
             .map(|&expert| SlotKey { layer, expert })
+            .filter(|k| {
+                let drop = droppable.contains(&k.expert) && !self.cache.contains(*k);
+                if drop {
+                    dropped.push(k.expert);
+                }
+                !drop
+            })
             .collect();
+        self.counters
+            .dropped_experts
+            .fetch_add(dropped.len() as u64, Ordering::Relaxed);
         let plan = self.cache.request(requester, &keys);
         self.make_room(&plan.evict, &plan.misses);
         let phases: &[&[u8]] = if split {
@@ -402,7 +650,7 @@ impl Actor {
             &[&ALL_PROJ]
         };
         for (i, projs) in phases.iter().enumerate() {
-            let stats = self.read_misses(layer, &plan.misses, projs)?;
+            let stats = self.read_misses(&plan.misses, projs)?;
             let first = i == 0;
             let c = &self.counters;
             let r = requester.index();
@@ -420,12 +668,21 @@ impl Actor {
                 .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
             let counted = |n: usize| if first { n as u32 } else { 0 };
             let _ = reply.send(Ok(DemandReply {
+                dropped: if first {
+                    std::mem::take(&mut dropped)
+                } else {
+                    Vec::new()
+                },
                 hits: counted(plan.hits.len()),
                 misses: counted(plan.misses.len()),
                 evictions: counted(plan.evict.len()),
                 read_bytes: stats.device_bytes,
                 io_time: stats.elapsed,
             }));
+        }
+        if requester == Requester::Verify {
+            let served: Vec<u32> = keys.iter().map(|k| k.expert).collect();
+            self.after_verify_demand(layer, &served);
         }
         Ok(())
     }
@@ -442,6 +699,7 @@ impl Actor {
         } else {
             0
         };
+        self.note_evicted(&evict[..pairs]);
         for (e, m) in evict.iter().zip(misses).take(pairs) {
             for p in 0..N_PROJ as u8 {
                 if !self
@@ -459,12 +717,7 @@ impl Actor {
     }
 
     /// Read the `projs` slices of every miss.
-    fn read_misses(
-        &mut self,
-        layer: u32,
-        misses: &[SlotKey],
-        projs: &[u8],
-    ) -> Result<ReadStats, FlashError> {
+    fn read_misses(&mut self, misses: &[SlotKey], projs: &[u8]) -> Result<ReadStats, FlashError> {
         self.ops.clear();
         for k in misses {
             for &p in projs {
@@ -480,6 +733,7 @@ impl Actor {
         if self.ops.is_empty() {
             return Ok(ReadStats::default());
         }
+        let layer = misses.first().map_or(0, |k| k.layer);
         let span = tracing::debug_span!("flash.read", layer, slices = self.ops.len());
         let _g = span.enter();
         // SAFETY: every op targets a slot of a key that this plan just marked

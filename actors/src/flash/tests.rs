@@ -117,6 +117,7 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
             queue_depth: 4,
             o_direct: true,
             request_capacity: 4,
+            ..FlashConfig::default()
         },
     )
     .unwrap();
@@ -163,6 +164,115 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     let c = flash.counters().clone();
     assert_eq!(c.read_bytes_total(), 15 * slice);
     assert!(c.peak_resident_bytes.load(Ordering::Relaxed) <= 6 * slice);
+    drop(client);
+    assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+/// Three layers x 3 projections x 4 experts of 8 KiB over a pattern file.
+fn three_layer_specs(slice: u64) -> (tempfile::NamedTempFile, Vec<TensorSpec>) {
+    let f = pattern_file((3 * 3 * 4 * slice) as usize);
+    let mut specs = Vec::new();
+    for layer in 0..3u32 {
+        for proj in 0..3u8 {
+            specs.push(TensorSpec {
+                layer,
+                proj,
+                file_offset: ((layer as u64 * 3 + proj as u64) * 4) * slice,
+                slice_bytes: slice,
+                n_expert: 4,
+            });
+        }
+    }
+    (f, specs)
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
+    let slice = 8192u64;
+    let (f, specs) = three_layer_specs(slice);
+    let flash = Flash::spawn(
+        f.path(),
+        specs,
+        FlashConfig {
+            budget_bytes: 0,
+            queue_depth: 4,
+            o_direct: true,
+            request_capacity: 8,
+            prefetch_layers: 1,
+            prefetch_max_experts: 2,
+        },
+    )
+    .unwrap();
+    let c = flash.counters().clone();
+    let pf = |c: &FlashCounters| c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);
+    let mut client = flash.client(Requester::Verify);
+    // Token 1: layers 0, 1, 2 (history is empty: nothing to prefetch yet).
+    for (l, e) in [(0, [0, 1]), (1, [2, 3]), (2, [0, 3])] {
+        let r = client.demand(l, &e).unwrap();
+        assert_eq!(r.misses, 2);
+    }
+    // After layer 2 the window wraps to layer 0: its last routing {0, 1} is read ahead.
+    wait_for("prefetch of layer 0", || pf(&c) == 6 * slice);
+    let r = client.demand(0, &[0, 2]).unwrap();
+    assert_eq!(
+        (r.hits, r.misses),
+        (1, 1),
+        "expert 0 came from the prefetch"
+    );
+    // Judged at layer 0's demand: expert 0 useful, expert 1 wasted.
+    assert_eq!(c.prefetch_useful_bytes.load(Ordering::Relaxed), 3 * slice);
+    assert_eq!(c.prefetch_wasted_bytes.load(Ordering::Relaxed), 3 * slice);
+    // Now layer 1's history {2, 3} is read ahead.
+    wait_for("prefetch of layer 1", || pf(&c) == 12 * slice);
+    let r = client.demand(1, &[2, 3]).unwrap();
+    assert_eq!((r.hits, r.misses), (2, 0));
+    // Bytes: demand misses + prefetch, all counted once.
+    assert_eq!(c.read_bytes_total(), (6 + 1) * 3 * slice + 12 * slice);
+    drop(client);
+    assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+#[test]
+fn prefetch_hints_and_cold_drops() {
+    let slice = 8192u64;
+    let (f, specs) = three_layer_specs(slice);
+    let flash = Flash::spawn(
+        f.path(),
+        specs,
+        FlashConfig {
+            budget_bytes: 0,
+            request_capacity: 8,
+            ..FlashConfig::default()
+        },
+    )
+    .unwrap();
+    let c = flash.counters().clone();
+    let mut client = flash.client(Requester::Verify);
+    client.demand(0, &[0]).unwrap();
+    // A prediction for layer 1 is read on idle slots and pinned until layer 1's demand.
+    client.prefetch(1, &[1, 2]);
+    wait_for("hinted prefetch", || {
+        c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed) == 6 * slice
+    });
+    // Droppable expert 2 is resident (prefetched): kept; expert 3 is a miss: dropped.
+    let r = client
+        .demand_dropping(1, &[1, 2, 3], &[2, 3], false)
+        .unwrap();
+    assert_eq!(r.dropped, vec![3]);
+    assert_eq!((r.hits, r.misses), (2, 0));
+    assert_eq!(c.dropped_experts.load(Ordering::Relaxed), 1);
+    assert_eq!(c.prefetch_useful_bytes.load(Ordering::Relaxed), 6 * slice);
+    // Out-of-range hints are ignored, not fatal.
+    client.prefetch(2, &[99]);
+    client.demand(2, &[0]).unwrap();
     drop(client);
     assert!(flash.shutdown(Duration::from_secs(5)));
 }

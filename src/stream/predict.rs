@@ -1,0 +1,117 @@
+//! Predictive prefetch: score layer L+1's router on layer L's MoE input, so
+//! the experts it names can be read while layers L and L+1 still compute.
+//!
+//! Layer L's MoE input is `rmsnorm(h_L) * g_L` (g = `ffn_norm` weights). The
+//! residual stream changes little from one layer to the next, so layer L+1's
+//! input is approximated by `rmsnorm(h_L) * g_{L+1}` = `x_L * g_{L+1} / g_L`,
+//! and its routing by the top-k of `W_{L+1} . that` (softmax keeps the order).
+//! A guess only decides what is read early: the real routing is always served.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::StreamError;
+use crate::layout::MoeLayout;
+use crate::llama::gguf::GgufFile;
+use crate::llama::quant::dequantize;
+
+/// Routers and norm ratios of every layer, dequantized to f32.
+#[derive(Debug)]
+pub struct Predictor {
+    n_embd: usize,
+    n_expert: usize,
+    k: usize,
+    /// Per layer: `n_expert` rows of `n_embd` router weights.
+    router: Vec<Vec<f32>>,
+    /// Per layer L: g_{L+1} / g_L (0 where g_L is 0); empty for the last layer.
+    ratio: Vec<Vec<f32>>,
+}
+
+fn read_f32(gguf: &GgufFile, name: &str, want: usize) -> Result<Vec<f32>, String> {
+    let t = gguf
+        .tensor(name)
+        .ok_or_else(|| format!("no tensor {name}"))?;
+    let n: u64 = t.ne.iter().product();
+    if n as usize != want {
+        return Err(format!("{name} has {n} values, expected {want}"));
+    }
+    let mut buf = vec![0u8; t.size_bytes as usize];
+    let f = std::fs::File::open(gguf.path()).map_err(|e| e.to_string())?;
+    f.read_exact_at(&mut buf, t.file_offset)
+        .map_err(|e| format!("read {name}: {e}"))?;
+    dequantize(t.ggml_type, &buf, n).map_err(|e| e.to_string())
+}
+
+impl Predictor {
+    /// Load the routers (`ffn_gate_inp`) and norms (`ffn_norm`) of every layer;
+    /// routing `k` experts per token.
+    pub fn load(path: &Path, layout: &MoeLayout, k: u32) -> Result<Self, StreamError> {
+        let fail = |msg: String| StreamError::Predict(format!("{}: {msg}", path.display()));
+        let gguf = GgufFile::open(path).map_err(|e| fail(e.to_string()))?;
+        let n_layer = layout.n_layer as usize;
+        let n_expert = layout.n_expert as usize;
+        let n_embd = gguf
+            .arch_int("embedding_length")
+            .ok_or_else(|| fail("no embedding_length".into()))? as usize;
+        let mut router = Vec::with_capacity(n_layer);
+        let mut norm = Vec::with_capacity(n_layer);
+        for l in 0..n_layer {
+            router.push(
+                read_f32(
+                    &gguf,
+                    &format!("blk.{l}.ffn_gate_inp.weight"),
+                    n_embd * n_expert,
+                )
+                .map_err(fail)?,
+            );
+            norm.push(read_f32(&gguf, &format!("blk.{l}.ffn_norm.weight"), n_embd).map_err(fail)?);
+        }
+        let ratio = (0..n_layer)
+            .map(|l| match norm.get(l + 1) {
+                Some(next) => norm[l]
+                    .iter()
+                    .zip(next)
+                    .map(|(&a, &b)| if a != 0.0 { b / a } else { 0.0 })
+                    .collect(),
+                None => Vec::new(),
+            })
+            .collect();
+        Ok(Self {
+            n_embd,
+            n_expert,
+            k: k.max(1) as usize,
+            router,
+            ratio,
+        })
+    }
+
+    pub fn n_embd(&self) -> usize {
+        self.n_embd
+    }
+
+    /// Guess layer `layer + 1`'s experts from layer `layer`'s MoE input row `x`
+    /// (length n_embd). Returns false (and leaves `out` empty) when there is no
+    /// next layer or the row has the wrong length.
+    pub fn predict_next(&self, layer: u32, x: &[f32], out: &mut Vec<u32>) -> bool {
+        out.clear();
+        let l = layer as usize;
+        let (Some(ratio), Some(w)) = (self.ratio.get(l), self.router.get(l + 1)) else {
+            return false;
+        };
+        if ratio.is_empty() || x.len() != self.n_embd {
+            return false;
+        }
+        let h: Vec<f32> = x.iter().zip(ratio).map(|(a, r)| a * r).collect();
+        let mut scores: Vec<(f32, u32)> = (0..self.n_expert)
+            .map(|e| {
+                let row = &w[e * self.n_embd..(e + 1) * self.n_embd];
+                let s: f32 = row.iter().zip(&h).map(|(a, b)| a * b).sum();
+                (s, e as u32)
+            })
+            .collect();
+        scores.sort_by(|a, b| b.0.total_cmp(&a.0));
+        out.extend(scores.iter().take(self.k).map(|&(_, e)| e));
+        out.sort_unstable();
+        true
+    }
+}
