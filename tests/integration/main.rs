@@ -5,6 +5,8 @@ mod common;
 mod errors;
 mod eval_hook;
 mod fixtures;
+mod prefetch;
 mod run;
 mod stream;
 mod telemetry;
+mod tracing;

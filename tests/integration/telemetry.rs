@@ -68,6 +68,28 @@ fn csv_rows_trailer_and_done_line_agree() {
     for (name, extra) in [
         ("stream", vec!["--cache-mb", "64"]),
         ("resident", vec!["--resident"]),
+        (
+            "stream-prefetch",
+            vec![
+                "--cache-mb",
+                "0",
+                "--overlap",
+                "--prefetch",
+                "1",
+                "--predict-prefetch",
+            ],
+        ),
+        (
+            "stream-lossy",
+            vec![
+                "--cache-mb",
+                "0",
+                "--drop-cold-experts",
+                "0.75",
+                "--n-expert-used",
+                "1",
+            ],
+        ),
     ] {
         let csv = dir.path().join(format!("{name}.csv"));
         let mut args = vec![
@@ -103,15 +125,29 @@ fn csv_rows_trailer_and_done_line_agree() {
             "o_direct",
             "overlap",
             "prefetch",
+            "predict_prefetch",
             "dense_weights",
             "drop_cold_frac",
+            "n_expert_used_model",
             "lossy",
             "spec",
             "spec_draft_max",
         ] {
             assert!(c.preamble.contains_key(k), "{name}: preamble lacks {k}");
         }
-        assert_eq!(c.preamble["mode"], name);
+        assert_eq!(c.preamble["mode"], name.split('-').next().unwrap());
+        assert_eq!(
+            c.preamble["lossy"],
+            (name == "stream-lossy" as &str)
+                .then_some("1")
+                .unwrap_or("0")
+        );
+        if name == "stream-prefetch" {
+            assert_eq!(c.preamble["prefetch"], "1");
+            assert_eq!(c.preamble["predict_prefetch"], "1");
+            assert_eq!(c.preamble["overlap"], "1");
+        }
+        assert_eq!(c.columns.len(), bmoe_actors::telemetry::COLUMNS.len());
         // One row per generated token.
         let generated: usize = err
             .lines()
@@ -131,9 +167,17 @@ fn csv_rows_trailer_and_done_line_agree() {
         assert_eq!(c.trailer["read_bytes_total"], total.to_string());
         assert_eq!(done_value(done, "read_bytes_total"), total.to_string());
         assert_eq!(c.trailer["aborted"], "0");
-        if name == "stream" {
+        for key in ["prefetch_bytes", "dropped_experts"] {
+            let sum = col_sum(&c, key);
+            assert_eq!(c.trailer[key], sum.to_string(), "{name}: {key}");
+            assert_eq!(done_value(done, key), sum.to_string(), "{name}: {key}");
+        }
+        if name.starts_with("stream") {
             assert!(total > 0);
         }
+        // `bmoe compare` reads every mode's CSV.
+        let cmp = bmoe(&["compare", csv.to_str().unwrap()]);
+        assert!(cmp.status.success(), "{}", stderr(&cmp));
     }
 }
 
@@ -231,4 +275,60 @@ fn an_interrupted_run_keeps_its_csv_with_an_aborted_trailer() {
         .find(|l| l.starts_with("BMOE_DONE "))
         .expect("BMOE_DONE");
     assert_eq!(done_value(done, "aborted"), "1");
+}
+
+#[test]
+fn compare_puts_runs_side_by_side_and_refuses_mixed_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for (name, cache) in [("a", "0"), ("b", "64")] {
+        let csv = dir.path().join(format!("{name}.csv"));
+        let o = bmoe(&[
+            "run",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "10",
+            "--cache-mb",
+            cache,
+            "--csv",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        paths.push(csv);
+    }
+    let a = paths[0].to_str().unwrap();
+    let b = paths[1].to_str().unwrap();
+    let o = bmoe(&["compare", a, b]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains("tok/s [95% CI]"), "{out}");
+    assert!(out.contains(&format!("1: {a} cache_mb=0")), "{out}");
+    assert!(out.contains(&format!("2: {b} cache_mb=64")), "{out}");
+    assert!(
+        !out.contains("io_threads="),
+        "only differing keys in the legend: {out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("| 1 |")).expect("row 1");
+    // MiB/token of the cache-0 run: 30 layers x top-2 x 3 x 552960 B = 94.92 MiB.
+    assert!(row.contains("| 94.92 |"), "{row}");
+    // A speculated run is not compared with a plain one without --mixed.
+    let spec = dir.path().join("spec.csv");
+    let text = std::fs::read_to_string(&paths[1])
+        .unwrap()
+        .replace("# spec=off", "# spec=ngram");
+    std::fs::write(&spec, text).unwrap();
+    let o = bmoe(&["compare", a, spec.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--mixed"), "{}", stderr(&o));
+    let o = bmoe(&["compare", a, spec.to_str().unwrap(), "--mixed"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Not a telemetry CSV: a clear error naming the file and line.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "hello\n").unwrap();
+    let o = bmoe(&["compare", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad.csv:1"), "{}", stderr(&o));
 }
