@@ -134,7 +134,6 @@ pub struct StreamHook {
     /// `--predict-prefetch`: the routers, and the guesses not yet judged.
     predictor: Option<Arc<Predictor>>,
     predicted: HashMap<u32, Vec<u32>>,
-    guess: Vec<u32>,
     row: Vec<f32>,
     /// `--drop-cold-experts F` (0: off).
     drop_frac: f32,
@@ -202,7 +201,6 @@ impl StreamHook {
             prefetch_bytes_seen: 0,
             predictor: None,
             predicted: HashMap::new(),
-            guess: Vec::new(),
             row: Vec::new(),
             drop_frac: 0.0,
             drop_zero: Vec::new(),
@@ -402,20 +400,24 @@ impl StreamHook {
         } else {
             Vec::new()
         };
+        let hint = if single {
+            self.predict_next(node, layer)
+        } else {
+            None
+        };
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
-        let res = if !droppable.is_empty() {
-            self.client
-                .demand_dropping(layer, &self.union, &droppable, self.overlap)
-        } else if self.overlap {
-            self.client.demand_gate_up(layer, &self.union)
-        } else {
-            self.client.demand(layer, &self.union)
-        };
+        let res = self.client.demand_with(
+            layer,
+            &self.union,
+            &droppable,
+            self.overlap,
+            hint.as_ref().map(|g| (layer + 1, g.as_slice())),
+        );
         drop(_g);
-        if single && res.is_ok() {
-            self.predict_next(node, layer);
+        if let Some(g) = hint {
+            self.predicted.insert(layer + 1, g);
         }
         match res {
             Ok(r) => {
@@ -583,23 +585,16 @@ impl StreamHook {
         self.drop_layer = None;
     }
 
-    /// Guess layer L+1's experts from layer L's MoE input and hint the flash actor.
-    fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) {
-        let Some(p) = self.predictor.clone() else {
-            return;
-        };
-        let Some(input) = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1)) else {
-            return;
-        };
+    /// Guess layer L+1's experts from layer L's MoE input (best first).
+    fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) -> Option<Vec<u32>> {
+        let p = self.predictor.clone()?;
+        let input = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1))?;
         if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
-            return;
+            return None;
         }
-        let mut guess = std::mem::take(&mut self.guess);
-        if p.predict_next(layer, &self.row, &mut guess) {
-            self.client.prefetch(layer + 1, &guess);
-            self.predicted.insert(layer + 1, guess.clone());
-        }
-        self.guess = guess;
+        let mut guess = Vec::with_capacity(self.k);
+        p.predict_next(layer, &self.row, &mut guess)
+            .then_some(guess)
     }
 
     fn open_segment(&mut self, after: &str) {

@@ -90,7 +90,7 @@ impl Predictor {
     }
 
     /// Guess layer `layer + 1`'s experts from layer `layer`'s MoE input row `x`
-    /// (length n_embd). Returns false (and leaves `out` empty) when there is no
+    /// (length n_embd), best guess first. Returns false (and leaves `out` empty) when there is no
     /// next layer or the row has the wrong length.
     pub fn predict_next(&self, layer: u32, x: &[f32], out: &mut Vec<u32>) -> bool {
         out.clear();
@@ -110,8 +110,8 @@ impl Predictor {
             })
             .collect();
         scores.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Most confident first: that is the order the flash actor reads them in.
         out.extend(scores.iter().take(self.k).map(|&(_, e)| e));
-        out.sort_unstable();
         true
     }
 }

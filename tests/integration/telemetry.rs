@@ -138,9 +138,7 @@ fn csv_rows_trailer_and_done_line_agree() {
         assert_eq!(c.preamble["mode"], name.split('-').next().unwrap());
         assert_eq!(
             c.preamble["lossy"],
-            (name == "stream-lossy" as &str)
-                .then_some("1")
-                .unwrap_or("0")
+            if name == "stream-lossy" { "1" } else { "0" }
         );
         if name == "stream-prefetch" {
             assert_eq!(c.preamble["prefetch"], "1");

@@ -195,18 +195,25 @@ impl FlashClient {
             .map_err(|_| FlashError::Stopped("request channel closed".into()))
     }
 
-    /// Serve a demand where the `droppable` experts may be skipped when they
-    /// are not resident (`--drop-cold-experts`); the reply lists the skipped
-    /// ones. `split` as in [`demand_gate_up`](Self::demand_gate_up).
-    pub fn demand_dropping(
+    /// The general demand: the `droppable` experts may be skipped when they
+    /// are not resident (`--drop-cold-experts`; the reply lists the skipped
+    /// ones), `split` as in [`demand_gate_up`](Self::demand_gate_up), and a
+    /// read-ahead `hint` (layer, experts) queued right behind the demand, so
+    /// the flash actor starts on it as soon as the demand is served, without
+    /// waiting to be woken while the compute threads hold every core.
+    pub fn demand_with(
         &mut self,
         layer: u32,
         experts: &[u32],
         droppable: &[u32],
         split: bool,
+        hint: Option<(u32, &[u32])>,
     ) -> Result<DemandReply, FlashError> {
         self.wait_down()?;
         self.send(layer, experts, droppable, split)?;
+        if let Some((l, e)) = hint {
+            self.prefetch(l, e);
+        }
         let r = self.recv()?;
         self.down_pending = split;
         Ok(r)
@@ -325,7 +332,11 @@ impl Flash {
             history: vec![Vec::new(); n_layer],
             queue: VecDeque::new(),
             prefetched: HashMap::new(),
+            spares: VecDeque::new(),
+            spare_cap: 0,
         };
+        let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
+        state.spare_cap = (SPARE_MAX_BYTES / max_slot).max(4) as usize;
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())
             .spawn(move || state.run(rx))
@@ -422,7 +433,14 @@ struct Actor {
     queue: VecDeque<SlotKey>,
     /// Read by prefetch, not yet judged by a demand of their layer: bytes.
     prefetched: HashMap<SlotKey, u64>,
+    /// Evicted slots whose pages are kept (oldest first) to be moved under the
+    /// next misses, so a read never lands on fresh pages (a fault per page).
+    spares: VecDeque<SlotKey>,
+    spare_cap: usize,
 }
+
+/// Evicted pages kept for reuse, at most (they count in RSS, not in the cache).
+pub const SPARE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 impl Actor {
     /// Serve messages in order; while prefetch work is queued and no message
@@ -599,7 +617,14 @@ impl Actor {
 
     fn evict(&mut self, keys: &[SlotKey]) {
         self.note_evicted(keys);
+        // Keep the pages for the next misses; release what exceeds the cap.
         for k in keys {
+            if !self.spares.contains(k) {
+                self.spares.push_back(*k);
+            }
+        }
+        while self.spares.len() > self.spare_cap {
+            let k = self.spares.pop_front().expect("non-empty");
             for p in 0..N_PROJ as u8 {
                 self.arena.release(k.layer, p, k.expert);
             }
@@ -701,19 +726,40 @@ impl Actor {
         };
         self.note_evicted(&evict[..pairs]);
         for (e, m) in evict.iter().zip(misses).take(pairs) {
-            for p in 0..N_PROJ as u8 {
-                if !self
-                    .arena
-                    .move_slot(p, (e.layer, e.expert), (m.layer, m.expert))
-                {
-                    self.arena.release(e.layer, p, e.expert);
-                }
-            }
+            self.spares.retain(|s| s != e && s != m);
+            self.move_pages(*e, *m);
         }
         self.counters
             .evictions
             .fetch_add(pairs as u64, Ordering::Relaxed);
+        // Misses left without an evicted partner take kept pages.
+        for m in &misses[pairs..] {
+            if let Some(i) = self.spares.iter().position(|s| s == m) {
+                // Its own old pages are still in place.
+                self.spares.remove(i);
+                continue;
+            }
+            if !recycle {
+                continue;
+            }
+            if let Some(s) = self.spares.pop_back() {
+                self.move_pages(s, *m);
+            }
+        }
         self.evict(&evict[pairs..]);
+    }
+
+    /// Move the pages of slot `from` (no longer cached) under slot `to` (a miss
+    /// about to be read); a projection that cannot move is released instead.
+    fn move_pages(&self, from: SlotKey, to: SlotKey) {
+        for p in 0..N_PROJ as u8 {
+            if !self
+                .arena
+                .move_slot(p, (from.layer, from.expert), (to.layer, to.expert))
+            {
+                self.arena.release(from.layer, p, from.expert);
+            }
+        }
     }
 
     /// Read the `projs` slices of every miss.

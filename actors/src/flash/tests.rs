@@ -264,15 +264,20 @@ fn prefetch_hints_and_cold_drops() {
     });
     // Droppable expert 2 is resident (prefetched): kept; expert 3 is a miss: dropped.
     let r = client
-        .demand_dropping(1, &[1, 2, 3], &[2, 3], false)
+        .demand_with(1, &[1, 2, 3], &[2, 3], false, Some((2, &[1])))
         .unwrap();
     assert_eq!(r.dropped, vec![3]);
     assert_eq!((r.hits, r.misses), (2, 0));
     assert_eq!(c.dropped_experts.load(Ordering::Relaxed), 1);
     assert_eq!(c.prefetch_useful_bytes.load(Ordering::Relaxed), 6 * slice);
+    // The hint sent behind the demand is read ahead for layer 2.
+    wait_for("hint behind a demand", || {
+        c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed) == 9 * slice
+    });
     // Out-of-range hints are ignored, not fatal.
     client.prefetch(2, &[99]);
-    client.demand(2, &[0]).unwrap();
+    let r = client.demand(2, &[1]).unwrap();
+    assert_eq!(r.hits, 1);
     drop(client);
     assert!(flash.shutdown(Duration::from_secs(5)));
 }
