@@ -30,13 +30,13 @@ cell c0-overlap --cache-mb 0 --overlap
 cell c0-prefetch1 --cache-mb 0 --overlap --prefetch 1
 cell c0-predict --cache-mb 0 --predict-prefetch
 cell c0-overlap-predict --cache-mb 0 --overlap --predict-prefetch
-cell c0-overlap-predict-t2 --cache-mb 0 --overlap --predict-prefetch -t 2
+cell c0-overlap-predict-t1 --cache-mb 0 --overlap --predict-prefetch -t 1
 cell c0-serial-2 --cache-mb 0
 cell resident-2 --resident
 cell c25-serial --cache-mb "$C25"
 cell c25-overlap --cache-mb "$C25" --overlap
 cell c25-prefetch1 --cache-mb "$C25" --overlap --prefetch 1
-cell c25-prefetch2 --cache-mb "$C25" --overlap --prefetch 2
+cell c25-predict --cache-mb "$C25" --predict-prefetch
 cell c25-overlap-predict --cache-mb "$C25" --overlap --predict-prefetch
 cell c25-serial-2 --cache-mb "$C25"
 cell c0-drop075 --cache-mb 0 --drop-cold-experts 0.75
@@ -47,9 +47,9 @@ for f in "$OUT"/c*.out; do
 done | tee -a "$OUT/README.txt"
 $BMOE compare "$OUT"/resident-1.csv "$OUT"/resident-2.csv "$OUT"/resident-3.csv \
   "$OUT"/c0-serial.csv "$OUT"/c0-serial-2.csv "$OUT"/c0-overlap.csv "$OUT"/c0-prefetch1.csv \
-  "$OUT"/c0-predict.csv "$OUT"/c0-overlap-predict.csv "$OUT"/c0-overlap-predict-t2.csv >"$OUT/compare-cache0.md"
+  "$OUT"/c0-predict.csv "$OUT"/c0-overlap-predict.csv "$OUT"/c0-overlap-predict-t1.csv >"$OUT/compare-cache0.md"
 $BMOE compare "$OUT"/c25-serial.csv "$OUT"/c25-serial-2.csv "$OUT"/c25-overlap.csv \
-  "$OUT"/c25-prefetch1.csv "$OUT"/c25-prefetch2.csv "$OUT"/c25-overlap-predict.csv >"$OUT/compare-cache25.md"
+  "$OUT"/c25-prefetch1.csv "$OUT"/c25-predict.csv "$OUT"/c25-overlap-predict.csv >"$OUT/compare-cache25.md"
 $BMOE compare "$OUT"/c0-serial.csv "$OUT"/c0-drop075.csv "$OUT"/c0-top2.csv >"$OUT/compare-lossy.md"
 # A 16-token Perfetto trace of the best lossless cache-0 recipe.
 $BMOE run -m "$MODEL" -p "$PROMPT" -n 16 --cache-mb 0 --overlap --predict-prefetch \

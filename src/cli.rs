@@ -65,8 +65,7 @@ pub struct RunArgs {
     /// Wrap the prompt in the model's own chat template.
     #[arg(long)]
     pub chat: bool,
-    /// Compute threads (default: all cores; one fewer for streamed runs that read
-    /// ahead (--overlap, --prefetch, --predict-prefetch), leaving a core to the I/O).
+    /// Compute threads (default: all cores).
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
     /// Context size in tokens.

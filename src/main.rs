@@ -205,17 +205,7 @@ fn run(args: RunArgs) -> Result<()> {
         prompt,
         chat: args.chat,
         n_predict: args.n_predict,
-        threads: args.threads.unwrap_or_else(|| {
-            // Reads that overlap compute need a core of their own: on a small
-            // host the kernel's I/O work otherwise slows every matmul.
-            let reads_ahead = args.overlap || args.prefetch > 0 || args.predict_prefetch;
-            let all = llama::default_threads();
-            if reads_ahead && !args.resident {
-                all.saturating_sub(1).max(1)
-            } else {
-                all
-            }
-        }),
+        threads: args.threads.unwrap_or_else(llama::default_threads),
         n_ctx: args.ctx,
         mode,
         stream_explicit: args.moe_stream,

@@ -65,7 +65,13 @@ pub struct ExpertCache {
     resident_bytes: u64,
     peak_resident_bytes: u64,
     tick: u64,
+    /// Ticks handed to demoted slots count down from below the first normal
+    /// tick, so demoted slots are always the least recently used.
+    cold_tick: u64,
 }
+
+/// First LRU tick of a normally used slot (demoted ones sit below it).
+const TICK_BASE: u64 = 1 << 40;
 
 impl ExpertCache {
     pub fn new(budget_bytes: u64, slot_bytes: Vec<u64>) -> Self {
@@ -77,7 +83,8 @@ impl ExpertCache {
             pinned: Default::default(),
             resident_bytes: 0,
             peak_resident_bytes: 0,
-            tick: 0,
+            tick: TICK_BASE,
+            cold_tick: TICK_BASE - 1,
         }
     }
 
@@ -208,6 +215,19 @@ impl ExpertCache {
             }
         }
         self.evict_to(self.budget_bytes)
+    }
+
+    /// Move resident `keys` to the cold end of the LRU (evicted first), e.g.
+    /// prefetched slots their layer's demand did not use.
+    pub fn demote(&mut self, keys: &[SlotKey]) {
+        for k in keys {
+            if let Some(e) = self.entries.get_mut(k) {
+                self.lru.remove(&e.tick);
+                self.cold_tick -= 1;
+                e.tick = self.cold_tick;
+                self.lru.insert(self.cold_tick, *k);
+            }
+        }
     }
 
     /// Keys `requester` has pinned.
@@ -359,6 +379,19 @@ mod tests {
     }
 
     #[test]
+    fn demoted_slots_are_evicted_first() {
+        let mut c = ExpertCache::new(300, vec![100; 2]);
+        c.request(Requester::Verify, &[k(0, 0), k(0, 1), k(0, 2)]);
+        c.release(Requester::Verify);
+        // k(0, 2) is the most recent; demoting it makes it the first to go.
+        c.demote(&[k(0, 2)]);
+        let p = c.request(Requester::Verify, &[k(1, 0)]);
+        assert_eq!(p.evict, vec![k(0, 2)]);
+        let p = c.request(Requester::Verify, &[k(1, 1)]);
+        assert_eq!(p.evict, vec![k(0, 0)], "then plain LRU order");
+    }
+
+    #[test]
     fn admit_never_evicts() {
         let mut c = ExpertCache::new(250, vec![100; 3]);
         c.request(Requester::Verify, &[k(0, 0)]);
@@ -395,6 +428,8 @@ mod tests {
                     c.admit(&keys);
                 } else if next() % 17 == 0 {
                     c.release(who);
+                } else if next() % 11 == 0 {
+                    c.demote(&keys);
                 } else if next() % 7 == 0 {
                     let evicted = c.release_layer(who, layer);
                     assert!(c.pinned(who).iter().all(|p| p.layer != layer));

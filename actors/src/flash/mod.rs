@@ -521,15 +521,19 @@ impl Actor {
             .filter(|k| k.layer == layer)
             .copied()
             .collect();
+        let mut unused = Vec::new();
         for k in judged {
             let bytes = self.prefetched.remove(&k).unwrap_or(0);
             let c = if experts.contains(&k.expert) {
                 &self.counters.prefetch_useful_bytes
             } else {
+                unused.push(k);
                 &self.counters.prefetch_wasted_bytes
             };
             c.fetch_add(bytes, Ordering::Relaxed);
         }
+        // A wrong guess must not push useful slots out of the cache.
+        self.cache.demote(&unused);
         let evicted = self.cache.release_layer(Requester::Prefetch, layer);
         self.evict(&evicted);
         if self.prefetch_max_experts == 0 || experts.len() <= self.prefetch_max_experts as usize {
