@@ -106,6 +106,10 @@ pub struct RunArgs {
     /// is below F x (1/k); its weight is zeroed and the rest renormalized. 0 is off.
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     pub drop_cold_experts: f32,
+    /// Testing only: read experts with pread through seeded faults, e.g.
+    /// `seed=1,eio=0.001,short=0.05,eagain=0.05,slow=0.01,slow_ms=5`.
+    #[arg(long, hide = true, value_name = "SPEC")]
+    pub inject_faults: Option<bmoe_actors::flash::FaultPlan>,
     /// LOSSY: route each token to K experts instead of the model's count.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub n_expert_used: Option<u32>,

@@ -345,6 +345,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     drop(sink);
     let elapsed: Duration = t0.elapsed();
     let stream_error = stats.as_ref().and_then(|s| s.borrow().error.clone());
+    let stats_error = stream_error.is_some();
+    if let Some(c) = streamer.as_ref().and_then(|s| s.0.faults.as_ref()) {
+        notes.push(c.summary());
+    }
     let failure = match (&res, stream_error) {
         (_, Some(e)) if abort.load(Ordering::SeqCst) => Some(EngineError::Streaming(e)),
         (Ok(_), _) => None,
@@ -364,9 +368,12 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failure {
-        return Err(match res {
-            Err(e) => e.into(),
-            Ok(_) => f,
+        // The first error wins: a streaming failure makes llama_decode fail
+        // too, but the cause is the streaming error.
+        return Err(match (res, f) {
+            (_, f @ EngineError::Streaming(_)) if stats_error => f,
+            (Err(e), _) => e.into(),
+            (Ok(_), f) => f,
         });
     }
     finished?;

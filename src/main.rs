@@ -198,6 +198,7 @@ fn run(args: RunArgs) -> Result<()> {
             prefetch: args.prefetch,
             predict_prefetch: args.predict_prefetch,
             drop_cold: args.drop_cold_experts,
+            faults: args.inject_faults.clone(),
         })
     };
     let cfg = RunConfig {

@@ -317,11 +317,15 @@ impl StreamHook {
         }
     }
 
+    /// Record the first error (later ones are its consequences: logged at
+    /// debug) and abort the decode.
     fn fail(&mut self, msg: String) {
-        tracing::error!("{msg}");
         let mut s = self.stats.borrow_mut();
         if s.error.is_none() {
+            tracing::error!("{msg}");
             s.error = Some(msg);
+        } else {
+            tracing::debug!("after the first error: {msg}");
         }
         self.abort.store(true, Ordering::SeqCst);
     }

@@ -15,7 +15,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bmoe_actors::cache::Requester;
-use bmoe_actors::flash::{Flash, FlashConfig, FlashError, TensorSpec};
+use bmoe_actors::flash::{
+    FaultCounts, FaultPlan, FaultySource, Flash, FlashConfig, FlashError, PreadReader, TensorSpec,
+};
 
 pub use hook::{DenseAnon, SharedStats, StepStats, StreamHook};
 use memory::FileMapping;
@@ -134,6 +136,8 @@ pub struct StreamConfig {
     pub predict_prefetch: bool,
     /// `--drop-cold-experts F` (lossy; 0 is off).
     pub drop_cold: f32,
+    /// Test-only `--inject-faults`: read through a fault-injecting pread reader.
+    pub faults: Option<FaultPlan>,
 }
 
 impl Default for StreamConfig {
@@ -148,6 +152,7 @@ impl Default for StreamConfig {
             prefetch: 0,
             predict_prefetch: false,
             drop_cold: 0.0,
+            faults: None,
         }
     }
 }
@@ -220,6 +225,8 @@ pub struct Streamer {
     k: u32,
     predictor: Option<Arc<Predictor>>,
     drop_cold: f32,
+    /// What `--inject-faults` injected (None without it).
+    pub faults: Option<Arc<FaultCounts>>,
 }
 
 impl Streamer {
@@ -237,18 +244,36 @@ impl Streamer {
             });
         }
         let budget_bytes = resolve_cache_bytes(cfg, layout, memory::mem_available_bytes())?;
-        let flash = Flash::spawn(
-            model_path,
-            specs(layout),
-            FlashConfig {
-                budget_bytes,
-                queue_depth: cfg.io_threads,
-                o_direct: cfg.o_direct,
-                prefetch_layers: cfg.prefetch,
-                prefetch_max_experts: k,
-                ..FlashConfig::default()
-            },
-        )?;
+        let flash_cfg = FlashConfig {
+            budget_bytes,
+            queue_depth: cfg.io_threads,
+            o_direct: cfg.o_direct,
+            prefetch_layers: cfg.prefetch,
+            prefetch_max_experts: k,
+            ..FlashConfig::default()
+        };
+        let mut fault_counts = None;
+        let flash = match &cfg.faults {
+            None => Flash::spawn(model_path, specs(layout), flash_cfg)?,
+            Some(plan) => {
+                let src = FaultySource::open(model_path, plan.clone()).map_err(|source| {
+                    FlashError::Open {
+                        path: model_path.to_path_buf(),
+                        source,
+                    }
+                })?;
+                fault_counts = Some(src.counts());
+                let max_slice = layout
+                    .experts
+                    .iter()
+                    .map(|e| e.slice_bytes)
+                    .max()
+                    .unwrap_or(0);
+                let reader = PreadReader::new(Box::new(src), model_path, max_slice)?;
+                let note = format!("fault injection on ({plan:?}): reading with pread");
+                Flash::spawn_with_reader(Box::new(reader), vec![note], specs(layout), flash_cfg)?
+            }
+        };
         let notes = flash.notes().to_vec();
         let predictor = if cfg.predict_prefetch {
             Some(Arc::new(Predictor::load(model_path, layout, k)?))
@@ -264,6 +289,7 @@ impl Streamer {
             k,
             predictor,
             drop_cold: cfg.drop_cold,
+            faults: fault_counts,
         })
     }
 

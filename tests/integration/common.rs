@@ -93,3 +93,47 @@ pub fn summary_number(err: &str, prefix: &str, key: &str) -> f64 {
         .parse()
         .unwrap_or_else(|_| panic!("number after {key} in {line}"))
 }
+
+/// Run the bmoe binary, failing the test if it has not exited after `secs`
+/// (a hang is a defect, not a slow test).
+pub fn bmoe_within(args: &[&str], secs: u64) -> Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(args)
+        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe");
+    // Drain both pipes on threads so a chatty child never blocks on a full pipe.
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("bmoe {args:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: t_out.join().expect("stdout thread"),
+        stderr: t_err.join().expect("stderr thread"),
+    }
+}

@@ -4,6 +4,7 @@
 mod common;
 mod errors;
 mod eval_hook;
+mod faults;
 mod fixtures;
 mod prefetch;
 mod run;

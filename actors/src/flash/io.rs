@@ -125,7 +125,7 @@ pub fn open_reader(
             notes.push(format!("io_uring unavailable ({e}); using pread"));
             Ok((
                 Box::new(PreadReader {
-                    file,
+                    file: Box::new(file),
                     path: path.to_path_buf(),
                     direct,
                     bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)?,
@@ -391,12 +391,43 @@ impl SliceReader for UringReader {
     }
 }
 
-/// Synchronous fallback when io_uring is not available.
+/// Where a [`PreadReader`] gets its bytes: the model file, or a
+/// fault-injecting wrapper ([`super::FaultySource`]) in tests.
+pub trait RawSource: Send {
+    /// Like `pread`: may return fewer bytes than asked, or fail.
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
+}
+
+impl RawSource for File {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+}
+
+/// Synchronous reader (the fallback when io_uring is not available, and the
+/// reader under fault injection): short reads completed, EAGAIN/EINTR retried
+/// at most `MAX_RETRIES` times in a row, anything else stops with the error.
 pub struct PreadReader {
-    file: File,
+    file: Box<dyn RawSource>,
     path: PathBuf,
     direct: bool,
     bounce: Bounce,
+}
+
+impl PreadReader {
+    /// A buffered (not O_DIRECT) reader over `source`, for slices up to `max_slice_bytes`.
+    pub fn new(
+        source: Box<dyn RawSource>,
+        path: &Path,
+        max_slice_bytes: u64,
+    ) -> Result<Self, FlashError> {
+        Ok(Self {
+            file: source,
+            path: path.to_path_buf(),
+            direct: false,
+            bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)?,
+        })
+    }
 }
 
 // SAFETY: owned by the flash actor's thread only.
@@ -422,6 +453,7 @@ impl SliceReader for PreadReader {
             let buf = unsafe { std::slice::from_raw_parts_mut(dst, len as usize) };
             let mut done = 0usize;
             let needed = (op.file_offset + op.len - off) as usize;
+            let mut retries = 0u32;
             while done < needed {
                 match self.file.read_at(&mut buf[done..], off + done as u64) {
                     Ok(0) => {
@@ -431,10 +463,23 @@ impl SliceReader for PreadReader {
                         })
                     }
                     Ok(n) => {
+                        if done + n < needed {
+                            stats.retries += 1; // a short read: ask for the rest
+                        }
                         done += n;
                         stats.device_bytes += n as u64;
+                        retries = 0;
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => stats.retries += 1,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                        ) && retries < MAX_RETRIES =>
+                    {
+                        retries += 1;
+                        stats.retries += 1;
+                        std::thread::sleep(Duration::from_micros(50 << retries.min(6)));
+                    }
                     Err(e) => {
                         return Err(FlashError::Read {
                             path: self.path.clone(),

@@ -3,6 +3,7 @@
 //! under the byte budget, and counts bytes, hits and misses per requester.
 
 mod arena;
+mod fault;
 mod io;
 mod probe;
 
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
-pub use io::{open_reader, PreadReader, ReadOp, ReadStats, SliceReader, UringReader};
+pub use fault::{FaultCounts, FaultPlan, FaultySource};
+pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader, UringReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
 
 use crate::cache::{ExpertCache, Requester, SlotKey};
@@ -49,6 +51,9 @@ pub enum FlashError {
     Config(String),
     #[error("the flash actor has stopped: {0}")]
     Stopped(String),
+    /// A demand the actor could not serve (its reads failed); the actor goes on.
+    #[error("{0}")]
+    Failed(String),
     #[error("layer {layer} expert {expert} is not a streamed expert of this model")]
     UnknownExpert { layer: u32, expert: u32 },
 }
@@ -237,7 +242,7 @@ impl FlashClient {
         self.reply_rx
             .recv()
             .map_err(|_| FlashError::Stopped("no reply".into()))?
-            .map_err(FlashError::Stopped)
+            .map_err(FlashError::Failed)
     }
 
     /// Block until `experts` of `layer` are resident (and pinned for this requester).
