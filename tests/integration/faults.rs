@@ -87,3 +87,61 @@ fn a_bad_fault_spec_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("probability"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_model_truncated_while_running_stops_the_run_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("model.gguf");
+    std::fs::copy(e8k2(), &copy).unwrap();
+    // Dense weights in anonymous memory: after the prefill nothing but the
+    // expert reads touches the file (a mapped page past a new end of file
+    // would be SIGBUS, which docs/reliability.md lists as not handled).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args([
+            "run",
+            "-m",
+            copy.to_str().unwrap(),
+            "-p",
+            PROMPT,
+            "-n",
+            "200",
+            "--cache-mb",
+            "0",
+            "--dense-weights",
+            "anon",
+            "--progress",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a progress line").unwrap();
+    assert!(first.starts_with("BMOE_PROGRESS"), "{first}");
+    let f = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+    f.set_len(64 << 20).unwrap();
+    drop(f);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed().as_secs() < 120, "no exit after the truncation");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("truncated or replaced while running"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        rest.len() < 199,
+        "the run stopped early ({} more lines)",
+        rest.len()
+    );
+    let done = rest.iter().find(|l| l.starts_with("BMOE_DONE"));
+    assert!(done.is_none_or(|d| d.contains("\"aborted\":1")), "{done:?}");
+}
