@@ -147,31 +147,7 @@ impl ExpertCache {
                 e.pins = e.pins.saturating_sub(1);
             }
         }
-        let mut plan = Plan::default();
-        let mut pins = Vec::with_capacity(keys.len());
-        for &k in keys {
-            if pins.contains(&k) {
-                continue;
-            }
-            pins.push(k);
-            let bytes = self.bytes(k);
-            match self.entries.entry(k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    plan.hits.push(k);
-                    e.get_mut().pins += 1;
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    plan.misses.push(k);
-                    v.insert(Entry { tick: 0, pins: 1 });
-                    self.resident_bytes += bytes;
-                }
-            }
-            self.touch(k);
-        }
-        self.pinned[requester.index()] = pins;
-        plan.evict = self.evict_to(self.budget_bytes);
-        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-        plan
+        self.request_more(requester, keys)
     }
 
     /// `requester` also needs `keys`, keeping its earlier pins (prefetch over a

@@ -137,3 +137,27 @@ pub fn bmoe_within(args: &[&str], secs: u64) -> Output {
         stderr: t_err.join().expect("stderr thread"),
     }
 }
+
+/// The prose prompt of the streaming tests.
+pub const PROSE: &str = "Once upon a time, in a small village by the sea, there lived";
+
+/// A library run of E8K2 on the prose prompt (2 threads, 512 context).
+pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig {
+    bmoe::engine::RunConfig {
+        model: e8k2().to_path_buf(),
+        prompt: PROSE.into(),
+        chat: false,
+        n_predict: n,
+        threads: 2,
+        n_ctx: 512,
+        mode,
+        stream_explicit: false,
+        telemetry: Default::default(),
+        n_expert_used: None,
+    }
+}
+
+/// Run [`e8k2_config`] through the engine.
+pub fn e8k2_run(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunReport {
+    bmoe::engine::run(&e8k2_config(mode, n), |_| {}).expect("run")
+}

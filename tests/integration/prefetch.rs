@@ -2,31 +2,10 @@
 //! the drop and the top-k override say what they cut and mark the run lossy.
 
 use bmoe::compare::RunCsv;
-use bmoe::engine::{self, Mode, RunConfig, RunReport};
+use bmoe::engine::Mode;
 use bmoe::stream::{CacheSize, StreamConfig};
 
-use crate::common::{bmoe, e8k2, stderr, stdout, summary_number};
-
-const PROSE: &str = "Once upon a time, in a small village by the sea, there lived";
-
-fn cfg(mode: Mode, n: u32) -> RunConfig {
-    RunConfig {
-        model: e8k2().to_path_buf(),
-        prompt: PROSE.into(),
-        chat: false,
-        n_predict: n,
-        threads: 2,
-        n_ctx: 512,
-        mode,
-        stream_explicit: false,
-        telemetry: Default::default(),
-        n_expert_used: None,
-    }
-}
-
-fn run(mode: Mode, n: u32) -> RunReport {
-    engine::run(&cfg(mode, n), |_| {}).expect("run")
-}
+use crate::common::{bmoe, e8k2, e8k2_run as run, stderr, stdout, summary_number, PROSE};
 
 fn stream(cache_mb: u64, overlap: bool, prefetch: u32, predict: bool) -> Mode {
     Mode::Stream(StreamConfig {

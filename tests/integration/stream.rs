@@ -1,27 +1,12 @@
 //! Expert streaming on real models: byte identity with the resident path,
 //! exact accounting, the memory budget, and the refusals.
 
-use bmoe::engine::{self, Mode, RunConfig, RunReport};
+use bmoe::engine::{self, Mode};
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig};
 
-use crate::common::{bmoe, e8k2, smollm2, stderr, summary_number};
-
-const PROSE: &str = "Once upon a time, in a small village by the sea, there lived";
-
-fn cfg(mode: Mode, n: u32) -> RunConfig {
-    RunConfig {
-        model: e8k2().to_path_buf(),
-        prompt: PROSE.into(),
-        chat: false,
-        n_predict: n,
-        threads: 2,
-        n_ctx: 512,
-        mode,
-        stream_explicit: false,
-        telemetry: Default::default(),
-        n_expert_used: None,
-    }
-}
+use crate::common::{
+    bmoe, e8k2, e8k2_config as cfg, e8k2_run as run, smollm2, stderr, summary_number, PROSE,
+};
 
 fn stream(cache_mb: u64, o_direct: bool) -> Mode {
     Mode::Stream(StreamConfig {
@@ -30,10 +15,6 @@ fn stream(cache_mb: u64, o_direct: bool) -> Mode {
         dense: DenseMode::Warm,
         ..StreamConfig::default()
     })
-}
-
-fn run(mode: Mode, n: u32) -> RunReport {
-    engine::run(&cfg(mode, n), |_| {}).expect("run")
 }
 
 #[test]

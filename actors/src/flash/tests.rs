@@ -96,19 +96,7 @@ fn reading_past_the_end_is_an_error_not_garbage() {
 fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     // Two layers x 3 projections x 4 experts of 8 KiB, laid out contiguously.
     let slice = 8192u64;
-    let f = pattern_file((2 * 3 * 4 * slice) as usize);
-    let mut specs = Vec::new();
-    for layer in 0..2u32 {
-        for proj in 0..3u8 {
-            specs.push(TensorSpec {
-                layer,
-                proj,
-                file_offset: ((layer as u64 * 3 + proj as u64) * 4) * slice,
-                slice_bytes: slice,
-                n_expert: 4,
-            });
-        }
-    }
+    let (f, specs) = layered_specs(2, slice);
     let flash = Flash::spawn(
         f.path(),
         specs.clone(),
@@ -168,11 +156,11 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     assert!(flash.shutdown(Duration::from_secs(5)));
 }
 
-/// Three layers x 3 projections x 4 experts of 8 KiB over a pattern file.
-fn three_layer_specs(slice: u64) -> (tempfile::NamedTempFile, Vec<TensorSpec>) {
-    let f = pattern_file((3 * 3 * 4 * slice) as usize);
+/// `layers` x 3 projections x 4 experts of `slice` bytes over a pattern file.
+fn layered_specs(layers: u32, slice: u64) -> (tempfile::NamedTempFile, Vec<TensorSpec>) {
+    let f = pattern_file((layers as u64 * 3 * 4 * slice) as usize);
     let mut specs = Vec::new();
-    for layer in 0..3u32 {
+    for layer in 0..layers {
         for proj in 0..3u8 {
             specs.push(TensorSpec {
                 layer,
@@ -197,7 +185,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 #[test]
 fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
     let slice = 8192u64;
-    let (f, specs) = three_layer_specs(slice);
+    let (f, specs) = layered_specs(3, slice);
     let flash = Flash::spawn(
         f.path(),
         specs,
@@ -243,7 +231,7 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
 #[test]
 fn prefetch_hints_and_cold_drops() {
     let slice = 8192u64;
-    let (f, specs) = three_layer_specs(slice);
+    let (f, specs) = layered_specs(3, slice);
     let flash = Flash::spawn(
         f.path(),
         specs,
@@ -368,7 +356,7 @@ fn persistent_faults_stop_with_the_error_after_bounded_retries() {
 #[test]
 fn a_failed_read_is_never_served_and_a_later_demand_rereads() {
     let slice = 8192u64;
-    let (f, specs) = three_layer_specs(slice);
+    let (f, specs) = layered_specs(3, slice);
     let src = FaultySource::open(f.path(), "seed=9,eio=0.3".parse().unwrap()).unwrap();
     let counts = src.counts();
     let reader = PreadReader::new(Box::new(src), f.path(), slice).unwrap();
