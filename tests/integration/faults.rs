@@ -82,6 +82,22 @@ fn a_persistent_read_error_stops_the_run_cleanly() {
 }
 
 #[test]
+fn a_panicking_flash_actor_stops_the_run_without_a_hang() {
+    let o = run(
+        &["--cache-mb", "0", "--inject-faults", "seed=4,panic=0.002"],
+        None,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("injected panic in the flash reader"), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("error:") && last.contains("the flash actor has stopped"),
+        "{last}"
+    );
+}
+
+#[test]
 fn a_bad_fault_spec_is_a_usage_error() {
     let o = run(&["--inject-faults", "eio=2"], None);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -24,6 +24,9 @@ pub struct FaultPlan {
     /// Sleep `slow_ms` before reading.
     pub slow: f64,
     pub slow_ms: u64,
+    /// Panic in the flash thread (stands for a bug in the actor: the run must
+    /// stop with an error, not hang).
+    pub panic: f64,
 }
 
 impl std::str::FromStr for FaultPlan {
@@ -57,9 +60,10 @@ impl std::str::FromStr for FaultPlan {
                 "eagain" => p.eagain = prob(v)?,
                 "slow" => p.slow = prob(v)?,
                 "slow_ms" => p.slow_ms = int(v)?,
+                "panic" => p.panic = prob(v)?,
                 _ => {
                     return Err(format!(
-                        "unknown fault {k:?} (seed, eio, short, eagain, slow, slow_ms)"
+                        "unknown fault {k:?} (seed, eio, short, eagain, slow, slow_ms, panic)"
                     ))
                 }
             }
@@ -128,6 +132,9 @@ impl RawSource for FaultySource {
     fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         let c = self.counts.clone();
         c.reads.fetch_add(1, Ordering::Relaxed);
+        if self.draw() < self.plan.panic {
+            panic!("injected panic in the flash reader (--inject-faults panic=...)");
+        }
         if self.draw() < self.plan.eio {
             c.eio.fetch_add(1, Ordering::Relaxed);
             return Err(std::io::Error::from_raw_os_error(libc::EIO));

@@ -154,6 +154,9 @@ enum Msg {
     Release(Requester),
 }
 
+/// Replies one demand can get (two for a split demand).
+const REPLY_CAPACITY: usize = 2;
+
 /// Projection indices read in the first phase of a split demand.
 const GATE_UP: [u8; 2] = [0, 1];
 const DOWN: u8 = 2;
@@ -172,7 +175,9 @@ pub struct Flash {
 /// A requester's connection to the flash actor (one per thread).
 pub struct FlashClient {
     tx: Sender<Msg>,
-    reply_tx: Sender<Result<DemandReply, String>>,
+    /// Replies to the last demand. Each demand gets a fresh channel whose only
+    /// sender travels with the message, so if the actor dies the sender is
+    /// dropped and the wait ends with an error instead of hanging.
     reply_rx: Receiver<Result<DemandReply, String>>,
     requester: Requester,
     /// A split demand whose down slices have not been waited for yet.
@@ -182,12 +187,14 @@ pub struct FlashClient {
 
 impl FlashClient {
     fn send(
-        &self,
+        &mut self,
         layer: u32,
         experts: &[u32],
         droppable: &[u32],
         split: bool,
     ) -> Result<(), FlashError> {
+        let (reply, reply_rx) = bounded(REPLY_CAPACITY);
+        self.reply_rx = reply_rx;
         self.tx
             .send(Msg::Demand {
                 requester: self.requester,
@@ -195,7 +202,7 @@ impl FlashClient {
                 experts: experts.to_vec(),
                 droppable: droppable.to_vec(),
                 split,
-                reply: self.reply_tx.clone(),
+                reply,
             })
             .map_err(|_| FlashError::Stopped("request channel closed".into()))
     }
@@ -360,10 +367,10 @@ impl Flash {
     }
 
     pub fn client(&self, requester: Requester) -> FlashClient {
-        let (reply_tx, reply_rx) = bounded(2);
+        // No demand yet: a channel whose sender is already gone.
+        let (_, reply_rx) = bounded(REPLY_CAPACITY);
         FlashClient {
             tx: self.tx.clone().expect("flash running"),
-            reply_tx,
             reply_rx,
             requester,
             down_pending: false,
