@@ -161,3 +161,20 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
 pub fn e8k2_run(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunReport {
     bmoe::engine::run(&e8k2_config(mode, n), |_| {}).expect("run")
 }
+
+/// `bmoe run -m E8K2 -p PROMPT -n N EXTRA...`.
+pub fn e8k2_cli(prompt: &str, n: u32, extra: &[&str]) -> Output {
+    let m = e8k2();
+    let n = n.to_string();
+    let mut args = vec![
+        "run",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        prompt,
+        "-n",
+        n.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    bmoe(&args)
+}

@@ -5,7 +5,7 @@ use bmoe::compare::RunCsv;
 use bmoe::engine::Mode;
 use bmoe::stream::{CacheSize, StreamConfig};
 
-use crate::common::{bmoe, e8k2, e8k2_run as run, stderr, stdout, summary_number, PROSE};
+use crate::common::{bmoe, e8k2, e8k2_cli, e8k2_run as run, stderr, stdout, summary_number, PROSE};
 
 fn stream(cache_mb: u64, overlap: bool, prefetch: u32, predict: bool) -> Mode {
     Mode::Stream(StreamConfig {
@@ -71,19 +71,10 @@ fn prefetch_and_prediction_keep_every_token() {
 
 fn csv_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> (RunCsv, String, String) {
     let csv = dir.join(format!("{name}.csv"));
-    let mut args = vec![
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
-        PROSE,
-        "-n",
-        "24",
-        "--csv",
-        csv.to_str().unwrap(),
-    ];
+    let csv_s = csv.to_str().unwrap();
+    let mut args = vec!["--csv", csv_s];
     args.extend_from_slice(extra);
-    let o = bmoe(&args);
+    let o = e8k2_cli(PROSE, 24, &args);
     let err = stderr(&o);
     assert!(o.status.success(), "{name}: {err}");
     (RunCsv::open(&csv).expect("parse CSV"), err, stdout(&o))

@@ -5,7 +5,8 @@ use bmoe::engine::{self, Mode};
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig};
 
 use crate::common::{
-    bmoe, e8k2, e8k2_config as cfg, e8k2_run as run, smollm2, stderr, summary_number, PROSE,
+    bmoe, e8k2, e8k2_cli, e8k2_config as cfg, e8k2_run as run, smollm2, stderr, summary_number,
+    PROSE,
 };
 
 fn stream(cache_mb: u64, o_direct: bool) -> Mode {
@@ -85,17 +86,7 @@ fn stream_numbers(err: &str) -> (f64, f64, f64) {
 
 #[test]
 fn flash_accounting_matches_the_kernel_and_the_layout() {
-    let o = bmoe(&[
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
-        PROSE,
-        "-n",
-        "24",
-        "--cache-mb",
-        "0",
-    ]);
+    let o = e8k2_cli(PROSE, 24, &["--cache-mb", "0"]);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     let (flash_mib, per_token_mib, kernel_mib) = stream_numbers(&err);
@@ -123,17 +114,7 @@ fn cache_numbers(err: &str) -> (f64, f64, f64) {
 #[test]
 fn the_cache_stays_within_its_budget_and_rss_follows_it() {
     let cell = |mb: &str| {
-        let o = bmoe(&[
-            "run",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "-p",
-            PROSE,
-            "-n",
-            "24",
-            "--cache-mb",
-            mb,
-        ]);
+        let o = e8k2_cli(PROSE, 24, &["--cache-mb", mb]);
         assert!(o.status.success(), "{}", stderr(&o));
         cache_numbers(&stderr(&o))
     };

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::common::{bmoe, e8k2, stderr, stdout};
+use crate::common::{bmoe, e8k2, e8k2_cli, stderr, stdout};
 
 struct Csv {
     preamble: HashMap<String, String>,
@@ -181,18 +181,7 @@ fn csv_rows_trailer_and_done_line_agree() {
 
 #[test]
 fn progress_prints_json_lines_and_done_on_stdout() {
-    let o = bmoe(&[
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
-        "Once upon a time",
-        "-n",
-        "4",
-        "--progress",
-        "--cache-mb",
-        "0",
-    ]);
+    let o = e8k2_cli("Once upon a time", 4, &["--progress", "--cache-mb", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let progress: Vec<&str> = out
@@ -281,19 +270,11 @@ fn compare_puts_runs_side_by_side_and_refuses_mixed_kinds() {
     let mut paths = Vec::new();
     for (name, cache) in [("a", "0"), ("b", "64")] {
         let csv = dir.path().join(format!("{name}.csv"));
-        let o = bmoe(&[
-            "run",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "-p",
+        let o = e8k2_cli(
             "Once upon a time",
-            "-n",
-            "10",
-            "--cache-mb",
-            cache,
-            "--csv",
-            csv.to_str().unwrap(),
-        ]);
+            10,
+            &["--cache-mb", cache, "--csv", csv.to_str().unwrap()],
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         paths.push(csv);
     }

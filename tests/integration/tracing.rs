@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::common::{bmoe, e8k2, stderr};
+use crate::common::{e8k2_cli, stderr};
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -17,21 +17,18 @@ struct Span {
 fn chrome_trace_of_a_streamed_run_nests_spans_and_shows_reads_under_compute() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
-    let o = bmoe(&[
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
+    let o = e8k2_cli(
         "Once upon a time",
-        "-n",
-        "16",
-        "--cache-mb",
-        "0",
-        "--overlap",
-        "--predict-prefetch",
-        "--trace-chrome",
-        trace.to_str().unwrap(),
-    ]);
+        16,
+        &[
+            "--cache-mb",
+            "0",
+            "--overlap",
+            "--predict-prefetch",
+            "--trace-chrome",
+            trace.to_str().unwrap(),
+        ],
+    );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("trace: "), "{err}");
