@@ -43,9 +43,59 @@ pub enum Command {
         #[arg(long)]
         mixed: bool,
     },
+    /// Run a matrix of `bmoe run` configurations side by side (interleaved, the
+    /// baseline repeated), against this host's physical bound; writes each run's
+    /// CSV and a summary.md. See docs/benchmarks.md.
+    Bench(BenchArgs),
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(FixtureCmd),
+    /// Internal: hold N MiB of touched memory (the bench's smaller-host balloon).
+    #[command(hide = true)]
+    Balloon {
+        #[arg(long)]
+        mib: u64,
+        #[arg(long, default_value_t = 3600)]
+        max_seconds: u64,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Model gguf. Default: SmolLM2 upcycled to 64 experts / top-4 (built if missing).
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Cells file: one `name: bmoe-run-flags` per line, the first is the baseline.
+    #[arg(long, conflicts_with = "preset")]
+    pub cells: Option<PathBuf>,
+    /// A built-in matrix: cache, overlap, small-host, lossy (default: cache).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Prompt: a shipped workload (prose, copy, long) or a prompt file.
+    #[arg(short, long, default_value = "prose")]
+    pub workload: String,
+    /// Tokens generated per run.
+    #[arg(short = 'n', long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(2..))]
+    pub tokens: u32,
+    /// Rounds over the matrix (the baseline runs once more).
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub repeats: u32,
+    /// Output directory (runs/, prompt.txt, summary.md); created if missing.
+    #[arg(short, long)]
+    pub out: PathBuf,
+    /// Emulate a host with about this much available memory: a balloon process
+    /// holds the rest of MemAvailable for the duration of the matrix.
+    #[arg(long, value_name = "MIB")]
+    pub ram_limit_mb: Option<u64>,
+    /// Queue depths of the read probe.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    pub probe_depths: Vec<u32>,
+    /// Seconds per probed depth.
+    #[arg(long, default_value_t = 1.0)]
+    pub probe_seconds: f64,
+    /// A run taking longer than this many seconds is killed and counted as failed.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub run_timeout_s: u64,
 }
 
 #[derive(Debug, Args)]
@@ -78,8 +128,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub moe_stream: bool,
     /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
-    /// N keeps an LRU of (layer, expert) slices within N MiB, auto sizes it from MemAvailable.
-    #[arg(long, value_name = "MIB|auto", default_value = "auto")]
+    /// N keeps an LRU of (layer, expert) slices within N MiB, P% budgets P percent of the
+    /// model's expert bytes, auto sizes it from MemAvailable.
+    #[arg(long, value_name = "MIB|P%|auto", default_value = "auto")]
     pub cache_mb: bmoe::stream::CacheSize,
     /// Upper bound for --cache-mb auto, in MiB.
     #[arg(long, default_value_t = 4096)]
@@ -138,6 +189,9 @@ pub struct ProbeArgs {
     /// Read through the page cache instead of O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
+    /// Tokens of the resident decode that measures the compute rate (0 skips it).
+    #[arg(long, default_value_t = 32)]
+    pub resident_tokens: u32,
 }
 
 #[derive(Debug, Subcommand)]

@@ -358,12 +358,14 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
             .map(|e| EngineError::Streaming(e.to_string())),
     };
     let interrupted = matches!(&res, Ok(g) if g.stop == generate::StopReason::Interrupted);
+    let (_, peak_rss) = memory::rss_bytes();
     let trailer = totals(
         &rows,
         tokens.len(),
         elapsed,
         failure.is_some() || interrupted,
         telemetry.dropped(),
+        peak_rss,
     );
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
@@ -379,7 +381,6 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     finished?;
     let generation = res?;
     let kernel1 = memory::io_read_bytes();
-    let (_, peak_rss) = memory::rss_bytes();
     drop(ctx);
     let (reader, budget, flash_bytes, peak_resident) = match &streamer {
         Some((s, _, _)) => {
@@ -505,6 +506,7 @@ fn totals(
     elapsed: Duration,
     aborted: bool,
     dropped_events: u64,
+    peak_rss_bytes: u64,
 ) -> Vec<(String, String)> {
     let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
     let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
@@ -536,6 +538,7 @@ fn totals(
             "dropped_experts".into(),
             sum(|r| r.dropped_experts).to_string(),
         ),
+        ("peak_rss_bytes".into(), peak_rss_bytes.to_string()),
         ("aborted".into(), (aborted as u8).to_string()),
         ("dropped_events".into(), dropped_events.to_string()),
     ]

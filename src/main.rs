@@ -15,7 +15,7 @@ use bmoe::generate::GenerateError;
 use bmoe::layout::MoeLayout;
 use bmoe::llama::{self, LlamaError};
 use bmoe::stream::{StreamConfig, StreamError};
-use cli::{Cli, Command, FixtureCmd, ProbeArgs, RunArgs};
+use cli::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs, RunArgs};
 
 /// Exit codes (also documented in the README).
 mod exit {
@@ -160,8 +160,107 @@ fn dispatch(cli: Cli) -> Result<()> {
                 Err(e) => Err(e.into()),
             }
         }
+        Command::Bench(b) => bench(b),
         Command::Fixture(f) => fixture_cmd(f),
+        Command::Balloon { mib, max_seconds } => {
+            bmoe::bench::balloon::hold(mib, max_seconds).context("balloon")
+        }
     }
+}
+
+fn bench(args: BenchArgs) -> Result<()> {
+    use bmoe::bench::{self, runner};
+    let (cells, cells_source) = match (&args.cells, &args.preset) {
+        (Some(f), _) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("read the cells file {}", f.display()))?;
+            (
+                bench::parse_cells(&f.display().to_string(), &text)
+                    .map_err(|e| UsageError(e.to_string()))?,
+                f.display().to_string(),
+            )
+        }
+        (None, p) => {
+            let name = p.as_deref().unwrap_or("cache");
+            (
+                bench::preset(name).map_err(|e| UsageError(e.to_string()))?,
+                format!("preset {name}"),
+            )
+        }
+    };
+    // Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
+    for c in &cells {
+        let argv = ["bmoe", "run", "-p", "x"]
+            .into_iter()
+            .map(String::from)
+            .chain(c.args.iter().cloned());
+        if let Err(e) = Cli::try_parse_from(argv) {
+            let msg = e.to_string();
+            let first = msg
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            return Err(
+                UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" "))).into(),
+            );
+        }
+    }
+    if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
+        return Err(UsageError("--probe-seconds must be > 0".into()).into());
+    }
+    if args.ram_limit_mb == Some(0) {
+        return Err(UsageError("--ram-limit-mb 0 leaves nothing to run in".into()).into());
+    }
+    let (workload, prompt) =
+        bench::workload(&args.workload).map_err(|e| UsageError(e.to_string()))?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    };
+    if !model.is_file() {
+        return Err(UsageError(format!(
+            "{}: no such model file (build the default one with `bmoe fixture upcycle`)",
+            model.display()
+        ))
+        .into());
+    }
+    let exe = std::env::current_exe().context("locate the bmoe binary to start the runs")?;
+    let plan = runner::BenchPlan {
+        exe,
+        model,
+        cells,
+        cells_source,
+        workload,
+        prompt,
+        tokens: args.tokens,
+        repeats: args.repeats,
+        out_dir: args.out.clone(),
+        ram_limit_mib: args.ram_limit_mb,
+        probe: runner::ProbeSettings {
+            depths: args.probe_depths.clone(),
+            seconds: args.probe_seconds,
+            resident_tokens: 32,
+        },
+        run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let outcome = runner::run_bench(&plan)?;
+    print!("{}", bench::cells_table(&outcome.cells));
+    eprintln!("bench: summary in {}", outcome.summary_path.display());
+    if let Some(sig) = outcome.interrupted {
+        // main() turns the pending signal into exit code 130/143.
+        eprintln!("bench: stopped by signal {sig}; the summary covers the runs that finished");
+        return Ok(());
+    }
+    if outcome.failed_runs > 0 {
+        anyhow::bail!(
+            "{} run(s) failed; their errors are in {} and runs/*.err",
+            outcome.failed_runs,
+            outcome.summary_path.display()
+        );
+    }
+    Ok(())
 }
 
 fn run(args: RunArgs) -> Result<()> {
@@ -298,6 +397,32 @@ fn probe(args: ProbeArgs) -> Result<()> {
             d,
             r.bytes_per_s() / (1024.0 * 1024.0),
             r.reads as f64 / r.elapsed.as_secs_f64()
+        );
+    }
+    if args.resident_tokens > 0 {
+        // The compute bound: a resident decode (no reads, no memory pressure).
+        let cfg = RunConfig {
+            model: model.clone(),
+            prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
+            chat: false,
+            n_predict: args.resident_tokens.max(2),
+            threads: llama::default_threads(),
+            n_ctx: 2048,
+            mode: Mode::Resident,
+            stream_explicit: false,
+            telemetry: bmoe_actors::telemetry::TelemetryConfig {
+                csv: None,
+                progress: false,
+                channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+            },
+            n_expert_used: None,
+        };
+        let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
+        println!(
+            "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
+            report.generation.decode_tok_per_s(),
+            report.generation.tokens.len(),
+            cfg.threads
         );
     }
     Ok(())

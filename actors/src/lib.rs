@@ -2,10 +2,12 @@
 //! takes plain data, so this crate builds and tests in seconds.
 //!
 //! - [`sampling`]: greedy selection over a logits row.
+//! - [`ngram`]: the n-gram draft source (longest earlier match of the suffix).
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
 
 pub mod cache;
 pub mod flash;
+pub mod ngram;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;

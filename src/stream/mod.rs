@@ -77,9 +77,11 @@ pub enum StreamError {
 }
 
 /// `--cache-mb`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CacheSize {
     Mib(u64),
+    /// A share of the model's expert bytes (`25%`), resolved at load.
+    Percent(f64),
     /// Sized once at load from MemAvailable, capped by `--cache-ceil-mb`.
     Auto,
 }
@@ -90,9 +92,17 @@ impl std::str::FromStr for CacheSize {
         if s == "auto" {
             return Ok(CacheSize::Auto);
         }
-        s.parse::<u64>()
-            .map(CacheSize::Mib)
-            .map_err(|_| format!("expected a number of MiB or 'auto', got {s:?}"))
+        if let Some(p) = s.strip_suffix('%') {
+            return match p.parse::<f64>() {
+                Ok(v) if v.is_finite() && (0.0..=100.0).contains(&v) => Ok(CacheSize::Percent(v)),
+                _ => Err(format!(
+                    "expected a share of the expert bytes in 0%..=100%, got {s:?}"
+                )),
+            };
+        }
+        s.parse::<u64>().map(CacheSize::Mib).map_err(|_| {
+            format!("expected a number of MiB, a share like 25% of the expert bytes, or 'auto', got {s:?}")
+        })
     }
 }
 
@@ -168,22 +178,21 @@ pub fn resolve_cache_bytes(
     let fits = available
         .map(|a| a.saturating_sub(dense + HEADROOM_BYTES))
         .unwrap_or(u64::MAX);
-    match cfg.cache {
-        CacheSize::Auto => Ok(fits.min(cfg.cache_ceil_mb * MIB).min(experts)),
-        CacheSize::Mib(mb) => {
-            let asked = mb * MIB;
-            if asked.min(experts) > fits {
-                return Err(StreamError::CacheTooLarge {
-                    asked_mb: mb,
-                    available_mb: available.unwrap_or(0) / MIB,
-                    dense_mb: dense / MIB,
-                    headroom_mb: HEADROOM_BYTES / MIB,
-                    fits_mb: fits / MIB,
-                });
-            }
-            Ok(asked.min(experts))
-        }
+    let asked = match cfg.cache {
+        CacheSize::Auto => return Ok(fits.min(cfg.cache_ceil_mb * MIB).min(experts)),
+        CacheSize::Mib(mb) => mb * MIB,
+        CacheSize::Percent(p) => (experts as f64 * p / 100.0) as u64,
+    };
+    if asked.min(experts) > fits {
+        return Err(StreamError::CacheTooLarge {
+            asked_mb: asked / MIB,
+            available_mb: available.unwrap_or(0) / MIB,
+            dense_mb: dense / MIB,
+            headroom_mb: HEADROOM_BYTES / MIB,
+            fits_mb: fits / MIB,
+        });
     }
+    Ok(asked.min(experts))
 }
 
 /// Every expert slice of the model as (file offset, bytes), for the read probe.

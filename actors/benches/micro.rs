@@ -1,0 +1,158 @@
+//! Micro-benchmarks of the pure policy and the I/O path, no model needed:
+//! the n-gram matcher, the expert cache's request/evict, one channel hop
+//! between two threads, and expert-slice reads at several queue depths.
+//!
+//! `cargo bench -p bmoe-actors` runs them; CI only builds them
+//! (`cargo bench -p bmoe-actors --no-run`).
+
+use std::alloc::Layout;
+use std::hint::black_box;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bmoe_actors::cache::{ExpertCache, Requester, SlotKey};
+use bmoe_actors::flash::{open_reader, ReadOp};
+use bmoe_actors::ngram::{draft, NgramConfig};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+/// A deterministic xorshift stream.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn ngram(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ngram_draft");
+    let mut rng = Rng(0x9e37);
+    for &len in &[256usize, 2048] {
+        // Copy-heavy: a 120-token "function" repeated with a random comment
+        // between copies, so the suffix has long earlier matches.
+        let body: Vec<u32> = (0..120).map(|_| (rng.next() % 49_152) as u32).collect();
+        let mut corpus = Vec::with_capacity(len);
+        while corpus.len() < len {
+            corpus.extend((0..8).map(|_| (rng.next() % 49_152) as u32));
+            corpus.extend(&body);
+        }
+        corpus.truncate(len);
+        let cfg = NgramConfig {
+            max_draft: 3,
+            ..NgramConfig::default()
+        };
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new("copy_heavy", len), &corpus, |b, c| {
+            b.iter(|| draft(black_box(c), &cfg))
+        });
+    }
+    g.finish();
+}
+
+fn cache(c: &mut Criterion) {
+    // E64K4's shape: 30 layers x 64 experts, top-4, 1.58 MiB per slot; a
+    // budget of 25% of the slots.
+    let layers = 30u32;
+    let experts = 64u32;
+    let slot = 3 * 552_960u64;
+    let budget = slot * (layers * experts) as u64 / 4;
+    let mut cache = ExpertCache::new(budget, vec![slot; layers as usize]);
+    let mut rng = Rng(0x51ed);
+    c.bench_function("cache_request_layer_top4", |b| {
+        let mut layer = 0u32;
+        b.iter(|| {
+            let keys: Vec<SlotKey> = (0..4)
+                .map(|_| SlotKey {
+                    layer,
+                    expert: (rng.next() % experts as u64) as u32,
+                })
+                .collect();
+            layer = (layer + 1) % layers;
+            black_box(cache.request(Requester::Verify, &keys))
+        })
+    });
+}
+
+fn channel_hop(c: &mut Criterion) {
+    let (req_tx, req_rx) = crossbeam_channel::bounded::<u64>(1);
+    let (rep_tx, rep_rx) = crossbeam_channel::bounded::<u64>(1);
+    let echo = std::thread::spawn(move || {
+        while let Ok(v) = req_rx.recv() {
+            if rep_tx.send(v + 1).is_err() {
+                break;
+            }
+        }
+    });
+    c.bench_function("channel_round_trip", |b| {
+        b.iter(|| {
+            req_tx.send(black_box(1)).expect("echo thread alive");
+            rep_rx.recv().expect("echo thread alive")
+        })
+    });
+    drop(req_tx);
+    let _ = echo.join();
+}
+
+struct Aligned(*mut u8, Layout);
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `slice_reads` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.0, self.1) }
+    }
+}
+
+fn slice_reads(c: &mut Criterion) {
+    // A 64 MiB file of E64K4-sized slices (552960 bytes, page-aligned).
+    let slice = 552_960u64;
+    let n_slices = 120u64;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join("bmoe-micro-slices.bin");
+    if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) != slice * n_slices {
+        let mut f = std::fs::File::create(&path).expect("create the bench file");
+        let chunk = vec![0x5au8; slice as usize];
+        for _ in 0..n_slices {
+            f.write_all(&chunk).expect("write the bench file");
+        }
+        f.sync_all().expect("sync the bench file");
+    }
+    let mut g = c.benchmark_group("slice_read_o_direct");
+    g.measurement_time(Duration::from_secs(3));
+    let mut rng = Rng(0xd15c);
+    for &depth in &[1u32, 4, 16] {
+        let (mut reader, notes) = open_reader(&path, true, depth, slice).expect("open reader");
+        for n in notes {
+            eprintln!("note: {n}");
+        }
+        let layout = Layout::from_size_align(slice as usize, 4096).expect("layout");
+        let bufs: Vec<Aligned> = (0..depth)
+            .map(|_| {
+                // SAFETY: non-zero size layout; freed by Aligned's Drop.
+                let p = unsafe { std::alloc::alloc(layout) };
+                assert!(!p.is_null(), "allocation failed");
+                Aligned(p, layout)
+            })
+            .collect();
+        g.throughput(Throughput::Bytes(slice * depth as u64));
+        g.bench_function(BenchmarkId::from_parameter(depth), |b| {
+            b.iter(|| {
+                let ops: Vec<ReadOp> = bufs
+                    .iter()
+                    .map(|buf| ReadOp {
+                        dst: buf.0,
+                        file_offset: (rng.next() % n_slices) * slice,
+                        len: slice,
+                    })
+                    .collect();
+                // SAFETY: each op writes its own buffer of `slice` bytes, used by nobody else.
+                unsafe { reader.read_all(&ops) }.expect("read")
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ngram, cache, channel_hop, slice_reads);
+criterion_main!(benches);

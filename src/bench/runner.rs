@@ -1,0 +1,515 @@
+//! Running a bench: probe the host, inflate the balloon if asked, run every
+//! (cell, repeat) of the schedule as a `bmoe run` child process with its own
+//! CSV, show progress, and write `summary.md`.
+//!
+//! Runs are child processes so each starts from the same state (no warm
+//! allocator, no shared page cache accounting, its own peak RSS) and a crash
+//! or a timeout costs one run, not the matrix.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::balloon::{self, Balloon};
+use super::{
+    bound_table, cells_table, legend, schedule, summarize, BenchError, Bound, Cell, CellSummary,
+    RunResult,
+};
+use crate::compare::{self, RunCsv};
+use crate::layout::MoeLayout;
+use crate::stream::memory;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The read probe and resident-rate settings.
+#[derive(Debug, Clone)]
+pub struct ProbeSettings {
+    pub depths: Vec<u32>,
+    pub seconds: f64,
+    /// Tokens of the resident run that measures the compute rate.
+    pub resident_tokens: u32,
+}
+
+/// Everything a bench needs, resolved and validated by the caller.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    /// The `bmoe` binary the runs are started from.
+    pub exe: PathBuf,
+    pub model: PathBuf,
+    pub cells: Vec<Cell>,
+    /// Where the cells came from (a file or `preset NAME`).
+    pub cells_source: String,
+    pub workload: String,
+    pub prompt: String,
+    pub tokens: u32,
+    pub repeats: u32,
+    pub out_dir: PathBuf,
+    /// Emulate a host with about this much available memory.
+    pub ram_limit_mib: Option<u64>,
+    pub probe: ProbeSettings,
+    /// A run longer than this is killed and counted as failed.
+    pub run_timeout: Duration,
+    /// The bench's own command line, written into the summary.
+    pub command_line: String,
+}
+
+/// What a finished bench produced.
+#[derive(Debug)]
+pub struct BenchOutcome {
+    pub summary_path: PathBuf,
+    pub cells: Vec<CellSummary>,
+    pub failed_runs: usize,
+    /// The signal that stopped the matrix early, if any.
+    pub interrupted: Option<i32>,
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
+    let path = path.to_path_buf();
+    move |source| BenchError::Io { what, path, source }
+}
+
+/// The last non-empty line of a file (a failed run's error message).
+fn last_line(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+/// Start one `bmoe run` and wait for it (at most `timeout`).
+fn run_child(
+    plan: &BenchPlan,
+    args: &[String],
+    prompt_path: &Path,
+    tokens: u32,
+    stem: &Path,
+) -> Result<(Option<String>, f64), BenchError> {
+    let csv = stem.with_extension("csv");
+    let out = stem.with_extension("out");
+    let err = stem.with_extension("err");
+    let t0 = Instant::now();
+    let mut child = Command::new(&plan.exe)
+        .arg("run")
+        .arg("-m")
+        .arg(&plan.model)
+        .arg("-f")
+        .arg(prompt_path)
+        .arg("-n")
+        .arg(tokens.to_string())
+        .arg("--csv")
+        .arg(&csv)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out).map_err(io_err("create", &out))?)
+        .stderr(File::create(&err).map_err(io_err("create", &err))?)
+        .spawn()
+        .map_err(io_err("start", &plan.exe))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if t0.elapsed() > plan.run_timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(io_err("wait for", &plan.exe)(e)),
+        }
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    let failure = match status {
+        None => Some(format!(
+            "killed after the {} s run timeout",
+            plan.run_timeout.as_secs()
+        )),
+        Some(s) if !s.success() => Some(format!("{s}: {}", last_line(&err))),
+        Some(_) => None,
+    };
+    Ok((failure, wall))
+}
+
+/// Measure the bound: read bandwidth per queue depth on the model's expert
+/// slices, and the resident decode rate (a `--resident` run, no pressure).
+pub fn probe_bound(
+    plan: &BenchPlan,
+    layout: &MoeLayout,
+    prompt_path: &Path,
+) -> Result<Bound, BenchError> {
+    let slices = crate::stream::expert_slices(layout);
+    let mut read = Vec::new();
+    for &d in &plan.probe.depths {
+        let r = bmoe_actors::flash::probe_read_bandwidth(
+            &plan.model,
+            &slices,
+            d.max(1),
+            true,
+            Duration::from_secs_f64(plan.probe.seconds),
+            0x5eed,
+        )
+        .map_err(|e| BenchError::Config(format!("read probe at depth {d}: {e}")))?;
+        eprintln!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
+        read.push((d, r.bytes_per_s()));
+    }
+    let stem = plan.out_dir.join("probe-resident");
+    let (failure, _) = run_child(
+        plan,
+        &["--resident".to_string()],
+        prompt_path,
+        plan.probe.resident_tokens,
+        &stem,
+    )?;
+    if let Some(f) = failure {
+        return Err(BenchError::Config(format!(
+            "the resident probe run failed ({f}); see {}",
+            stem.with_extension("err").display()
+        )));
+    }
+    let csv = RunCsv::open(&stem.with_extension("csv"))?;
+    let rate = compare::figures(&csv)?.rate.tok_s;
+    eprintln!("bench: resident compute rate {rate:.2} tok/s");
+    Ok(Bound {
+        resident_tok_s: rate,
+        read_bytes_per_s: read,
+    })
+}
+
+fn mem_total_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    l.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
+}
+
+/// UTC date and time of now, `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm), days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Run the whole bench.
+pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
+    let started = utc_now();
+    let runs_dir = plan.out_dir.join("runs");
+    std::fs::create_dir_all(&runs_dir).map_err(io_err("create", &runs_dir))?;
+    let prompt_path = plan.out_dir.join("prompt.txt");
+    std::fs::write(&prompt_path, &plan.prompt).map_err(io_err("write", &prompt_path))?;
+    let layout = MoeLayout::open(&plan.model)
+        .map_err(|e| BenchError::Config(format!("open {}: {e}", plan.model.display())))?;
+    if !layout.is_moe() {
+        return Err(BenchError::Config(format!(
+            "{} has no expert tensors: bmoe bench measures streamed MoE models",
+            plan.model.display()
+        )));
+    }
+    let avail0 = memory::mem_available_bytes();
+
+    eprintln!("bench: probing the host (read bandwidth, resident rate)");
+    let bound = probe_bound(plan, &layout, &prompt_path)?;
+
+    let mut balloon = None;
+    let mut balloon_note = String::from("none");
+    if let Some(limit) = plan.ram_limit_mib {
+        let avail = memory::mem_available_bytes().unwrap_or(0);
+        match balloon::size_for_limit(avail, limit) {
+            Some(mib) => {
+                eprintln!(
+                    "bench: inflating a {mib} MiB balloon to leave about {limit} MiB available"
+                );
+                let max_s = plan.run_timeout.as_secs().saturating_mul(
+                    (plan.cells.len() as u64 + 1) * (plan.repeats.max(1) as u64 + 1),
+                );
+                let b = Balloon::inflate(&plan.exe, mib, max_s)?;
+                let after = memory::mem_available_bytes().unwrap_or(0) as f64 / MIB;
+                balloon_note = format!(
+                    "{mib} MiB held (oom_score_adj 1000, inflated in {:.1} s); MemAvailable \
+                     with it: {after:.0} MiB (asked: about {limit} MiB)",
+                    b.inflate_s
+                );
+                eprintln!("bench: {balloon_note}");
+                balloon = Some(b);
+            }
+            None => {
+                balloon_note = format!(
+                    "none needed: MemAvailable {:.0} MiB is already at or below {limit} MiB",
+                    avail as f64 / MIB
+                );
+                eprintln!("bench: {balloon_note}");
+            }
+        }
+    }
+
+    let order = schedule(plan.cells.len(), plan.repeats);
+    let mut results: Vec<RunResult> = Vec::new();
+    let mut interrupted = None;
+    let mut baseline_text: Option<Vec<u8>> = None;
+    for (k, &(ci, run)) in order.iter().enumerate() {
+        if let Some(sig) = crate::interrupt::requested() {
+            interrupted = Some(sig);
+            break;
+        }
+        if let Some(b) = balloon.as_mut() {
+            if !b.alive() {
+                return Err(BenchError::Balloon(
+                    "the balloon process died mid-matrix (OOM-killed?); the remaining runs \
+                     would not be under the asked memory limit"
+                        .into(),
+                ));
+            }
+        }
+        let cell = &plan.cells[ci];
+        let stem = runs_dir.join(format!("{}-{run}", cell.name));
+        let (mut failure, wall_s) = run_child(plan, &cell.args, &prompt_path, plan.tokens, &stem)?;
+        let csv_path = stem.with_extension("csv");
+        let csv = match RunCsv::open(&csv_path) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                failure.get_or_insert_with(|| e.to_string());
+                None
+            }
+        };
+        if let (None, Some(c)) = (&failure, &csv) {
+            if c.aborted() {
+                failure = Some("the run was interrupted (aborted=1 in its CSV)".into());
+            }
+        }
+        let text = std::fs::read(stem.with_extension("out")).ok();
+        if ci == 0 && baseline_text.is_none() && failure.is_none() {
+            baseline_text = text.clone();
+        }
+        let same_text_as_baseline = match (&baseline_text, &text, &failure) {
+            (Some(b), Some(t), None) => Some(b == t),
+            _ => None,
+        };
+        let line = match (&failure, csv.as_ref().map(compare::figures)) {
+            (Some(f), _) => format!("FAILED: {f}"),
+            (None, Some(Ok(f))) => format!(
+                "{:.2} tok/s [{:.2}-{:.2}], {:.2} MiB/token, hit {}, stall {:.3} s/token",
+                f.rate.tok_s,
+                f.rate.lo,
+                f.rate.hi,
+                f.mib_per_token,
+                f.hit_pct
+                    .map(|h| format!("{h:.1}%"))
+                    .unwrap_or_else(|| "-".into()),
+                f.stall_ms_per_token / 1e3
+            ),
+            (None, Some(Err(e))) => format!("unreadable CSV: {e}"),
+            (None, None) => "no CSV".into(),
+        };
+        eprintln!(
+            "bench: [{}/{}] {} run {run}: {line} ({wall_s:.1} s)",
+            k + 1,
+            order.len(),
+            cell.name
+        );
+        results.push(RunResult {
+            cell: ci,
+            run,
+            csv_path,
+            csv,
+            failure,
+            same_text_as_baseline,
+            wall_s,
+        });
+    }
+    let balloon_alive_at_end = balloon.as_mut().map(|b| b.alive());
+    drop(balloon);
+
+    let cells = summarize(&plan.cells, &results, Some(&bound))?;
+    let failed_runs = results.iter().filter(|r| r.failure.is_some()).count();
+    let mut md = String::new();
+    let _ = writeln!(md, "# bmoe bench\n");
+    let _ = writeln!(md, "- command: `{}`", plan.command_line);
+    let _ = writeln!(md, "- started: {started}, finished: {}", utc_now());
+    let _ = writeln!(md, "- bmoe: {}", crate::VERSION);
+    let _ = writeln!(md, "- model: `{}`", plan.model.display());
+    let _ = writeln!(
+        md,
+        "- workload: {} ({} bytes of prompt), {} tokens per run",
+        plan.workload,
+        plan.prompt.len(),
+        plan.tokens
+    );
+    let _ = writeln!(
+        md,
+        "- cells: {} ({}), {} round(s) interleaved, baseline `{}` run {} times",
+        plan.cells.len(),
+        plan.cells_source,
+        plan.repeats.max(1),
+        plan.cells.first().map(|c| c.name.as_str()).unwrap_or("-"),
+        plan.repeats.max(1) + 1
+    );
+    let _ = writeln!(
+        md,
+        "- host: {} cores, MemTotal {:.0} MiB, MemAvailable at start {:.0} MiB",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        mem_total_bytes().unwrap_or(0) as f64 / MIB,
+        avail0.unwrap_or(0) as f64 / MIB
+    );
+    let _ = writeln!(md, "- balloon: {balloon_note}");
+    if balloon_alive_at_end == Some(false) {
+        let _ = writeln!(
+            md,
+            "- WARNING: the balloon was gone at the end of the matrix"
+        );
+    }
+    if let Some(sig) = interrupted {
+        let _ = writeln!(
+            md,
+            "- INTERRUPTED by signal {sig} after {} of {} runs",
+            results.len(),
+            order.len()
+        );
+    }
+    let _ = writeln!(md, "\n## Physical bound (`bmoe probe` on this host)\n");
+    md.push_str(&bound_table(
+        &bound,
+        layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
+    ));
+    let _ = writeln!(md, "\n## Cells\n");
+    md.push_str(&cells_table(&cells));
+    let _ = writeln!(
+        md,
+        "\ntok/s: decode rate over the single-token decodes, mean of the cell's runs; \
+         95% CI: percentile bootstrap over the pooled per-token times of all its runs \
+         ({} draws, fixed seed); bound: min(resident rate, read bandwidth at the cell's \
+         queue depth / its bytes per token); x baseline: ratio of means to the first cell; \
+         text = baseline: the generated text equals the baseline's first run byte for byte.",
+        compare::BOOTSTRAP_RESAMPLES
+    );
+    let _ = writeln!(md, "\n## Memory\n");
+    md.push_str(&memory_table(&results, &plan.cells, &layout));
+    let _ = writeln!(md, "\n## Runs, in the order they ran\n");
+    let _ = writeln!(
+        md,
+        "| # | cell | run | tok/s | MiB/token | wall s | csv | status |"
+    );
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---|---|");
+    for (i, r) in results.iter().enumerate() {
+        let f = r.csv.as_ref().map(compare::figures);
+        let (rate, mib) = match (&r.failure, f) {
+            (None, Some(Ok(f))) => (
+                format!("{:.2}", f.rate.tok_s),
+                format!("{:.2}", f.mib_per_token),
+            ),
+            _ => ("—".into(), "—".into()),
+        };
+        let rel = r
+            .csv_path
+            .strip_prefix(&plan.out_dir)
+            .unwrap_or(&r.csv_path)
+            .display()
+            .to_string();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {rate} | {mib} | {:.1} | {rel} | {} |",
+            i + 1,
+            plan.cells[r.cell].name,
+            r.run,
+            r.wall_s,
+            r.failure.as_deref().unwrap_or("ok").replace('|', "/")
+        );
+    }
+    let _ = writeln!(md, "\n## Cells' flags\n");
+    md.push_str(&legend(&results, &plan.cells));
+    let summary_path = plan.out_dir.join("summary.md");
+    std::fs::write(&summary_path, &md).map_err(io_err("write", &summary_path))?;
+    Ok(BenchOutcome {
+        summary_path,
+        cells,
+        failed_runs,
+        interrupted,
+    })
+}
+
+/// Peak RSS of each streamed cell against the budget formula: dense weights
+/// + cache budget + the 512 MiB headroom `--cache-mb` keeps for llama.cpp's
+///   buffers and the process.
+fn memory_table(results: &[RunResult], cells: &[Cell], layout: &MoeLayout) -> String {
+    let mut out = String::new();
+    let dense_mib = layout.dense_bytes() as f64 / MIB;
+    let headroom_mib = crate::stream::HEADROOM_BYTES as f64 / MIB;
+    let _ = writeln!(
+        out,
+        "| cell | mode | cache MiB | peak RSS MiB (max over runs) | budget MiB (dense {dense_mib:.0} + cache + {headroom_mib:.0}) | within |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---|");
+    for (ci, c) in cells.iter().enumerate() {
+        let runs: Vec<&RunCsv> = results
+            .iter()
+            .filter(|r| r.cell == ci && r.failure.is_none())
+            .filter_map(|r| r.csv.as_ref())
+            .collect();
+        let Some(first) = runs.first() else { continue };
+        let mode = first.preamble.get("mode").cloned().unwrap_or_default();
+        let cache: f64 = first
+            .preamble
+            .get("cache_mb")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let rss = runs
+            .iter()
+            .filter_map(|r| r.trailer.get("peak_rss_bytes"))
+            .filter_map(|v| v.parse::<f64>().ok())
+            .fold(0.0f64, f64::max)
+            / MIB;
+        if mode == "stream" {
+            let budget = dense_mib + cache + headroom_mib;
+            let _ = writeln!(
+                out,
+                "| {} | stream | {cache:.0} | {rss:.0} | {budget:.0} | {} |",
+                c.name,
+                if rss <= budget { "yes" } else { "NO" }
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "| {} | {mode} (mmap: RSS counts mapped file pages) | — | {rss:.0} | — | — |",
+                c.name
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_now_is_a_plausible_timestamp() {
+        let s = super::utc_now();
+        assert_eq!(s.len(), "2026-11-30 07:00:00 UTC".len(), "{s}");
+        assert!(s.starts_with("20"), "{s}");
+        assert!(s.ends_with(" UTC"));
+    }
+}
