@@ -1,6 +1,7 @@
 //! bmoe's integration tests: one test binary (links llama.cpp once), real gguf
 //! files built by bmoe's own fixtures.
 
+mod bench;
 mod common;
 mod errors;
 mod eval_hook;

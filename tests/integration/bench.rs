@@ -1,0 +1,206 @@
+//! `bmoe bench` end to end on E8K2: the matrix runs interleaved with the
+//! baseline twice, every run keeps its CSV, summary.md has the bound, the
+//! cells and the memory check; bad plans are refused before any run; the
+//! balloon holds what it is asked and goes away.
+
+use crate::common::*;
+
+fn read(p: &std::path::Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// The summary's cells-table row of `cell`, split into cells.
+fn row<'a>(summary: &'a str, cell: &str) -> Vec<&'a str> {
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with(&format!("| {cell} ")))
+        .unwrap_or_else(|| panic!("no row for {cell} in\n{summary}"));
+    line.split('|').map(str::trim).collect()
+}
+
+#[test]
+fn bench_runs_the_matrix_interleaved_against_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let cells = dir.path().join("cells.txt");
+    std::fs::write(
+        &cells,
+        "# baseline first\nserial: --cache-mb 0\nhalf: --cache-mb 50% --overlap --predict-prefetch\nres: --resident\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = bmoe_within(
+        &[
+            "bench",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "--cells",
+            cells.to_str().unwrap(),
+            "-n",
+            "8",
+            "-o",
+            out.to_str().unwrap(),
+            "--probe-depths",
+            "1,4",
+            "--probe-seconds",
+            "0.2",
+        ],
+        300,
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    // Progress per run, in ABAB order with the baseline last again.
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("bench: [")).collect();
+    assert_eq!(progress.len(), 4, "{err}");
+    for (line, want) in
+        progress
+            .iter()
+            .zip(["serial run 1", "half run 1", "res run 1", "serial run 2"])
+    {
+        assert!(line.contains(want), "{line} should be {want}");
+    }
+    // Every run kept its CSV, and it parses.
+    for stem in ["serial-1", "serial-2", "half-1", "res-1"] {
+        let csv = out.join("runs").join(format!("{stem}.csv"));
+        bmoe::compare::RunCsv::open(&csv).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // 50% of the expert bytes, resolved in the preamble.
+    let half = bmoe::compare::RunCsv::open(&out.join("runs/half-1.csv")).unwrap();
+    let layout = bmoe::layout::MoeLayout::open(e8k2()).unwrap();
+    let want_mb = layout.expert_bytes() / 2 / (1024 * 1024);
+    assert_eq!(half.preamble["cache_mb"], want_mb.to_string());
+    assert!(half.trailer["peak_rss_bytes"].parse::<u64>().unwrap() > 0);
+
+    let summary = read(&out.join("summary.md"));
+    assert!(summary.contains("resident compute rate:"), "{summary}");
+    assert!(summary.contains("| 4 |"), "probe depth 4 row:\n{summary}");
+    let serial = row(&summary, "serial (baseline)");
+    // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound | text |
+    assert_eq!(serial[2], "2", "baseline ran twice: {serial:?}");
+    assert_eq!(serial[6], "1.00x");
+    assert_eq!(*serial.iter().rev().nth(1).unwrap(), "yes", "{serial:?}");
+    let tok_s: f64 = serial[3].parse().unwrap();
+    let bound: f64 = serial[serial.len() - 4].parse().unwrap();
+    assert!(tok_s > 0.0 && bound > 0.0, "{serial:?}");
+    // Lossless cells produce the baseline's text.
+    for cell in ["half", "res"] {
+        let r = row(&summary, cell);
+        assert_eq!(r[r.len() - 2], "yes", "{cell}: {r:?}");
+    }
+    // The cache cuts bytes per token; the resident cell reads nothing.
+    let mib = |r: &[&str]| r[8].parse::<f64>().unwrap();
+    assert!(mib(&row(&summary, "half")) < mib(&serial), "{summary}");
+    assert_eq!(mib(&row(&summary, "res")), 0.0);
+    // The memory check covers the streamed cells.
+    assert!(summary.contains("| serial | stream | 0 |"), "{summary}");
+    assert!(!summary.contains("| NO |"), "RSS over budget:\n{summary}");
+    // stdout carries the same cells table.
+    assert!(stdout(&o).contains("| half |"));
+}
+
+#[test]
+fn bench_refuses_bad_plans_before_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = e8k2().to_str().unwrap().to_string();
+    let out = dir.path().join("out");
+    let cells = dir.path().join("cells.txt");
+    let cases: [(&str, &str); 4] = [
+        (
+            "a: --cache-mb 0\nb: --overlap --no-such-flag\n",
+            "--no-such-flag",
+        ),
+        ("a: --cache-mb 0\na: --overlap\n", "twice"),
+        ("a: --csv x.csv\n", "set by the bench"),
+        ("a: --resident --overlap\n", "cannot be used with"),
+    ];
+    for (text, want) in cases {
+        std::fs::write(&cells, text).unwrap();
+        let o = bmoe(&[
+            "bench",
+            "-m",
+            &m,
+            "--cells",
+            cells.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{text}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
+        assert!(!out.exists(), "nothing may run for a bad plan");
+    }
+    let o = bmoe(&[
+        "bench",
+        "-m",
+        &m,
+        "--preset",
+        "nope",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("small-host"), "{}", stderr(&o));
+    let o = bmoe(&[
+        "bench",
+        "-m",
+        &m,
+        "-w",
+        "no-such-workload",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("prose, copy, long"), "{}", stderr(&o));
+}
+
+#[test]
+fn balloon_holds_its_memory_and_a_ram_limited_bench_cleans_it_up() {
+    // The hidden child on its own: touches the pages, says so, exits on time.
+    let o = bmoe_within(&["balloon", "--mib", "32", "--max-seconds", "1"], 60);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("BALLOON_READY"));
+    assert!(stderr(&o).contains("holding 32 MiB"), "{}", stderr(&o));
+
+    // A bench asking for ~512 MiB less than is available inflates a small
+    // balloon, reports it, and leaves no balloon process behind.
+    let avail_mib = bmoe::stream::memory::mem_available_bytes().unwrap() / (1024 * 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let cells = dir.path().join("cells.txt");
+    std::fs::write(&cells, "c0: --cache-mb 0\n").unwrap();
+    let out = dir.path().join("out");
+    let limit = (avail_mib - 512).to_string();
+    let o = bmoe_within(
+        &[
+            "bench",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "--cells",
+            cells.to_str().unwrap(),
+            "-n",
+            "4",
+            "-o",
+            out.to_str().unwrap(),
+            "--probe-depths",
+            "1",
+            "--probe-seconds",
+            "0.2",
+            "--ram-limit-mb",
+            &limit,
+        ],
+        300,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = read(&out.join("summary.md"));
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("- balloon:"))
+        .unwrap();
+    assert!(line.contains("MiB held (oom_score_adj 1000"), "{line}");
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", "bmoe balloon"])
+        .output();
+    if let Ok(ps) = ps {
+        assert!(
+            String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
+            "a balloon outlived its bench"
+        );
+    }
+}
