@@ -378,7 +378,7 @@ pub fn summarize(
             .iter()
             .flat_map(|(_, c, _)| c.decode_series("wall_ms"))
             .collect();
-        let ci95 = compare::rate_with_ci(&pooled, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x5eed_b0b)
+        let ci95 = compare::rate_with_ci(&pooled, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x05ee_db0b)
             .map(|r| (r.lo, r.hi))
             .unwrap_or((0.0, 0.0));
         let avg = |f: fn(&RunFigures) -> f64| mean(&ok.iter().map(|x| f(&x.2)).collect::<Vec<_>>());
