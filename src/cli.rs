@@ -189,7 +189,8 @@ pub struct ProbeArgs {
     /// Read through the page cache instead of O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
-    /// Tokens of the resident decode that measures the compute rate (0 skips it).
+    /// Tokens of the resident decode that measures the compute rate, run with the
+    /// model file read into the page cache first (0 skips it).
     #[arg(long, default_value_t = 32)]
     pub resident_tokens: u32,
 }

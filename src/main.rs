@@ -240,7 +240,7 @@ fn bench(args: BenchArgs) -> Result<()> {
         probe: runner::ProbeSettings {
             depths: args.probe_depths.clone(),
             seconds: args.probe_seconds,
-            resident_tokens: 32,
+            resident_tokens: 64,
         },
         run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
@@ -417,6 +417,9 @@ fn probe(args: ProbeArgs) -> Result<()> {
             },
             n_expert_used: None,
         };
+        // With the file in the page cache, so this measures compute, not the disk.
+        bmoe::bench::warm_page_cache(&model)
+            .with_context(|| format!("read {} to warm the page cache", model.display()))?;
         let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
         println!(
             "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",

@@ -248,6 +248,25 @@ pub fn workload(name: &str) -> Result<(String, String), BenchError> {
     })
 }
 
+/// Read `path` once through the page cache (so a following resident run
+/// measures compute, not the disk). Returns the bytes read and the time taken.
+pub fn warm_page_cache(path: &std::path::Path) -> std::io::Result<(u64, std::time::Duration)> {
+    use std::io::Read;
+    let t0 = std::time::Instant::now();
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((total, t0.elapsed()))
+}
+
 /// The run order: `repeats` rounds, each visiting every cell in order
 /// (A B C A B C, never A A B B), then the baseline (cell 0) once more, so the
 /// baseline has at least two runs spread over the whole matrix.

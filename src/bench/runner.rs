@@ -157,6 +157,14 @@ pub fn probe_bound(
         eprintln!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
         read.push((d, r.bytes_per_s()));
     }
+    // The compute bound is the resident rate with the whole file in the page
+    // cache (a cold cache would make it a disk measurement).
+    let (bytes, took) = super::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
+    eprintln!(
+        "bench: page cache warmed with the model ({:.0} MiB in {:.1} s)",
+        bytes as f64 / MIB,
+        took.as_secs_f64()
+    );
     let stem = plan.out_dir.join("probe-resident");
     let (failure, _) = run_child(
         plan,
