@@ -209,6 +209,53 @@ pub fn rate_with_ci(wall_ms: &[f64], resamples: usize, level: f64, seed: u64) ->
     })
 }
 
+/// The decode rate of several runs of one configuration, with a two-level
+/// (hierarchical) percentile bootstrap: each draw picks runs with replacement,
+/// then per-token times within each picked run. With two or more runs the
+/// interval covers the drift between runs (a shared host's state changes from
+/// one run to the next), not only the token-to-token noise within one; with a
+/// single run it is [`rate_with_ci`]. The point estimate is the pooled rate.
+pub fn rate_with_ci_runs(
+    runs: &[Vec<f64>],
+    resamples: usize,
+    level: f64,
+    seed: u64,
+) -> Option<RateCi> {
+    let runs: Vec<&Vec<f64>> = runs.iter().filter(|r| !r.is_empty()).collect();
+    match runs.len() {
+        0 => return None,
+        1 => return rate_with_ci(runs[0], resamples, level, seed),
+        _ => {}
+    }
+    let n: usize = runs.iter().map(|r| r.len()).sum();
+    let total: f64 = runs.iter().flat_map(|r| r.iter()).sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mut rng = SplitMix(seed);
+    let mut draws: Vec<f64> = (0..resamples.max(1))
+        .map(|_| {
+            let (mut count, mut sum) = (0usize, 0.0f64);
+            for _ in 0..runs.len() {
+                let r = runs[(rng.next() % runs.len() as u64) as usize];
+                for _ in 0..r.len() {
+                    sum += r[(rng.next() % r.len() as u64) as usize];
+                }
+                count += r.len();
+            }
+            count as f64 * 1000.0 / sum
+        })
+        .collect();
+    draws.sort_by(f64::total_cmp);
+    let q = |p: f64| draws[((p * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
+    let tail = (1.0 - level.clamp(0.0, 1.0)) / 2.0;
+    Some(RateCi {
+        tok_s: n as f64 * 1000.0 / total,
+        lo: q(tail),
+        hi: q(1.0 - tail),
+    })
+}
+
 /// One row of the comparison table.
 #[derive(Debug, Clone)]
 pub struct RunFigures {
@@ -401,6 +448,28 @@ mod tests {
         // A wider level gives a wider interval.
         let w = rate_with_ci(&walls, 2000, 0.99, 7).unwrap();
         assert!(w.lo <= a.lo && w.hi >= a.hi);
+    }
+
+    #[test]
+    fn run_level_bootstrap_widens_with_drift_between_runs() {
+        let steady: Vec<f64> = (0..64).map(|i| 50.0 + (i % 5) as f64).collect();
+        let slower: Vec<f64> = steady.iter().map(|w| w * 1.3).collect();
+        // One run: the token-level interval.
+        let one = rate_with_ci_runs(std::slice::from_ref(&steady), 2000, 0.95, 3).unwrap();
+        assert_eq!(one, rate_with_ci(&steady, 2000, 0.95, 3).unwrap());
+        // Two runs that disagree: the interval reaches both runs' rates.
+        let two = rate_with_ci_runs(&[steady.clone(), slower.clone()], 2000, 0.95, 3).unwrap();
+        let fast = rate_with_ci(&steady, 2000, 0.95, 3).unwrap().tok_s;
+        let slow = rate_with_ci(&slower, 2000, 0.95, 3).unwrap().tok_s;
+        assert!(
+            two.lo <= slow * 1.01 && two.hi >= fast * 0.99,
+            "{two:?} vs {slow} {fast}"
+        );
+        assert!(two.lo < two.tok_s && two.tok_s < two.hi);
+        // The pooled point estimate.
+        let pooled: Vec<f64> = steady.iter().chain(&slower).copied().collect();
+        assert!((two.tok_s - rate_with_ci(&pooled, 10, 0.95, 3).unwrap().tok_s).abs() < 1e-9);
+        assert!(rate_with_ci_runs(&[vec![], vec![]], 10, 0.95, 1).is_none());
     }
 
     #[test]

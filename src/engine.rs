@@ -26,6 +26,14 @@ pub enum EngineError {
     Telemetry(#[from] TelemetryError),
     #[error("{0}")]
     Config(String),
+    /// A run that failed after generation started: the cause, and the
+    /// `BMOE_DONE` object of what was generated (aborted=1), so the binary can
+    /// still print it.
+    #[error("{cause}")]
+    Failed {
+        cause: Box<EngineError>,
+        done_line: String,
+    },
 }
 
 /// How expert weights reach the matmuls.
@@ -221,7 +229,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
     }
 
     fn should_stop(&mut self) -> bool {
-        crate::interrupt::requested().is_some()
+        crate::interrupt::requested().is_some() || self.telemetry.is_some_and(|t| t.write_failed())
     }
 }
 
@@ -372,13 +380,22 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     if let Some(f) = failure {
         // The first error wins: a streaming failure makes llama_decode fail
         // too, but the cause is the streaming error.
-        return Err(match (res, f) {
+        let cause = match (res, f) {
             (_, f @ EngineError::Streaming(_)) if stats_error => f,
             (Err(e), _) => e.into(),
             (Ok(_), f) => f,
+        };
+        return Err(EngineError::Failed {
+            cause: Box::new(cause),
+            done_line,
         });
     }
-    finished?;
+    if let Err(e) = finished {
+        return Err(EngineError::Failed {
+            cause: Box::new(e.into()),
+            done_line,
+        });
+    }
     let generation = res?;
     let kernel1 = memory::io_read_bytes();
     drop(ctx);

@@ -1,6 +1,11 @@
 //! SIGINT / SIGTERM: the first one asks generation to stop at the next token
 //! boundary (the CSV gets an aborted trailer, BMOE_DONE says aborted=1, actors
 //! are joined, the exit code is 130 or 143); a second one exits at once.
+//!
+//! SIGBUS: touching a mapped page past the end of a file that shrank (the model
+//! truncated while running, with the dense weights left in llama.cpp's
+//! mapping) would otherwise kill the process with a bare "Bus error" and a
+//! core dump; the handler says what most likely happened and exits 1.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -13,8 +18,31 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
+/// What the SIGBUS handler writes (a static byte string: no allocation in the handler).
+const SIGBUS_MESSAGE: &[u8] =
+    b"\nerror: bus error (SIGBUS) reading mapped memory: the model file was most \
+likely truncated or overwritten while running; the run stopped (restart bmoe; \
+--dense-weights anon keeps the dense weights out of the file mapping)\n";
+
+extern "C" fn on_sigbus(_sig: libc::c_int) {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a
+    // static byte string valid for its whole length.
+    unsafe {
+        libc::write(2, SIGBUS_MESSAGE.as_ptr().cast(), SIGBUS_MESSAGE.len());
+        libc::_exit(1);
+    }
+}
+
 /// Install the handlers (the binary calls this once at start).
 pub fn install() {
+    // SAFETY: a zeroed sigaction with a plain handler that only calls
+    // async-signal-safe functions (write, _exit).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a plain handler that only touches an
         // atomic and calls _exit, both async-signal-safe.

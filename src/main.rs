@@ -324,6 +324,20 @@ fn run(args: RunArgs) -> Result<()> {
             let _ = out.flush();
         }
     });
+    // A run that failed mid-way still reports what it did (aborted=1).
+    let res = match res {
+        Err(EngineError::Failed { cause, done_line }) => {
+            let _ = std::io::stdout().flush();
+            if progress {
+                println!("BMOE_DONE {done_line}");
+            } else {
+                eprintln!();
+                eprintln!("BMOE_DONE {done_line}");
+            }
+            Err(*cause)
+        }
+        other => other,
+    };
     let mut out = std::io::stdout().lock();
     let report = match res {
         Ok(r) => r,

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +22,15 @@ pub const CHANNEL_CAPACITY: usize = 1024;
 pub enum TelemetryError {
     #[error("cannot write the CSV {path}: {source} (choose a writable --csv path)")]
     Csv {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "writing the CSV {path} failed during the run: {source}; generation stopped there \
+         (the rows before the failure are in the file)"
+    )]
+    Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -172,6 +181,8 @@ pub struct Telemetry {
     dropped: Arc<AtomicU64>,
     rows: Arc<AtomicU64>,
     csv: Option<PathBuf>,
+    /// Set by the actor when a CSV write fails (generation stops at the next token).
+    write_failed: Arc<AtomicBool>,
 }
 
 /// Open the CSV now (so an unwritable path is refused before any work).
@@ -207,9 +218,11 @@ impl Telemetry {
         let progress = cfg.progress;
         let rows = Arc::new(AtomicU64::new(0));
         let rows2 = rows.clone();
+        let write_failed = Arc::new(AtomicBool::new(false));
+        let failed2 = write_failed.clone();
         let join = std::thread::Builder::new()
             .name("bmoe-telemetry".into())
-            .spawn(move || run(rx, csv, progress, rows2))
+            .spawn(move || run(rx, csv, progress, rows2, failed2))
             .map_err(|source| TelemetryError::Csv {
                 path: PathBuf::from("<telemetry thread>"),
                 source,
@@ -220,7 +233,14 @@ impl Telemetry {
             dropped: Arc::new(AtomicU64::new(0)),
             rows,
             csv: cfg.csv.clone(),
+            write_failed,
         })
+    }
+
+    /// Whether a CSV write has failed (the run should stop: its measurement
+    /// would be incomplete).
+    pub fn write_failed(&self) -> bool {
+        self.write_failed.load(Ordering::Relaxed)
     }
 
     /// Hand a row over without blocking; counted as dropped when the actor is behind.
@@ -239,13 +259,18 @@ impl Telemetry {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Write the trailer (`dropped_events` is added) and stop the actor within `deadline`.
+    /// Write the trailer (`dropped_events` is set to the final count, added
+    /// when missing) and stop the actor within `deadline`.
     pub fn finish(
         mut self,
         mut trailer: Vec<(String, String)>,
         deadline: Duration,
     ) -> Result<u64, TelemetryError> {
-        trailer.push(("dropped_events".into(), self.dropped().to_string()));
+        let dropped = self.dropped().to_string();
+        match trailer.iter_mut().find(|(k, _)| k == "dropped_events") {
+            Some(kv) => kv.1 = dropped,
+            None => trailer.push(("dropped_events".into(), dropped)),
+        }
         let (done_tx, done_rx) = bounded(1);
         if let Some(tx) = self.tx.take() {
             let _ = tx.send_timeout(
@@ -268,7 +293,7 @@ impl Telemetry {
         }
         match res {
             Ok(Ok(())) => Ok(self.rows.load(Ordering::Relaxed)),
-            Ok(Err(source)) => Err(TelemetryError::Csv {
+            Ok(Err(source)) => Err(TelemetryError::Write {
                 path: self.csv.clone().unwrap_or_default(),
                 source,
             }),
@@ -282,6 +307,7 @@ fn run(
     mut csv: Option<BufWriter<File>>,
     progress: bool,
     rows: Arc<AtomicU64>,
+    write_failed: Arc<AtomicBool>,
 ) {
     let mut failed: Option<std::io::Error> = None;
     while let Ok(ev) = rx.recv() {
@@ -289,8 +315,11 @@ fn run(
             Event::Row(r) => {
                 let _span = tracing::debug_span!("telemetry.write", step = r.step).entered();
                 if let Some(w) = csv.as_mut() {
-                    if let Err(e) = writeln!(w, "{}", r.csv()).and_then(|_| w.flush()) {
-                        failed.get_or_insert(e);
+                    if failed.is_none() {
+                        if let Err(e) = writeln!(w, "{}", r.csv()).and_then(|_| w.flush()) {
+                            failed = Some(e);
+                            write_failed.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
                 if progress {

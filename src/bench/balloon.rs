@@ -147,7 +147,7 @@ pub fn hold(mib: u64, max_seconds: u64) -> Result<(), BenchError> {
         // SAFETY: off < len, inside the mapping made above, which is writable
         // and owned by this process alone; a volatile write forces the page in.
         unsafe { std::ptr::write_volatile(base.add(off), 1) };
-        if off % (1024 * MIB as usize) == 0 && off > 0 {
+        if off % (4096 * MIB as usize) == 0 && off > 0 {
             eprintln!("balloon: {} MiB touched", off as u64 / MIB);
         }
     }

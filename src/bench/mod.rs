@@ -347,7 +347,8 @@ pub struct CellSummary {
     pub failed: usize,
     pub per_run_tok_s: Vec<f64>,
     pub mean_tok_s: f64,
-    /// Bootstrap 95% interval over the pooled per-token times of all its runs.
+    /// Bootstrap 95% interval: runs resampled, then tokens within them
+    /// ([`compare::rate_with_ci_runs`]); between-run drift is in it from 2 runs on.
     pub ci: (f64, f64),
     pub effective_tok_s: f64,
     pub mib_per_token: f64,
@@ -393,13 +394,14 @@ pub fn summarize(
             .map(|(r, c)| compare::figures(c).map(|f| (r, c, f)))
             .collect::<Result<_, _>>()?;
         let per_run: Vec<f64> = ok.iter().map(|(_, _, f)| f.rate.tok_s).collect();
-        let pooled: Vec<f64> = ok
+        let series: Vec<Vec<f64>> = ok
             .iter()
-            .flat_map(|(_, c, _)| c.decode_series("wall_ms"))
+            .map(|(_, c, _)| c.decode_series("wall_ms"))
             .collect();
-        let ci95 = compare::rate_with_ci(&pooled, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x05ee_db0b)
-            .map(|r| (r.lo, r.hi))
-            .unwrap_or((0.0, 0.0));
+        let ci95 =
+            compare::rate_with_ci_runs(&series, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x05ee_db0b)
+                .map(|r| (r.lo, r.hi))
+                .unwrap_or((0.0, 0.0));
         let avg = |f: fn(&RunFigures) -> f64| mean(&ok.iter().map(|x| f(&x.2)).collect::<Vec<_>>());
         let opt_avg = |f: fn(&RunFigures) -> Option<f64>| {
             let v: Vec<f64> = ok.iter().filter_map(|x| f(&x.2)).collect();

@@ -410,8 +410,9 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     let _ = writeln!(
         md,
         "\ntok/s: decode rate over the single-token decodes, mean of the cell's runs; \
-         95% CI: percentile bootstrap over the pooled per-token times of all its runs \
-         ({} draws, fixed seed); bound: min(resident rate, read bandwidth at the cell's \
+         95% CI: two-level percentile bootstrap ({} draws, fixed seed) that resamples the \
+         cell's runs, then the per-token times within each (with one run it covers only the \
+         token-to-token noise; from two runs on, also the drift between runs); bound: min(resident rate, read bandwidth at the cell's \
          queue depth / its bytes per token); x baseline: ratio of means to the first cell; \
          text = baseline: the generated text equals the baseline's first run byte for byte.",
         compare::BOOTSTRAP_RESAMPLES

@@ -280,7 +280,13 @@ impl Streamer {
                     .unwrap_or(0);
                 let reader = PreadReader::new(Box::new(src), model_path, max_slice)?;
                 let note = format!("fault injection on ({plan:?}): reading with pread");
-                Flash::spawn_with_reader(Box::new(reader), vec![note], specs(layout), flash_cfg)?
+                Flash::spawn_with_reader(
+                    Box::new(reader),
+                    vec![note],
+                    specs(layout),
+                    flash_cfg,
+                    Some(model_path),
+                )?
             }
         };
         let notes = flash.notes().to_vec();

@@ -78,6 +78,18 @@ fn a_persistent_read_error_stops_the_run_cleanly() {
         let c = RunCsv::open(&csv).expect("the CSV of a failed run parses");
         assert!(c.aborted(), "seed {seed}: trailer {:?}", c.trailer);
         assert_eq!(c.trailer["aborted"], "1");
+        // A failed run still says what it did: BMOE_DONE with aborted=1 and the
+        // trailer's token count.
+        let done = err
+            .lines()
+            .find(|l| l.starts_with("BMOE_DONE {"))
+            .unwrap_or_else(|| panic!("seed {seed}: no BMOE_DONE in {err}"));
+        assert!(done.contains("\"aborted\":1"), "{done}");
+        assert!(
+            done.contains(&format!("\"tokens\":{},", c.trailer["tokens"])),
+            "{done} vs {:?}",
+            c.trailer
+        );
     }
 }
 
@@ -104,21 +116,21 @@ fn a_bad_fault_spec_is_a_usage_error() {
     assert!(stderr(&o).contains("probability"), "{}", stderr(&o));
 }
 
-#[test]
-fn a_model_truncated_while_running_stops_the_run_cleanly() {
+/// Start a 200-token streamed run of `model` with --progress, wait for its
+/// first token, do `change` to the file, and return (exit code, stdout lines
+/// after the first, stderr). Fails the test when the run does not end within 120 s.
+fn change_model_while_running(
+    model: &std::path::Path,
+    dense: &str,
+    change: impl FnOnce(),
+) -> (Option<i32>, Vec<String>, String) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("model.gguf");
-    std::fs::copy(e8k2(), &copy).unwrap();
-    // Dense weights in anonymous memory: after the prefill nothing but the
-    // expert reads touches the file (a mapped page past a new end of file
-    // would be SIGBUS, which docs/reliability.md lists as not handled).
     let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args([
             "run",
             "-m",
-            copy.to_str().unwrap(),
+            model.to_str().unwrap(),
             "-p",
             PROMPT,
             "-n",
@@ -126,7 +138,7 @@ fn a_model_truncated_while_running_stops_the_run_cleanly() {
             "--cache-mb",
             "0",
             "--dense-weights",
-            "anon",
+            dense,
             "--progress",
         ])
         .stdout(Stdio::piped())
@@ -136,28 +148,152 @@ fn a_model_truncated_while_running_stops_the_run_cleanly() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a progress line").unwrap();
     assert!(first.starts_with("BMOE_PROGRESS"), "{first}");
-    let f = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
-    f.set_len(64 << 20).unwrap();
-    drop(f);
+    change();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let t0 = std::time::Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(t0.elapsed().as_secs() < 120, "no exit after the truncation");
+        if t0.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("no exit after the change to the model file");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.code(), rest, err)
+}
+
+#[test]
+fn a_model_truncated_while_running_stops_the_run_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("model.gguf");
+    // With the dense weights in anonymous memory only the expert reads touch
+    // the file: the flash actor notices the truncation. With them left in
+    // llama.cpp's mapping a dense page past the new end raises SIGBUS, which
+    // the binary turns into the same clear error (whichever comes first).
+    for dense in ["anon", "mmap"] {
+        std::fs::copy(e8k2(), &copy).unwrap();
+        let (code, rest, err) = change_model_while_running(&copy, dense, || {
+            let f = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+            f.set_len(64 << 20).unwrap();
+        });
+        assert_eq!(code, Some(1), "{dense}: {err}");
+        assert!(err.contains("truncated"), "{dense}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            rest.len() < 199,
+            "the run stopped early ({} more lines)",
+            rest.len()
+        );
+        let done = rest.iter().find(|l| l.starts_with("BMOE_DONE"));
+        assert!(done.is_none_or(|d| d.contains("\"aborted\":1")), "{done:?}");
+    }
+}
+
+#[test]
+fn a_model_replaced_while_running_is_detected_and_the_run_stops() {
+    // A hard link in the fixture's own directory (same filesystem): renaming
+    // another file over the link leaves the shared fixture untouched.
+    let dir = tempfile::tempdir_in(e8k2().parent().unwrap()).unwrap();
+    let link = dir.path().join("model.gguf");
+    std::fs::hard_link(e8k2(), &link).unwrap();
+    let (code, rest, err) = change_model_while_running(&link, "warm", || {
+        let other = dir.path().join("other.gguf");
+        std::fs::write(&other, b"GGUF not really").unwrap();
+        std::fs::rename(&other, &link).unwrap();
+    });
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("was replaced (the path names another file now)"),
+        "{err}"
+    );
+    assert!(err.contains("restart bmoe"), "{err}");
+    let done = rest
+        .iter()
+        .find(|l| l.starts_with("BMOE_DONE"))
+        .unwrap_or_else(|| panic!("BMOE_DONE on stdout with --progress: {rest:?}"));
+    assert!(done.contains("\"aborted\":1"), "{done}");
+    assert!(rest.len() < 199, "the run stopped early");
+}
+
+#[test]
+fn a_csv_write_failing_mid_run_stops_generation_with_the_error() {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("m.csv");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args([
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        PROMPT,
+        "-n",
+        "64",
+        "--cache-mb",
+        "0",
+        "--csv",
+        csv.to_str().unwrap(),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: runs in the forked child before exec; setrlimit and signal are
+    // async-signal-safe and touch no state of the parent. The file size limit
+    // lets the preamble and ~20 rows through, then writes fail with EFBIG
+    // (SIGXFSZ ignored, which survives exec).
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 2048,
+                rlim_max: 2048,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("no exit after the CSV write failure");
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.contains("truncated or replaced while running"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
     assert!(
-        rest.len() < 199,
-        "the run stopped early ({} more lines)",
-        rest.len()
+        err.contains("writing the CSV") && err.contains("File too large"),
+        "{err}"
     );
-    let done = rest.iter().find(|l| l.starts_with("BMOE_DONE"));
-    assert!(done.is_none_or(|d| d.contains("\"aborted\":1")), "{done:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows = text
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    assert!(rows > 0 && rows < 64, "{rows} rows before the failure");
+    let done = err
+        .lines()
+        .find(|l| l.starts_with("BMOE_DONE {"))
+        .unwrap_or_else(|| panic!("no BMOE_DONE in {err}"));
+    assert!(done.contains("\"aborted\":1"), "{done}");
+    let tokens: usize = done
+        .split("\"tokens\":")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(tokens < 64, "generation stopped early: {done}");
 }

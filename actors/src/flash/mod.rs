@@ -6,6 +6,7 @@ mod arena;
 mod fault;
 mod io;
 mod probe;
+mod watch;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
 pub use fault::{FaultCounts, FaultPlan, FaultySource};
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader, UringReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
+pub use watch::{FileWatch, CHECK_INTERVAL};
 
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
@@ -47,6 +49,11 @@ pub enum FlashError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the model file {path} was {what} while running; the run stops rather than mix two \
+         files' weights (restart bmoe to use the file as it is now)"
+    )]
+    Changed { path: PathBuf, what: String },
     #[error("flash configuration: {0}")]
     Config(String),
     #[error("the flash actor has stopped: {0}")]
@@ -305,15 +312,31 @@ impl Flash {
     ) -> Result<Self, FlashError> {
         let max_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
         let (reader, notes) = open_reader(model, cfg.o_direct, cfg.queue_depth, max_slice)?;
-        Self::spawn_with_reader(reader, notes, specs, cfg)
+        let watch = FileWatch::new(model, CHECK_INTERVAL)?;
+        Self::spawn_inner(reader, notes, specs, cfg, Some(watch))
     }
 
-    /// As [`Flash::spawn`] with a given reader (fault injection in tests).
+    /// As [`Flash::spawn`] with a given reader (fault injection in tests);
+    /// `model`, when given, is watched for replacement or truncation.
     pub fn spawn_with_reader(
         reader: Box<dyn SliceReader>,
         notes: Vec<String>,
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
+        model: Option<&Path>,
+    ) -> Result<Self, FlashError> {
+        let watch = model
+            .map(|m| FileWatch::new(m, CHECK_INTERVAL))
+            .transpose()?;
+        Self::spawn_inner(reader, notes, specs, cfg, watch)
+    }
+
+    fn spawn_inner(
+        reader: Box<dyn SliceReader>,
+        notes: Vec<String>,
+        specs: Vec<TensorSpec>,
+        cfg: FlashConfig,
+        watch: Option<FileWatch>,
     ) -> Result<Self, FlashError> {
         let arena = Arc::new(Arena::new(&specs)?);
         let n_layer = specs
@@ -346,6 +369,7 @@ impl Flash {
             prefetched: HashMap::new(),
             spares: VecDeque::new(),
             spare_cap: 0,
+            watch,
         };
         let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
         state.spare_cap = (SPARE_MAX_BYTES / max_slot).max(4) as usize;
@@ -449,6 +473,8 @@ struct Actor {
     /// next misses, so a read never lands on fresh pages (a fault per page).
     spares: VecDeque<SlotKey>,
     spare_cap: usize,
+    /// The model file's identity at start, checked before demands.
+    watch: Option<FileWatch>,
 }
 
 /// Evicted pages kept for reuse, at most (they count in RSS, not in the cache).
@@ -664,6 +690,9 @@ impl Actor {
         split: bool,
         reply: &Sender<Result<DemandReply, String>>,
     ) -> Result<(), FlashError> {
+        if let Some(w) = self.watch.as_mut() {
+            w.check()?;
+        }
         let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);
         if let Some(&bad) = experts.iter().find(|&&e| e >= limit) {
             return Err(FlashError::UnknownExpert { layer, expert: bad });

@@ -368,6 +368,7 @@ fn a_failed_read_is_never_served_and_a_later_demand_rereads() {
             budget_bytes: 1 << 20,
             ..FlashConfig::default()
         },
+        None,
     )
     .unwrap();
     let mut client = flash.client(Requester::Verify);
