@@ -521,13 +521,18 @@ pub fn cells_table(s: &[CellSummary]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {:.2} | {} | \
+            "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {} | {} | \
              {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {text} |",
             c.mean_tok_s,
             c.ci.0,
             c.ci.1,
             c.effective_tok_s,
-            c.mib_per_token,
+            // The mmap path's reads are page faults (majflt/token), not counted bytes.
+            if c.resident {
+                "—".to_string()
+            } else {
+                format!("{:.2}", c.mib_per_token)
+            },
             opt(c.hit_pct, 1),
             c.stall_s_per_token,
             c.majflt_per_token,
