@@ -120,33 +120,13 @@ pub fn hold(mib: u64, max_seconds: u64) -> Result<(), BenchError> {
     }
     let len = usize::try_from(mib * MIB)
         .map_err(|_| BenchError::Balloon(format!("{mib} MiB does not fit this address space")))?;
-    if len == 0 {
-        println!("{READY}");
-        return Ok(());
-    }
-    // SAFETY: a fresh private anonymous mapping; no file, no existing memory.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(BenchError::Balloon(format!(
-            "mmap of {mib} MiB: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    let base = ptr.cast::<u8>();
+    let buf = bmoe_actors::flash::AnonBuffer::zeroed(len)
+        .map_err(|e| BenchError::Balloon(format!("{mib} MiB: {e}")))?;
     let t0 = Instant::now();
     for off in (0..len).step_by(PAGE) {
-        // SAFETY: off < len, inside the mapping made above, which is writable
+        // SAFETY: off < len <= buf.len(): inside the mapping, which is writable
         // and owned by this process alone; a volatile write forces the page in.
-        unsafe { std::ptr::write_volatile(base.add(off), 1) };
+        unsafe { std::ptr::write_volatile(buf.as_ptr().add(off), 1) };
         if off % (4096 * MIB as usize) == 0 && off > 0 {
             eprintln!("balloon: {} MiB touched", off as u64 / MIB);
         }
@@ -160,7 +140,7 @@ pub fn hold(mib: u64, max_seconds: u64) -> Result<(), BenchError> {
     while Instant::now() < deadline && std::os::unix::process::parent_id() == parent {
         std::thread::sleep(Duration::from_millis(200));
     }
-    // The mapping goes with the process.
+    drop(buf);
     Ok(())
 }
 

@@ -18,33 +18,35 @@ fn row<'a>(summary: &'a str, cell: &str) -> Vec<&'a str> {
     line.split('|').map(str::trim).collect()
 }
 
+/// `bmoe bench` on E8K2 with `cells` (written to DIR/cells.txt), output in
+/// DIR/out, a short probe, and `extra` flags; at most 300 s.
+fn bench_e8k2(dir: &std::path::Path, cells: &str, extra: &[&str]) -> std::process::Output {
+    let cells_path = dir.join("cells.txt");
+    std::fs::write(&cells_path, cells).unwrap();
+    let out = dir.join("out");
+    let mut args = vec![
+        "bench",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "--cells",
+        cells_path.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--probe-seconds",
+        "0.2",
+    ];
+    args.extend_from_slice(extra);
+    bmoe_within(&args, 300)
+}
+
 #[test]
 fn bench_runs_the_matrix_interleaved_against_the_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let cells = dir.path().join("cells.txt");
-    std::fs::write(
-        &cells,
-        "# baseline first\nserial: --cache-mb 0\nhalf: --cache-mb 50% --overlap --predict-prefetch\nres: --resident\n",
-    )
-    .unwrap();
     let out = dir.path().join("out");
-    let o = bmoe_within(
-        &[
-            "bench",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "--cells",
-            cells.to_str().unwrap(),
-            "-n",
-            "8",
-            "-o",
-            out.to_str().unwrap(),
-            "--probe-depths",
-            "1,4",
-            "--probe-seconds",
-            "0.2",
-        ],
-        300,
+    let o = bench_e8k2(
+        dir.path(),
+        "# baseline first\nserial: --cache-mb 0\nhalf: --cache-mb 50% --overlap --predict-prefetch\nres: --resident\n",
+        &["-n", "8", "--probe-depths", "1,4"],
     );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
@@ -164,29 +166,12 @@ fn balloon_holds_its_memory_and_a_ram_limited_bench_cleans_it_up() {
     // balloon, reports it, and leaves no balloon process behind.
     let avail_mib = bmoe::stream::memory::mem_available_bytes().unwrap() / (1024 * 1024);
     let dir = tempfile::tempdir().unwrap();
-    let cells = dir.path().join("cells.txt");
-    std::fs::write(&cells, "c0: --cache-mb 0\n").unwrap();
     let out = dir.path().join("out");
     let limit = (avail_mib - 512).to_string();
-    let o = bmoe_within(
-        &[
-            "bench",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "--cells",
-            cells.to_str().unwrap(),
-            "-n",
-            "4",
-            "-o",
-            out.to_str().unwrap(),
-            "--probe-depths",
-            "1",
-            "--probe-seconds",
-            "0.2",
-            "--ram-limit-mb",
-            &limit,
-        ],
-        300,
+    let o = bench_e8k2(
+        dir.path(),
+        "c0: --cache-mb 0\n",
+        &["-n", "4", "--probe-depths", "1", "--ram-limit-mb", &limit],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let summary = read(&out.join("summary.md"));

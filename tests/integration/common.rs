@@ -119,22 +119,32 @@ pub fn bmoe_within(args: &[&str], secs: u64) -> Output {
         let _ = std::io::Read::read_to_end(&mut err, &mut v);
         v
     });
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if t0.elapsed() > std::time::Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("bmoe {args:?} did not finish within {secs} s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_within(&mut child, secs, &format!("bmoe {args:?}"));
     Output {
         status,
         stdout: t_out.join().expect("stdout thread"),
         stderr: t_err.join().expect("stderr thread"),
+    }
+}
+
+/// Wait for `child`, killing it and failing the test after `secs` (a hang is
+/// a defect, not a slow test).
+pub fn wait_within(
+    child: &mut std::process::Child,
+    secs: u64,
+    what: &str,
+) -> std::process::ExitStatus {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -5,7 +5,7 @@
 
 use bmoe::compare::RunCsv;
 
-use crate::common::{bmoe_within, e8k2, stderr, stdout};
+use crate::common::{bmoe_within, e8k2, stderr, stdout, wait_within};
 
 const PROMPT: &str = "Once upon a time";
 
@@ -150,17 +150,11 @@ fn change_model_while_running(
     assert!(first.starts_with("BMOE_PROGRESS"), "{first}");
     change();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed().as_secs() > 120 {
-            let _ = child.kill();
-            panic!("no exit after the change to the model file");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_within(
+        &mut child,
+        120,
+        "the run after the change to the model file",
+    );
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     (status.code(), rest, err)
@@ -259,17 +253,7 @@ fn a_csv_write_failing_mid_run_stops_generation_with_the_error() {
         });
     }
     let mut child = cmd.spawn().unwrap();
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed().as_secs() > 120 {
-            let _ = child.kill();
-            panic!("no exit after the CSV write failure");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_within(&mut child, 120, "the run with a failing CSV");
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(1), "{err}");

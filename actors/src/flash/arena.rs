@@ -225,11 +225,8 @@ pub struct AnonBuffer {
 unsafe impl Send for AnonBuffer {}
 
 impl AnonBuffer {
-    /// A copy of `len` bytes starting at `src`.
-    ///
-    /// # Safety
-    /// `src` must be valid for reads of `len` bytes.
-    pub unsafe fn copy_from(src: *const u8, len: usize) -> Result<Self, FlashError> {
+    /// A fresh mapping of `len` bytes (at least one page), zero until written.
+    pub fn zeroed(len: usize) -> Result<Self, FlashError> {
         let map_len = len.max(1);
         // SAFETY: anonymous private mapping, no hint; affects no existing memory.
         let p = unsafe {
@@ -244,17 +241,26 @@ impl AnonBuffer {
         };
         if p == libc::MAP_FAILED {
             return Err(FlashError::Os {
-                what: format!("allocate {len} bytes for dense weights"),
+                what: format!("allocate {len} bytes of anonymous memory"),
                 source: std::io::Error::last_os_error(),
             });
         }
-        // SAFETY: `src` is readable for len bytes (caller), `p` writable for map_len >= len;
-        // a fresh mapping cannot overlap the source.
-        unsafe { std::ptr::copy_nonoverlapping(src, p as *mut u8, len) };
         Ok(Self {
             ptr: p as *mut u8,
             len: map_len,
         })
+    }
+
+    /// A copy of `len` bytes starting at `src`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes.
+    pub unsafe fn copy_from(src: *const u8, len: usize) -> Result<Self, FlashError> {
+        let buf = Self::zeroed(len)?;
+        // SAFETY: `src` is readable for len bytes (caller), the buffer writable for
+        // at least len bytes; a fresh mapping cannot overlap the source.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.ptr, len) };
+        Ok(buf)
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
