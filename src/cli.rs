@@ -68,7 +68,7 @@ pub struct BenchArgs {
     /// Cells file: one `name: bmoe-run-flags` per line, the first is the baseline.
     #[arg(long, conflicts_with = "preset")]
     pub cells: Option<PathBuf>,
-    /// A built-in matrix: cache, overlap, small-host, lossy (default: cache).
+    /// A built-in matrix: cache, overlap, small-host, spec, spec-stream, lossy (default: cache).
     #[arg(long)]
     pub preset: Option<String>,
     /// Prompt: a shipped workload (prose, copy, long) or a prompt file.
@@ -99,6 +99,7 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("speculation").args(["ngram", "mtp"])))]
 pub struct RunArgs {
     /// Model gguf. Default: SmolLM2 upcycled to 64 experts / top-4, built into the cache if missing.
     #[arg(short, long)]
@@ -161,6 +162,24 @@ pub struct RunArgs {
     /// `seed=1,eio=0.001,short=0.05,eagain=0.05,slow=0.01,slow_ms=5`.
     #[arg(long, hide = true, value_name = "SPEC")]
     pub inject_faults: Option<bmoe_actors::flash::FaultPlan>,
+    /// Self-speculative decoding with n-gram drafts: the longest earlier match of
+    /// the text's suffix proposes what followed it; the model verifies the drafts
+    /// in one wider decode and keeps only tokens equal to its own argmax.
+    #[arg(long, conflicts_with = "mtp")]
+    pub ngram: bool,
+    /// Self-speculative decoding with the model's own MTP (nextn) head as the
+    /// drafter (a model with nextn layers; with --resident for now).
+    #[arg(long)]
+    pub mtp: bool,
+    /// With --mtp: stop drafting once the head's top probability falls below F.
+    #[arg(long, value_name = "F", default_value_t = 0.0, requires = "mtp")]
+    pub mtp_p_min: f32,
+    /// Draft width: tokens verified per decode with speculation (1..=8).
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub draft: u32,
+    /// Shortest suffix match that may draft with --ngram.
+    #[arg(long, value_name = "M", default_value_t = 3, requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub ngram_min_match: u32,
     /// LOSSY: route each token to K experts instead of the model's count.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub n_expert_used: Option<u32>,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
 use crate::layout::MoeLayout;
-use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
+use crate::llama::{Context, ContextKind, ContextParams, LlamaError, Model, ModelParams, MtpHead};
 use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
 use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
 
@@ -45,6 +45,32 @@ pub enum Mode {
     Stream(StreamConfig),
 }
 
+/// The MTP draft context's physical batch (its compute buffer scales with
+/// n_ubatch x vocab; the drafts are a few tokens wide).
+pub const MTP_UBATCH: u32 = 32;
+
+/// Self-speculative decoding: where drafts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Speculation {
+    #[default]
+    Off,
+    /// `--ngram`: the longest earlier match of the corpus's suffix.
+    Ngram { min_match: u32 },
+    /// `--mtp`: the model's own MTP (nextn) head; it stops drafting once its
+    /// confidence falls below `p_min`.
+    Mtp { p_min: f32 },
+}
+
+impl Speculation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Speculation::Off => "off",
+            Speculation::Ngram { .. } => "ngram",
+            Speculation::Mtp { .. } => "mtp",
+        }
+    }
+}
+
 /// Everything `bmoe run` settles before generating.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -62,6 +88,9 @@ pub struct RunConfig {
     /// `--n-expert-used K`: route each token to K experts instead of the
     /// model's own count (lossy unless K equals it).
     pub n_expert_used: Option<u32>,
+    /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
+    pub speculation: Speculation,
+    pub draft_max: u32,
 }
 
 impl RunConfig {
@@ -85,6 +114,9 @@ pub type TokenRow = Row;
 #[derive(Debug, Clone)]
 pub struct RunReport {
     pub generation: Generation,
+    /// The draft source and width (`Off` and 0 without speculation).
+    pub speculation: Speculation,
+    pub draft_max: u32,
     pub rows: Vec<TokenRow>,
     /// "resident" or "stream".
     pub mode: &'static str,
@@ -146,6 +178,8 @@ struct Sink<'a, F: FnMut(&str)> {
     /// Predictive prefetch: experts guessed and guesses the routing used.
     predicted: u64,
     predicted_used: u64,
+    /// Speculation is on (the mtp_* columns are filled).
+    speculating: bool,
 }
 
 impl<F: FnMut(&str)> Sink<'_, F> {
@@ -201,6 +235,12 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             prefill: step.prefill,
             prefetch_bytes: s.prefetch_bytes,
             dropped_experts: s.dropped,
+            mtp_batch: if self.speculating && !step.prefill {
+                step.n_tokens as u64
+            } else {
+                0
+            },
+            mtp_draft_ms: step.draft.as_secs_f64() * 1e3,
             ..TokenRow::default()
         };
         self.predicted += s.predicted;
@@ -226,6 +266,13 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             self.flush();
             self.pending = Some(row);
         }
+    }
+
+    fn next_token(&mut self) {
+        // One more token of the same verify decode: its cost stays on the
+        // group's first row, this row carries only the token's text.
+        self.flush();
+        self.pending = Some(TokenRow::default());
     }
 
     fn should_stop(&mut self) -> bool {
@@ -277,6 +324,25 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
             )));
         }
     }
+    if let Speculation::Mtp { p_min } = cfg.speculation {
+        if layout.n_layer_nextn == 0 {
+            return Err(EngineError::Config(format!(
+                "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
+                 is 0): use --ngram for drafts without a head",
+                cfg.model.display()
+            )));
+        }
+        if matches!(mode, Mode::Stream(_)) {
+            return Err(EngineError::Config(
+                "--mtp with streamed experts is not supported yet: add --resident".into(),
+            ));
+        }
+        if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
+            return Err(EngineError::Config(format!(
+                "--mtp-p-min {p_min}: give a probability in 0..=1"
+            )));
+        }
+    }
     let k = cfg.experts_used(&layout);
     let streamer = match &mode {
         Mode::Stream(sc) => Some((
@@ -290,7 +356,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         &cfg.model,
         &ModelParams {
             use_mmap: true,
-            load_mtp: false,
+            load_mtp: matches!(cfg.speculation, Speculation::Mtp { .. }),
             int_overrides: match cfg.n_expert_used {
                 Some(k) => vec![(format!("{}.expert_used_count", layout.arch), k as i64)],
                 None => Vec::new(),
@@ -298,11 +364,15 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         },
     )?);
     let abort = Arc::new(AtomicBool::new(false));
+    let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
         n_ctx: cfg.n_ctx,
         n_batch: 512,
         n_ubatch: 512,
         n_threads: cfg.threads,
+        // Recurrent-state snapshots so a hybrid model can roll back rejected
+        // drafts (clamped to 0 by llama.cpp on archs that need none).
+        n_rs_seq: if speculating { cfg.draft_max } else { 0 },
         abort: Some(abort.clone()),
         ..ContextParams::default()
     };
@@ -315,6 +385,28 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         stats = Some(st);
     }
     let mut ctx = Context::new(model.clone(), params)?;
+    // The MTP head is tied to the target before its first decode.
+    let mut mtp = match cfg.speculation {
+        Speculation::Mtp { p_min } => {
+            let draft = Context::new(
+                model.clone(),
+                ContextParams {
+                    n_ctx: cfg.n_ctx,
+                    n_batch: 512,
+                    n_ubatch: MTP_UBATCH,
+                    n_threads: cfg.threads,
+                    kind: ContextKind::Mtp,
+                    ..ContextParams::default()
+                },
+            )?;
+            // SAFETY: `ctx` is declared before `mtp`, so it outlives the head
+            // (dropped in reverse order), and both are used from this thread only,
+            // one call at a time by the generation loop.
+            let head = unsafe { MtpHead::new(&mut ctx, draft, cfg.draft_max as usize, p_min) }?;
+            Some(generate::MtpDrafter::new(head))
+        }
+        _ => None,
+    };
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
     let preamble = preamble(
         cfg,
@@ -338,9 +430,27 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         pending: None,
         predicted: 0,
         predicted_used: 0,
+        speculating: cfg.speculation != Speculation::Off,
+    };
+    let mut ngram = match cfg.speculation {
+        Speculation::Ngram { min_match } => Some(generate::NgramDrafter::new(min_match as usize)),
+        Speculation::Off | Speculation::Mtp { .. } => None,
+    };
+    let drafter = match (ngram.as_mut(), mtp.as_mut()) {
+        (Some(d), _) => Some(d as &mut dyn generate::Drafter),
+        (None, Some(d)) => Some(d as &mut dyn generate::Drafter),
+        (None, None) => None,
     };
     let t0 = Instant::now();
-    let res = generate::generate(&mut ctx, &tokens, cfg.n_predict, 512, &mut sink);
+    let res = generate::generate_with(
+        &mut ctx,
+        &tokens,
+        cfg.n_predict,
+        512,
+        &mut sink,
+        drafter,
+        cfg.draft_max as usize,
+    );
     if let Ok(g) = &res {
         if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {
             // The last decode produced the end-of-text token, which is not
@@ -367,6 +477,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     let interrupted = matches!(&res, Ok(g) if g.stop == generate::StopReason::Interrupted);
     let (_, peak_rss) = memory::rss_bytes();
+    let spec = res.as_ref().map(|g| g.spec).unwrap_or_default();
     let trailer = totals(
         &rows,
         tokens.len(),
@@ -374,6 +485,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         failure.is_some() || interrupted,
         telemetry.dropped(),
         peak_rss,
+        &spec,
     );
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
@@ -435,6 +547,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     Ok(RunReport {
         generation,
+        speculation: cfg.speculation,
+        draft_max: cfg.draft_max,
         rows,
         mode: if streamer.is_some() {
             "stream"
@@ -511,8 +625,15 @@ fn preamble(
     kv("predict_prefetch", (predict as u8).to_string());
     kv("drop_cold_frac", drop.to_string());
     kv("lossy", (cfg.lossy(layout) as u8).to_string());
-    kv("spec", "off".into());
-    kv("spec_draft_max", "0".into());
+    kv("spec", cfg.speculation.name().into());
+    let (draft_max, min_match, p_min) = match cfg.speculation {
+        Speculation::Off => (0, 0, 0.0),
+        Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
+        Speculation::Mtp { p_min } => (cfg.draft_max, 0, p_min),
+    };
+    kv("spec_draft_max", draft_max.to_string());
+    kv("ngram_min_match", min_match.to_string());
+    kv("mtp_p_min", p_min.to_string());
     v
 }
 
@@ -524,6 +645,7 @@ fn totals(
     aborted: bool,
     dropped_events: u64,
     peak_rss_bytes: u64,
+    spec: &generate::SpecStats,
 ) -> Vec<(String, String)> {
     let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
     let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
@@ -556,6 +678,14 @@ fn totals(
             sum(|r| r.dropped_experts).to_string(),
         ),
         ("peak_rss_bytes".into(), peak_rss_bytes.to_string()),
+        ("mtp_drafted".into(), spec.drafted.to_string()),
+        ("mtp_accepted".into(), spec.accepted.to_string()),
+        ("mtp_decodes".into(), spec.steps.to_string()),
+        ("drafted_steps".into(), spec.drafted_steps.to_string()),
+        (
+            "mtp_draft_s".into(),
+            format!("{:.6}", spec.draft.as_secs_f64()),
+        ),
         ("aborted".into(), (aborted as u8).to_string()),
         ("dropped_events".into(), dropped_events.to_string()),
     ]
@@ -693,6 +823,40 @@ impl RunReport {
                 self.experts_used_model,
                 self.drop_cold,
                 dropped as f64 / n
+            ));
+        }
+        if self.speculation != Speculation::Off {
+            let sp = &g.spec;
+            let decode_ms: f64 = self.decode_rows().map(|r| r.wall_ms).sum();
+            let draft_ms = sp.draft.as_secs_f64() * 1e3;
+            let emitted = self.decode_rows().count() as f64;
+            let reported = if decode_ms > 0.0 {
+                emitted * 1e3 / decode_ms
+            } else {
+                0.0
+            };
+            let effective = if decode_ms + draft_ms > 0.0 {
+                emitted * 1e3 / (decode_ms + draft_ms)
+            } else {
+                0.0
+            };
+            v.push(format!(
+                "spec: {}, draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
+                 decode ({} tokens / {} decodes), drafted on {} of {} steps",
+                self.speculation.name(),
+                self.draft_max,
+                if sp.drafted > 0 { sp.accepted as f64 * 100.0 / sp.drafted as f64 } else { 0.0 },
+                sp.accepted,
+                sp.drafted,
+                if sp.steps > 0 { emitted / sp.steps as f64 } else { 0.0 },
+                emitted,
+                sp.steps,
+                sp.drafted_steps,
+                sp.steps
+            ));
+            v.push(format!(
+                "spec-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
+                draft_ms / emitted.max(1.0)
             ));
         }
         for n in &self.notes {

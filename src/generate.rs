@@ -18,6 +18,8 @@ pub enum GenerateError {
     PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
     #[error("llama.cpp returned no logits for the last position")]
     NoLogits,
+    #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
+    Rollback { pos: i32 },
 }
 
 /// Why generation ended.
@@ -43,6 +45,133 @@ pub struct Generation {
     pub stop: StopReason,
     pub prefill: Duration,
     pub decode: Duration,
+    /// Speculation counters (all zero without a drafter).
+    pub spec: SpecStats,
+}
+
+/// What speculation did over one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecStats {
+    /// Decode steps after the prefill (plain or verify).
+    pub steps: u64,
+    /// Steps whose drafter proposed at least one token (verify decodes).
+    pub drafted_steps: u64,
+    /// Draft tokens proposed, and how many the target's argmax confirmed.
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Time spent drafting.
+    pub draft: Duration,
+}
+
+/// A source of draft tokens for the verify loop. The hooks other than
+/// [`draft`](Self::draft) let a source that reads the target's hidden states
+/// (the MTP head) follow every target decode; they default to nothing.
+pub trait Drafter {
+    /// Up to `max` tokens to verify after `corpus` (the prompt and every
+    /// confirmed token; its last token is the one about to be decoded, at
+    /// position `corpus.len() - 1`). An empty draft takes the plain
+    /// single-token path.
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError>;
+    /// The target decoded `batch` (a prefill chunk or a verify batch).
+    fn decoded(&mut self, _batch: &Batch) -> Result<(), GenerateError> {
+        Ok(())
+    }
+    /// The prompt is in the target's cache.
+    fn begin(&mut self, _prompt: &[Token]) -> Result<(), GenerateError> {
+        Ok(())
+    }
+    /// The verify step kept `accepted` of `drafted` drafts; the target's cache
+    /// now ends before position `n_past` (the next token goes there).
+    fn accepted(
+        &mut self,
+        _drafted: usize,
+        _accepted: usize,
+        _n_past: i32,
+    ) -> Result<(), GenerateError> {
+        Ok(())
+    }
+}
+
+/// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
+pub struct MtpDrafter {
+    head: crate::llama::MtpHead,
+}
+
+impl MtpDrafter {
+    pub fn new(head: crate::llama::MtpHead) -> Self {
+        Self { head }
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+        let n_past = corpus.len() as i32 - 1;
+        let last = *corpus.last().ok_or(GenerateError::EmptyPrompt)?;
+        let d = self.head.draft(n_past, last, corpus, max)?;
+        // Positions in the draft context only move forward: drop what the
+        // drafting pass put after the last confirmed token.
+        self.head.trim_draft(n_past);
+        Ok(d)
+    }
+
+    fn decoded(&mut self, batch: &Batch) -> Result<(), GenerateError> {
+        Ok(self.head.process(batch)?)
+    }
+
+    fn begin(&mut self, prompt: &[Token]) -> Result<(), GenerateError> {
+        Ok(self.head.begin(prompt)?)
+    }
+
+    fn accepted(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        n_past: i32,
+    ) -> Result<(), GenerateError> {
+        if drafted > 0 {
+            self.head.accept(accepted)?;
+        }
+        self.head.trim_draft(n_past);
+        Ok(())
+    }
+}
+
+/// The n-gram drafter (`--ngram`): the pure matcher of `bmoe_actors::ngram`.
+#[derive(Debug, Clone)]
+pub struct NgramDrafter {
+    pub min_match: usize,
+    pub max_match: usize,
+    /// The corpus as the matcher's ids (grown as tokens are confirmed).
+    ids: Vec<u32>,
+}
+
+impl NgramDrafter {
+    pub fn new(min_match: usize) -> Self {
+        Self {
+            min_match,
+            max_match: bmoe_actors::ngram::DEFAULT_MAX_MATCH,
+            ids: Vec::new(),
+        }
+    }
+}
+
+impl Drafter for NgramDrafter {
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+        // The corpus only grows (rejected drafts never enter it): convert the new tail.
+        if self.ids.len() > corpus.len() {
+            self.ids.clear();
+        }
+        let from = self.ids.len();
+        self.ids.extend(corpus[from..].iter().map(|&t| t as u32));
+        let cfg = bmoe_actors::ngram::NgramConfig {
+            min_match: self.min_match,
+            max_match: self.max_match,
+            max_draft: max,
+        };
+        Ok(bmoe_actors::ngram::draft(&self.ids, &cfg)
+            .map(|d| d.tokens.into_iter().map(|t| t as Token).collect())
+            .unwrap_or_default())
+    }
 }
 
 impl Generation {
@@ -64,6 +193,8 @@ pub struct DecodeStep {
     /// Part of the prompt prefill (the last prefill decode yields the first token).
     pub prefill: bool,
     pub elapsed: Duration,
+    /// Speculation: time spent drafting this decode's batch (zero otherwise).
+    pub draft: Duration,
 }
 
 /// Receives generated text and per-decode timing.
@@ -72,6 +203,9 @@ pub trait GenerationSink {
     fn text(&mut self, _piece: &str) {}
     /// A decode finished.
     fn decoded(&mut self, _step: DecodeStep) {}
+    /// The same decode produced one more token (speculation accepted a draft):
+    /// the text that follows belongs to a new token.
+    fn next_token(&mut self) {}
     /// Checked at every token boundary: true stops generation there.
     fn should_stop(&mut self) -> bool {
         false
@@ -110,6 +244,23 @@ pub fn generate(
     n_batch: usize,
     sink: &mut dyn GenerationSink,
 ) -> Result<Generation, GenerateError> {
+    generate_with(ctx, prompt, n_predict, n_batch, sink, None, 0)
+}
+
+/// [`generate`] with an optional drafter: each step drafts up to `draft_max`
+/// tokens, decodes [last, d1..dN] in one batch with logits on every row, keeps
+/// the longest prefix of drafts equal to the target's own argmax plus the
+/// target's next token, and trims the rejected tail from the KV cache. A step
+/// with no draft is exactly the plain single-token decode.
+pub fn generate_with(
+    ctx: &mut Context,
+    prompt: &[Token],
+    n_predict: u32,
+    n_batch: usize,
+    sink: &mut dyn GenerationSink,
+    mut drafter: Option<&mut dyn Drafter>,
+    draft_max: usize,
+) -> Result<Generation, GenerateError> {
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -139,28 +290,44 @@ pub fn generate(
             n_tokens: batch.len(),
             prefill: true,
             elapsed: td.elapsed(),
+            draft: Duration::ZERO,
         });
+        if let Some(d) = drafter.as_deref_mut() {
+            d.decoded(&batch)?;
+        }
     }
-    let mut last_row = (batch.len() - 1) as i32;
+    if let Some(d) = drafter.as_deref_mut() {
+        d.begin(prompt)?;
+    }
     let prefill = t0.elapsed();
     let t1 = Instant::now();
     let mut tokens = Vec::new();
     let mut utf8 = Utf8Stream::new();
     let mut text = String::new();
-    let stop = loop {
-        let logits = ctx.logits(last_row).ok_or(GenerateError::NoLogits)?;
-        let next = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
-        if model.is_eog(next) {
-            break StopReason::EndOfText;
-        }
-        tokens.push(next);
-        let piece = utf8.push(&model.token_bytes(next));
-        if !piece.is_empty() {
-            sink.text(&piece);
-            text.push_str(&piece);
-        }
-        if tokens.len() >= n_predict as usize {
-            break StopReason::Limit;
+    let mut spec = SpecStats::default();
+    // The prompt and every confirmed token (the drafters' corpus).
+    let mut corpus: Vec<Token> = prompt.to_vec();
+    // Tokens the last decode determined, in order (more than one when drafts
+    // were accepted); the first comes from the prefill's last row.
+    let mut ready: Vec<Token> = vec![row_argmax(ctx, (batch.len() - 1) as i32)?];
+    let stop = 'gen: loop {
+        for (i, t) in std::mem::take(&mut ready).into_iter().enumerate() {
+            if i > 0 {
+                sink.next_token();
+            }
+            if model.is_eog(t) {
+                break 'gen StopReason::EndOfText;
+            }
+            tokens.push(t);
+            corpus.push(t);
+            let piece = utf8.push(&model.token_bytes(t));
+            if !piece.is_empty() {
+                sink.text(&piece);
+                text.push_str(&piece);
+            }
+            if tokens.len() >= n_predict as usize {
+                break 'gen StopReason::Limit;
+            }
         }
         if pos as u32 >= n_ctx {
             break StopReason::ContextFull;
@@ -168,18 +335,69 @@ pub fn generate(
         if sink.should_stop() {
             break StopReason::Interrupted;
         }
+        let last = *tokens.last().ok_or(GenerateError::NoLogits)?;
+        // At most what still fits in -n and in the context, after `last`.
+        let room = draft_max
+            .min(n_predict as usize - tokens.len() - 1)
+            .min(n_ctx as usize - pos as usize - 1)
+            .min(n_batch - 1);
+        let tdraft = Instant::now();
+        let mut draft = match drafter.as_deref_mut() {
+            Some(d) if room > 0 => d.draft(&corpus, room)?,
+            _ => Vec::new(),
+        };
+        draft.truncate(room);
+        let draft_time = tdraft.elapsed();
         batch.clear();
-        batch.push(next, pos, true);
-        pos += 1;
+        batch.push(last, pos, true);
+        for (i, &d) in draft.iter().enumerate() {
+            batch.push(d, pos + 1 + i as i32, true);
+        }
         let td = Instant::now();
-        tracing::debug_span!("verify.decode", pos, rows = 1usize, prefill = false)
+        tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = false)
             .in_scope(|| ctx.decode(&batch))?;
         sink.decoded(DecodeStep {
-            n_tokens: 1,
+            n_tokens: batch.len(),
             prefill: false,
             elapsed: td.elapsed(),
+            draft: draft_time,
         });
-        last_row = 0;
+        spec.steps += 1;
+        spec.draft += draft_time;
+        if let Some(d) = drafter.as_deref_mut() {
+            d.decoded(&batch)?;
+        }
+        // Accept the longest prefix of drafts that equals the target's argmax,
+        // then the target's own token after it.
+        let mut accepted = 0usize;
+        loop {
+            let t = row_argmax(ctx, accepted as i32)?;
+            ready.push(t);
+            if accepted < draft.len() && draft[accepted] == t {
+                accepted += 1;
+            } else {
+                break;
+            }
+        }
+        debug_assert!(
+            ready
+                .iter()
+                .enumerate()
+                .all(|(i, &t)| row_argmax(ctx, i as i32).ok() == Some(t)),
+            "every kept token is the argmax of the verify row that produced it"
+        );
+        pos += 1 + accepted as i32;
+        if !draft.is_empty() {
+            spec.drafted_steps += 1;
+            spec.drafted += draft.len() as u64;
+            spec.accepted += accepted as u64;
+            if accepted < draft.len() && !ctx.trim(pos, -1) {
+                return Err(GenerateError::Rollback { pos });
+            }
+        }
+        if let Some(d) = drafter.as_deref_mut() {
+            d.accepted(draft.len(), accepted, pos)?;
+        }
     };
     let rest = utf8.finish();
     if !rest.is_empty() {
@@ -193,5 +411,12 @@ pub fn generate(
         stop,
         prefill,
         decode: t1.elapsed(),
+        spec,
     })
+}
+
+/// The argmax of logits row `i` of the last decode.
+fn row_argmax(ctx: &Context, i: i32) -> Result<Token, GenerateError> {
+    let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+    Ok(argmax(logits).ok_or(GenerateError::NoLogits)? as Token)
 }

@@ -315,6 +315,16 @@ fn run(args: RunArgs) -> Result<()> {
             channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
         },
         n_expert_used: args.n_expert_used,
+        speculation: match (args.ngram, args.mtp) {
+            (true, _) => engine::Speculation::Ngram {
+                min_match: args.ngram_min_match,
+            },
+            (false, true) => engine::Speculation::Mtp {
+                p_min: args.mtp_p_min,
+            },
+            (false, false) => engine::Speculation::Off,
+        },
+        draft_max: args.draft,
     };
     let progress = args.progress;
     let res = engine::run(&cfg, |s| {
@@ -430,6 +440,8 @@ fn probe(args: ProbeArgs) -> Result<()> {
                 channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
             },
             n_expert_used: None,
+            speculation: engine::Speculation::Off,
+            draft_max: 0,
         };
         // With the file in the page cache, so this measures compute, not the disk.
         bmoe::bench::warm_page_cache(&model)

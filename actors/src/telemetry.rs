@@ -61,12 +61,17 @@ pub struct Row {
     pub prefetch_bytes: u64,
     /// Routed experts skipped by `--drop-cold-experts` (lossy).
     pub dropped_experts: u64,
+    /// Speculation: rows of the verify decode that produced this token's group,
+    /// on the group's first row (0 on the rest of the group and without speculation).
+    pub mtp_batch: u64,
+    /// Speculation: time spent drafting before that verify decode (group's first row).
+    pub mtp_draft_ms: f64,
     /// Text this token completed (may be empty inside a multi-byte character).
     pub text: String,
 }
 
 /// The CSV columns, in order.
-pub const COLUMNS: [&str; 15] = [
+pub const COLUMNS: [&str; 17] = [
     "step",
     "wall_ms",
     "stall_ms",
@@ -82,12 +87,14 @@ pub const COLUMNS: [&str; 15] = [
     "prefill",
     "prefetch_bytes",
     "dropped_experts",
+    "mtp_batch",
+    "mtp_draft_ms",
 ];
 
 impl Row {
     fn csv(&self) -> String {
         format!(
-            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{}",
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3}",
             self.step,
             self.wall_ms,
             self.stall_ms,
@@ -102,7 +109,9 @@ impl Row {
             self.batch,
             self.prefill as u8,
             self.prefetch_bytes,
-            self.dropped_experts
+            self.dropped_experts,
+            self.mtp_batch,
+            self.mtp_draft_ms
         )
     }
 

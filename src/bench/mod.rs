@@ -201,6 +201,24 @@ pub const PRESETS: &[(&str, &str, &str)] = &[
          auto-overlap-predict: --cache-mb auto --overlap --predict-prefetch\n",
     ),
     (
+        "spec",
+        "n-gram speculation against no speculation, resident (run it with -w copy and -w prose)",
+        "off: --resident\n\
+         ngram-d1: --resident --ngram --draft 1\n\
+         ngram-d2: --resident --ngram --draft 2\n\
+         ngram-d3: --resident --ngram --draft 3\n\
+         ngram-d4: --resident --ngram --draft 4\n",
+    ),
+    (
+        "spec-stream",
+        "n-gram speculation streamed (25% cache, overlap): off against draft widths 1-4",
+        "off: --cache-mb 25% --overlap\n\
+         ngram-d1: --cache-mb 25% --overlap --ngram --draft 1\n\
+         ngram-d2: --cache-mb 25% --overlap --ngram --draft 2\n\
+         ngram-d3: --cache-mb 25% --overlap --ngram --draft 3\n\
+         ngram-d4: --cache-mb 25% --overlap --ngram --draft 4\n",
+    ),
+    (
         "lossy",
         "the two lossy knobs against the lossless serial run at --cache-mb 0",
         "c0-serial: --cache-mb 0\n\
@@ -412,18 +430,30 @@ pub fn summarize(
         let resident = pre("mode").as_deref() == Some("resident");
         let io_depth = pre("io_threads").and_then(|v| v.parse().ok()).unwrap_or(0);
         let mib_per_token = avg(|f| f.mib_per_token);
-        let decodes: Vec<f64> = ok
+        // Speculated runs only: emitted decode tokens per target decode.
+        let spec_runs: Vec<&RunCsv> = ok
             .iter()
-            .filter_map(|x| trailer_f64(x.1, "mtp_decodes"))
+            .map(|x| x.1)
+            .filter(|c| c.spec() != "off")
             .collect();
-        let tokens_per_verify = (!decodes.is_empty()).then(|| {
-            let toks: f64 = ok
+        let decodes: f64 = spec_runs
+            .iter()
+            .filter_map(|c| trailer_f64(c, "mtp_decodes"))
+            .sum();
+        let tokens_per_verify = (decodes > 0.0).then(|| {
+            spec_runs
                 .iter()
-                .filter_map(|x| trailer_f64(x.1, "tokens"))
-                .sum::<f64>();
-            toks / decodes.iter().sum::<f64>().max(1.0)
+                .map(|c| c.decode_series("wall_ms").len() as f64)
+                .sum::<f64>()
+                / decodes
         });
-        let drafted_steps = first.and_then(|c| c.trailer.get("drafted_steps").cloned());
+        let drafted_steps = first.filter(|c| c.spec() != "off").and_then(|c| {
+            Some(format!(
+                "{} of {}",
+                c.trailer.get("drafted_steps")?,
+                c.trailer.get("mtp_decodes")?
+            ))
+        });
         let rss: Vec<f64> = ok
             .iter()
             .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))

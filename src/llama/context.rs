@@ -145,6 +145,11 @@ impl Context {
         })
     }
 
+    /// The raw context, for the other FFI wrappers of this module.
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_context {
+        self.ptr.as_ptr()
+    }
+
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }

@@ -42,6 +42,8 @@ pub enum LlamaError {
     Gguf(String),
     #[error("quantization: {0}")]
     Quant(String),
+    #[error("MTP draft head: {0}")]
+    Mtp(String),
     #[error("path {0:?} contains a NUL byte")]
     NulInPath(PathBuf),
 }

@@ -11,6 +11,7 @@ mod error;
 mod eval;
 pub mod gguf;
 mod model;
+mod mtp;
 pub mod quant;
 
 pub use backend::init_backend;
@@ -19,6 +20,7 @@ pub use context::{default_threads, Context, ContextKind, ContextParams};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
+pub use mtp::MtpHead;
 
 /// A vocabulary token id, as llama.cpp numbers them.
 pub type Token = i32;

@@ -164,6 +164,8 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         stream_explicit: false,
         telemetry: Default::default(),
         n_expert_used: None,
+        speculation: bmoe::engine::Speculation::Off,
+        draft_max: 0,
     }
 }
 

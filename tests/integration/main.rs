@@ -9,6 +9,7 @@ mod faults;
 mod fixtures;
 mod prefetch;
 mod run;
+mod speculation;
 mod stream;
 mod telemetry;
 mod tracing;

@@ -1,0 +1,293 @@
+//! The verify loop on E8K2: drafts that are always right or always wrong (a
+//! rollback every step) leave the greedy tokens
+//! unchanged; the CLI's --ngram reports what it drafted and accepted; bad
+//! speculation flags are refused.
+
+use std::sync::Arc;
+
+use bmoe::compare::RunCsv;
+use bmoe::generate::{self, Drafter, StopReason};
+use bmoe::llama::{Context, ContextParams, Model, ModelParams, Token};
+
+use crate::common::*;
+
+/// The copy-heavy workload: repeating a source file gives the n-gram drafter
+/// long earlier matches.
+fn copy_prompt() -> &'static str {
+    bmoe::bench::WORKLOADS
+        .iter()
+        .find(|w| w.0 == "copy")
+        .expect("copy workload")
+        .1
+}
+
+/// Drafts the known greedy continuation (every draft is right).
+struct Oracle(Vec<Token>, usize);
+impl Drafter for Oracle {
+    fn draft(
+        &mut self,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, generate::GenerateError> {
+        let done = corpus.len() - self.1;
+        Ok(self.0.iter().skip(done).take(max).copied().collect())
+    }
+}
+
+/// Drafts tokens that are never the greedy ones (every step rolls back).
+struct Wrong(Vec<Token>, usize);
+impl Drafter for Wrong {
+    fn draft(
+        &mut self,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, generate::GenerateError> {
+        let done = corpus.len() - self.1;
+        Ok(self
+            .0
+            .iter()
+            .skip(done)
+            .take(max)
+            .map(|&t| (t + 1) % 1000)
+            .collect())
+    }
+}
+
+#[test]
+fn right_and_wrong_drafts_keep_the_greedy_tokens() {
+    let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
+    let prompt = generate::prompt_tokens(&model, PROSE, false).unwrap();
+    let n = 48;
+    let run = |drafter: Option<&mut dyn Drafter>, width: usize| {
+        let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
+        generate::generate_with(&mut ctx, &prompt, n, 512, &mut |_: &str| {}, drafter, width)
+            .unwrap()
+    };
+    let plain = run(None, 0);
+    assert_eq!(plain.tokens.len(), n as usize);
+    assert_eq!(plain.spec.drafted, 0);
+    assert_eq!(plain.spec.steps, n as u64 - 1);
+
+    for width in [1usize, 3, 8] {
+        let mut oracle = Oracle(plain.tokens.clone(), prompt.len());
+        let g = run(Some(&mut oracle), width);
+        assert_eq!(g.tokens, plain.tokens, "oracle, width {width}");
+        assert_eq!(g.spec.accepted, g.spec.drafted, "every right draft is kept");
+        // Each verify decode yields its drafts plus the target's own token.
+        assert!(
+            g.spec.steps <= (n as u64 - 1).div_ceil(width as u64 + 1) + 1,
+            "width {width}: {:?}",
+            g.spec
+        );
+
+        let mut wrong = Wrong(plain.tokens.clone(), prompt.len());
+        let g = run(Some(&mut wrong), width);
+        assert_eq!(g.tokens, plain.tokens, "wrong drafts, width {width}");
+        assert_eq!(g.spec.accepted, 0);
+        // Every step drafts except the last (no room left under -n).
+        assert!(
+            g.spec.drafted > 0 && g.spec.drafted_steps + 1 == g.spec.steps,
+            "{:?}",
+            g.spec
+        );
+        assert_eq!(g.stop, StopReason::Limit);
+    }
+}
+
+#[test]
+fn ngram_on_the_cli_reports_acceptance_and_keeps_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = e8k2_cli(copy_prompt(), 64, &["--resident"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for (mode, width) in [
+        ("--resident", "1"),
+        ("--resident", "3"),
+        ("--cache-mb=0", "3"),
+    ] {
+        let csv = dir.path().join(format!("ngram-{width}{mode}.csv"));
+        let o = e8k2_cli(
+            copy_prompt(),
+            64,
+            &[
+                mode,
+                "--ngram",
+                "--draft",
+                width,
+                "--csv",
+                csv.to_str().unwrap(),
+            ],
+        );
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(stdout(&o), stdout(&plain), "{mode} --draft {width}");
+        let spec = err
+            .lines()
+            .find(|l| l.starts_with("spec: ngram, draft "))
+            .unwrap_or_else(|| panic!("no spec line: {err}"));
+        assert!(err.contains("spec-cost: drafting"), "{err}");
+        let c = RunCsv::open(&csv).unwrap();
+        assert_eq!(c.preamble["spec"], "ngram");
+        assert_eq!(c.preamble["spec_draft_max"], width);
+        let t = |k: &str| c.trailer[k].parse::<u64>().unwrap();
+        assert!(t("mtp_drafted") > 0, "{spec}");
+        assert!(
+            t("mtp_accepted") > 0,
+            "the copy prompt repeats itself: {spec}"
+        );
+        assert!(t("mtp_accepted") <= t("mtp_drafted"));
+        assert!(t("drafted_steps") <= t("mtp_decodes"));
+        // One row per generated token; verify decodes wider than 1 show up in
+        // mtp_batch on their group's first row.
+        assert_eq!(c.rows.len() as u64, t("tokens"));
+        let batches = c.decode_series("mtp_batch");
+        assert_eq!(
+            batches.iter().filter(|b| **b > 0.0).count() as u64,
+            t("mtp_decodes"),
+            "one group-first row per decode"
+        );
+        assert!(
+            batches.iter().any(|b| *b > 1.0),
+            "some verify batches are wide"
+        );
+        let f = bmoe::compare::figures(&c).unwrap();
+        assert!(f.effective_tok_s <= f.rate.tok_s + 1e-9);
+        // Tokens per decode above 1: acceptance pays.
+        let decode_rows = c.decode_series("wall_ms").len() as f64;
+        assert!(decode_rows / t("mtp_decodes") as f64 > 1.0, "{spec}");
+    }
+}
+
+#[test]
+fn speculation_flags_are_checked() {
+    for (args, want) in [
+        (vec!["--ngram", "--draft", "0"], "--draft"),
+        (vec!["--ngram", "--draft", "9"], "--draft"),
+        (vec!["--draft", "2"], "--ngram"),
+        (vec!["--ngram-min-match", "2"], "--ngram"),
+        (
+            vec!["--ngram", "--ngram-min-match", "0"],
+            "--ngram-min-match",
+        ),
+    ] {
+        let o = e8k2_cli("hi", 4, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// `bmoe run` on a tiny MTP model, resident.
+fn tiny_cli(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The quick brown fox jumps over the lazy dog",
+        "-n",
+        "64",
+        "--resident",
+    ];
+    args.extend_from_slice(extra);
+    bmoe_within(&args, 180)
+}
+
+fn trailer(csv: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    RunCsv::open(csv).unwrap().trailer
+}
+
+#[test]
+fn mtp_head_set_up_to_agree_is_accepted_and_keeps_the_text() {
+    let model = tiny_mtp(0.0, 0.0);
+    let plain = tiny_cli(&model, &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("mtp.csv");
+    let o = tiny_cli(
+        &model,
+        &["--mtp", "--draft", "3", "--csv", csv.to_str().unwrap()],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(stdout(&o), stdout(&plain), "speculated text = plain text");
+    let t = trailer(&csv);
+    let n = |k: &str| t[k].parse::<f64>().unwrap();
+    let acceptance = n("mtp_accepted") / n("mtp_drafted");
+    assert!(acceptance >= 0.9, "acceptance {acceptance}: {err}");
+    let c = RunCsv::open(&csv).unwrap();
+    let per_decode = c.decode_series("wall_ms").len() as f64 / n("mtp_decodes");
+    assert!(
+        per_decode >= 2.5,
+        "tokens per verify decode {per_decode}: {err}"
+    );
+    assert_eq!(c.preamble["spec"], "mtp");
+    assert!(err.contains("spec: mtp, draft 3: acceptance"), "{err}");
+}
+
+#[test]
+fn mtp_head_that_disagrees_rolls_back_the_hybrid_layers_and_keeps_the_text() {
+    // A noisy head over a context-dependent trunk (gated delta net + attention):
+    // most drafts are rejected, so the target's recurrent state is rolled back
+    // through its snapshots on most steps.
+    for (noise, mix) in [(4.0, 0.25), (2.0, 0.25)] {
+        let model = tiny_mtp(noise, mix);
+        let plain = tiny_cli(&model, &[]);
+        assert!(plain.status.success(), "{}", stderr(&plain));
+        let dir = tempfile::tempdir().unwrap();
+        for width in ["1", "3"] {
+            let csv = dir.path().join(format!("mtp-{width}.csv"));
+            let o = tiny_cli(
+                &model,
+                &["--mtp", "--draft", width, "--csv", csv.to_str().unwrap()],
+            );
+            let err = stderr(&o);
+            assert!(o.status.success(), "{err}");
+            assert_eq!(
+                stdout(&o),
+                stdout(&plain),
+                "noise {noise} mix {mix} draft {width}"
+            );
+            let t = trailer(&csv);
+            let n = |k: &str| t[k].parse::<u64>().unwrap();
+            assert!(n("mtp_drafted") > 0, "{err}");
+            assert!(
+                n("mtp_accepted") < n("mtp_drafted"),
+                "some drafts rejected (rollback exercised): {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn mtp_refusals_name_the_fix() {
+    let o = e8k2_cli("hi", 4, &["--resident", "--mtp"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no MTP") || stderr(&o).contains("has none"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--ngram"), "{}", stderr(&o));
+    let o = e8k2_cli("hi", 4, &["--mtp", "--ngram"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+    let model = tiny_mtp(0.0, 0.0);
+    let m = model.to_str().unwrap();
+    let o = bmoe(&["run", "-m", m, "-p", "hi", "-n", "4", "--mtp"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --resident"), "{}", stderr(&o));
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "-n",
+        "4",
+        "--resident",
+        "--mtp",
+        "--mtp-p-min",
+        "1.5",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--mtp-p-min"), "{}", stderr(&o));
+}
