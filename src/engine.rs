@@ -686,6 +686,13 @@ fn totals(
             "mtp_draft_s".into(),
             format!("{:.6}", spec.draft.as_secs_f64()),
         ),
+        (
+            "mtp_draft_s_per_tok".into(),
+            format!(
+                "{:.6}",
+                spec.draft.as_secs_f64() / (rows.len().max(1) as f64)
+            ),
+        ),
         ("aborted".into(), (aborted as u8).to_string()),
         ("dropped_events".into(), dropped_events.to_string()),
     ]
@@ -840,22 +847,30 @@ impl RunReport {
             } else {
                 0.0
             };
+            let name = self.speculation.name();
             v.push(format!(
-                "spec: {}, draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
+                "{name}: draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
                  decode ({} tokens / {} decodes), drafted on {} of {} steps",
-                self.speculation.name(),
                 self.draft_max,
-                if sp.drafted > 0 { sp.accepted as f64 * 100.0 / sp.drafted as f64 } else { 0.0 },
+                if sp.drafted > 0 {
+                    sp.accepted as f64 * 100.0 / sp.drafted as f64
+                } else {
+                    0.0
+                },
                 sp.accepted,
                 sp.drafted,
-                if sp.steps > 0 { emitted / sp.steps as f64 } else { 0.0 },
+                if sp.steps > 0 {
+                    emitted / sp.steps as f64
+                } else {
+                    0.0
+                },
                 emitted,
                 sp.steps,
                 sp.drafted_steps,
                 sp.steps
             ));
             v.push(format!(
-                "spec-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
+                "{name}-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
                 draft_ms / emitted.max(1.0)
             ));
         }

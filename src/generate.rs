@@ -67,12 +67,17 @@ pub struct SpecStats {
 /// [`draft`](Self::draft) let a source that reads the target's hidden states
 /// (the MTP head) follow every target decode; they default to nothing.
 pub trait Drafter {
+    /// The source's name (`ngram`, `mtp`), for spans.
+    fn name(&self) -> &'static str {
+        "draft"
+    }
     /// Up to `max` tokens to verify after `corpus` (the prompt and every
     /// confirmed token; its last token is the one about to be decoded, at
     /// position `corpus.len() - 1`). An empty draft takes the plain
     /// single-token path.
     fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError>;
-    /// The target decoded `batch` (a prefill chunk or a verify batch).
+    /// The target decoded `batch`: a prefill chunk, or the kept rows of a
+    /// verify batch (`[last, d1..dk]`, the rejected tail already cut off).
     fn decoded(&mut self, _batch: &Batch) -> Result<(), GenerateError> {
         Ok(())
     }
@@ -104,6 +109,10 @@ impl MtpDrafter {
 }
 
 impl Drafter for MtpDrafter {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
     fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
         let n_past = corpus.len() as i32 - 1;
         let last = *corpus.last().ok_or(GenerateError::EmptyPrompt)?;
@@ -156,6 +165,10 @@ impl NgramDrafter {
 }
 
 impl Drafter for NgramDrafter {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
     fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
         // The corpus only grows (rejected drafts never enter it): convert the new tail.
         if self.ids.len() > corpus.len() {
@@ -343,7 +356,10 @@ pub fn generate_with(
             .min(n_batch - 1);
         let tdraft = Instant::now();
         let mut draft = match drafter.as_deref_mut() {
-            Some(d) if room > 0 => d.draft(&corpus, room)?,
+            Some(d) if room > 0 => {
+                tracing::debug_span!("draft", source = d.name(), pos, max = room)
+                    .in_scope(|| d.draft(&corpus, room))?
+            }
             _ => Vec::new(),
         };
         draft.truncate(room);
@@ -364,9 +380,6 @@ pub fn generate_with(
         });
         spec.steps += 1;
         spec.draft += draft_time;
-        if let Some(d) = drafter.as_deref_mut() {
-            d.decoded(&batch)?;
-        }
         // Accept the longest prefix of drafts that equals the target's argmax,
         // then the target's own token after it.
         let mut accepted = 0usize;
@@ -396,6 +409,10 @@ pub fn generate_with(
             }
         }
         if let Some(d) = drafter.as_deref_mut() {
+            // The drafter catches up on the kept rows only ([last, d1..dk]), so it
+            // never holds a rejected tail to drop.
+            batch.truncate(1 + accepted);
+            d.decoded(&batch)?;
             d.accepted(draft.len(), accepted, pos)?;
         }
     };

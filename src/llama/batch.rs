@@ -24,6 +24,11 @@ impl Batch {
         self.raw.n_tokens = 0;
     }
 
+    /// Keep only the first `n` entries.
+    pub fn truncate(&mut self, n: usize) {
+        self.raw.n_tokens = self.raw.n_tokens.min(n as i32);
+    }
+
     pub fn len(&self) -> usize {
         self.raw.n_tokens as usize
     }

@@ -216,9 +216,9 @@ fn ngram_on_the_cli_reports_acceptance_and_keeps_the_text() {
         assert_eq!(stdout(&o), stdout(&plain), "{mode} --draft {width}");
         let spec = err
             .lines()
-            .find(|l| l.starts_with("spec: ngram, draft "))
+            .find(|l| l.starts_with("ngram: draft "))
             .unwrap_or_else(|| panic!("no spec line: {err}"));
-        assert!(err.contains("spec-cost: drafting"), "{err}");
+        assert!(err.contains("ngram-cost: drafting"), "{err}");
         let c = RunCsv::open(&csv).unwrap();
         assert_eq!(c.preamble["spec"], "ngram");
         assert_eq!(c.preamble["spec_draft_max"], width);
@@ -314,7 +314,8 @@ fn mtp_head_set_up_to_agree_is_accepted_and_keeps_the_text() {
         "tokens per verify decode {per_decode}: {err}"
     );
     assert_eq!(c.preamble["spec"], "mtp");
-    assert!(err.contains("spec: mtp, draft 3: acceptance"), "{err}");
+    assert!(err.contains("mtp: draft 3: acceptance"), "{err}");
+    assert!(err.contains("mtp-cost: drafting"), "{err}");
 }
 
 #[test]
