@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextKind, ContextParams, LlamaError, Model, ModelParams, MtpHead};
-use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
+use crate::stream::{memory, DenseMode, SharedStats, StreamConfig, StreamError, Streamer};
 use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +117,9 @@ pub struct RunReport {
     /// The draft source and width (`Off` and 0 without speculation).
     pub speculation: Speculation,
     pub draft_max: u32,
+    /// Streamed bytes read for the MTP head's passes and for the verify decodes.
+    pub head_read_bytes: u64,
+    pub verify_read_bytes: u64,
     pub rows: Vec<TokenRow>,
     /// "resident" or "stream".
     pub mode: &'static str,
@@ -332,10 +335,14 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
                 cfg.model.display()
             )));
         }
-        if matches!(mode, Mode::Stream(_)) {
-            return Err(EngineError::Config(
-                "--mtp with streamed experts is not supported yet: add --resident".into(),
-            ));
+        if let Mode::Stream(sc) = &mode {
+            if sc.dense == DenseMode::Anon {
+                return Err(EngineError::Config(
+                    "--mtp with --dense-weights anon is not supported yet: use warm (the \
+                     default), mmap or mlock"
+                        .into(),
+                ));
+            }
         }
         if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
             return Err(EngineError::Config(format!(
@@ -388,17 +395,22 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     // The MTP head is tied to the target before its first decode.
     let mut mtp = match cfg.speculation {
         Speculation::Mtp { p_min } => {
-            let draft = Context::new(
-                model.clone(),
-                ContextParams {
-                    n_ctx: cfg.n_ctx,
-                    n_batch: 512,
-                    n_ubatch: MTP_UBATCH,
-                    n_threads: cfg.threads,
-                    kind: ContextKind::Mtp,
-                    ..ContextParams::default()
-                },
-            )?;
+            let mut dp = ContextParams {
+                n_ctx: cfg.n_ctx,
+                n_batch: 512,
+                n_ubatch: MTP_UBATCH,
+                n_threads: cfg.threads,
+                kind: ContextKind::Mtp,
+                ..ContextParams::default()
+            };
+            if let Some((s, _, _)) = &streamer {
+                // The head's experts stream too (requester Draft).
+                let draft_abort = Arc::new(AtomicBool::new(false));
+                let (hook, _stats) = s.draft_hook(draft_abort.clone());
+                dp.observer = Some(Box::new(hook));
+                dp.abort = Some(draft_abort);
+            }
+            let draft = Context::new(model.clone(), dp)?;
             // SAFETY: `ctx` is declared before `mtp`, so it outlives the head
             // (dropped in reverse order), and both are used from this thread only,
             // one call at a time by the generation loop.
@@ -478,7 +490,16 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let interrupted = matches!(&res, Ok(g) if g.stop == generate::StopReason::Interrupted);
     let (_, peak_rss) = memory::rss_bytes();
     let spec = res.as_ref().map(|g| g.spec).unwrap_or_default();
-    let trailer = totals(
+    // The flash split: what the MTP head's own passes streamed, against the verify decodes.
+    let requester_bytes = |r: bmoe_actors::cache::Requester| {
+        streamer
+            .as_ref()
+            .map(|s| s.0.flash.counters().read_bytes[r.index()].load(Ordering::Relaxed))
+            .unwrap_or(0)
+    };
+    let head_read_bytes = requester_bytes(bmoe_actors::cache::Requester::Draft);
+    let verify_read_bytes = requester_bytes(bmoe_actors::cache::Requester::Verify);
+    let mut trailer = totals(
         &rows,
         tokens.len(),
         elapsed,
@@ -487,6 +508,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         peak_rss,
         &spec,
     );
+    trailer.push(("mtp_head_read_bytes".into(), head_read_bytes.to_string()));
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failure {
@@ -549,6 +571,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         generation,
         speculation: cfg.speculation,
         draft_max: cfg.draft_max,
+        head_read_bytes,
+        verify_read_bytes,
         rows,
         mode: if streamer.is_some() {
             "stream"
@@ -873,6 +897,20 @@ impl RunReport {
                 "{name}-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
                 draft_ms / emitted.max(1.0)
             ));
+            if self.mode == "stream" && matches!(self.speculation, Speculation::Mtp { .. }) {
+                let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
+                v.push(format!(
+                    "mtp-flash: the head's passes (drafting and catch-up) streamed {:.1} MiB \
+                     ({:.1}% of head + verify, {:.2} MiB per step), the verify decodes {:.1} MiB \
+                     (prefill included; {:.2} MiB per decode, {:.2} rows each)",
+                    self.head_read_bytes as f64 / MIB,
+                    self.head_read_bytes as f64 * 100.0 / total,
+                    self.head_read_bytes as f64 / MIB / (sp.steps.max(1) as f64),
+                    self.verify_read_bytes as f64 / MIB,
+                    self.verify_read_bytes as f64 / MIB / (sp.steps.max(1) as f64),
+                    (sp.steps + sp.drafted) as f64 / (sp.steps.max(1) as f64)
+                ));
+            }
         }
         for n in &self.notes {
             v.push(format!("note: {n}"));

@@ -59,7 +59,7 @@ pub struct SpecStats {
     /// Draft tokens proposed, and how many the target's argmax confirmed.
     pub drafted: u64,
     pub accepted: u64,
-    /// Time spent drafting.
+    /// Time spent drafting, the drafter's catch-up on each verify step included.
     pub draft: Duration,
 }
 
@@ -318,6 +318,7 @@ pub fn generate_with(
     let mut utf8 = Utf8Stream::new();
     let mut text = String::new();
     let mut spec = SpecStats::default();
+    let mut catch_up = Duration::ZERO;
     // The prompt and every confirmed token (the drafters' corpus).
     let mut corpus: Vec<Token> = prompt.to_vec();
     // Tokens the last decode determined, in order (more than one when drafts
@@ -363,7 +364,9 @@ pub fn generate_with(
             _ => Vec::new(),
         };
         draft.truncate(room);
-        let draft_time = tdraft.elapsed();
+        // Drafting cost of this step: the drafting call, plus the drafter's
+        // catch-up on the previous verify step (the MTP head's own decode).
+        let draft_time = tdraft.elapsed() + std::mem::take(&mut catch_up);
         batch.clear();
         batch.push(last, pos, true);
         for (i, &d) in draft.iter().enumerate() {
@@ -411,11 +414,15 @@ pub fn generate_with(
         if let Some(d) = drafter.as_deref_mut() {
             // The drafter catches up on the kept rows only ([last, d1..dk]), so it
             // never holds a rejected tail to drop.
+            let tc = Instant::now();
             batch.truncate(1 + accepted);
             d.decoded(&batch)?;
             d.accepted(draft.len(), accepted, pos)?;
+            catch_up = tc.elapsed();
         }
     };
+    // The last step's catch-up belongs to no later decode; it is still drafting cost.
+    spec.draft += catch_up;
     let rest = utf8.finish();
     if !rest.is_empty() {
         sink.text(&rest);

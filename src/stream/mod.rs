@@ -401,4 +401,23 @@ impl Streamer {
         .with_drop_cold(self.drop_cold);
         (hook, stats)
     }
+
+    /// The hook of the MTP draft context: the head's expert slices (its block is
+    /// layer n_layer, routed at `ffn_moe_topk-{n_layer}`) are demanded from the
+    /// same flash actor as the draft requester, with their own pins and byte
+    /// counter (the flash split); without it they would be paged in silently
+    /// through the file mapping. Serial: no overlap, prediction or drops.
+    pub fn draft_hook(&self, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
+        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
+        let hook = StreamHook::new(
+            self.flash.client(Requester::Draft),
+            self.flash.arena().clone(),
+            &self.layout,
+            stats.clone(),
+            abort,
+        )
+        .with_k(self.k)
+        .with_counters(self.flash.counters().clone());
+        (hook, stats)
+    }
 }

@@ -367,9 +367,24 @@ fn mtp_refusals_name_the_fix() {
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
     let model = tiny_mtp(0.0, 0.0);
     let m = model.to_str().unwrap();
-    let o = bmoe(&["run", "-m", m, "-p", "hi", "-n", "4", "--mtp"]);
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "-n",
+        "4",
+        "--mtp",
+        "--dense-weights",
+        "anon",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("add --resident"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--dense-weights anon"),
+        "{}",
+        stderr(&o)
+    );
     let o = bmoe(&[
         "run",
         "-m",
@@ -385,4 +400,41 @@ fn mtp_refusals_name_the_fix() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--mtp-p-min"), "{}", stderr(&o));
+}
+
+#[test]
+fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
+    let model = tiny_mtp(0.0, 0.25);
+    let plain = tiny_cli(&model, &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("mtp-stream.csv");
+    let mut args = vec![
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The quick brown fox jumps over the lazy dog",
+        "-n",
+        "64",
+    ];
+    args.extend(["--cache-mb", "0", "--mtp", "--draft", "3", "--csv"]);
+    args.push(csv.to_str().unwrap());
+    let o = bmoe_within(&args, 180);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        stdout(&o),
+        stdout(&plain),
+        "streamed + MTP text = resident plain text"
+    );
+    let t = trailer(&csv);
+    let head: u64 = t["mtp_head_read_bytes"].parse().unwrap();
+    assert!(head > 0, "the head's experts were streamed: {err}");
+    assert!(t["mtp_accepted"].parse::<u64>().unwrap() > 0, "{err}");
+    let split = err
+        .lines()
+        .find(|l| l.starts_with("mtp-flash: the head's passes"))
+        .unwrap_or_else(|| panic!("no flash split line: {err}"));
+    assert!(split.contains("% of head + verify"), "{split}");
 }
