@@ -382,14 +382,7 @@ impl Streamer {
         anon: Option<DenseAnon>,
         overlap: bool,
     ) -> (StreamHook, SharedStats) {
-        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
-        let hook = StreamHook::new(
-            self.flash.client(Requester::Verify),
-            self.flash.arena().clone(),
-            &self.layout,
-            stats.clone(),
-            abort,
-        );
+        let (hook, stats) = self.hook(Requester::Verify, abort);
         let hook = match anon {
             Some(a) => hook.with_dense_anon(a),
             None => hook,
@@ -408,16 +401,23 @@ impl Streamer {
     /// counter (the flash split); without it they would be paged in silently
     /// through the file mapping. Serial: no overlap, prediction or drops.
     pub fn draft_hook(&self, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
+        let (hook, stats) = self.hook(Requester::Draft, abort);
+        let hook = hook
+            .with_k(self.k)
+            .with_counters(self.flash.counters().clone());
+        (hook, stats)
+    }
+
+    /// A plain hook demanding as `requester`, with fresh per-step stats.
+    fn hook(&self, requester: Requester, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
         let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
         let hook = StreamHook::new(
-            self.flash.client(Requester::Draft),
+            self.flash.client(requester),
             self.flash.arena().clone(),
             &self.layout,
             stats.clone(),
             abort,
-        )
-        .with_k(self.k)
-        .with_counters(self.flash.counters().clone());
+        );
         (hook, stats)
     }
 }

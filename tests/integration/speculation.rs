@@ -271,6 +271,13 @@ fn speculation_flags_are_checked() {
 
 /// `bmoe run` on a tiny MTP model, resident.
 fn tiny_cli(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["--resident"];
+    args.extend_from_slice(extra);
+    tiny_run(model, &args)
+}
+
+/// `bmoe run` on a tiny MTP model with `extra` flags (64 tokens, 180 s at most).
+fn tiny_run(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "run",
         "-m",
@@ -279,7 +286,6 @@ fn tiny_cli(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
         "The quick brown fox jumps over the lazy dog",
         "-n",
         "64",
-        "--resident",
     ];
     args.extend_from_slice(extra);
     bmoe_within(&args, 180)
@@ -409,18 +415,18 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
     assert!(plain.status.success(), "{}", stderr(&plain));
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("mtp-stream.csv");
-    let mut args = vec![
-        "run",
-        "-m",
-        model.to_str().unwrap(),
-        "-p",
-        "The quick brown fox jumps over the lazy dog",
-        "-n",
-        "64",
-    ];
-    args.extend(["--cache-mb", "0", "--mtp", "--draft", "3", "--csv"]);
-    args.push(csv.to_str().unwrap());
-    let o = bmoe_within(&args, 180);
+    let o = tiny_run(
+        &model,
+        &[
+            "--cache-mb",
+            "0",
+            "--mtp",
+            "--draft",
+            "3",
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+    );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(
