@@ -168,7 +168,8 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "mtp")]
     pub ngram: bool,
     /// Self-speculative decoding with the model's own MTP (nextn) head as the
-    /// drafter (a model with nextn layers; with --resident for now).
+    /// drafter (a model with nextn layers). The head runs on a draft actor
+    /// thread; when streaming, its experts stream too.
     #[arg(long)]
     pub mtp: bool,
     /// With --mtp: stop drafting once the head's top probability falls below F.

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
 use crate::layout::MoeLayout;
-use crate::llama::{Context, ContextKind, ContextParams, LlamaError, Model, ModelParams, MtpHead};
-use crate::stream::{memory, DenseMode, SharedStats, StreamConfig, StreamError, Streamer};
+use crate::draft::{DraftError, HeadReport, MtpActor, MtpActorConfig};
+use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, TargetRef};
+use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
 use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,8 @@ pub enum EngineError {
     Stream(#[from] StreamError),
     #[error(transparent)]
     Generate(#[from] GenerateError),
+    #[error(transparent)]
+    Draft(#[from] DraftError),
     #[error("streaming stopped the decode: {0}")]
     Streaming(String),
     #[error(transparent)]
@@ -120,6 +123,8 @@ pub struct RunReport {
     /// Streamed bytes read for the MTP head's passes and for the verify decodes.
     pub head_read_bytes: u64,
     pub verify_read_bytes: u64,
+    /// The MTP head's streaming on the draft actor (zeros otherwise).
+    pub head: HeadReport,
     pub rows: Vec<TokenRow>,
     /// "resident" or "stream".
     pub mode: &'static str,
@@ -327,22 +332,13 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
             )));
         }
     }
-    if let Speculation::Mtp { p_min } = cfg.speculation {
+    if let Speculation::Mtp { p_min, .. } = cfg.speculation {
         if layout.n_layer_nextn == 0 {
             return Err(EngineError::Config(format!(
                 "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
                  is 0): use --ngram for drafts without a head",
                 cfg.model.display()
             )));
-        }
-        if let Mode::Stream(sc) = &mode {
-            if sc.dense == DenseMode::Anon {
-                return Err(EngineError::Config(
-                    "--mtp with --dense-weights anon is not supported yet: use warm (the \
-                     default), mmap or mlock"
-                        .into(),
-                ));
-            }
         }
         if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
             return Err(EngineError::Config(format!(
@@ -384,38 +380,37 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         ..ContextParams::default()
     };
     let mut stats = None;
+    let mut anon = None;
     if let Some((s, dense, overlap)) = &streamer {
-        let anon = s.prepare_mapping(&cfg.model, *dense)?;
+        anon = s.prepare_mapping(&cfg.model, *dense)?;
         notes.extend(s.notes.iter().cloned());
-        let (hook, st) = s.verify_hook(abort.clone(), anon, *overlap);
+        let (hook, st) = s.verify_hook(abort.clone(), anon.clone(), *overlap);
         params.observer = Some(Box::new(hook));
         stats = Some(st);
     }
     let mut ctx = Context::new(model.clone(), params)?;
-    // The MTP head is tied to the target before its first decode.
+    // The MTP head runs on the draft actor's thread, tied to the target before
+    // its first decode.
     let mut mtp = match cfg.speculation {
         Speculation::Mtp { p_min } => {
-            let mut dp = ContextParams {
+            let actor_cfg = MtpActorConfig {
+                model: model.clone(),
                 n_ctx: cfg.n_ctx,
-                n_batch: 512,
-                n_ubatch: MTP_UBATCH,
                 n_threads: cfg.threads,
-                kind: ContextKind::Mtp,
-                ..ContextParams::default()
+                n_ubatch: MTP_UBATCH,
+                draft_max: cfg.draft_max as usize,
+                p_min,
+                // The head's experts stream too (requester Draft), and its dense
+                // weights share the verify hook's anonymous copies.
+                hook: streamer
+                    .as_ref()
+                    .map(|(s, _, _)| s.draft_hook_parts(anon.clone())),
             };
-            if let Some((s, _, _)) = &streamer {
-                // The head's experts stream too (requester Draft).
-                let draft_abort = Arc::new(AtomicBool::new(false));
-                let (hook, _stats) = s.draft_hook(draft_abort.clone());
-                dp.observer = Some(Box::new(hook));
-                dp.abort = Some(draft_abort);
-            }
-            let draft = Context::new(model.clone(), dp)?;
-            // SAFETY: `ctx` is declared before `mtp`, so it outlives the head
-            // (dropped in reverse order), and both are used from this thread only,
-            // one call at a time by the generation loop.
-            let head = unsafe { MtpHead::new(&mut ctx, draft, cfg.draft_max as usize, p_min) }?;
-            Some(generate::MtpDrafter::new(head))
+            // SAFETY: `ctx` is declared before `mtp`, so it outlives the actor
+            // (dropped in reverse order; the actor is also finished explicitly
+            // after generation), and the generation loop only hands the target
+            // to the actor one call at a time, waiting for each reply.
+            Some(unsafe { MtpActor::spawn(TargetRef::new(&mut ctx), actor_cfg) }?)
         }
         _ => None,
     };
@@ -473,6 +468,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     sink.flush();
     let predicted = (sink.predicted, sink.predicted_used);
     drop(sink);
+    // Join the draft actor before anything else reads the target context.
+    let head = mtp.as_mut().map(|a| a.finish()).unwrap_or_default();
     let elapsed: Duration = t0.elapsed();
     let stream_error = stats.as_ref().and_then(|s| s.borrow().error.clone());
     let stats_error = stream_error.is_some();
@@ -509,6 +506,12 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         &spec,
     );
     trailer.push(("mtp_head_read_bytes".into(), head_read_bytes.to_string()));
+    trailer.push((
+        "mtp_head_stall_s".into(),
+        format!("{:.6}", head.stall.as_secs_f64()),
+    ));
+    trailer.push(("mtp_head_hits".into(), head.hits.to_string()));
+    trailer.push(("mtp_head_misses".into(), head.misses.to_string()));
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failure {
@@ -573,6 +576,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         draft_max: cfg.draft_max,
         head_read_bytes,
         verify_read_bytes,
+        head,
         rows,
         mode: if streamer.is_some() {
             "stream"
@@ -653,7 +657,7 @@ fn preamble(
     let (draft_max, min_match, p_min) = match cfg.speculation {
         Speculation::Off => (0, 0, 0.0),
         Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
-        Speculation::Mtp { p_min } => (cfg.draft_max, 0, p_min),
+        Speculation::Mtp { p_min, .. } => (cfg.draft_max, 0, p_min),
     };
     kv("spec_draft_max", draft_max.to_string());
     kv("ngram_min_match", min_match.to_string());
@@ -909,6 +913,16 @@ impl RunReport {
                     self.verify_read_bytes as f64 / MIB,
                     self.verify_read_bytes as f64 / MIB / (sp.steps.max(1) as f64),
                     (sp.steps + sp.drafted) as f64 / (sp.steps.max(1) as f64)
+                ));
+                let h = &self.head;
+                v.push(format!(
+                    "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
+                     experts it routed already resident (its last routed set stays pinned \
+                     across the verify decode), stalled {:.1} ms in all ({:.3} ms per step)",
+                    h.demands,
+                    h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
+                    h.stall.as_secs_f64() * 1e3,
+                    h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64)
                 ));
             }
         }

@@ -20,6 +20,8 @@ pub enum GenerateError {
     NoLogits,
     #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
     Rollback { pos: i32 },
+    #[error("MTP draft actor: {0}")]
+    DraftActor(String),
 }
 
 /// Why generation ended.

@@ -2,13 +2,14 @@
 //!
 //! Rooms: [`llama`] is the only FFI seam; [`fixture`] builds the offline test
 //! models; [`layout`] says where expert bytes live; [`generate`] is plain greedy
-//! generation; [`inspect`] describes a model; [`bench`] runs matrices of runs
+//! generation (and its verify loop); [`draft`] is the MTP draft actor; [`inspect`] describes a model; [`bench`] runs matrices of runs
 //! against the host's bound. Actors and pure policy live in the
 //! `bmoe-actors` crate.
 
 pub mod bench;
 pub mod chrome_trace;
 pub mod compare;
+pub mod draft;
 pub mod engine;
 pub mod fixture;
 pub mod generate;

@@ -61,6 +61,21 @@ impl Batch {
         true
     }
 
+    /// Entry `i` as (token, position, logits flag).
+    pub fn get(&self, i: usize) -> Option<(Token, i32, bool)> {
+        if i >= self.len() {
+            return None;
+        }
+        // SAFETY: i < n_tokens <= capacity: the arrays hold initialised entries there.
+        unsafe {
+            Some((
+                *self.raw.token.add(i),
+                *self.raw.pos.add(i),
+                *self.raw.logits.add(i) != 0,
+            ))
+        }
+    }
+
     pub(crate) fn raw(&self) -> sys::llama_batch {
         self.raw
     }

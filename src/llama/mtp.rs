@@ -3,15 +3,34 @@
 //!
 //! The wrapper state holds raw pointers to the target context and to the
 //! draft context. [`MtpHead`] owns the draft context and the state; the
-//! target context is the caller's, and must outlive the head and be used
-//! only between the head's calls (the loop is sequential: draft, verify
-//! decode, process, accept). See DESIGN.md section 3 for the call order.
+//! target context is the caller's ([`TargetRef`]), and must outlive the head
+//! and be used only between the head's calls (the loop hands over: draft,
+//! verify decode, process, accept). The head may live on another thread than
+//! the target (the draft actor); the hand-over is what keeps them apart.
+//! See DESIGN.md section 3 for the call order.
 
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
 use super::{Batch, Context, LlamaError, Token};
+
+/// The target context, as the MTP state refers to it: a pointer that may be
+/// sent to the draft actor's thread. It grants nothing by itself; the
+/// [`MtpHead::new`] contract says when it may be used.
+pub struct TargetRef(NonNull<sys::llama_context>);
+
+// SAFETY: a bare pointer to a llama_context, never dereferenced by this type.
+// llama.cpp contexts may be used from any thread, one thread at a time; the
+// head's contract (MtpHead::new) makes its users hand the context over.
+unsafe impl Send for TargetRef {}
+
+impl TargetRef {
+    pub fn new(target: &mut Context) -> Self {
+        // SAFETY: as_ptr returns the context's non-null pointer.
+        Self(unsafe { NonNull::new_unchecked(target.as_ptr()) })
+    }
+}
 
 /// The MTP draft head: a draft context of type MTP on the target's model, and
 /// the speculative state tying it to the target context.
@@ -38,10 +57,10 @@ impl MtpHead {
     /// the target's hidden-state output).
     ///
     /// # Safety
-    /// `target` must outlive the returned head, and must not be decoding on
-    /// another thread while a method of the head runs.
+    /// The target context must outlive the returned head, and must not be in
+    /// use on any thread while `new` or a method of the head runs.
     pub unsafe fn new(
-        target: &mut Context,
+        target: TargetRef,
         draft: Context,
         max: usize,
         p_min: f32,
@@ -51,7 +70,7 @@ impl MtpHead {
         // alive; the draft is moved into the returned head and outlives `spec`).
         let raw = unsafe {
             sys::llama_rs_mtp_speculative_init(
-                target.as_ptr(),
+                target.0.as_ptr(),
                 draft.as_ptr(),
                 max as i32,
                 0,

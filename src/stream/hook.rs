@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bmoe_actors::cache::Requester;
@@ -118,8 +118,10 @@ pub struct StreamHook {
     union: Vec<u32>,
     stats: SharedStats,
     abort: Arc<AtomicBool>,
-    /// `--dense-weights anon`: llama.cpp's mapping (address range) and the copies made.
-    anon: Option<DenseAnon>,
+    /// `--dense-weights anon`: llama.cpp's mapping (address range) and the copies
+    /// made, shared with the MTP draft context's hook (rebinding a weight is seen
+    /// by every context of the model, so both must use one set of copies).
+    anon: Option<SharedAnon>,
     /// `--overlap`: wait for gate/up at the routing, for down at the activation.
     overlap: bool,
     /// The graph segment computing now (from the last callback to the next), as
@@ -142,6 +144,10 @@ pub struct StreamHook {
     drop_zero: Vec<u64>,
     drop_layer: Option<u32>,
 }
+
+/// [`DenseAnon`] shared by the hooks of every context on the model (the verify
+/// context and the MTP draft context, which may run on another thread).
+pub type SharedAnon = Arc<Mutex<DenseAnon>>;
 
 /// Dense weights moved out of the file mapping into anonymous memory, tensor by
 /// tensor, the first time a node reads them.
@@ -262,7 +268,7 @@ impl StreamHook {
     }
 
     /// Serve dense weights from anonymous copies (`--dense-weights anon`).
-    pub fn with_dense_anon(mut self, anon: DenseAnon) -> Self {
+    pub fn with_dense_anon(mut self, anon: SharedAnon) -> Self {
         self.anon = Some(anon);
         self
     }
@@ -270,9 +276,12 @@ impl StreamHook {
     /// Point every dense weight a node reads from the file mapping at an
     /// anonymous copy (made on first sight; the mapping's pages are then dropped).
     fn bind_dense(&mut self, node: &NodeView<'_>) {
-        let Some(anon) = self.anon.as_mut() else {
+        let Some(shared) = self.anon.as_ref() else {
             return;
         };
+        // A poisoned lock means another hook panicked mid-copy: its copies are
+        // still whole tensors (inserted only once complete), so keep going.
+        let mut anon = shared.lock().unwrap_or_else(|p| p.into_inner());
         let mut failure = None;
         for i in 0..llama_max_src() {
             let Some(src) = node.src(i) else { continue };
@@ -309,9 +318,11 @@ impl StreamHook {
             }
             let copy = &anon.copies[&addr];
             // SAFETY: the copy holds the tensor's exact bytes (nbytes) and lives in
-            // the hook, which the context owns, so it outlives every decode.
+            // the shared store, which every hook on the model holds (and each
+            // context owns its hook), so it outlives every decode of every context.
             unsafe { src.rebind_data(copy.as_ptr()) };
         }
+        drop(anon);
         if let Some(msg) = failure {
             self.fail(msg);
         }

@@ -19,7 +19,7 @@ use bmoe_actors::flash::{
     FaultCounts, FaultPlan, FaultySource, Flash, FlashConfig, FlashError, PreadReader, TensorSpec,
 };
 
-pub use hook::{DenseAnon, SharedStats, StepStats, StreamHook};
+pub use hook::{DenseAnon, SharedAnon, SharedStats, StepStats, StreamHook};
 use memory::FileMapping;
 
 use crate::layout::{MoeLayout, Proj};
@@ -314,7 +314,7 @@ impl Streamer {
         &self,
         model_path: &Path,
         dense: DenseMode,
-    ) -> Result<Option<DenseAnon>, StreamError> {
+    ) -> Result<Option<SharedAnon>, StreamError> {
         let map = FileMapping::find(model_path, &self.premapped)?;
         for e in &self.layout.experts {
             map.drop_range(e.file_offset, e.slice_bytes * e.n_expert as u64);
@@ -323,7 +323,9 @@ impl Streamer {
         match dense {
             DenseMode::Mmap => {}
             DenseMode::Anon => {
-                return Ok(Some(DenseAnon::new(map.address_ranges())));
+                return Ok(Some(Arc::new(std::sync::Mutex::new(DenseAnon::new(
+                    map.address_ranges(),
+                )))));
             }
             DenseMode::Warm => {
                 for (off, len) in &dense_ranges {
@@ -379,7 +381,7 @@ impl Streamer {
     pub fn verify_hook(
         &self,
         abort: Arc<AtomicBool>,
-        anon: Option<DenseAnon>,
+        anon: Option<SharedAnon>,
         overlap: bool,
     ) -> (StreamHook, SharedStats) {
         let (hook, stats) = self.hook(Requester::Verify, abort);
@@ -395,17 +397,22 @@ impl Streamer {
         (hook, stats)
     }
 
-    /// The hook of the MTP draft context: the head's expert slices (its block is
-    /// layer n_layer, routed at `ffn_moe_topk-{n_layer}`) are demanded from the
-    /// same flash actor as the draft requester, with their own pins and byte
-    /// counter (the flash split); without it they would be paged in silently
-    /// through the file mapping. Serial: no overlap, prediction or drops.
-    pub fn draft_hook(&self, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
-        let (hook, stats) = self.hook(Requester::Draft, abort);
-        let hook = hook
-            .with_k(self.k)
-            .with_counters(self.flash.counters().clone());
-        (hook, stats)
+    /// What the MTP draft context's hook is built from, to be assembled on the
+    /// draft actor's thread (a hook is not `Send`): the head's expert slices (its
+    /// block is layer n_layer, routed at `ffn_moe_topk-{n_layer}`) are demanded
+    /// from the same flash actor as the draft requester, with their own pins and
+    /// byte counter (the flash split); without it they would be paged in
+    /// silently through the file mapping. `anon` is the verify hook's store of
+    /// dense copies (`--dense-weights anon`), shared so the head's own dense
+    /// weights leave the mapping too. Serial: no overlap, prediction or drops.
+    pub fn draft_hook_parts(&self, anon: Option<SharedAnon>) -> DraftHookParts {
+        DraftHookParts {
+            client: self.flash.client(Requester::Draft),
+            arena: self.flash.arena().clone(),
+            layout: self.layout.clone(),
+            k: self.k,
+            anon,
+        }
     }
 
     /// A plain hook demanding as `requester`, with fresh per-step stats.
@@ -418,6 +425,30 @@ impl Streamer {
             stats.clone(),
             abort,
         );
+        (hook, stats)
+    }
+}
+
+/// The ingredients of the MTP draft context's hook, sent to the draft actor's
+/// thread and assembled there ([`DraftHookParts::build`]).
+pub struct DraftHookParts {
+    client: bmoe_actors::flash::FlashClient,
+    arena: Arc<bmoe_actors::flash::Arena>,
+    layout: MoeLayout,
+    k: u32,
+    anon: Option<SharedAnon>,
+}
+
+impl DraftHookParts {
+    /// The hook (and its stats cell), on the thread that will run the context.
+    pub fn build(self, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
+        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
+        let hook = StreamHook::new(self.client, self.arena, &self.layout, stats.clone(), abort)
+            .with_k(self.k);
+        let hook = match self.anon {
+            Some(a) => hook.with_dense_anon(a),
+            None => hook,
+        };
         (hook, stats)
     }
 }

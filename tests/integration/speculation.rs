@@ -381,24 +381,6 @@ fn mtp_refusals_name_the_fix() {
         "hi",
         "-n",
         "4",
-        "--mtp",
-        "--dense-weights",
-        "anon",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--dense-weights anon"),
-        "{}",
-        stderr(&o)
-    );
-    let o = bmoe(&[
-        "run",
-        "-m",
-        m,
-        "-p",
-        "hi",
-        "-n",
-        "4",
         "--resident",
         "--mtp",
         "--mtp-p-min",
@@ -443,4 +425,32 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
         .find(|l| l.starts_with("mtp-flash: the head's passes"))
         .unwrap_or_else(|| panic!("no flash split line: {err}"));
     assert!(split.contains("% of head + verify"), "{split}");
+    // The head ran on the draft actor's thread with its own hook: its demands
+    // are counted there (hits are its last routed set, pinned across verifies).
+    let demands: u64 = t["mtp_head_hits"].parse::<u64>().unwrap()
+        + t["mtp_head_misses"].parse::<u64>().unwrap();
+    assert!(demands > 0, "{err}");
+    assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
+
+    // With the dense weights in anonymous memory, the head's own dense tensors
+    // are copied too (one shared store) and the text is still the plain one.
+    let csv = dir.path().join("mtp-anon.csv");
+    let o = tiny_run(
+        &model,
+        &[
+            "--cache-mb",
+            "0",
+            "--dense-weights",
+            "anon",
+            "--mtp",
+            "--draft",
+            "2",
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(stdout(&o), stdout(&plain), "anon + MTP text = plain text");
+    assert!(trailer(&csv)["mtp_accepted"].parse::<u64>().unwrap() > 0);
 }

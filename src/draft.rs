@@ -1,0 +1,332 @@
+//! The MTP draft actor: the model's nextn head on a thread of its own.
+//!
+//! The actor owns the draft context (and, when streaming, its eval hook); the
+//! verify loop talks to it through [`MtpActor`], a [`Drafter`] whose every call
+//! is one request and one reply over bounded channels. Each call is a hand-over
+//! of the target context: the head reads the target's hidden states only while
+//! the verify thread waits for the reply, so the two never touch the target at
+//! the same time.
+//!
+//! What the thread buys: the head's state (its context, compute buffers and
+//! stream hook) lives apart from the verify loop, which only sees a
+//! [`Drafter`]. What it does not buy: overlap between the head's reads and the
+//! verify decode. The head routes on the target's hidden states of the rows the
+//! verify decode is computing, so its experts are not known before that decode
+//! ends. What is kept across the verify decode is the head's last routed set:
+//! the draft requester's pins last until its next demand, so the slices the
+//! head used last stay resident whatever the cache size (the head's hits in
+//! [`HeadReport`] measure that reuse).
+//!
+//! Shutdown: [`MtpActor::finish`] (or drop) raises the draft context's abort
+//! flag, closes the request channel and joins the thread. The join waits for
+//! the thread however long it takes: the head holds a pointer to the target
+//! context, which must not be freed while the actor could still use it, and an
+//! aborted decode returns within one graph node.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::generate::{Drafter, GenerateError, MtpDrafter};
+use crate::llama::{
+    Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, TargetRef, Token,
+};
+use crate::stream::{DraftHookParts, SharedStats};
+
+/// Requests queued to the draft actor (the verify loop waits for each reply,
+/// so one is in flight at a time; the rest is slack).
+pub const DRAFT_QUEUE_CAPACITY: usize = 4;
+/// Replies from the draft actor in flight.
+pub const DRAFT_REPLY_CAPACITY: usize = 1;
+/// The largest batch the draft context processes (a prefill chunk of the
+/// target: the verify loop's n_batch).
+pub const DRAFT_N_BATCH: u32 = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DraftError {
+    #[error(transparent)]
+    Llama(#[from] LlamaError),
+    #[error("could not start the draft actor thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("the draft actor stopped before it was ready (it panicked; run with -v for its log)")]
+    Died,
+}
+
+/// How to build the head on the actor's thread.
+pub struct MtpActorConfig {
+    pub model: Arc<Model>,
+    pub n_ctx: u32,
+    pub n_threads: u32,
+    /// The draft context's physical batch.
+    pub n_ubatch: u32,
+    /// The most drafts per step (`--draft`).
+    pub draft_max: usize,
+    /// `--mtp-p-min`.
+    pub p_min: f32,
+    /// The streamed head's hook ingredients (None when resident).
+    pub hook: Option<DraftHookParts>,
+}
+
+/// What the head's streaming did over a run (zeros when resident).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HeadReport {
+    /// Time the head's decodes waited for expert reads.
+    pub stall: Duration,
+    /// The head's demands and their hits/misses (experts of its layer).
+    pub demands: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+enum Request {
+    Decoded(Vec<(Token, i32, bool)>),
+    Begin(Vec<Token>),
+    Accepted {
+        drafted: usize,
+        accepted: usize,
+        n_past: i32,
+    },
+    /// The corpus grew by `tail`; draft up to `max` tokens after it.
+    Draft {
+        tail: Vec<Token>,
+        max: usize,
+    },
+}
+
+type Reply = Result<Vec<Token>, GenerateError>;
+
+/// The verify loop's handle on the draft actor.
+pub struct MtpActor {
+    tx: Option<Sender<Request>>,
+    rx: Receiver<Reply>,
+    join: Option<JoinHandle<HeadReport>>,
+    abort: Arc<AtomicBool>,
+    /// Corpus tokens already sent.
+    sent: usize,
+    report: Option<HeadReport>,
+}
+
+impl MtpActor {
+    /// Start the actor: it creates the draft context and ties the head to the
+    /// target before returning (call before the target's first decode).
+    ///
+    /// # Safety
+    /// The target context behind `target` must outlive the actor (call
+    /// [`finish`](Self::finish) or drop the actor first) and must not be used
+    /// while a method of the actor runs; between calls it is the caller's.
+    pub unsafe fn spawn(target: TargetRef, cfg: MtpActorConfig) -> Result<Self, DraftError> {
+        let (tx, req_rx) = bounded::<Request>(DRAFT_QUEUE_CAPACITY);
+        let (reply_tx, rx) = bounded::<Reply>(DRAFT_REPLY_CAPACITY);
+        let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
+        let abort = Arc::new(AtomicBool::new(false));
+        let thread_abort = abort.clone();
+        let join = std::thread::Builder::new()
+            .name("bmoe-draft".into())
+            .spawn(move || {
+                let mut actor = match Actor::new(target, cfg, thread_abort) {
+                    Ok(a) => {
+                        let _ = ready_tx.send(Ok(()));
+                        a
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return HeadReport::default();
+                    }
+                };
+                actor.run(req_rx, reply_tx)
+            })
+            .map_err(DraftError::Spawn)?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self {
+                tx: Some(tx),
+                rx,
+                join: Some(join),
+                abort,
+                sent: 0,
+                report: None,
+            }),
+            Ok(Err(e)) => {
+                let _ = join.join();
+                Err(e.into())
+            }
+            Err(_) => {
+                let _ = join.join();
+                Err(DraftError::Died)
+            }
+        }
+    }
+
+    fn call(&mut self, req: Request) -> Reply {
+        let stopped = || GenerateError::DraftActor("the draft actor stopped".into());
+        self.tx
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(req)
+            .map_err(|_| stopped())?;
+        self.rx.recv().map_err(|_| stopped())?
+    }
+
+    /// Stop the actor and return what the head's streaming did.
+    pub fn finish(&mut self) -> HeadReport {
+        if let Some(r) = self.report {
+            return r;
+        }
+        self.abort.store(true, Ordering::SeqCst);
+        self.tx = None;
+        let report = match self.join.take().map(|j| j.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => {
+                tracing::error!("the draft actor panicked");
+                HeadReport::default()
+            }
+            None => HeadReport::default(),
+        };
+        self.report = Some(report);
+        report
+    }
+}
+
+impl Drop for MtpActor {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Drafter for MtpActor {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+        let from = self.sent.min(corpus.len());
+        self.sent = corpus.len();
+        self.call(Request::Draft {
+            tail: corpus[from..].to_vec(),
+            max,
+        })
+    }
+
+    fn decoded(&mut self, batch: &Batch) -> Result<(), GenerateError> {
+        let rows = (0..batch.len()).filter_map(|i| batch.get(i)).collect();
+        self.call(Request::Decoded(rows)).map(|_| ())
+    }
+
+    fn begin(&mut self, prompt: &[Token]) -> Result<(), GenerateError> {
+        self.call(Request::Begin(prompt.to_vec())).map(|_| ())
+    }
+
+    fn accepted(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        n_past: i32,
+    ) -> Result<(), GenerateError> {
+        self.call(Request::Accepted {
+            drafted,
+            accepted,
+            n_past,
+        })
+        .map(|_| ())
+    }
+}
+
+/// The actor's state, on its own thread.
+struct Actor {
+    drafter: MtpDrafter,
+    batch: Batch,
+    corpus: Vec<Token>,
+    /// The head hook's stats (streaming only).
+    stream: Option<SharedStats>,
+}
+
+impl Actor {
+    fn new(
+        target: TargetRef,
+        cfg: MtpActorConfig,
+        abort: Arc<AtomicBool>,
+    ) -> Result<Self, LlamaError> {
+        let mut params = ContextParams {
+            n_ctx: cfg.n_ctx,
+            n_batch: DRAFT_N_BATCH,
+            n_ubatch: cfg.n_ubatch,
+            n_threads: cfg.n_threads,
+            kind: ContextKind::Mtp,
+            abort: Some(abort.clone()),
+            ..ContextParams::default()
+        };
+        let mut stream = None;
+        if let Some(parts) = cfg.hook {
+            // The head's experts stream too (requester Draft).
+            let (hook, stats) = parts.build(abort);
+            params.observer = Some(Box::new(hook));
+            stream = Some(stats);
+        }
+        let draft = Context::new(cfg.model.clone(), params)?;
+        // SAFETY: the caller of MtpActor::spawn keeps the target alive past the
+        // actor's join and idle while this runs (spawn waits for it).
+        let head = unsafe { MtpHead::new(target, draft, cfg.draft_max, cfg.p_min) }?;
+        Ok(Self {
+            drafter: MtpDrafter::new(head),
+            batch: Batch::new(DRAFT_N_BATCH as usize),
+            corpus: Vec::new(),
+            stream,
+        })
+    }
+
+    fn run(&mut self, rx: Receiver<Request>, tx: Sender<Reply>) -> HeadReport {
+        while let Ok(req) = rx.recv() {
+            let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
+            let g = span.enter();
+            let reply = match req {
+                Request::Decoded(rows) => {
+                    self.batch.clear();
+                    for (t, pos, logits) in rows {
+                        self.batch.push(t, pos, logits);
+                    }
+                    self.drafter.decoded(&self.batch).map(|_| Vec::new())
+                }
+                Request::Begin(prompt) => self.drafter.begin(&prompt).map(|_| Vec::new()),
+                Request::Accepted {
+                    drafted,
+                    accepted,
+                    n_past,
+                } => self
+                    .drafter
+                    .accepted(drafted, accepted, n_past)
+                    .map(|_| Vec::new()),
+                Request::Draft { tail, max } => {
+                    self.corpus.extend(tail);
+                    self.drafter.draft(&self.corpus, max)
+                }
+            };
+            drop(g);
+            let failed = reply.is_err();
+            if tx.send(reply).is_err() || failed {
+                break;
+            }
+        }
+        let mut report = HeadReport::default();
+        if let Some(stats) = &self.stream {
+            let s = stats.borrow();
+            report.stall = s.stall;
+            report.demands = s.demands;
+            report.hits = s.hits;
+            report.misses = s.misses;
+        }
+        report
+    }
+}
+
+impl Request {
+    fn name(&self) -> &'static str {
+        match self {
+            Request::Decoded(_) => "decoded",
+            Request::Begin(_) => "begin",
+            Request::Accepted { .. } => "accepted",
+            Request::Draft { .. } => "draft",
+        }
+    }
+}
