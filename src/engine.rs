@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::draft::{DraftError, HeadReport, MtpActor, MtpActorConfig};
 use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
 use crate::layout::MoeLayout;
-use crate::draft::{DraftError, HeadReport, MtpActor, MtpActorConfig};
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, TargetRef};
 use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
 use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
@@ -788,13 +788,26 @@ impl RunReport {
                 self.decode_bytes_per_token() / MIB,
                 (wall - stall).max(0.0)
             ));
-            let warm: Vec<&TokenRow> = self.decode_rows().filter(|r| r.misses == 0).collect();
-            if !warm.is_empty() && warm.len() < self.decode_rows().count() {
-                let ms: f64 = warm.iter().map(|r| r.wall_ms).sum();
+            // Per decode: under speculation a verify decode's cost and reads sit on
+            // its group's first row (mtp_batch > 0) and its accepted tokens follow.
+            let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
+            let mut in_warm = false;
+            for r in self.decode_rows() {
+                if self.speculation == Speculation::Off || r.mtp_batch > 0 {
+                    decodes += 1;
+                    in_warm = r.misses == 0;
+                    if in_warm {
+                        warm_decodes += 1;
+                        warm_ms += r.wall_ms;
+                    }
+                }
+                warm_tokens += in_warm as usize;
+            }
+            if warm_decodes > 0 && warm_decodes < decodes && warm_ms > 0.0 {
                 v.push(format!(
-                    "moe-warm: {:.2} tok/s over the {} decodes that needed no read (after warm-up)",
-                    warm.len() as f64 * 1e3 / ms.max(1e-9),
-                    warm.len()
+                    "moe-warm: {:.2} tok/s over the {warm_decodes} decodes that needed no read \
+                     (after warm-up; {warm_tokens} tokens)",
+                    warm_tokens as f64 * 1e3 / warm_ms,
                 ));
             }
             let total = hits + misses;

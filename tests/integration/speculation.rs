@@ -427,8 +427,8 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
     assert!(split.contains("% of head + verify"), "{split}");
     // The head ran on the draft actor's thread with its own hook: its demands
     // are counted there (hits are its last routed set, pinned across verifies).
-    let demands: u64 = t["mtp_head_hits"].parse::<u64>().unwrap()
-        + t["mtp_head_misses"].parse::<u64>().unwrap();
+    let demands: u64 =
+        t["mtp_head_hits"].parse::<u64>().unwrap() + t["mtp_head_misses"].parse::<u64>().unwrap();
     assert!(demands > 0, "{err}");
     assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
 
