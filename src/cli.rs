@@ -175,6 +175,11 @@ pub struct RunArgs {
     /// With --mtp: stop drafting once the head's top probability falls below F.
     #[arg(long, value_name = "F", default_value_t = 0.0, requires = "mtp")]
     pub mtp_p_min: f32,
+    /// With --mtp and streaming: do not read the experts of the head's drafting
+    /// pass again during the verify decode (its catch-up then reads its misses
+    /// on demand).
+    #[arg(long, requires = "mtp")]
+    pub no_head_predemand: bool,
     /// Draft width: tokens verified per decode with speculation (1..=8).
     #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=8))]
     pub draft: u32,

@@ -7,15 +7,18 @@
 //! the verify thread waits for the reply, so the two never touch the target at
 //! the same time.
 //!
-//! What the thread buys: the head's state (its context, compute buffers and
-//! stream hook) lives apart from the verify loop, which only sees a
-//! [`Drafter`]. What it does not buy: overlap between the head's reads and the
-//! verify decode. The head routes on the target's hidden states of the rows the
-//! verify decode is computing, so its experts are not known before that decode
-//! ends. What is kept across the verify decode is the head's last routed set:
-//! the draft requester's pins last until its next demand, so the slices the
-//! head used last stay resident whatever the cache size (the head's hits in
-//! [`HeadReport`] measure that reuse).
+//! What runs concurrently, when the experts stream: once the actor has handed
+//! its drafts over, the verify decode runs on the other thread and the actor
+//! would be idle until the next call. It pre-demands, as the draft requester,
+//! the union of the experts its drafting pass routed at the head's layer. Those
+//! reads are in flight while the verify decode computes, and they are what the
+//! head's next call needs first: its catch-up on the kept rows `[last, d1..dk]`
+//! feeds the head the same tokens at the same positions as the drafting pass
+//! did (the first row with the very same inputs, the others with the target's
+//! hidden states in place of the head's own), so it mostly routes to the same
+//! experts. The pins of a requester last until its next demand, so the
+//! pre-demanded slices stay resident for the catch-up whatever the cache size.
+//! The head's hits, stall and pre-demanded bytes are in [`HeadReport`].
 //!
 //! Shutdown: [`MtpActor::finish`] (or drop) raises the draft context's abort
 //! flag, closes the request channel and joins the thread. The join waits for
@@ -29,6 +32,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
+
+use bmoe_actors::flash::FlashClient;
 
 use crate::generate::{Drafter, GenerateError, MtpDrafter};
 use crate::llama::{
@@ -68,6 +73,8 @@ pub struct MtpActorConfig {
     pub p_min: f32,
     /// The streamed head's hook ingredients (None when resident).
     pub hook: Option<DraftHookParts>,
+    /// Pre-demand the drafting pass's experts during the verify decode.
+    pub predemand: bool,
 }
 
 /// What the head's streaming did over a run (zeros when resident).
@@ -79,6 +86,9 @@ pub struct HeadReport {
     pub demands: u64,
     pub hits: u64,
     pub misses: u64,
+    /// Pre-demands made during verify decodes, and the bytes they read.
+    pub predemands: u64,
+    pub predemand_read_bytes: u64,
 }
 
 enum Request {
@@ -238,8 +248,12 @@ struct Actor {
     drafter: MtpDrafter,
     batch: Batch,
     corpus: Vec<Token>,
-    /// The head hook's stats (streaming only).
-    stream: Option<SharedStats>,
+    /// The head hook's stats and the pre-demand client (streaming only).
+    stream: Option<(SharedStats, Option<FlashClient>)>,
+    /// The head's layer (n_layer: the block after the trunk).
+    layer: u32,
+    predemands: u64,
+    predemand_read_bytes: u64,
 }
 
 impl Actor {
@@ -260,9 +274,9 @@ impl Actor {
         let mut stream = None;
         if let Some(parts) = cfg.hook {
             // The head's experts stream too (requester Draft).
-            let (hook, stats) = parts.build(abort);
+            let (hook, stats, client) = parts.build(abort);
             params.observer = Some(Box::new(hook));
-            stream = Some(stats);
+            stream = Some((stats, cfg.predemand.then_some(client)));
         }
         let draft = Context::new(cfg.model.clone(), params)?;
         // SAFETY: the caller of MtpActor::spawn keeps the target alive past the
@@ -273,6 +287,9 @@ impl Actor {
             batch: Batch::new(DRAFT_N_BATCH as usize),
             corpus: Vec::new(),
             stream,
+            layer: cfg.model.n_layer(),
+            predemands: 0,
+            predemand_read_bytes: 0,
         })
     }
 
@@ -280,6 +297,7 @@ impl Actor {
         while let Ok(req) = rx.recv() {
             let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
             let g = span.enter();
+            let drafting = matches!(req, Request::Draft { .. });
             let reply = match req {
                 Request::Decoded(rows) => {
                     self.batch.clear();
@@ -299,6 +317,9 @@ impl Actor {
                     .map(|_| Vec::new()),
                 Request::Draft { tail, max } => {
                     self.corpus.extend(tail);
+                    if let Some((stats, _)) = &self.stream {
+                        stats.borrow_mut().routed.clear();
+                    }
                     self.drafter.draft(&self.corpus, max)
                 }
             };
@@ -307,9 +328,17 @@ impl Actor {
             if tx.send(reply).is_err() || failed {
                 break;
             }
+            if drafting {
+                // The verify decode runs now: read the catch-up's experts meanwhile.
+                self.predemand();
+            }
         }
-        let mut report = HeadReport::default();
-        if let Some(stats) = &self.stream {
+        let mut report = HeadReport {
+            predemands: self.predemands,
+            predemand_read_bytes: self.predemand_read_bytes,
+            ..HeadReport::default()
+        };
+        if let Some((stats, _)) = &self.stream {
             let s = stats.borrow();
             report.stall = s.stall;
             report.demands = s.demands;
@@ -317,6 +346,36 @@ impl Actor {
             report.misses = s.misses;
         }
         report
+    }
+
+    /// Demand the union of the experts the drafting pass routed at the head's
+    /// layer (pinned as the draft requester's until the head's next demand).
+    fn predemand(&mut self) {
+        let Some((stats, Some(client))) = self.stream.as_mut() else {
+            return;
+        };
+        let mut union: Vec<u32> = stats
+            .borrow()
+            .routed
+            .iter()
+            .filter(|(l, _)| *l == self.layer)
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect();
+        if union.is_empty() {
+            return;
+        }
+        union.sort_unstable();
+        union.dedup();
+        let _g = tracing::debug_span!("draft.predemand", layer = self.layer, experts = union.len())
+            .entered();
+        match client.demand(self.layer, &union) {
+            Ok(r) => {
+                self.predemands += 1;
+                self.predemand_read_bytes += r.read_bytes;
+            }
+            // The head's own demand reads them again and reports a failure.
+            Err(e) => tracing::debug!("head pre-demand failed: {e}"),
+        }
     }
 }
 

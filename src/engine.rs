@@ -60,8 +60,10 @@ pub enum Speculation {
     /// `--ngram`: the longest earlier match of the corpus's suffix.
     Ngram { min_match: u32 },
     /// `--mtp`: the model's own MTP (nextn) head; it stops drafting once its
-    /// confidence falls below `p_min`.
-    Mtp { p_min: f32 },
+    /// confidence falls below `p_min`. When streaming, `predemand` reads the
+    /// drafting pass's experts during the verify decode (`--no-head-predemand`
+    /// turns it off).
+    Mtp { p_min: f32, predemand: bool },
 }
 
 impl Speculation {
@@ -392,7 +394,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     // The MTP head runs on the draft actor's thread, tied to the target before
     // its first decode.
     let mut mtp = match cfg.speculation {
-        Speculation::Mtp { p_min } => {
+        Speculation::Mtp { p_min, predemand } => {
             let actor_cfg = MtpActorConfig {
                 model: model.clone(),
                 n_ctx: cfg.n_ctx,
@@ -405,6 +407,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
                 hook: streamer
                     .as_ref()
                     .map(|(s, _, _)| s.draft_hook_parts(anon.clone())),
+                predemand,
             };
             // SAFETY: `ctx` is declared before `mtp`, so it outlives the actor
             // (dropped in reverse order; the actor is also finished explicitly
@@ -512,6 +515,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     ));
     trailer.push(("mtp_head_hits".into(), head.hits.to_string()));
     trailer.push(("mtp_head_misses".into(), head.misses.to_string()));
+    trailer.push((
+        "mtp_head_predemand_bytes".into(),
+        head.predemand_read_bytes.to_string(),
+    ));
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failure {
@@ -662,6 +669,9 @@ fn preamble(
     kv("spec_draft_max", draft_max.to_string());
     kv("ngram_min_match", min_match.to_string());
     kv("mtp_p_min", p_min.to_string());
+    let predemand = matches!(cfg.speculation, Speculation::Mtp { predemand: true, .. })
+        && streamer.is_some();
+    kv("mtp_head_predemand", (predemand as u8).to_string());
     v
 }
 
@@ -930,12 +940,14 @@ impl RunReport {
                 let h = &self.head;
                 v.push(format!(
                     "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
-                     experts it routed already resident (its last routed set stays pinned \
-                     across the verify decode), stalled {:.1} ms in all ({:.3} ms per step)",
+                     experts it routed already resident, stalled {:.1} ms in all ({:.3} ms per \
+                     step); pre-demanded during the verify decodes: {:.1} MiB in {} demands",
                     h.demands,
                     h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
                     h.stall.as_secs_f64() * 1e3,
-                    h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64)
+                    h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64),
+                    h.predemand_read_bytes as f64 / MIB,
+                    h.predemands
                 ));
             }
         }

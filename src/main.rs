@@ -321,6 +321,7 @@ fn run(args: RunArgs) -> Result<()> {
             },
             (false, true) => engine::Speculation::Mtp {
                 p_min: args.mtp_p_min,
+                predemand: !args.no_head_predemand,
             },
             (false, false) => engine::Speculation::Off,
         },

@@ -38,6 +38,10 @@ pub struct StepStats {
     pub predicted_used: u64,
     /// First error met inside a callback (the decode was aborted because of it).
     pub error: Option<String>,
+    /// Every demand's layer and experts, in order (only with
+    /// [`StreamHook::with_route_log`]: the MTP head's hook, whose drafting pass
+    /// predicts its catch-up pass).
+    pub routed: Vec<(u32, Vec<u32>)>,
 }
 
 impl StepStats {
@@ -143,6 +147,8 @@ pub struct StreamHook {
     /// zeroed at `ffn_moe_weights-L` because their expert was dropped.
     drop_zero: Vec<u64>,
     drop_layer: Option<u32>,
+    /// Record every demand in the stats (`StepStats::routed`).
+    route_log: bool,
 }
 
 /// [`DenseAnon`] shared by the hooks of every context on the model (the verify
@@ -211,6 +217,7 @@ impl StreamHook {
             drop_frac: 0.0,
             drop_zero: Vec::new(),
             drop_layer: None,
+            route_log: false,
         }
     }
 
@@ -235,6 +242,12 @@ impl StreamHook {
     /// Skip cold (missing, low-weight) routed experts (lossy; 0 is off).
     pub fn with_drop_cold(mut self, frac: f32) -> Self {
         self.drop_frac = frac.max(0.0);
+        self
+    }
+
+    /// Log every demand's routing in the stats (`StepStats::routed`).
+    pub fn with_route_log(mut self) -> Self {
+        self.route_log = true;
         self
     }
 
@@ -447,6 +460,9 @@ impl StreamHook {
                 s.misses += r.misses as u64;
                 s.evictions += r.evictions as u64;
                 s.demands += 1;
+                if self.route_log {
+                    s.routed.push((layer, self.union.clone()));
+                }
                 drop(s);
                 self.current = Some(layer);
             }

@@ -404,10 +404,13 @@ impl Streamer {
     /// byte counter (the flash split); without it they would be paged in
     /// silently through the file mapping. `anon` is the verify hook's store of
     /// dense copies (`--dense-weights anon`), shared so the head's own dense
-    /// weights leave the mapping too. Serial: no overlap, prediction or drops.
+    /// weights leave the mapping too. Serial: no overlap, prediction or drops;
+    /// it logs its routing for the actor's pre-demand, made with a second
+    /// client of the same requester.
     pub fn draft_hook_parts(&self, anon: Option<SharedAnon>) -> DraftHookParts {
         DraftHookParts {
             client: self.flash.client(Requester::Draft),
+            predemand: self.flash.client(Requester::Draft),
             arena: self.flash.arena().clone(),
             layout: self.layout.clone(),
             k: self.k,
@@ -433,6 +436,9 @@ impl Streamer {
 /// thread and assembled there ([`DraftHookParts::build`]).
 pub struct DraftHookParts {
     client: bmoe_actors::flash::FlashClient,
+    /// The draft actor's own client (same requester, so its pins hand over to
+    /// the hook's next demand): the pre-demand during the verify decode.
+    predemand: bmoe_actors::flash::FlashClient,
     arena: Arc<bmoe_actors::flash::Arena>,
     layout: MoeLayout,
     k: u32,
@@ -440,15 +446,20 @@ pub struct DraftHookParts {
 }
 
 impl DraftHookParts {
-    /// The hook (and its stats cell), on the thread that will run the context.
-    pub fn build(self, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
+    /// The hook, its stats cell and the pre-demand client, on the thread that
+    /// will run the context.
+    pub fn build(
+        self,
+        abort: Arc<AtomicBool>,
+    ) -> (StreamHook, SharedStats, bmoe_actors::flash::FlashClient) {
         let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
         let hook = StreamHook::new(self.client, self.arena, &self.layout, stats.clone(), abort)
-            .with_k(self.k);
+            .with_k(self.k)
+            .with_route_log();
         let hook = match self.anon {
             Some(a) => hook.with_dense_anon(a),
             None => hook,
         };
-        (hook, stats)
+        (hook, stats, self.predemand)
     }
 }
