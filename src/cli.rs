@@ -173,8 +173,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub mtp: bool,
     /// With --mtp: stop drafting once the head's top probability falls below F.
-    #[arg(long, value_name = "F", default_value_t = 0.0, requires = "mtp")]
-    pub mtp_p_min: f32,
+    /// (clap's `requires` is met by any member of the `speculation` group, so
+    /// main checks the pairing too.)
+    #[arg(long, value_name = "F", requires = "mtp")]
+    pub mtp_p_min: Option<f32>,
     /// With --mtp and streaming: do not read the experts of the head's drafting
     /// pass again during the verify decode (its catch-up then reads its misses
     /// on demand).
@@ -184,8 +186,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=8))]
     pub draft: u32,
     /// Shortest suffix match that may draft with --ngram.
-    #[arg(long, value_name = "M", default_value_t = 3, requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub ngram_min_match: u32,
+    /// Default 3.
+    #[arg(long, value_name = "M", requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub ngram_min_match: Option<u32>,
     /// LOSSY: route each token to K experts instead of the model's count.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub n_expert_used: Option<u32>,

@@ -669,8 +669,13 @@ fn preamble(
     kv("spec_draft_max", draft_max.to_string());
     kv("ngram_min_match", min_match.to_string());
     kv("mtp_p_min", p_min.to_string());
-    let predemand = matches!(cfg.speculation, Speculation::Mtp { predemand: true, .. })
-        && streamer.is_some();
+    let predemand = matches!(
+        cfg.speculation,
+        Speculation::Mtp {
+            predemand: true,
+            ..
+        }
+    ) && streamer.is_some();
     kv("mtp_head_predemand", (predemand as u8).to_string());
     v
 }

@@ -280,6 +280,20 @@ fn run(args: RunArgs) -> Result<()> {
         ))
         .into());
     }
+    // Each source's own flags need that source (clap's `requires` accepts any
+    // member of the speculation group, so the pairing is checked here).
+    let mtp_only = [
+        ("--mtp-p-min", args.mtp_p_min.is_some()),
+        ("--no-head-predemand", args.no_head_predemand),
+    ];
+    for (flag, given) in mtp_only {
+        if given && !args.mtp {
+            return Err(UsageError(format!("{flag} needs --mtp")).into());
+        }
+    }
+    if args.ngram_min_match.is_some() && !args.ngram {
+        return Err(UsageError("--ngram-min-match needs --ngram".into()).into());
+    }
     let model = match &args.model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
@@ -317,10 +331,12 @@ fn run(args: RunArgs) -> Result<()> {
         n_expert_used: args.n_expert_used,
         speculation: match (args.ngram, args.mtp) {
             (true, _) => engine::Speculation::Ngram {
-                min_match: args.ngram_min_match,
+                min_match: args
+                    .ngram_min_match
+                    .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32),
             },
             (false, true) => engine::Speculation::Mtp {
-                p_min: args.mtp_p_min,
+                p_min: args.mtp_p_min.unwrap_or(0.0),
                 predemand: !args.no_head_predemand,
             },
             (false, false) => engine::Speculation::Off,

@@ -262,6 +262,10 @@ fn speculation_flags_are_checked() {
             vec!["--ngram", "--ngram-min-match", "0"],
             "--ngram-min-match",
         ),
+        // A source's own flag with the other source is refused, not ignored.
+        (vec!["--mtp", "--ngram-min-match", "2"], "needs --ngram"),
+        (vec!["--ngram", "--mtp-p-min", "0.5"], "needs --mtp"),
+        (vec!["--ngram", "--no-head-predemand"], "needs --mtp"),
     ] {
         let o = e8k2_cli("hi", 4, &args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -388,6 +392,9 @@ fn mtp_refusals_name_the_fix() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--mtp-p-min"), "{}", stderr(&o));
+    let o = e8k2_cli("hi", 4, &["--no-head-predemand"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--mtp"), "{}", stderr(&o));
 }
 
 #[test]
@@ -431,6 +438,37 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
         t["mtp_head_hits"].parse::<u64>().unwrap() + t["mtp_head_misses"].parse::<u64>().unwrap();
     assert!(demands > 0, "{err}");
     assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
+    assert_eq!(
+        RunCsv::open(&csv).unwrap().preamble["mtp_head_predemand"],
+        "1"
+    );
+
+    // Without the pre-demand: same text and head bytes, nothing read during the
+    // verify decodes, and fewer of the catch-up's experts already resident.
+    let csv_off = dir.path().join("mtp-nopre.csv");
+    let o = tiny_run(
+        &model,
+        &[
+            "--cache-mb",
+            "0",
+            "--mtp",
+            "--draft",
+            "3",
+            "--no-head-predemand",
+            "--csv",
+            csv_off.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&plain));
+    let t_off = trailer(&csv_off);
+    let n = |t: &std::collections::BTreeMap<String, String>, k: &str| t[k].parse::<u64>().unwrap();
+    assert!(n(&t, "mtp_head_predemand_bytes") > 0, "{err}");
+    assert_eq!(n(&t_off, "mtp_head_predemand_bytes"), 0);
+    assert!(
+        n(&t, "mtp_head_hits") > n(&t_off, "mtp_head_hits"),
+        "the pre-demand makes the catch-up's experts resident: {t:?} vs {t_off:?}"
+    );
 
     // With the dense weights in anonymous memory, the head's own dense tensors
     // are copied too (one shared store) and the text is still the plain one.
