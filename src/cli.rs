@@ -183,7 +183,7 @@ pub struct RunArgs {
     #[arg(long, requires = "mtp")]
     pub no_head_predemand: bool,
     /// Draft width: tokens verified per decode with speculation (1..=8).
-    #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=8))]
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
     pub draft: u32,
     /// Shortest suffix match that may draft with --ngram.
     /// Default 3.

@@ -29,7 +29,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
@@ -89,6 +89,9 @@ pub struct HeadReport {
     /// Pre-demands made during verify decodes, and the bytes they read.
     pub predemands: u64,
     pub predemand_read_bytes: u64,
+    /// Time the verify thread's requests waited for a pre-demand to finish
+    /// (counted in the drafting cost, not in `stall`).
+    pub predemand_wait: Duration,
 }
 
 enum Request {
@@ -110,7 +113,7 @@ type Reply = Result<Vec<Token>, GenerateError>;
 
 /// The verify loop's handle on the draft actor.
 pub struct MtpActor {
-    tx: Option<Sender<Request>>,
+    tx: Option<Sender<(Request, Instant)>>,
     rx: Receiver<Reply>,
     join: Option<JoinHandle<HeadReport>>,
     abort: Arc<AtomicBool>,
@@ -128,7 +131,7 @@ impl MtpActor {
     /// [`finish`](Self::finish) or drop the actor first) and must not be used
     /// while a method of the actor runs; between calls it is the caller's.
     pub unsafe fn spawn(target: TargetRef, cfg: MtpActorConfig) -> Result<Self, DraftError> {
-        let (tx, req_rx) = bounded::<Request>(DRAFT_QUEUE_CAPACITY);
+        let (tx, req_rx) = bounded::<(Request, Instant)>(DRAFT_QUEUE_CAPACITY);
         let (reply_tx, rx) = bounded::<Reply>(DRAFT_REPLY_CAPACITY);
         let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
         let abort = Arc::new(AtomicBool::new(false));
@@ -174,7 +177,7 @@ impl MtpActor {
         self.tx
             .as_ref()
             .ok_or_else(stopped)?
-            .send(req)
+            .send((req, Instant::now()))
             .map_err(|_| stopped())?;
         self.rx.recv().map_err(|_| stopped())?
     }
@@ -254,6 +257,7 @@ struct Actor {
     layer: u32,
     predemands: u64,
     predemand_read_bytes: u64,
+    predemand_wait: Duration,
 }
 
 impl Actor {
@@ -290,52 +294,53 @@ impl Actor {
             layer: cfg.model.n_layer(),
             predemands: 0,
             predemand_read_bytes: 0,
+            predemand_wait: Duration::ZERO,
         })
     }
 
-    fn run(&mut self, rx: Receiver<Request>, tx: Sender<Reply>) -> HeadReport {
-        while let Ok(req) = rx.recv() {
+    fn run(&mut self, rx: Receiver<(Request, Instant)>, tx: Sender<Reply>) -> HeadReport {
+        // After the first failure every later call is answered with it, so the
+        // actor (and the draft context) is torn down only inside `finish`'s
+        // join, never while the verify thread runs on.
+        let mut failed: Option<String> = None;
+        let mut predemand_end: Option<Instant> = None;
+        while let Ok((req, sent)) = rx.recv() {
+            // A request that came while the pre-demand still read waited for it.
+            if let Some(end) = predemand_end.take() {
+                self.predemand_wait += end.saturating_duration_since(sent);
+            }
             let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
             let g = span.enter();
             let drafting = matches!(req, Request::Draft { .. });
-            let reply = match req {
-                Request::Decoded(rows) => {
-                    self.batch.clear();
-                    for (t, pos, logits) in rows {
-                        self.batch.push(t, pos, logits);
-                    }
-                    self.drafter.decoded(&self.batch).map(|_| Vec::new())
-                }
-                Request::Begin(prompt) => self.drafter.begin(&prompt).map(|_| Vec::new()),
-                Request::Accepted {
-                    drafted,
-                    accepted,
-                    n_past,
-                } => self
-                    .drafter
-                    .accepted(drafted, accepted, n_past)
-                    .map(|_| Vec::new()),
-                Request::Draft { tail, max } => {
-                    self.corpus.extend(tail);
-                    if let Some((stats, _)) = &self.stream {
-                        stats.borrow_mut().routed.clear();
-                    }
-                    self.drafter.draft(&self.corpus, max)
-                }
+            let reply = match &failed {
+                Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
+                None => self.serve(req),
+            };
+            // The head's hook aborts its decode on a failed read and keeps the
+            // first error: that, not llama.cpp's status code, is the cause.
+            let reply = match (reply, self.hook_error()) {
+                (_, Some(e)) => Err(GenerateError::DraftActor(format!(
+                    "the MTP head's expert streaming failed: {e}"
+                ))),
+                (r, None) => r,
             };
             drop(g);
-            let failed = reply.is_err();
-            if tx.send(reply).is_err() || failed {
+            if let Err(e) = &reply {
+                failed.get_or_insert_with(|| e.to_string());
+            }
+            if tx.send(reply).is_err() {
                 break;
             }
-            if drafting {
+            if drafting && failed.is_none() {
                 // The verify decode runs now: read the catch-up's experts meanwhile.
                 self.predemand();
+                predemand_end = Some(Instant::now());
             }
         }
         let mut report = HeadReport {
             predemands: self.predemands,
             predemand_read_bytes: self.predemand_read_bytes,
+            predemand_wait: self.predemand_wait,
             ..HeadReport::default()
         };
         if let Some((stats, _)) = &self.stream {
@@ -346,6 +351,47 @@ impl Actor {
             report.misses = s.misses;
         }
         report
+    }
+
+    fn serve(&mut self, req: Request) -> Reply {
+        match req {
+            Request::Decoded(rows) => {
+                self.batch.clear();
+                let n = rows.len();
+                for (t, pos, logits) in rows {
+                    if !self.batch.push(t, pos, logits) {
+                        return Err(LlamaError::BatchSize {
+                            tokens: n,
+                            n_batch: DRAFT_N_BATCH,
+                        }
+                        .into());
+                    }
+                }
+                self.drafter.decoded(&self.batch).map(|_| Vec::new())
+            }
+            Request::Begin(prompt) => self.drafter.begin(&prompt).map(|_| Vec::new()),
+            Request::Accepted {
+                drafted,
+                accepted,
+                n_past,
+            } => self
+                .drafter
+                .accepted(drafted, accepted, n_past)
+                .map(|_| Vec::new()),
+            Request::Draft { tail, max } => {
+                self.corpus.extend(tail);
+                if let Some((stats, _)) = &self.stream {
+                    stats.borrow_mut().routed.clear();
+                }
+                self.drafter.draft(&self.corpus, max)
+            }
+        }
+    }
+
+    fn hook_error(&self) -> Option<String> {
+        self.stream
+            .as_ref()
+            .and_then(|(stats, _)| stats.borrow().error.clone())
     }
 
     /// Demand the union of the experts the drafting pass routed at the head's

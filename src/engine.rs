@@ -51,6 +51,14 @@ pub enum Mode {
 /// The MTP draft context's physical batch (its compute buffer scales with
 /// n_ubatch x vocab; the drafts are a few tokens wide).
 pub const MTP_UBATCH: u32 = 32;
+/// The widest `--draft`.
+pub const MAX_DRAFT: u32 = 8;
+/// The target context's logical and physical batch.
+pub const TARGET_UBATCH: u32 = 512;
+// A verify batch ([last, d1..dN]) must fit one ubatch of each context, and a
+// hybrid target needs n_ubatch >= n_rs_seq (= the draft width) + 2. Neither
+// width is a setting, so this is checked here rather than refused at load.
+const _: () = assert!(MAX_DRAFT + 2 <= MTP_UBATCH && MAX_DRAFT + 2 <= TARGET_UBATCH);
 
 /// Self-speculative decoding: where drafts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -372,8 +380,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
         n_ctx: cfg.n_ctx,
-        n_batch: 512,
-        n_ubatch: 512,
+        n_batch: TARGET_UBATCH,
+        n_ubatch: TARGET_UBATCH,
         n_threads: cfg.threads,
         // Recurrent-state snapshots so a hybrid model can roll back rejected
         // drafts (clamped to 0 by llama.cpp on archs that need none).
@@ -518,6 +526,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     trailer.push((
         "mtp_head_predemand_bytes".into(),
         head.predemand_read_bytes.to_string(),
+    ));
+    trailer.push((
+        "mtp_head_predemand_wait_s".into(),
+        format!("{:.6}", head.predemand_wait.as_secs_f64()),
     ));
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
@@ -932,7 +944,7 @@ impl RunReport {
             if self.mode == "stream" && matches!(self.speculation, Speculation::Mtp { .. }) {
                 let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
                 v.push(format!(
-                    "mtp-flash: the head's passes (drafting and catch-up) streamed {:.1} MiB \
+                    "mtp-flash: the head (drafting, catch-up and pre-demands) streamed {:.1} MiB \
                      ({:.1}% of head + verify, {:.2} MiB per step), the verify decodes {:.1} MiB \
                      (prefill included; {:.2} MiB per decode, {:.2} rows each)",
                     self.head_read_bytes as f64 / MIB,
@@ -946,13 +958,15 @@ impl RunReport {
                 v.push(format!(
                     "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
                      experts it routed already resident, stalled {:.1} ms in all ({:.3} ms per \
-                     step); pre-demanded during the verify decodes: {:.1} MiB in {} demands",
+                     step); pre-demanded during the verify decodes: {:.1} MiB in {} demands, \
+                     the verify thread waited {:.1} ms for them to finish",
                     h.demands,
                     h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
                     h.stall.as_secs_f64() * 1e3,
                     h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64),
                     h.predemand_read_bytes as f64 / MIB,
-                    h.predemands
+                    h.predemands,
+                    h.predemand_wait.as_secs_f64() * 1e3
                 ));
             }
         }

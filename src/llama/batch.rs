@@ -13,7 +13,7 @@ pub struct Batch {
 impl Batch {
     /// A batch that can hold up to `capacity` tokens of one sequence each.
     pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
+        let capacity = capacity.clamp(1, i32::MAX as usize);
         // SAFETY: allocates arrays for `capacity` tokens with one seq id each;
         // freed exactly once in Drop.
         let raw = unsafe { sys::llama_batch_init(capacity as i32, 0, 1) };
@@ -26,7 +26,10 @@ impl Batch {
 
     /// Keep only the first `n` entries.
     pub fn truncate(&mut self, n: usize) {
-        self.raw.n_tokens = self.raw.n_tokens.min(n as i32);
+        if n < self.len() {
+            // n < n_tokens <= i32::MAX: no wrap.
+            self.raw.n_tokens = n as i32;
+        }
     }
 
     pub fn len(&self) -> usize {

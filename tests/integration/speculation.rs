@@ -403,92 +403,93 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
     let plain = tiny_cli(&model, &[]);
     assert!(plain.status.success(), "{}", stderr(&plain));
     let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("mtp-stream.csv");
-    let o = tiny_run(
-        &model,
-        &[
-            "--cache-mb",
-            "0",
-            "--mtp",
-            "--draft",
-            "3",
-            "--csv",
-            csv.to_str().unwrap(),
-        ],
+    // A streamed MTP run at cache 0 with `flags`: its text must be the resident
+    // plain text; returns its stderr and CSV.
+    let run = |name: &str, flags: &[&str]| {
+        let csv = dir.path().join(format!("{name}.csv"));
+        let mut args = vec!["--cache-mb", "0", "--mtp"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--csv", csv.to_str().unwrap()]);
+        let o = tiny_run(&model, &args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{name}: {err}");
+        assert_eq!(
+            stdout(&o),
+            stdout(&plain),
+            "{name}: text = resident plain text"
+        );
+        (err, RunCsv::open(&csv).unwrap())
+    };
+    let n = |c: &RunCsv, k: &str| c.trailer[k].parse::<u64>().unwrap();
+
+    let (err, on) = run("d3", &["--draft", "3"]);
+    assert!(
+        n(&on, "mtp_head_read_bytes") > 0,
+        "the head's experts were streamed: {err}"
     );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(
-        stdout(&o),
-        stdout(&plain),
-        "streamed + MTP text = resident plain text"
-    );
-    let t = trailer(&csv);
-    let head: u64 = t["mtp_head_read_bytes"].parse().unwrap();
-    assert!(head > 0, "the head's experts were streamed: {err}");
-    assert!(t["mtp_accepted"].parse::<u64>().unwrap() > 0, "{err}");
+    assert!(n(&on, "mtp_accepted") > 0, "{err}");
     let split = err
         .lines()
-        .find(|l| l.starts_with("mtp-flash: the head's passes"))
+        .find(|l| l.starts_with("mtp-flash: the head ("))
         .unwrap_or_else(|| panic!("no flash split line: {err}"));
     assert!(split.contains("% of head + verify"), "{split}");
     // The head ran on the draft actor's thread with its own hook: its demands
-    // are counted there (hits are its last routed set, pinned across verifies).
-    let demands: u64 =
-        t["mtp_head_hits"].parse::<u64>().unwrap() + t["mtp_head_misses"].parse::<u64>().unwrap();
-    assert!(demands > 0, "{err}");
-    assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
-    assert_eq!(
-        RunCsv::open(&csv).unwrap().preamble["mtp_head_predemand"],
-        "1"
-    );
-
-    // Without the pre-demand: same text and head bytes, nothing read during the
-    // verify decodes, and fewer of the catch-up's experts already resident.
-    let csv_off = dir.path().join("mtp-nopre.csv");
-    let o = tiny_run(
-        &model,
-        &[
-            "--cache-mb",
-            "0",
-            "--mtp",
-            "--draft",
-            "3",
-            "--no-head-predemand",
-            "--csv",
-            csv_off.to_str().unwrap(),
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o), stdout(&plain));
-    let t_off = trailer(&csv_off);
-    let n = |t: &std::collections::BTreeMap<String, String>, k: &str| t[k].parse::<u64>().unwrap();
-    assert!(n(&t, "mtp_head_predemand_bytes") > 0, "{err}");
-    assert_eq!(n(&t_off, "mtp_head_predemand_bytes"), 0);
+    // are counted there.
     assert!(
-        n(&t, "mtp_head_hits") > n(&t_off, "mtp_head_hits"),
-        "the pre-demand makes the catch-up's experts resident: {t:?} vs {t_off:?}"
+        n(&on, "mtp_head_hits") + n(&on, "mtp_head_misses") > 0,
+        "{err}"
+    );
+    assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
+    assert_eq!(on.preamble["mtp_head_predemand"], "1");
+
+    // Without the pre-demand: same text, nothing read during the verify
+    // decodes, and fewer of the catch-up's experts already resident.
+    let (_, off) = run("d3-nopre", &["--draft", "3", "--no-head-predemand"]);
+    assert!(n(&on, "mtp_head_predemand_bytes") > 0, "{err}");
+    assert_eq!(n(&off, "mtp_head_predemand_bytes"), 0);
+    assert!(
+        n(&on, "mtp_head_hits") > n(&off, "mtp_head_hits"),
+        "the pre-demand makes the catch-up's experts resident: {:?} vs {:?}",
+        on.trailer,
+        off.trailer
     );
 
     // With the dense weights in anonymous memory, the head's own dense tensors
     // are copied too (one shared store) and the text is still the plain one.
-    let csv = dir.path().join("mtp-anon.csv");
-    let o = tiny_run(
-        &model,
-        &[
-            "--cache-mb",
-            "0",
-            "--dense-weights",
-            "anon",
-            "--mtp",
-            "--draft",
-            "2",
-            "--csv",
-            csv.to_str().unwrap(),
-        ],
-    );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(stdout(&o), stdout(&plain), "anon + MTP text = plain text");
-    assert!(trailer(&csv)["mtp_accepted"].parse::<u64>().unwrap() > 0);
+    let (_, anon) = run("d2-anon", &["--draft", "2", "--dense-weights", "anon"]);
+    assert!(n(&anon, "mtp_accepted") > 0);
+}
+
+#[test]
+fn a_failed_read_of_the_heads_experts_is_the_error_reported() {
+    // Seeded EIO faults hit the verify decode's reads or the head's (its block
+    // is layer 2); when the head's read fails, the run must end with that read's
+    // error, not with llama.cpp's status code from the aborted head decode.
+    let model = tiny_mtp(0.0, 0.0);
+    let mut head_failures = 0;
+    for seed in 1..=12 {
+        let faults = format!("seed={seed},eio=0.02");
+        let o = tiny_run(
+            &model,
+            &["--cache-mb", "0", "--mtp", "--inject-faults", &faults],
+        );
+        let err = stderr(&o);
+        let Some(first) = err
+            .lines()
+            .find_map(|l| l.split("expert read for layer ").nth(1))
+        else {
+            assert!(o.status.success(), "seed {seed}: {err}");
+            continue;
+        };
+        assert_eq!(o.status.code(), Some(1), "seed {seed}: {err}");
+        if first.starts_with("2 ") {
+            head_failures += 1;
+            let last = err.lines().last().unwrap_or_default();
+            assert!(
+                last.contains("the MTP head's expert streaming failed: expert read for layer 2"),
+                "seed {seed}: {last}"
+            );
+        }
+    }
+    assert!(head_failures > 0, "no seed failed a head read");
 }
