@@ -10,9 +10,11 @@
 //! What runs concurrently, when the experts stream: once the actor has handed
 //! its drafts over, the verify decode runs on the other thread and the actor
 //! would be idle until the next call. It pre-demands, as the draft requester,
-//! the union of the experts its drafting pass routed at the head's layer. Those
-//! reads are in flight while the verify decode computes, and they are what the
-//! head's next call needs first: its catch-up on the kept rows `[last, d1..dk]`
+//! the union of the experts its drafting pass routed at the head's layer, as a
+//! background request: the flash actor reads them while no demand waits (the
+//! verify decode's demands go first), so they are read during the verify
+//! decode's compute without delaying its reads, and they are what the head's
+//! next call needs first: its catch-up on the kept rows `[last, d1..dk]`
 //! feeds the head the same tokens at the same positions as the drafting pass
 //! did (the first row with the very same inputs, the others with the target's
 //! hidden states in place of the head's own), so it mostly routes to the same
@@ -29,7 +31,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
@@ -86,12 +88,10 @@ pub struct HeadReport {
     pub demands: u64,
     pub hits: u64,
     pub misses: u64,
-    /// Pre-demands made during verify decodes, and the bytes they read.
+    /// Pre-demands sent during verify decodes, and the bytes the flash actor
+    /// read for them in the background.
     pub predemands: u64,
     pub predemand_read_bytes: u64,
-    /// Time the verify thread's requests waited for a pre-demand to finish
-    /// (counted in the drafting cost, not in `stall`).
-    pub predemand_wait: Duration,
 }
 
 enum Request {
@@ -113,7 +113,7 @@ type Reply = Result<Vec<Token>, GenerateError>;
 
 /// The verify loop's handle on the draft actor.
 pub struct MtpActor {
-    tx: Option<Sender<(Request, Instant)>>,
+    tx: Option<Sender<Request>>,
     rx: Receiver<Reply>,
     join: Option<JoinHandle<HeadReport>>,
     abort: Arc<AtomicBool>,
@@ -131,7 +131,7 @@ impl MtpActor {
     /// [`finish`](Self::finish) or drop the actor first) and must not be used
     /// while a method of the actor runs; between calls it is the caller's.
     pub unsafe fn spawn(target: TargetRef, cfg: MtpActorConfig) -> Result<Self, DraftError> {
-        let (tx, req_rx) = bounded::<(Request, Instant)>(DRAFT_QUEUE_CAPACITY);
+        let (tx, req_rx) = bounded::<Request>(DRAFT_QUEUE_CAPACITY);
         let (reply_tx, rx) = bounded::<Reply>(DRAFT_REPLY_CAPACITY);
         let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
         let abort = Arc::new(AtomicBool::new(false));
@@ -177,7 +177,7 @@ impl MtpActor {
         self.tx
             .as_ref()
             .ok_or_else(stopped)?
-            .send((req, Instant::now()))
+            .send(req)
             .map_err(|_| stopped())?;
         self.rx.recv().map_err(|_| stopped())?
     }
@@ -256,8 +256,6 @@ struct Actor {
     /// The head's layer (n_layer: the block after the trunk).
     layer: u32,
     predemands: u64,
-    predemand_read_bytes: u64,
-    predemand_wait: Duration,
 }
 
 impl Actor {
@@ -293,22 +291,15 @@ impl Actor {
             stream,
             layer: cfg.model.n_layer(),
             predemands: 0,
-            predemand_read_bytes: 0,
-            predemand_wait: Duration::ZERO,
         })
     }
 
-    fn run(&mut self, rx: Receiver<(Request, Instant)>, tx: Sender<Reply>) -> HeadReport {
+    fn run(&mut self, rx: Receiver<Request>, tx: Sender<Reply>) -> HeadReport {
         // After the first failure every later call is answered with it, so the
         // actor (and the draft context) is torn down only inside `finish`'s
         // join, never while the verify thread runs on.
         let mut failed: Option<String> = None;
-        let mut predemand_end: Option<Instant> = None;
-        while let Ok((req, sent)) = rx.recv() {
-            // A request that came while the pre-demand still read waited for it.
-            if let Some(end) = predemand_end.take() {
-                self.predemand_wait += end.saturating_duration_since(sent);
-            }
+        while let Ok(req) = rx.recv() {
             let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
             let g = span.enter();
             let drafting = matches!(req, Request::Draft { .. });
@@ -334,15 +325,19 @@ impl Actor {
             if drafting && failed.is_none() {
                 // The verify decode runs now: read the catch-up's experts meanwhile.
                 self.predemand();
-                predemand_end = Some(Instant::now());
             }
         }
         let mut report = HeadReport {
             predemands: self.predemands,
-            predemand_read_bytes: self.predemand_read_bytes,
-            predemand_wait: self.predemand_wait,
             ..HeadReport::default()
         };
+        if let Some((_, Some(client))) = &self.stream {
+            // Only the draft requester asks for background reads.
+            report.predemand_read_bytes = client
+                .counters()
+                .background_read_bytes
+                .load(std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some((stats, _)) = &self.stream {
             let s = stats.borrow();
             report.stall = s.stall;
@@ -394,8 +389,10 @@ impl Actor {
             .and_then(|(stats, _)| stats.borrow().error.clone())
     }
 
-    /// Demand the union of the experts the drafting pass routed at the head's
-    /// layer (pinned as the draft requester's until the head's next demand).
+    /// Ask the flash actor to read, in the background, the union of the
+    /// experts the drafting pass routed at the head's layer: read while no demand
+    /// waits (the verify decode's demands go first), pinned as the draft
+    /// requester's until the head's next demand. Never blocks.
     fn predemand(&mut self) {
         let Some((stats, Some(client))) = self.stream.as_mut() else {
             return;
@@ -414,14 +411,8 @@ impl Actor {
         union.dedup();
         let _g = tracing::debug_span!("draft.predemand", layer = self.layer, experts = union.len())
             .entered();
-        match client.demand(self.layer, &union) {
-            Ok(r) => {
-                self.predemands += 1;
-                self.predemand_read_bytes += r.read_bytes;
-            }
-            // The head's own demand reads them again and reports a failure.
-            Err(e) => tracing::debug!("head pre-demand failed: {e}"),
-        }
+        client.background(self.layer, &union);
+        self.predemands += 1;
     }
 }
 

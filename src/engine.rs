@@ -527,10 +527,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         "mtp_head_predemand_bytes".into(),
         head.predemand_read_bytes.to_string(),
     ));
-    trailer.push((
-        "mtp_head_predemand_wait_s".into(),
-        format!("{:.6}", head.predemand_wait.as_secs_f64()),
-    ));
+
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failure {
@@ -958,15 +955,14 @@ impl RunReport {
                 v.push(format!(
                     "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
                      experts it routed already resident, stalled {:.1} ms in all ({:.3} ms per \
-                     step); pre-demanded during the verify decodes: {:.1} MiB in {} demands, \
-                     the verify thread waited {:.1} ms for them to finish",
+                     step); pre-demanded in the background during the verify decodes: \
+                     {:.1} MiB in {} requests",
                     h.demands,
                     h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
                     h.stall.as_secs_f64() * 1e3,
                     h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64),
                     h.predemand_read_bytes as f64 / MIB,
-                    h.predemands,
-                    h.predemand_wait.as_secs_f64() * 1e3
+                    h.predemands
                 ));
             }
         }

@@ -119,6 +119,9 @@ pub struct FlashCounters {
     pub prefetch_errors: AtomicU64,
     /// Routed experts skipped by `--drop-cold-experts` (misses only).
     pub dropped_experts: AtomicU64,
+    /// Bytes read for background requests ([`FlashClient::background`]), also
+    /// in their requester's `read_bytes`.
+    pub background_read_bytes: AtomicU64,
 }
 
 impl FlashCounters {
@@ -155,6 +158,13 @@ enum Msg {
     },
     /// Read these on idle slots, ahead of their demand (predictive prefetch).
     Prefetch {
+        layer: u32,
+        experts: Vec<u32>,
+    },
+    /// Read these for `requester` on idle slots (demands go first), pinned and
+    /// counted as its own until its next demand, which drops what is still queued.
+    Background {
+        requester: Requester,
         layer: u32,
         experts: Vec<u32>,
     },
@@ -236,6 +246,30 @@ impl FlashClient {
         let r = self.recv()?;
         self.down_pending = split;
         Ok(r)
+    }
+
+    /// The flash actor's shared counters.
+    pub fn counters(&self) -> &Arc<FlashCounters> {
+        &self.counters
+    }
+
+    /// Ask for `experts` of `layer` to be read for this requester in the
+    /// background: only while no demand waits (a chunk at a time, demands of
+    /// every requester go first), pinned as this requester's until its next
+    /// demand, counted in its bytes and in `background_read_bytes`. Never blocks:
+    /// when the request channel is full the request is dropped and counted as a
+    /// dropped hint.
+    pub fn background(&self, layer: u32, experts: &[u32]) {
+        let msg = Msg::Background {
+            requester: self.requester,
+            layer,
+            experts: experts.to_vec(),
+        };
+        if self.tx.try_send(msg).is_err() {
+            self.counters
+                .prefetch_hints_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Ask for `experts` of `layer` to be read ahead on idle queue slots. Never
@@ -366,6 +400,7 @@ impl Flash {
             prefetch_chunk: (cfg.queue_depth as usize / N_PROJ).max(1),
             history: vec![Vec::new(); n_layer],
             queue: VecDeque::new(),
+            background: VecDeque::new(),
             prefetched: HashMap::new(),
             spares: VecDeque::new(),
             spare_cap: 0,
@@ -467,6 +502,8 @@ struct Actor {
     history: Vec<Vec<u32>>,
     /// Prefetch work, most urgent first.
     queue: VecDeque<SlotKey>,
+    /// Background reads for a requester, oldest first (before prefetch work).
+    background: VecDeque<(Requester, SlotKey)>,
     /// Read by prefetch, not yet judged by a demand of their layer: bytes.
     prefetched: HashMap<SlotKey, u64>,
     /// Evicted slots whose pages are kept (oldest first) to be moved under the
@@ -485,7 +522,7 @@ impl Actor {
     /// waits, read ahead one small chunk at a time (demands always go first).
     fn run(&mut self, rx: Receiver<Msg>) {
         loop {
-            let msg = if self.queue.is_empty() {
+            let msg = if self.queue.is_empty() && self.background.is_empty() {
                 match rx.recv() {
                     Ok(m) => m,
                     Err(_) => break,
@@ -494,7 +531,11 @@ impl Actor {
                 match rx.try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Empty) => {
-                        self.prefetch_step();
+                        if self.background.is_empty() {
+                            self.prefetch_step();
+                        } else {
+                            self.background_step();
+                        }
                         continue;
                     }
                     Err(TryRecvError::Disconnected) => break,
@@ -532,9 +573,69 @@ impl Actor {
                     }
                 }
             }
+            Msg::Background {
+                requester,
+                layer,
+                experts,
+            } => {
+                let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);
+                for e in experts {
+                    let k = SlotKey { layer, expert: e };
+                    if e < limit && !self.background.contains(&(requester, k)) {
+                        self.background.push_back((requester, k));
+                    }
+                }
+            }
             Msg::Release(r) => {
                 let evicted = self.cache.release(r);
                 self.evict(&evicted);
+            }
+        }
+    }
+
+    /// Read one chunk of background work, for the requester at its head.
+    fn background_step(&mut self) {
+        let Some(&(owner, _)) = self.background.front() else {
+            return;
+        };
+        let mut keys = Vec::with_capacity(self.prefetch_chunk);
+        while keys.len() < self.prefetch_chunk {
+            match self.background.front() {
+                Some(&(r, k)) if r == owner => {
+                    self.background.pop_front();
+                    keys.push(k);
+                }
+                _ => break,
+            }
+        }
+        let span = tracing::debug_span!(
+            "flash.background",
+            requester = owner.name(),
+            layer = keys[0].layer,
+            n = keys.len()
+        );
+        let _g = span.enter();
+        // Pinned as the owner's (hits too), so they stay until its next demand.
+        let plan = self.cache.request_more(owner, &keys);
+        self.make_room(&plan.evict, &plan.misses);
+        match self.read_misses(&plan.misses, &ALL_PROJ) {
+            Ok(stats) => {
+                let c = &self.counters;
+                c.read_bytes[owner.index()].fetch_add(stats.device_bytes, Ordering::Relaxed);
+                c.background_read_bytes
+                    .fetch_add(stats.device_bytes, Ordering::Relaxed);
+                c.io_ns
+                    .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
+                c.resident_bytes
+                    .store(self.cache.resident_bytes(), Ordering::Relaxed);
+                c.peak_resident_bytes
+                    .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::debug!("background read failed (dropped, a demand will retry): {e}");
+                self.counters
+                    .prefetch_errors
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -712,6 +813,9 @@ impl Actor {
         self.counters
             .dropped_experts
             .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+        // The requester's pass has begun: what it asked for in the background
+        // and is still queued is read now if it needs it, else not at all.
+        self.background.retain(|(r, _)| *r != requester);
         let plan = self.cache.request(requester, &keys);
         self.make_room(&plan.evict, &plan.misses);
         let phases: &[&[u8]] = if split {

@@ -271,6 +271,48 @@ fn prefetch_hints_and_cold_drops() {
 }
 
 #[test]
+fn background_reads_are_pinned_for_their_requester_and_counted_as_its_bytes() {
+    let slice = 8192u64;
+    let (f, specs) = layered_specs(3, slice);
+    let flash = Flash::spawn(
+        f.path(),
+        specs,
+        FlashConfig {
+            budget_bytes: 0,
+            request_capacity: 8,
+            ..FlashConfig::default()
+        },
+    )
+    .unwrap();
+    let c = flash.counters().clone();
+    let bytes = |r: Requester| c.read_bytes[r.index()].load(Ordering::Relaxed);
+    let mut verify = flash.client(Requester::Verify);
+    let mut draft = flash.client(Requester::Draft);
+    assert_eq!(draft.demand(2, &[0]).unwrap().misses, 1);
+    // Read on idle slots for the draft requester, pinned as its own.
+    draft.background(2, &[1, 2, 99]);
+    wait_for("background reads", || {
+        c.background_read_bytes.load(Ordering::Relaxed) == 6 * slice
+    });
+    assert_eq!(bytes(Requester::Draft), 9 * slice);
+    assert_eq!(bytes(Requester::Prefetch), 0);
+    // With a zero budget only pins keep slots: the verify requester's demand
+    // does not evict the draft requester's background slots.
+    assert_eq!(verify.demand(0, &[0, 1, 2, 3]).unwrap().misses, 4);
+    let r = draft.demand(2, &[1, 2, 3]).unwrap();
+    assert_eq!((r.hits, r.misses), (2, 1), "the background slots were kept");
+    // A demand of the requester drops its queued background work; the actor
+    // keeps serving (no read of an out-of-range expert, no hang).
+    draft.background(1, &[0, 1, 2, 3]);
+    let r = draft.demand(1, &[0]).unwrap();
+    assert_eq!(r.hits + r.misses, 1);
+    let r = verify.demand(1, &[3]).unwrap();
+    assert_eq!(r.hits + r.misses, 1);
+    drop((verify, draft));
+    assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+#[test]
 fn o_direct_refused_falls_back_to_buffered_with_a_note() {
     // procfs refuses O_DIRECT (EINVAL at open), like some filesystems do.
     let path = std::path::Path::new("/proc/version");
