@@ -177,11 +177,12 @@ pub struct RunArgs {
     /// main checks the pairing too.)
     #[arg(long, value_name = "F", requires = "mtp")]
     pub mtp_p_min: Option<f32>,
-    /// With --mtp and streaming: do not read the experts of the head's drafting
-    /// pass again during the verify decode (its catch-up then reads its misses
-    /// on demand).
+    /// With --mtp and streaming: after drafting, have the flash actor read the
+    /// experts of the head's drafting pass in the background while the verify
+    /// decode computes (its catch-up routes mostly to them). Off by default: on
+    /// a 2-core host it costs the verify decode about what it saves the head.
     #[arg(long, requires = "mtp")]
-    pub no_head_predemand: bool,
+    pub head_predemand: bool,
     /// Draft width: tokens verified per decode with speculation (1..=8).
     #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
     pub draft: u32,

@@ -69,8 +69,9 @@ pub enum Speculation {
     Ngram { min_match: u32 },
     /// `--mtp`: the model's own MTP (nextn) head; it stops drafting once its
     /// confidence falls below `p_min`. When streaming, `predemand` reads the
-    /// drafting pass's experts during the verify decode (`--no-head-predemand`
-    /// turns it off).
+    /// drafting pass's experts in the background during the verify decode
+    /// (`--head-predemand`; off by default: on the 2-core test host it cost the
+    /// verify decode about what it saved the head, docs/speculation.md).
     Mtp { p_min: f32, predemand: bool },
 }
 

@@ -284,7 +284,7 @@ fn run(args: RunArgs) -> Result<()> {
     // member of the speculation group, so the pairing is checked here).
     let mtp_only = [
         ("--mtp-p-min", args.mtp_p_min.is_some()),
-        ("--no-head-predemand", args.no_head_predemand),
+        ("--head-predemand", args.head_predemand),
     ];
     for (flag, given) in mtp_only {
         if given && !args.mtp {
@@ -337,7 +337,7 @@ fn run(args: RunArgs) -> Result<()> {
             },
             (false, true) => engine::Speculation::Mtp {
                 p_min: args.mtp_p_min.unwrap_or(0.0),
-                predemand: !args.no_head_predemand,
+                predemand: args.head_predemand,
             },
             (false, false) => engine::Speculation::Off,
         },

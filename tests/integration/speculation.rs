@@ -265,7 +265,7 @@ fn speculation_flags_are_checked() {
         // A source's own flag with the other source is refused, not ignored.
         (vec!["--mtp", "--ngram-min-match", "2"], "needs --ngram"),
         (vec!["--ngram", "--mtp-p-min", "0.5"], "needs --mtp"),
-        (vec!["--ngram", "--no-head-predemand"], "needs --mtp"),
+        (vec!["--ngram", "--head-predemand"], "needs --mtp"),
     ] {
         let o = e8k2_cli("hi", 4, &args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -392,7 +392,7 @@ fn mtp_refusals_name_the_fix() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--mtp-p-min"), "{}", stderr(&o));
-    let o = e8k2_cli("hi", 4, &["--no-head-predemand"]);
+    let o = e8k2_cli("hi", 4, &["--head-predemand"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--mtp"), "{}", stderr(&o));
 }
@@ -422,7 +422,7 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
     };
     let n = |c: &RunCsv, k: &str| c.trailer[k].parse::<u64>().unwrap();
 
-    let (err, on) = run("d3", &["--draft", "3"]);
+    let (err, on) = run("d3-pre", &["--draft", "3", "--head-predemand"]);
     assert!(
         n(&on, "mtp_head_read_bytes") > 0,
         "the head's experts were streamed: {err}"
@@ -442,11 +442,12 @@ fn mtp_streams_the_heads_experts_and_reports_the_flash_split() {
     assert!(err.contains("mtp-head: on the draft actor:"), "{err}");
     assert_eq!(on.preamble["mtp_head_predemand"], "1");
 
-    // Without the pre-demand: same text, nothing read during the verify
-    // decodes, and fewer of the catch-up's experts already resident.
-    let (_, off) = run("d3-nopre", &["--draft", "3", "--no-head-predemand"]);
+    // Without the pre-demand (the default): same text, nothing read during the
+    // verify decodes, and fewer of the catch-up's experts already resident.
+    let (_, off) = run("d3", &["--draft", "3"]);
     assert!(n(&on, "mtp_head_predemand_bytes") > 0, "{err}");
     assert_eq!(n(&off, "mtp_head_predemand_bytes"), 0);
+    assert_eq!(off.preamble["mtp_head_predemand"], "0");
     assert!(
         n(&on, "mtp_head_hits") > n(&off, "mtp_head_hits"),
         "the pre-demand makes the catch-up's experts resident: {:?} vs {:?}",
