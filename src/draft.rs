@@ -9,7 +9,8 @@
 //!
 //! What runs concurrently, when the experts stream: once the actor has handed
 //! its drafts over, the verify decode runs on the other thread and the actor
-//! would be idle until the next call. It pre-demands, as the draft requester,
+//! would be idle until the next call. With `--head-predemand` (off by default:
+//! on a 2-core host it measured as a wash) it pre-demands, as the draft requester,
 //! the union of the experts its drafting pass routed at the head's layer, as a
 //! background request: the flash actor reads them while no demand waits (the
 //! verify decode's demands go first), so they are read during the verify
