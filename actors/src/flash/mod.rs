@@ -260,25 +260,25 @@ impl FlashClient {
     /// when the request channel is full the request is dropped and counted as a
     /// dropped hint.
     pub fn background(&self, layer: u32, experts: &[u32]) {
-        let msg = Msg::Background {
+        self.hint(Msg::Background {
             requester: self.requester,
             layer,
             experts: experts.to_vec(),
-        };
-        if self.tx.try_send(msg).is_err() {
-            self.counters
-                .prefetch_hints_dropped
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        });
     }
 
     /// Ask for `experts` of `layer` to be read ahead on idle queue slots. Never
     /// blocks: when the request channel is full the hint is dropped and counted.
     pub fn prefetch(&self, layer: u32, experts: &[u32]) {
-        let msg = Msg::Prefetch {
+        self.hint(Msg::Prefetch {
             layer,
             experts: experts.to_vec(),
-        };
+        });
+    }
+
+    /// Send work the actor may do when idle; never blocks (dropped and counted
+    /// when the request channel is full).
+    fn hint(&self, msg: Msg) {
         if self.tx.try_send(msg).is_err() {
             self.counters
                 .prefetch_hints_dropped

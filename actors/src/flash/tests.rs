@@ -228,9 +228,8 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
     assert!(flash.shutdown(Duration::from_secs(5)));
 }
 
-#[test]
-fn prefetch_hints_and_cold_drops() {
-    let slice = 8192u64;
+/// A flash actor over three layers of four `slice`-byte experts, zero budget.
+fn small_flash(slice: u64) -> (tempfile::NamedTempFile, Flash) {
     let (f, specs) = layered_specs(3, slice);
     let flash = Flash::spawn(
         f.path(),
@@ -242,6 +241,13 @@ fn prefetch_hints_and_cold_drops() {
         },
     )
     .unwrap();
+    (f, flash)
+}
+
+#[test]
+fn prefetch_hints_and_cold_drops() {
+    let slice = 8192u64;
+    let (_f, flash) = small_flash(slice);
     let c = flash.counters().clone();
     let mut client = flash.client(Requester::Verify);
     client.demand(0, &[0]).unwrap();
@@ -273,17 +279,7 @@ fn prefetch_hints_and_cold_drops() {
 #[test]
 fn background_reads_are_pinned_for_their_requester_and_counted_as_its_bytes() {
     let slice = 8192u64;
-    let (f, specs) = layered_specs(3, slice);
-    let flash = Flash::spawn(
-        f.path(),
-        specs,
-        FlashConfig {
-            budget_bytes: 0,
-            request_capacity: 8,
-            ..FlashConfig::default()
-        },
-    )
-    .unwrap();
+    let (_f, flash) = small_flash(slice);
     let c = flash.counters().clone();
     let bytes = |r: Requester| c.read_bytes[r.index()].load(Ordering::Relaxed);
     let mut verify = flash.client(Requester::Verify);
