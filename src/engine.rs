@@ -418,11 +418,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
                     .map(|(s, _, _)| s.draft_hook_parts(anon.clone())),
                 predemand,
             };
-            // SAFETY: `ctx` is declared before `mtp`, so it outlives the actor
-            // (dropped in reverse order; the actor is also finished explicitly
-            // after generation), and the generation loop only hands the target
-            // to the actor one call at a time, waiting for each reply.
-            Some(unsafe { MtpActor::spawn(TargetRef::new(&mut ctx), actor_cfg) }?)
+            let target = TargetRef::new(&mut ctx);
+            // The loop hands the target to the actor one call at a time, waiting for each reply.
+            // SAFETY: `ctx` is declared before `mtp`, so it outlives the actor (also finished after generation).
+            Some(unsafe { MtpActor::spawn(target, actor_cfg) }?)
         }
         _ => None,
     };

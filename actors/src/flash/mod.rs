@@ -620,16 +620,10 @@ impl Actor {
         self.make_room(&plan.evict, &plan.misses);
         match self.read_misses(&plan.misses, &ALL_PROJ) {
             Ok(stats) => {
-                let c = &self.counters;
-                c.read_bytes[owner.index()].fetch_add(stats.device_bytes, Ordering::Relaxed);
-                c.background_read_bytes
+                self.count_idle_read(owner, &stats);
+                self.counters
+                    .background_read_bytes
                     .fetch_add(stats.device_bytes, Ordering::Relaxed);
-                c.io_ns
-                    .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
-                c.resident_bytes
-                    .store(self.cache.resident_bytes(), Ordering::Relaxed);
-                c.peak_resident_bytes
-                    .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
             }
             Err(e) => {
                 tracing::debug!("background read failed (dropped, a demand will retry): {e}");
@@ -721,15 +715,7 @@ impl Actor {
         self.make_room(&plan.evict, &plan.misses);
         match self.read_misses(&plan.misses, &ALL_PROJ) {
             Ok(stats) => {
-                let c = &self.counters;
-                c.read_bytes[Requester::Prefetch.index()]
-                    .fetch_add(stats.device_bytes, Ordering::Relaxed);
-                c.io_ns
-                    .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
-                c.resident_bytes
-                    .store(self.cache.resident_bytes(), Ordering::Relaxed);
-                c.peak_resident_bytes
-                    .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+                self.count_idle_read(Requester::Prefetch, &stats);
                 for k in &plan.misses {
                     let b = self.slot_bytes.get(k.layer as usize).copied().unwrap_or(0);
                     self.prefetched.insert(*k, b);
@@ -742,6 +728,18 @@ impl Actor {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Count a read done on idle time (prefetch or background) for `requester`.
+    fn count_idle_read(&self, requester: Requester, stats: &ReadStats) {
+        let c = &self.counters;
+        c.read_bytes[requester.index()].fetch_add(stats.device_bytes, Ordering::Relaxed);
+        c.io_ns
+            .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
+        c.resident_bytes
+            .store(self.cache.resident_bytes(), Ordering::Relaxed);
+        c.peak_resident_bytes
+            .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
     }
 
     /// Prefetched slots that leave the cache before their demand are wasted.
