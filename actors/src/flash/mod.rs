@@ -6,6 +6,7 @@ mod arena;
 mod fault;
 mod io;
 mod probe;
+mod uring;
 mod watch;
 
 use std::collections::{HashMap, VecDeque};
@@ -18,8 +19,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
-pub use fault::{FaultCounts, FaultPlan, FaultySource};
-pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader, UringReader};
+pub use fault::{FaultCounts, FaultPlan, FaultReader, FaultyRing, FaultySource};
+pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
+pub use uring::{KernelRing, Ring, UringReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
 pub use watch::{FileWatch, CHECK_INTERVAL};
 
@@ -54,6 +56,15 @@ pub enum FlashError {
          files' weights (restart bmoe to use the file as it is now)"
     )]
     Changed { path: PathBuf, what: String },
+    #[error(
+        "the io_uring queue reading {path} stopped answering ({source}) with reads in flight; \
+         the run stops"
+    )]
+    Wedged {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("flash configuration: {0}")]
     Config(String),
     #[error("the flash actor has stopped: {0}")]
@@ -543,6 +554,11 @@ impl Actor {
             };
             self.handle(msg);
         }
+        if self.reader.in_flight() > 0 {
+            // The kernel may still write into slots of the arena: keep it mapped
+            // for the rest of the process (one leaked reference).
+            std::mem::forget(self.arena.clone());
+        }
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -944,5 +960,7 @@ impl Actor {
     }
 }
 
+#[cfg(test)]
+mod ring_tests;
 #[cfg(test)]
 mod tests;

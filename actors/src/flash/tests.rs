@@ -157,7 +157,7 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
 }
 
 /// `layers` x 3 projections x 4 experts of `slice` bytes over a pattern file.
-fn layered_specs(layers: u32, slice: u64) -> (tempfile::NamedTempFile, Vec<TensorSpec>) {
+pub(super) fn layered_specs(layers: u32, slice: u64) -> (tempfile::NamedTempFile, Vec<TensorSpec>) {
     let f = pattern_file((layers as u64 * 3 * 4 * slice) as usize);
     let mut specs = Vec::new();
     for layer in 0..layers {
@@ -398,10 +398,21 @@ fn a_failed_read_is_never_served_and_a_later_demand_rereads() {
     let src = FaultySource::open(f.path(), "seed=9,eio=0.3".parse().unwrap()).unwrap();
     let counts = src.counts();
     let reader = PreadReader::new(Box::new(src), f.path(), slice).unwrap();
+    served_bytes_are_exact_after_failures(Box::new(reader), f.path(), &specs, &counts);
+}
+
+/// Demands through a faulty reader: every served slot holds exactly the file's
+/// bytes, failures are I/O errors, and both happen.
+pub(super) fn served_bytes_are_exact_after_failures(
+    reader: Box<dyn SliceReader>,
+    _path: &std::path::Path,
+    specs: &[TensorSpec],
+    counts: &FaultCounts,
+) {
     let flash = Flash::spawn_with_reader(
-        Box::new(reader),
+        reader,
         Vec::new(),
-        specs.clone(),
+        specs.to_vec(),
         FlashConfig {
             budget_bytes: 1 << 20,
             ..FlashConfig::default()
