@@ -395,8 +395,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     if let Some((s, dense, overlap)) = &streamer {
         anon = s.prepare_mapping(&cfg.model, *dense)?;
         notes.extend(s.notes.iter().cloned());
-        let (hook, st) = s.verify_hook(abort.clone(), anon.clone(), *overlap);
-        params.observer = Some(Box::new(hook));
+        let (observer, st) = s.verify_observer(abort.clone(), anon.clone(), *overlap);
+        params.observer = Some(observer);
         stats = Some(st);
     }
     let mut ctx = Context::new(model.clone(), params)?;

@@ -98,7 +98,9 @@ impl Context {
             .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
         cp.abort_callback = Some(abort_cb);
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
-        let mut observer = params.observer.map(|o| Box::new(ObserverCell(o)));
+        let mut observer = params
+            .observer
+            .map(|o| Box::new(ObserverCell::new(o, abort.clone())));
         if let Some(cell) = observer.as_mut() {
             cp.cb_eval = Some(trampoline);
             cp.cb_eval_user_data = (&mut **cell) as *mut ObserverCell as *mut c_void;
@@ -178,13 +180,16 @@ impl Context {
             });
         }
         if let Some(o) = self._observer.as_mut() {
-            o.0.decode_begin();
+            o.observer.decode_begin();
         }
         // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
         // the call; the context is used only from this thread (`&mut self`).
         let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), batch.raw()) };
         if let Some(o) = self._observer.as_mut() {
-            o.0.decode_end();
+            o.observer.decode_end();
+            if let Some(msg) = o.panic.clone() {
+                return Err(LlamaError::ObserverPanicked(msg));
+            }
         }
         if rc != 0 {
             return Err(LlamaError::Decode(rc));

@@ -34,6 +34,8 @@ pub enum LlamaError {
     BatchSize { tokens: usize, n_batch: u32 },
     #[error("llama_decode failed with code {0}")]
     Decode(i32),
+    #[error("the decode was aborted: its eval observer panicked: {0}")]
+    ObserverPanicked(String),
     #[error("tokenization failed: {0}")]
     Tokenize(String),
     #[error("chat template: {0}")]

@@ -5,10 +5,14 @@
 //! returns true, computes up to that node, synchronizes, and then calls
 //! `cb(t, ask = false)` on the decoding thread. The trampoline always returns
 //! true from the `ask = false` call: returning false there makes the decode
-//! "succeed" with garbage. Aborting is done through the abort callback instead.
+//! "succeed" with garbage. Aborting is done through the abort callback instead:
+//! an observer that panics sets the context's abort flag, and the decode fails
+//! with the panic's message.
 
 use std::ffi::{c_void, CStr};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
 
@@ -243,8 +247,33 @@ pub trait EvalObserver {
 }
 
 /// Heap cell whose address is handed to llama.cpp as the callback's user data.
-pub(crate) struct ObserverCell(pub(crate) Box<dyn EvalObserver>);
+pub(crate) struct ObserverCell {
+    pub(crate) observer: Box<dyn EvalObserver>,
+    /// Set when the observer panics, so the decode stops at the next node.
+    pub(crate) abort: Arc<AtomicBool>,
+    /// The first panic's message; the decode that met it fails with it.
+    pub(crate) panic: Option<String>,
+}
 
+impl ObserverCell {
+    pub(crate) fn new(observer: Box<dyn EvalObserver>, abort: Arc<AtomicBool>) -> Self {
+        Self {
+            observer,
+            abort,
+            panic: None,
+        }
+    }
+}
+
+/// A panic payload as text.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// Observer-phase node "done"; ask-phase "do not split here" after a panic.
 pub(crate) unsafe extern "C" fn trampoline(
     t: *mut sys::ggml_tensor,
     ask: bool,
@@ -257,21 +286,33 @@ pub(crate) unsafe extern "C" fn trampoline(
     // `Context`, which outlives every decode; the callback runs on the decoding
     // thread only, so no other reference to the cell is live.
     let cell = unsafe { &mut *(user as *mut ObserverCell) };
+    if cell.panic.is_some() {
+        // The decode is being aborted: the observer is not called again.
+        return !ask;
+    }
     // SAFETY: llama.cpp passes a tensor that is live for the duration of the call.
     let node = unsafe { NodeView::new(t) };
+    let observer = &mut cell.observer;
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if ask {
-            cell.0.wants(&node)
+            observer.wants(&node)
         } else {
-            cell.0.observe(&node);
+            observer.observe(&node);
             true
         }
     }));
     match res {
         Ok(v) => v,
-        Err(_) => {
-            tracing::error!("eval observer panicked; continuing the decode without it");
-            // Never false in the observe phase (that would yield garbage silently).
+        Err(p) => {
+            let msg = panic_message(&*p);
+            tracing::error!("eval observer panicked at {}: {msg}; aborting the decode", node.name());
+            cell.panic = Some(msg);
+            // The CPU backend checks the abort callback after every node, so no
+            // node after the next one computes; the decode then fails with the
+            // panic (Context::decode), never finishing on what the observer
+            // failed to prepare. Never false in the observe phase (that would
+            // yield garbage silently).
+            cell.abort.store(true, Ordering::SeqCst);
             !ask
         }
     }

@@ -2,6 +2,7 @@
 //! verify-side hook, the expert cache budget, and what happens to llama.cpp's
 //! mapping (expert ranges dropped, dense ranges warmed or locked).
 
+mod fault;
 mod hook;
 pub mod memory;
 mod predict;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use bmoe_actors::cache::Requester;
 use bmoe_actors::flash::{
-    FaultCounts, FaultPlan, FaultySource, Flash, FlashConfig, FlashError, PreadReader, TensorSpec,
+    open_faulty_reader, FaultCounts, FaultPlan, Flash, FlashConfig, FlashError, TensorSpec,
 };
 
 pub use hook::{DenseAnon, SharedAnon, SharedStats, StepStats, StreamHook};
@@ -146,7 +147,7 @@ pub struct StreamConfig {
     pub predict_prefetch: bool,
     /// `--drop-cold-experts F` (lossy; 0 is off).
     pub drop_cold: f32,
-    /// Test-only `--inject-faults`: read through a fault-injecting pread reader.
+    /// Test-only `--inject-faults`: read through a fault-injecting reader (io_uring or pread).
     pub faults: Option<FaultPlan>,
 }
 
@@ -236,6 +237,8 @@ pub struct Streamer {
     drop_cold: f32,
     /// What `--inject-faults` injected (None without it).
     pub faults: Option<Arc<FaultCounts>>,
+    /// `--inject-faults observer_panic_at=N` (0: off).
+    observer_panic_at: u64,
 }
 
 impl Streamer {
@@ -265,23 +268,17 @@ impl Streamer {
         let flash = match &cfg.faults {
             None => Flash::spawn(model_path, specs(layout), flash_cfg)?,
             Some(plan) => {
-                let src = FaultySource::open(model_path, plan.clone()).map_err(|source| {
-                    FlashError::Open {
-                        path: model_path.to_path_buf(),
-                        source,
-                    }
-                })?;
-                fault_counts = Some(src.counts());
                 let max_slice = layout
                     .experts
                     .iter()
                     .map(|e| e.slice_bytes)
                     .max()
                     .unwrap_or(0);
-                let reader = PreadReader::new(Box::new(src), model_path, max_slice)?;
-                let note = format!("fault injection on ({plan:?}): reading with pread");
+                let (reader, counts, note) =
+                    open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
+                fault_counts = Some(counts);
                 Flash::spawn_with_reader(
-                    Box::new(reader),
+                    reader,
                     vec![note],
                     specs(layout),
                     flash_cfg,
@@ -305,6 +302,7 @@ impl Streamer {
             predictor,
             drop_cold: cfg.drop_cold,
             faults: fault_counts,
+            observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
         })
     }
 
@@ -377,8 +375,20 @@ impl Streamer {
         out
     }
 
+    /// The verify context's observer: its hook (see [`Self::verify_hook`]),
+    /// under the injected observer fault when one is asked for.
+    pub fn verify_observer(
+        &self,
+        abort: Arc<AtomicBool>,
+        anon: Option<SharedAnon>,
+        overlap: bool,
+    ) -> (Box<dyn crate::llama::EvalObserver>, SharedStats) {
+        let (hook, stats) = self.verify_hook(abort, anon, overlap);
+        (fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at), stats)
+    }
+
     /// A hook for the verify context, with its stats cell and abort flag.
-    pub fn verify_hook(
+    fn verify_hook(
         &self,
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,

@@ -1,7 +1,8 @@
-//! Flash faults on a real model: transient faults (short reads, EAGAIN, slow
-//! reads) at seeded random points change nothing; a persistent EIO stops the run
-//! with the error, after only correct tokens, with an aborted CSV; never a panic
-//! or a hang.
+//! Flash faults on a real model, under both readers (io_uring over a faulty
+//! ring, pread over a faulty source): transient faults (short reads, EAGAIN,
+//! EINTR, slow and held-back completions) at seeded random points change
+//! nothing; a persistent EIO stops the run with the error, after only correct
+//! tokens, with an aborted CSV; never other text, a panic or a hang.
 
 use bmoe::compare::RunCsv;
 
@@ -26,12 +27,20 @@ fn transient_faults_at_random_points_change_no_token() {
     let resident = run(&["--resident"], None);
     assert!(resident.status.success(), "{}", stderr(&resident));
     let want = stdout(&resident);
-    for (seed, cache) in [(1, "0"), (2, "64"), (3, "0")] {
-        let spec = format!("seed={seed},short=0.05,eagain=0.05,slow=0.01,slow_ms=2");
-        let o = run(
-            &["--cache-mb", cache, "--overlap", "--inject-faults", &spec],
-            None,
+    let cells: [(u32, &str, &str, &[&str]); 4] = [
+        (1, "0", "uring", &["--overlap"]),
+        (2, "64", "pread", &["--overlap"]),
+        (3, "16", "uring", &["--overlap", "--predict-prefetch"]),
+        (4, "0", "uring", &["--prefetch", "2"]),
+    ];
+    for (seed, cache, reader, flags) in cells {
+        let spec = format!(
+            "seed={seed},short=0.05,eagain=0.05,eintr=0.05,slow=0.01,slow_ms=2,delay=0.3,\
+             reader={reader}"
         );
+        let mut args = vec!["--cache-mb", cache, "--inject-faults", &spec];
+        args.extend_from_slice(flags);
+        let o = run(&args, None);
         let err = stderr(&o);
         assert!(o.status.success(), "seed {seed}: {err}");
         assert!(!err.contains("panicked"), "{err}");
@@ -56,10 +65,17 @@ fn a_persistent_read_error_stops_the_run_cleanly() {
     let resident = run(&["--resident"], None);
     let want = stdout(&resident);
     let dir = tempfile::tempdir().unwrap();
-    for seed in [2, 5] {
+    let cells: [(u32, &str, &str, &[&str]); 3] = [
+        (2, "0", "uring", &[]),
+        (5, "0", "pread", &[]),
+        (6, "16", "uring", &["--overlap", "--predict-prefetch"]),
+    ];
+    for (seed, cache, reader, flags) in cells {
         let csv = dir.path().join(format!("eio-{seed}.csv"));
-        let spec = format!("seed={seed},eio=0.002");
-        let o = run(&["--cache-mb", "0", "--inject-faults", &spec], Some(&csv));
+        let spec = format!("seed={seed},eio=0.002,delay=0.3,short=0.05,reader={reader}");
+        let mut args = vec!["--cache-mb", cache, "--inject-faults", &spec];
+        args.extend_from_slice(flags);
+        let o = run(&args, Some(&csv));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "seed {seed}: {err}");
         assert!(!err.contains("panicked"), "{err}");
@@ -280,4 +296,34 @@ fn a_csv_write_failing_mid_run_stops_generation_with_the_error() {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(tokens < 64, "generation stopped early: {done}");
+}
+
+#[test]
+fn a_panicking_eval_observer_aborts_the_decode_and_fails_the_run_with_the_panic() {
+    let want = stdout(&run(&["--resident"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("panic.csv");
+    // Past the prompt's decode, inside the generated tokens.
+    let o = run(
+        &["--cache-mb", "0", "--inject-faults", "observer_panic_at=200"],
+        Some(&csv),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("error:")
+            && last.contains("eval observer panicked")
+            && last.contains("injected panic in the eval observer"),
+        "the panic is the error reported: {last}"
+    );
+    let got = stdout(&o);
+    let got = got.trim_end_matches('\n');
+    assert!(!got.is_empty(), "the panic came after some tokens: {err}");
+    assert!(
+        want.starts_with(got) && got.len() < want.trim_end().len(),
+        "only tokens before the failing one: {got:?} vs {want:?}"
+    );
+    let c = RunCsv::open(&csv).expect("the CSV of a failed run parses");
+    assert!(c.aborted(), "trailer {:?}", c.trailer);
 }

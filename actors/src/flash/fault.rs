@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io::RawSource;
-use super::uring::Ring;
+use super::io::{PreadReader, RawSource, SliceReader};
+use super::uring::{Ring, UringReader};
+use super::FlashError;
 
 /// Per-read probabilities of each fault (checked in this order), and a seed.
 /// The reader that fault injection runs under.
@@ -46,6 +47,9 @@ pub struct FaultPlan {
     pub delay: f64,
     /// Which reader the faults go under.
     pub reader: FaultReader,
+    /// Panic in the verify context's eval observer at its Nth observed node
+    /// (0: never; stands for a bug in the hook: the decode must abort).
+    pub observer_panic_at: u64,
     /// Panic in the flash thread (stands for a bug in the actor: the run must
     /// stop with an error, not hang).
     pub panic: f64,
@@ -81,6 +85,7 @@ impl std::str::FromStr for FaultPlan {
                 "short" => p.short = prob(v)?,
                 "eagain" => p.eagain = prob(v)?,
                 "eintr" => p.eintr = prob(v)?,
+                "observer_panic_at" => p.observer_panic_at = int(v)?,
                 "delay" => p.delay = prob(v)?,
                 "reader" => {
                     p.reader = match v {
@@ -95,7 +100,7 @@ impl std::str::FromStr for FaultPlan {
                 _ => {
                     return Err(format!(
                         "unknown fault {k:?} (seed, eio, short, eagain, eintr, slow, slow_ms, delay, \
-                         panic, reader)"
+                         panic, reader, observer_panic_at)"
                     ))
                 }
             }
@@ -359,5 +364,38 @@ impl Ring for FaultyRing {
         let n = self.ready.len() as u64;
         out.extend(self.ready.drain(..));
         self.pending.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// A reader over `path` under `plan`'s faults, on the reader the plan names
+/// (io_uring over a [`FaultyRing`] by default, else pread over a
+/// [`FaultySource`]), with what it injects counted and a note saying so.
+pub fn open_faulty_reader(
+    path: &Path,
+    plan: &FaultPlan,
+    queue_depth: u32,
+    max_slice_bytes: u64,
+) -> Result<(Box<dyn SliceReader>, Arc<FaultCounts>, String), FlashError> {
+    let open_err = |source| FlashError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let note = format!("fault injection on ({plan:?})");
+    match plan.reader {
+        FaultReader::Pread => {
+            let src = FaultySource::open(path, plan.clone()).map_err(open_err)?;
+            let counts = src.counts();
+            let reader = PreadReader::new(Box::new(src), path, max_slice_bytes)?;
+            Ok((Box::new(reader), counts, note))
+        }
+        FaultReader::Uring => {
+            let depth = queue_depth.clamp(1, 256);
+            let ring = FaultyRing::open(path, plan.clone(), 2 * depth as usize).map_err(open_err)?;
+            let counts = ring.counts();
+            let reader =
+                UringReader::with_ring(Box::new(ring), path.to_path_buf(), false, depth, max_slice_bytes)
+                    .map_err(|(_, e)| open_err(e))?;
+            Ok((Box::new(reader), counts, note))
+        }
     }
 }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
-pub use fault::{FaultCounts, FaultPlan, FaultReader, FaultyRing, FaultySource};
+pub use fault::{
+    open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyRing, FaultySource,
+};
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
 pub use uring::{KernelRing, Ring, UringReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
