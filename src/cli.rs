@@ -113,6 +113,10 @@ pub struct RunArgs {
     /// Tokens to generate (at least 1).
     #[arg(short = 'n', long = "n-predict", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub n_predict: u32,
+    /// Never stop at the end of text: end-of-generation tokens are not chosen
+    /// (the best other token is), so exactly -n tokens are generated.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Wrap the prompt in the model's own chat template.
     #[arg(long)]
     pub chat: bool,

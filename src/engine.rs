@@ -92,6 +92,8 @@ pub struct RunConfig {
     pub prompt: String,
     pub chat: bool,
     pub n_predict: u32,
+    /// `--ignore-eos`: never stop at the end of text.
+    pub ignore_eos: bool,
     pub threads: u32,
     pub n_ctx: u32,
     pub mode: Mode,
@@ -128,6 +130,8 @@ pub type TokenRow = Row;
 #[derive(Debug, Clone)]
 pub struct RunReport {
     pub generation: Generation,
+    /// From the first token to the last (see [`decode_rate`]).
+    pub decode_span: Duration,
     /// The draft source and width (`Off` and 0 without speculation).
     pub speculation: Speculation,
     pub draft_max: u32,
@@ -194,6 +198,11 @@ struct Sink<'a, F: FnMut(&str)> {
     prefill: Option<TokenRow>,
     /// The last decode's row, collecting the text of the token it produced.
     pending: Option<TokenRow>,
+    /// When the prefill's last decode ended (the first token is known then).
+    prefill_done: Option<Instant>,
+    /// When the decode of the pending row ended, and of the last row kept.
+    pending_done: Option<Instant>,
+    kept_done: Option<Instant>,
     /// Predictive prefetch: experts guessed and guesses the routing used.
     predicted: u64,
     predicted_used: u64,
@@ -209,6 +218,21 @@ impl<F: FnMut(&str)> Sink<'_, F> {
         }
         if let Some(r) = self.pending.take() {
             self.push(r);
+            self.kept_done = self.pending_done;
+        }
+    }
+
+    /// The end-of-text token's decode produced no token: its row is dropped.
+    fn drop_pending(&mut self) {
+        self.pending = None;
+        self.pending_done = None;
+    }
+
+    /// From the first token to the last kept one (see [`decode_rate`]).
+    fn decode_span(&self) -> Duration {
+        match (self.prefill_done, self.kept_done) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a),
+            _ => Duration::ZERO,
         }
     }
 
@@ -265,7 +289,9 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
         self.predicted += s.predicted;
         self.predicted_used += s.predicted_used;
         self.usage = u;
+        let now = Instant::now();
         if step.prefill {
+            self.prefill_done = Some(now);
             let p = self.prefill.get_or_insert_with(TokenRow::default);
             p.prefill = true;
             p.batch += row.batch;
@@ -284,6 +310,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
         } else {
             self.flush();
             self.pending = Some(row);
+            self.pending_done = Some(now);
         }
     }
 
@@ -446,6 +473,9 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         usage: memory::usage(),
         prefill: None,
         pending: None,
+        prefill_done: None,
+        pending_done: None,
+        kept_done: None,
         predicted: 0,
         predicted_used: 0,
         speculating: cfg.speculation != Speculation::Off,
@@ -463,7 +493,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let res = generate::generate_with(
         &mut ctx,
         &tokens,
-        cfg.n_predict,
+        generate::Limit {
+            n_predict: cfg.n_predict,
+            ignore_eos: cfg.ignore_eos,
+        },
         512,
         &mut sink,
         drafter,
@@ -473,10 +506,11 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {
             // The last decode produced the end-of-text token, which is not
             // emitted: rows stay one per generated token.
-            sink.pending = None;
+            sink.drop_pending();
         }
     }
     sink.flush();
+    let decode_span = sink.decode_span();
     let predicted = (sink.predicted, sink.predicted_used);
     drop(sink);
     // Join the draft actor before anything else reads the target context.
@@ -507,15 +541,22 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     let head_read_bytes = requester_bytes(bmoe_actors::cache::Requester::Draft);
     let verify_read_bytes = requester_bytes(bmoe_actors::cache::Requester::Verify);
-    let mut trailer = totals(
-        &rows,
-        tokens.len(),
+    let generated = match &res {
+        Ok(g) => g.tokens.len(),
+        Err(_) => rows.len(),
+    };
+    let mut trailer = Totals {
+        rows: &rows,
+        generated,
+        prompt_tokens: tokens.len(),
         elapsed,
-        failure.is_some() || interrupted,
-        telemetry.dropped(),
-        peak_rss,
-        &spec,
-    );
+        decode_span,
+        aborted: failure.is_some() || interrupted,
+        dropped_events: telemetry.dropped(),
+        peak_rss_bytes: peak_rss,
+        spec: &spec,
+    }
+    .pairs();
     trailer.push(("mtp_head_read_bytes".into(), head_read_bytes.to_string()));
     trailer.push((
         "mtp_head_stall_s".into(),
@@ -588,6 +629,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     Ok(RunReport {
         generation,
+        decode_span,
         speculation: cfg.speculation,
         draft_max: cfg.draft_max,
         head_read_bytes,
@@ -638,6 +680,7 @@ fn preamble(
     kv("n_ctx", n_ctx.to_string());
     kv("n_ubatch", "512".to_string());
     kv("n_predict", cfg.n_predict.to_string());
+    kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
     kv("chat", (cfg.chat as u8).to_string());
     match (&cfg.mode, streamer) {
         (Mode::Stream(sc), Some(s)) => {
@@ -689,68 +732,114 @@ fn preamble(
     v
 }
 
-/// Totals over the rows, for the CSV trailer and the BMOE_DONE line (values are JSON).
-fn totals(
-    rows: &[TokenRow],
+/// The decode rate, one definition everywhere (summary line, CSV trailer,
+/// `BMOE_DONE`, `bmoe probe`): the tokens generated after the first, over the
+/// wall time from the first token to the last (decodes, drafting, sampling,
+/// output and telemetry included: the rate a user sees). 0 when there is no
+/// such token or time.
+pub fn decode_rate(tokens_after_first: usize, span: Duration) -> f64 {
+    if tokens_after_first == 0 || span.is_zero() {
+        return 0.0;
+    }
+    tokens_after_first as f64 / span.as_secs_f64()
+}
+
+/// A mean that is 0 (never -0 or NaN) over nothing.
+fn mean(sum: f64, n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64 + 0.0
+    }
+}
+
+/// What the CSV trailer and the BMOE_DONE line total up.
+struct Totals<'a> {
+    rows: &'a [TokenRow],
+    /// Tokens generated (what the summary line says).
+    generated: usize,
     prompt_tokens: usize,
     elapsed: Duration,
+    /// From the first token to the last (see [`decode_rate`]).
+    decode_span: Duration,
     aborted: bool,
     dropped_events: u64,
     peak_rss_bytes: u64,
-    spec: &generate::SpecStats,
-) -> Vec<(String, String)> {
-    let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
-    let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
-    let sum = |f: fn(&TokenRow) -> u64| rows.iter().map(f).sum::<u64>();
-    let tok_s = if decode_ms > 0.0 {
-        decode.len() as f64 * 1e3 / decode_ms
-    } else {
-        0.0
-    };
-    vec![
-        ("tokens".into(), rows.len().to_string()),
-        ("prompt_tokens".into(), prompt_tokens.to_string()),
-        ("decode_tok_s".into(), format!("{tok_s:.3}")),
-        ("wall_s".into(), format!("{:.3}", elapsed.as_secs_f64())),
-        ("read_bytes_total".into(), sum(|r| r.read_bytes).to_string()),
-        ("cache_hits".into(), sum(|r| r.hits).to_string()),
-        ("cache_misses".into(), sum(|r| r.misses).to_string()),
-        ("evictions".into(), sum(|r| r.evictions).to_string()),
-        (
-            "stall_s".into(),
-            format!("{:.3}", rows.iter().map(|r| r.stall_ms).sum::<f64>() / 1e3),
-        ),
-        ("majflt".into(), sum(|r| r.majflt).to_string()),
-        (
-            "prefetch_bytes".into(),
-            sum(|r| r.prefetch_bytes).to_string(),
-        ),
-        (
-            "dropped_experts".into(),
-            sum(|r| r.dropped_experts).to_string(),
-        ),
-        ("peak_rss_bytes".into(), peak_rss_bytes.to_string()),
-        ("mtp_drafted".into(), spec.drafted.to_string()),
-        ("mtp_accepted".into(), spec.accepted.to_string()),
-        ("mtp_decodes".into(), spec.steps.to_string()),
-        ("drafted_steps".into(), spec.drafted_steps.to_string()),
-        (
-            "mtp_draft_s".into(),
-            format!("{:.6}", spec.draft.as_secs_f64()),
-        ),
-        (
-            "mtp_draft_s_per_tok".into(),
-            format!(
-                "{:.6}",
-                spec.draft.as_secs_f64() / (rows.len().max(1) as f64)
+    spec: &'a generate::SpecStats,
+}
+
+impl Totals<'_> {
+    /// The pairs, in order (values are JSON).
+    fn pairs(&self) -> Vec<(String, String)> {
+        let rows = self.rows;
+        let (elapsed, spec) = (self.elapsed, self.spec);
+        let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
+        let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
+        let sum = |f: fn(&TokenRow) -> u64| rows.iter().map(f).sum::<u64>();
+        let tok_s = decode_rate(self.generated.saturating_sub(1), self.decode_span);
+        let compute_tok_s = 1e3 / mean(decode_ms, decode.len()).max(f64::MIN_POSITIVE);
+        let compute_tok_s = if decode.is_empty() {
+            0.0
+        } else {
+            compute_tok_s
+        };
+        vec![
+            ("tokens".into(), self.generated.to_string()),
+            ("prompt_tokens".into(), self.prompt_tokens.to_string()),
+            ("decode_tok_s".into(), format!("{tok_s:.3}")),
+            ("decode_compute_tok_s".into(), format!("{compute_tok_s:.3}")),
+            ("wall_s".into(), format!("{:.3}", elapsed.as_secs_f64())),
+            ("read_bytes_total".into(), sum(|r| r.read_bytes).to_string()),
+            ("cache_hits".into(), sum(|r| r.hits).to_string()),
+            ("cache_misses".into(), sum(|r| r.misses).to_string()),
+            ("evictions".into(), sum(|r| r.evictions).to_string()),
+            (
+                "stall_s".into(),
+                format!(
+                    "{:.3}",
+                    rows.iter().map(|r| r.stall_ms).sum::<f64>() / 1e3 + 0.0
+                ),
             ),
-        ),
-        ("aborted".into(), (aborted as u8).to_string()),
-        ("dropped_events".into(), dropped_events.to_string()),
-    ]
+            ("majflt".into(), sum(|r| r.majflt).to_string()),
+            (
+                "prefetch_bytes".into(),
+                sum(|r| r.prefetch_bytes).to_string(),
+            ),
+            (
+                "dropped_experts".into(),
+                sum(|r| r.dropped_experts).to_string(),
+            ),
+            ("peak_rss_bytes".into(), self.peak_rss_bytes.to_string()),
+            ("mtp_drafted".into(), spec.drafted.to_string()),
+            ("mtp_accepted".into(), spec.accepted.to_string()),
+            ("mtp_decodes".into(), spec.steps.to_string()),
+            ("drafted_steps".into(), spec.drafted_steps.to_string()),
+            (
+                "mtp_draft_s".into(),
+                format!("{:.6}", spec.draft.as_secs_f64()),
+            ),
+            (
+                "mtp_draft_s_per_tok".into(),
+                format!(
+                    "{:.6}",
+                    spec.draft.as_secs_f64() / (rows.len().max(1) as f64)
+                ),
+            ),
+            ("aborted".into(), (self.aborted as u8).to_string()),
+            ("dropped_events".into(), self.dropped_events.to_string()),
+        ]
+    }
 }
 
 impl RunReport {
+    /// The decode rate (see [`decode_rate`]).
+    pub fn decode_tok_s(&self) -> f64 {
+        decode_rate(
+            self.generation.tokens.len().saturating_sub(1),
+            self.decode_span,
+        )
+    }
+
     fn decode_rows(&self) -> impl Iterator<Item = &TokenRow> {
         self.rows.iter().filter(|r| !r.prefill)
     }
@@ -771,13 +860,14 @@ impl RunReport {
     pub fn summary_lines(&self) -> Vec<String> {
         const MIB: f64 = 1024.0 * 1024.0;
         let g = &self.generation;
-        let n = self.decode_rows().count().max(1) as f64;
-        let stall: f64 = self.decode_rows().map(|r| r.stall_ms).sum::<f64>() / n;
-        let io: f64 = self.decode_rows().map(|r| r.io_ms).sum::<f64>() / n;
-        let wall: f64 = self.decode_rows().map(|r| r.wall_ms).sum::<f64>() / n;
-        let cpu: f64 = self.decode_rows().map(|r| r.cpu_ms).sum::<f64>() / n;
-        let majflt: f64 = self.decode_rows().map(|r| r.majflt).sum::<u64>() as f64 / n;
-        let minflt: f64 = self.decode_rows().map(|r| r.minflt).sum::<u64>() as f64 / n;
+        let n = self.decode_rows().count();
+        let per_token = |f: fn(&TokenRow) -> f64| mean(self.decode_rows().map(f).sum(), n);
+        let stall = per_token(|r| r.stall_ms);
+        let io = per_token(|r| r.io_ms);
+        let wall = per_token(|r| r.wall_ms);
+        let cpu = per_token(|r| r.cpu_ms);
+        let majflt = per_token(|r| r.majflt as f64);
+        let minflt = per_token(|r| r.minflt as f64);
         let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
         let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
         let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
@@ -788,11 +878,11 @@ impl RunReport {
             generate::StopReason::Interrupted => "interrupted",
         };
         let mut v = vec![format!(
-            "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token)",
+            "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token in the decodes alone)",
             g.prompt_tokens,
             g.tokens.len(),
             g.prefill.as_secs_f64() * 1e3,
-            g.decode_tok_per_s(),
+            self.decode_tok_s(),
             wall
         )];
         v.push(format!(
@@ -894,7 +984,7 @@ impl RunReport {
                 self.experts_used,
                 self.experts_used_model,
                 self.drop_cold,
-                dropped as f64 / n
+                mean(dropped as f64, n)
             ));
         }
         if self.speculation != Speculation::Off {

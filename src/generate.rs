@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use bmoe_actors::sampling::argmax;
+use bmoe_actors::sampling::{argmax, argmax_where};
 use bmoe_actors::text::Utf8Stream;
 
 use crate::llama::{Batch, ChatMessage, Context, LlamaError, Model, Token};
@@ -189,17 +189,6 @@ impl Drafter for NgramDrafter {
     }
 }
 
-impl Generation {
-    /// Decode rate over the generated tokens (the first comes from the prefill).
-    pub fn decode_tok_per_s(&self) -> f64 {
-        let n = self.tokens.len().saturating_sub(1);
-        if n == 0 || self.decode.is_zero() {
-            return 0.0;
-        }
-        n as f64 / self.decode.as_secs_f64()
-    }
-}
-
 /// One `llama_decode` call as seen by a [`GenerationSink`].
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeStep {
@@ -250,16 +239,34 @@ pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>
     Ok(tokens)
 }
 
-/// Greedy generation of up to `n_predict` tokens after `prompt`; `sink` gets each
+/// When generation stops: after `n_predict` tokens, or earlier at the end of
+/// text unless `ignore_eos` (then end-of-generation tokens are never chosen:
+/// the greedy pick is the best other token, as llama.cpp's `--ignore-eos` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub n_predict: u32,
+    pub ignore_eos: bool,
+}
+
+impl From<u32> for Limit {
+    fn from(n_predict: u32) -> Self {
+        Self {
+            n_predict,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Greedy generation of up to `limit` tokens after `prompt`; `sink` gets each
 /// complete piece of text as soon as it is known and each decode's timing.
 pub fn generate(
     ctx: &mut Context,
     prompt: &[Token],
-    n_predict: u32,
+    limit: impl Into<Limit>,
     n_batch: usize,
     sink: &mut dyn GenerationSink,
 ) -> Result<Generation, GenerateError> {
-    generate_with(ctx, prompt, n_predict, n_batch, sink, None, 0)
+    generate_with(ctx, prompt, limit, n_batch, sink, None, 0)
 }
 
 /// [`generate`] with an optional drafter: each step drafts up to `draft_max`
@@ -270,7 +277,7 @@ pub fn generate(
 pub fn generate_with(
     ctx: &mut Context,
     prompt: &[Token],
-    n_predict: u32,
+    limit: impl Into<Limit>,
     n_batch: usize,
     sink: &mut dyn GenerationSink,
     mut drafter: Option<&mut dyn Drafter>,
@@ -279,6 +286,10 @@ pub fn generate_with(
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
+    let Limit {
+        n_predict,
+        ignore_eos,
+    } = limit.into();
     let n_ctx = ctx.n_ctx();
     if prompt.len() >= n_ctx as usize {
         return Err(GenerateError::PromptTooLong {
@@ -287,6 +298,7 @@ pub fn generate_with(
         });
     }
     let model = ctx.model().clone();
+    let greedy = Greedy::new(&model, ignore_eos);
     let n_batch = n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
     let t0 = Instant::now();
@@ -325,7 +337,7 @@ pub fn generate_with(
     let mut corpus: Vec<Token> = prompt.to_vec();
     // Tokens the last decode determined, in order (more than one when drafts
     // were accepted); the first comes from the prefill's last row.
-    let mut ready: Vec<Token> = vec![row_argmax(ctx, (batch.len() - 1) as i32)?];
+    let mut ready: Vec<Token> = vec![greedy.pick(ctx, (batch.len() - 1) as i32)?];
     let stop = 'gen: loop {
         for (i, t) in std::mem::take(&mut ready).into_iter().enumerate() {
             if i > 0 {
@@ -389,7 +401,7 @@ pub fn generate_with(
         // then the target's own token after it.
         let mut accepted = 0usize;
         loop {
-            let t = row_argmax(ctx, accepted as i32)?;
+            let t = greedy.pick(ctx, accepted as i32)?;
             ready.push(t);
             if accepted < draft.len() && draft[accepted] == t {
                 accepted += 1;
@@ -401,7 +413,7 @@ pub fn generate_with(
             ready
                 .iter()
                 .enumerate()
-                .all(|(i, &t)| row_argmax(ctx, i as i32).ok() == Some(t)),
+                .all(|(i, &t)| greedy.pick(ctx, i as i32).ok() == Some(t)),
             "every kept token is the argmax of the verify row that produced it"
         );
         pos += 1 + accepted as i32;
@@ -441,8 +453,37 @@ pub fn generate_with(
     })
 }
 
-/// The argmax of logits row `i` of the last decode.
-fn row_argmax(ctx: &Context, i: i32) -> Result<Token, GenerateError> {
-    let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
-    Ok(argmax(logits).ok_or(GenerateError::NoLogits)? as Token)
+/// The greedy choice from a row of logits, never an end-of-generation token
+/// under `--ignore-eos`.
+struct Greedy {
+    /// End-of-generation tokens, sorted (empty unless they are banned).
+    banned: Vec<Token>,
+}
+
+impl Greedy {
+    fn new(model: &Model, ignore_eos: bool) -> Self {
+        let banned = if ignore_eos {
+            (0..model.n_vocab() as Token)
+                .filter(|&t| model.is_eog(t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self { banned }
+    }
+
+    /// The argmax of logits row `i` of the last decode (among allowed tokens).
+    fn pick(&self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
+        let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+        let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
+        if self.banned.binary_search(&best).is_err() {
+            return Ok(best);
+        }
+        // Rare: the best token ends generation; take the best allowed one.
+        argmax_where(logits, |t| {
+            self.banned.binary_search(&(t as Token)).is_err()
+        })
+        .map(|t| t as Token)
+        .ok_or(GenerateError::NoLogits)
+    }
 }

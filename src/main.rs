@@ -319,6 +319,7 @@ fn run(args: RunArgs) -> Result<()> {
         prompt,
         chat: args.chat,
         n_predict: args.n_predict,
+        ignore_eos: args.ignore_eos,
         threads: args.threads.unwrap_or_else(llama::default_threads),
         n_ctx: args.ctx,
         mode,
@@ -447,6 +448,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
             prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
             chat: false,
             n_predict: args.resident_tokens.max(2),
+            ignore_eos: true,
             threads: llama::default_threads(),
             n_ctx: 2048,
             mode: Mode::Resident,
@@ -466,7 +468,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
         let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
         println!(
             "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
-            report.generation.decode_tok_per_s(),
+            report.decode_tok_s(),
             report.generation.tokens.len(),
             cfg.threads
         );

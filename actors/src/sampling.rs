@@ -3,9 +3,14 @@
 /// Index of the largest logit; ties go to the lowest index (llama.cpp's greedy
 /// sampler does the same), NaN never wins. `None` for an empty row.
 pub fn argmax(logits: &[f32]) -> Option<usize> {
+    argmax_where(logits, |_| true)
+}
+
+/// [`argmax`] over the indices `allowed` accepts (the first of ties, NaN skipped).
+pub fn argmax_where(logits: &[f32], allowed: impl Fn(usize) -> bool) -> Option<usize> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in logits.iter().enumerate() {
-        if v.is_nan() {
+        if v.is_nan() || !allowed(i) {
             continue;
         }
         match best {
@@ -40,6 +45,10 @@ mod tests {
         assert_eq!(argmax(&[]), None);
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), Some(1));
         assert_eq!(argmax(&[f32::NAN, -1.0, -2.0]), Some(1));
+        let logits = [1.0, 3.0, 3.0, 2.0];
+        assert_eq!(argmax_where(&logits, |i| i != 1), Some(2));
+        assert_eq!(argmax_where(&logits, |i| i == 0), Some(0));
+        assert_eq!(argmax_where(&logits, |_| false), None);
         assert_eq!(argmax(&[f32::NAN]), None);
     }
 

@@ -101,6 +101,7 @@ const OWNED_FLAGS: &[&str] = &[
     "--n-predict",
     "--csv",
     "--progress",
+    "--ignore-eos",
 ];
 
 /// Parse a cells file: one `name: flags` per line, `#` comments, blank lines
@@ -140,7 +141,7 @@ pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchErro
                 .any(|o| *a == o || a.starts_with(&format!("{o}=")))
         }) {
             return Err(err(format!(
-                "{f} is set by the bench for every cell (--model, --workload, --tokens, -o)"
+                "{f} is set by the bench for every cell (--model, --workload, --tokens, -o, --ignore-eos)"
             )));
         }
         cells.push(Cell {

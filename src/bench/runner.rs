@@ -103,6 +103,8 @@ fn run_child(
         .arg(prompt_path)
         .arg("-n")
         .arg(tokens.to_string())
+        // Rates are measured over exactly -n tokens, whatever the model says.
+        .arg("--ignore-eos")
         .arg("--csv")
         .arg(&csv)
         .args(args)

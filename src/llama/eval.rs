@@ -305,7 +305,10 @@ pub(crate) unsafe extern "C" fn trampoline(
         Ok(v) => v,
         Err(p) => {
             let msg = panic_message(&*p);
-            tracing::error!("eval observer panicked at {}: {msg}; aborting the decode", node.name());
+            tracing::error!(
+                "eval observer panicked at {}: {msg}; aborting the decode",
+                node.name()
+            );
             cell.panic = Some(msg);
             // The CPU backend checks the abort callback after every node, so no
             // node after the next one computes; the decode then fails with the

@@ -384,7 +384,10 @@ impl Streamer {
         overlap: bool,
     ) -> (Box<dyn crate::llama::EvalObserver>, SharedStats) {
         let (hook, stats) = self.verify_hook(abort, anon, overlap);
-        (fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at), stats)
+        (
+            fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at),
+            stats,
+        )
     }
 
     /// A hook for the verify context, with its stats cell and abort flag.

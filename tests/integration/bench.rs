@@ -43,10 +43,14 @@ fn bench_e8k2(dir: &std::path::Path, cells: &str, extra: &[&str]) -> std::proces
 fn bench_runs_the_matrix_interleaved_against_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    // A question without --chat: the model ends its text at once, so the bench
+    // must measure over -n tokens anyway (--ignore-eos on every run).
+    let question = dir.path().join("question.txt");
+    std::fs::write(&question, "What is the capital of France?").unwrap();
     let o = bench_e8k2(
         dir.path(),
         "# baseline first\nserial: --cache-mb 0\nhalf: --cache-mb 50% --overlap --predict-prefetch\nres: --resident\n",
-        &["-n", "8", "--probe-depths", "1,4"],
+        &["-n", "8", "--probe-depths", "1,4", "-w", question.to_str().unwrap()],
     );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
@@ -63,7 +67,8 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     // Every run kept its CSV, and it parses.
     for stem in ["serial-1", "serial-2", "half-1", "res-1"] {
         let csv = out.join("runs").join(format!("{stem}.csv"));
-        bmoe::compare::RunCsv::open(&csv).unwrap_or_else(|e| panic!("{e}"));
+        let c = bmoe::compare::RunCsv::open(&csv).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.trailer["tokens"], "8", "{stem}: exactly -n tokens");
     }
     // 50% of the expert bytes, resolved in the preamble.
     let half = bmoe::compare::RunCsv::open(&out.join("runs/half-1.csv")).unwrap();

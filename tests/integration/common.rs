@@ -158,6 +158,7 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         prompt: PROSE.into(),
         chat: false,
         n_predict: n,
+        ignore_eos: false,
         threads: 2,
         n_ctx: 512,
         mode,

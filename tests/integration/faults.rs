@@ -305,7 +305,12 @@ fn a_panicking_eval_observer_aborts_the_decode_and_fails_the_run_with_the_panic(
     let csv = dir.path().join("panic.csv");
     // Past the prompt's decode, inside the generated tokens.
     let o = run(
-        &["--cache-mb", "0", "--inject-faults", "observer_panic_at=200"],
+        &[
+            "--cache-mb",
+            "0",
+            "--inject-faults",
+            "observer_panic_at=200",
+        ],
         Some(&csv),
     );
     let err = stderr(&o);

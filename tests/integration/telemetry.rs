@@ -331,3 +331,56 @@ fn compare_puts_runs_side_by_side_and_refuses_mixed_kinds() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("bad.csv:1"), "{}", stderr(&o));
 }
+
+/// The `decode X tok/s` and `N generated` of the summary line.
+fn summary_rate_and_count(err: &str) -> (f64, u64) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("generation:"))
+        .unwrap_or_else(|| panic!("no generation line in {err}"));
+    let count = line.split(" generated").next().unwrap();
+    let count = count.rsplit(' ').next().unwrap().parse().unwrap();
+    let rate = line.split("decode ").nth(1).unwrap();
+    let rate = rate.split(' ').next().unwrap().parse().unwrap();
+    (rate, count)
+}
+
+/// A key of the BMOE_DONE line in `err`.
+fn done_in(err: &str, key: &str) -> String {
+    let done = err
+        .lines()
+        .find(|l| l.starts_with("BMOE_DONE {"))
+        .unwrap_or_else(|| panic!("no BMOE_DONE in {err}"));
+    done_value(done, key)
+}
+
+#[test]
+fn ignore_eos_runs_to_n_and_the_summary_and_done_line_agree() {
+    let m = e8k2();
+    let question = "What is the capital of France?";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "-m", m.to_str().unwrap(), "-p", question, "-n", "12"];
+        args.extend_from_slice(extra);
+        crate::common::bmoe_within(&args, 120)
+    };
+    // Without --chat this model ends its text at once: 0 tokens, and the
+    // summary says so without negative zeros or made-up rates.
+    let o = run(&[]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("-0.0"), "no negative zero: {err}");
+    assert_eq!(summary_rate_and_count(&err), (0.0, 0), "{err}");
+    assert_eq!(done_in(&err, "tokens"), "0");
+    // --ignore-eos: exactly -n tokens; one decode rate in both places.
+    let o = run(&["--ignore-eos"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let (rate, count) = summary_rate_and_count(&err);
+    assert_eq!(count, 12, "{err}");
+    assert_eq!(done_in(&err, "tokens"), "12");
+    let done_rate: f64 = done_in(&err, "decode_tok_s").parse().unwrap();
+    assert!(
+        rate > 0.0 && (done_rate - rate).abs() < 0.01,
+        "{rate} vs {done_rate}"
+    );
+}

@@ -99,9 +99,9 @@ impl std::str::FromStr for FaultPlan {
                 "panic" => p.panic = prob(v)?,
                 _ => {
                     return Err(format!(
-                        "unknown fault {k:?} (seed, eio, short, eagain, eintr, slow, slow_ms, delay, \
+                    "unknown fault {k:?} (seed, eio, short, eagain, eintr, slow, slow_ms, delay, \
                          panic, reader, observer_panic_at)"
-                    ))
+                ))
                 }
             }
         }
@@ -390,11 +390,17 @@ pub fn open_faulty_reader(
         }
         FaultReader::Uring => {
             let depth = queue_depth.clamp(1, 256);
-            let ring = FaultyRing::open(path, plan.clone(), 2 * depth as usize).map_err(open_err)?;
+            let ring =
+                FaultyRing::open(path, plan.clone(), 2 * depth as usize).map_err(open_err)?;
             let counts = ring.counts();
-            let reader =
-                UringReader::with_ring(Box::new(ring), path.to_path_buf(), false, depth, max_slice_bytes)
-                    .map_err(|(_, e)| open_err(e))?;
+            let reader = UringReader::with_ring(
+                Box::new(ring),
+                path.to_path_buf(),
+                false,
+                depth,
+                max_slice_bytes,
+            )
+            .map_err(|(_, e)| open_err(e))?;
             Ok((Box::new(reader), counts, note))
         }
     }

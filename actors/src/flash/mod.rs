@@ -23,8 +23,8 @@ pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyRing, FaultySource,
 };
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
-pub use uring::{KernelRing, Ring, UringReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
+pub use uring::{KernelRing, Ring, UringReader};
 pub use watch::{FileWatch, CHECK_INTERVAL};
 
 use crate::cache::{ExpertCache, Requester, SlotKey};

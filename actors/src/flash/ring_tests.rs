@@ -108,7 +108,10 @@ fn stress(reader: &mut UringReader, pending: &AtomicU64, batches: u32, seed: u64
                 for (i, &(off, len)) in spans.iter().enumerate() {
                     let want: Vec<u8> = (off..off + len).map(byte_at).collect();
                     let got = &pools.bufs[p][i][..len as usize];
-                    assert!(got == &want[..], "call {b} op {i} ({off}+{len}): other bytes");
+                    assert!(
+                        got == &want[..],
+                        "call {b} op {i} ({off}+{len}): other bytes"
+                    );
                 }
             }
             Err(e) => {
@@ -145,10 +148,20 @@ fn uring_reader_under_every_fault_serves_exact_bytes_or_an_error() {
         let plan = EVERY_FAULT.replace("SEED", &seed.to_string());
         let (mut r, counts, pending) = faulty_uring(f.path(), &plan, direct);
         let (ok, failed) = stress(&mut r, &pending, 150, seed);
-        assert_eq!(r.stale_completions(), 0, "every completion was the current call's");
+        assert_eq!(
+            r.stale_completions(),
+            0,
+            "every completion was the current call's"
+        );
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        println!("seed {seed} direct {direct}: {ok} ok, {failed} failed; {}", counts.summary());
-        assert!(ok > 20 && failed > 5, "both outcomes exercised: {ok} ok, {failed} failed");
+        println!(
+            "seed {seed} direct {direct}: {ok} ok, {failed} failed; {}",
+            counts.summary()
+        );
+        assert!(
+            ok > 20 && failed > 5,
+            "both outcomes exercised: {ok} ok, {failed} failed"
+        );
         assert!(
             l(&counts.reads) > 3000
                 && l(&counts.short) > 0
@@ -190,13 +203,20 @@ fn kernel_ring_at_depth_16_reads_thousands_of_slices_exactly() {
 fn after_a_failed_read_the_same_actor_serves_the_next_demand_exactly() {
     let slice = 8192u64;
     let (f, specs) = super::tests::layered_specs(3, slice);
-    let plan = "seed=9,eio=0.05,short=0.2,eintr=0.1,delay=0.5".parse().unwrap();
+    let plan = "seed=9,eio=0.05,short=0.2,eintr=0.1,delay=0.5"
+        .parse()
+        .unwrap();
     let ring = FaultyRing::open(f.path(), plan, 64).unwrap();
     let counts = ring.counts();
     let reader = UringReader::with_ring(Box::new(ring), f.path().into(), false, 16, slice)
         .map_err(|(_, e)| e)
         .unwrap();
-    super::tests::served_bytes_are_exact_after_failures(Box::new(reader), f.path(), &specs, &counts);
+    super::tests::served_bytes_are_exact_after_failures(
+        Box::new(reader),
+        f.path(),
+        &specs,
+        &counts,
+    );
 }
 
 /// A ring that takes reads and never completes them: every wait fails.
@@ -229,7 +249,11 @@ fn a_ring_that_stops_answering_wedges_the_reader_for_good() {
     // SAFETY: the destinations are leaked, so valid for ever.
     let e = unsafe { r.read_all(&ops) }.unwrap_err();
     assert!(e.to_string().contains("stopped answering"), "{e}");
-    assert_eq!(r.in_flight(), 3, "the reads it could not drain are reported");
+    assert_eq!(
+        r.in_flight(),
+        3,
+        "the reads it could not drain are reported"
+    );
     // SAFETY: as above.
     let e = unsafe { r.read_all(&ops[..1]) }.unwrap_err();
     assert!(e.to_string().contains("3 reads never completed"), "{e}");

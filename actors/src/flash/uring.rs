@@ -193,7 +193,10 @@ impl UringReader {
         // SAFETY: the destination stays valid and untouched until the completion
         // is reaped (read_all's contract for slots; bounce buffers are ours and
         // each is used by one flight at a time).
-        if unsafe { self.ring.push_read(dst, len, f.off + f.done, self.tag(slot)) } {
+        if unsafe {
+            self.ring
+                .push_read(dst, len, f.off + f.done, self.tag(slot))
+        } {
             Ok(())
         } else {
             Err(FlashError::Config("io_uring submission queue full".into()))
