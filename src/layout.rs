@@ -61,6 +61,13 @@ pub struct MoeLayout {
     pub alignment: u64,
     /// Tensor count and bytes per ggml type name.
     pub types: BTreeMap<String, (u32, u64)>,
+    /// Blocks the tensor table names (`blk.N.*`: the largest N + 1).
+    pub blocks_in_table: u32,
+}
+
+/// N of a `blk.N.*` tensor name.
+fn block_of(name: &str) -> Option<u32> {
+    name.strip_prefix("blk.")?.split_once('.')?.0.parse().ok()
 }
 
 fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
@@ -79,14 +86,20 @@ fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
 impl MoeLayout {
     pub fn from_file(g: &GgufFile) -> Self {
         let arch = g.arch().unwrap_or_else(|| "unknown".into());
-        let block_count = g.arch_int("block_count").unwrap_or(0).max(0) as u32;
-        let n_layer_nextn = g.arch_int("nextn_predict_layers").unwrap_or(0).max(0) as u32;
-        let n_expert = g.arch_int("expert_count").unwrap_or(0).max(0) as u32;
-        let n_expert_used = g.arch_int("expert_used_count").unwrap_or(0).max(0) as u32;
+        // Out-of-range values saturate (and `check` refuses them).
+        let int = |k: &str| u32::try_from(g.arch_int(k).unwrap_or(0).max(0)).unwrap_or(u32::MAX);
+        let block_count = int("block_count");
+        let n_layer_nextn = int("nextn_predict_layers").min(block_count);
+        let n_expert = int("expert_count");
+        let n_expert_used = int("expert_used_count");
         let mut types: BTreeMap<String, (u32, u64)> = BTreeMap::new();
         let mut experts = Vec::new();
         let mut total = 0;
+        let mut blocks_in_table = 0u32;
         for t in g.tensors() {
+            if let Some(b) = block_of(&t.name) {
+                blocks_in_table = blocks_in_table.max(b.saturating_add(1));
+            }
             total += t.size_bytes;
             let e = types.entry(t.ggml_type.name()).or_default();
             e.0 += 1;
@@ -107,13 +120,66 @@ impl MoeLayout {
             file_bytes: g.file_bytes(),
             alignment: g.alignment(),
             types,
+            blocks_in_table,
         }
     }
 
     pub fn open(path: &Path) -> Result<Self, LlamaError> {
         let g = GgufFile::open(path)?;
         g.check_complete()?;
-        Ok(Self::from_file(&g))
+        let layout = Self::from_file(&g);
+        layout.check().map_err(|detail| LlamaError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        })?;
+        Ok(layout)
+    }
+
+    /// The expert tensors agree with the hyperparameters and the file: every
+    /// slice lies inside the file, so no arithmetic on them can overflow.
+    /// Returns what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let blocks = self.n_layer + self.n_layer_nextn;
+        if blocks != self.blocks_in_table {
+            return Err(format!(
+                "block_count is {blocks} but the tensor table has {} blocks",
+                self.blocks_in_table
+            ));
+        }
+        if self.n_expert_used > self.n_expert {
+            return Err(format!(
+                "expert_used_count {} exceeds expert_count {}",
+                self.n_expert_used, self.n_expert
+            ));
+        }
+        if !self.experts.is_empty() && self.n_expert_used == 0 {
+            return Err("expert_used_count is 0 but the file has expert tensors".into());
+        }
+        for e in &self.experts {
+            if e.n_expert != self.n_expert {
+                return Err(format!(
+                    "{} stacks {} experts but expert_count is {}",
+                    e.name, e.n_expert, self.n_expert
+                ));
+            }
+            if e.layer >= blocks {
+                return Err(format!(
+                    "{} is in block {} but block_count is {blocks}",
+                    e.name, e.layer
+                ));
+            }
+            let end = e
+                .slice_bytes
+                .checked_mul(u64::from(e.n_expert))
+                .and_then(|b| b.checked_add(e.file_offset));
+            if e.slice_bytes == 0 || end.is_none_or(|end| end > self.file_bytes) {
+                return Err(format!(
+                    "{}: {} slices of {} bytes at offset {} do not fit the file's {} bytes",
+                    e.name, e.n_expert, e.slice_bytes, e.file_offset, self.file_bytes
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn is_moe(&self) -> bool {
@@ -128,7 +194,7 @@ impl MoeLayout {
     }
 
     pub fn dense_bytes(&self) -> u64 {
-        self.total_tensor_bytes - self.expert_bytes()
+        self.total_tensor_bytes.saturating_sub(self.expert_bytes())
     }
 
     /// Bytes of one expert slice per projection (from the first layer that has it).
@@ -150,15 +216,20 @@ impl MoeLayout {
 
     /// Routed expert bytes one token reads through the trunk (k experts per layer).
     pub fn routed_bytes_per_token(&self) -> u64 {
-        (0..self.n_layer)
-            .map(|l| self.layer_expert_bytes(l) * self.n_expert_used as u64)
-            .sum()
+        self.routed_bytes(0..self.n_layer)
     }
 
     /// Routed expert bytes of one pass through the nextn (MTP) blocks.
     pub fn routed_bytes_per_mtp_pass(&self) -> u64 {
-        (self.n_layer..self.n_layer + self.n_layer_nextn)
-            .map(|l| self.layer_expert_bytes(l) * self.n_expert_used as u64)
+        self.routed_bytes(self.n_layer..self.n_layer + self.n_layer_nextn)
+    }
+
+    /// Routed expert bytes of one token through `layers` (k experts per layer).
+    fn routed_bytes(&self, layers: std::ops::Range<u32>) -> u64 {
+        self.experts
+            .iter()
+            .filter(|e| layers.contains(&e.layer))
+            .map(|e| e.slice_bytes * self.n_expert_used as u64)
             .sum()
     }
 
@@ -178,7 +249,7 @@ fn expert_tensor(t: &TensorInfo, layer: u32, proj: Proj) -> ExpertTensor {
         ggml_type: t.ggml_type,
         file_offset: t.file_offset,
         slice_bytes: t.slice_bytes(),
-        n_expert: t.ne[2] as u32,
+        n_expert: u32::try_from(t.ne[2]).unwrap_or(u32::MAX),
     }
 }
 

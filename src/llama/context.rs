@@ -179,6 +179,9 @@ impl Context {
                 n_batch: self.n_batch,
             });
         }
+        // Hooks rewrite the model's shared weight pointers during the decode:
+        // no other context of the model may decode meanwhile.
+        let _turn = self.model.decode_turn()?;
         if let Some(o) = self._observer.as_mut() {
             o.observer.decode_begin();
         }

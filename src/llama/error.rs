@@ -34,6 +34,11 @@ pub enum LlamaError {
     BatchSize { tokens: usize, n_batch: u32 },
     #[error("llama_decode failed with code {0}")]
     Decode(i32),
+    #[error(
+        "two contexts of one model decoded at once (a bug in bmoe: decodes of a model take \
+         turns, since their hooks rewrite the model's shared weight pointers)"
+    )]
+    ConcurrentDecode,
     #[error("the decode was aborted: its eval observer panicked: {0}")]
     ObserverPanicked(String),
     #[error("tokenization failed: {0}")]

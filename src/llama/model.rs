@@ -3,6 +3,7 @@
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use llama_cpp_sys_2 as sys;
 
@@ -60,20 +61,56 @@ pub struct ChatMessage {
     pub content: String,
 }
 
-/// A llama.cpp model. Read-only after load, so it may be shared between the
-/// threads that own contexts on it.
+/// A llama.cpp model, shared (`Arc`) by the contexts on it, which may live on
+/// different threads (the target on the verify thread, the MTP head on the
+/// draft actor's).
+///
+/// The one thing about a model that is written after load is its weight
+/// tensors' data pointers: eval hooks point expert tensors at the flash
+/// actor's arena and, with `--dense-weights anon`, dense tensors at anonymous
+/// copies, from inside a decode (the eval callback). The tensors are the
+/// model's, seen by every context on it. So decodes of one model take turns:
+/// [`Context::decode`](super::Context::decode) holds the model's decode turn
+/// ([`Model::decode_turn`]) for the whole `llama_decode`, and a second decode
+/// of the same model while one runs is refused with an error (never waited
+/// for: the contexts' owners hand the turn over by their own protocol, as the
+/// verify loop and the draft actor do with their blocking request/reply). A
+/// data pointer is therefore never rewritten while another decode reads it.
 pub struct Model {
     ptr: NonNull<sys::llama_model>,
     path: PathBuf,
+    /// Whether a decode of a context on this model is running.
+    decoding: AtomicBool,
 }
 
-// SAFETY: a loaded llama_model is immutable; llama.cpp allows several contexts on
-// different threads to read it concurrently (the server does exactly this).
+// SAFETY: after load, llama.cpp only reads a llama_model, except the tensor
+// data pointers that eval hooks rewrite inside a decode, which holds the decode
+// turn (see the type's docs): so moving the model between threads is sound.
 unsafe impl Send for Model {}
-// SAFETY: see `Send`: every method takes `&self` and only reads the model.
+// SAFETY: every `&self` method only reads the model; concurrent decodes of its
+// contexts, the only writers of shared state (tensor data pointers), are
+// refused by the decode turn (a compare-exchange, checked in Context::decode).
 unsafe impl Sync for Model {}
 
+/// A decode of a context on the model is running; dropped when it returns.
+pub struct DecodeTurn<'a>(&'a AtomicBool);
+
+impl Drop for DecodeTurn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 impl Model {
+    /// Take the model's decode turn, or fail when another context on the model
+    /// is decoding right now (see the type's docs).
+    pub fn decode_turn(&self) -> Result<DecodeTurn<'_>, LlamaError> {
+        self.decoding
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map_err(|_| LlamaError::ConcurrentDecode)?;
+        Ok(DecodeTurn(&self.decoding))
+    }
+
     /// Validate the file as a gguf (clear errors for missing, non-gguf and
     /// truncated files), then load it with llama.cpp on the CPU. Weight
     /// repacking is always off so that file offsets describe what the matmuls read.
@@ -107,6 +144,7 @@ impl Model {
         Ok(Self {
             ptr,
             path: path.to_path_buf(),
+            decoding: AtomicBool::new(false),
         })
     }
 

@@ -110,6 +110,47 @@ fn activation_layer(name: &str) -> Option<u32> {
         .and_then(|l| l.parse().ok())
 }
 
+/// The anonymous copy of dense weight `src` (made now if it is new), or None
+/// when `src` is not in llama.cpp's file mapping. The store's lock is never held
+/// across the copy, which faults the tensor in from disk.
+fn anon_copy(shared: &SharedAnon, src: &NodeView<'_>) -> Result<Option<*mut u8>, String> {
+    let addr = src.data_addr();
+    let len = src.nbytes() as usize;
+    // A poisoned lock means a hook panicked while holding it: the store only
+    // ever holds whole copies, so keep going.
+    let lock = || shared.lock().unwrap_or_else(|p| p.into_inner());
+    {
+        let anon = lock();
+        if let Some(c) = anon.copies.get(&addr) {
+            return Ok(Some(c.as_ptr()));
+        }
+        if !anon.inside(addr, len) {
+            return Ok(None);
+        }
+    }
+    // SAFETY: [addr, addr + len) lies inside llama.cpp's readable file mapping
+    // (checked above; the mapping lives as long as the model) and holds this
+    // tensor's bytes.
+    let copy =
+        unsafe { AnonBuffer::copy_from(addr as *const u8, len) }.map_err(|e| e.to_string())?;
+    let mut anon = lock();
+    if let Some(c) = anon.copies.get(&addr) {
+        // Copied meanwhile by the other context's hook: use that one.
+        return Ok(Some(c.as_ptr()));
+    }
+    let ptr = copy.as_ptr();
+    tracing::trace!(
+        tensor = src.name(),
+        bytes = len,
+        "dense weight copied to anonymous memory"
+    );
+    anon.copied_bytes += len as u64;
+    anon.copies.insert(addr, copy);
+    drop(anon);
+    memory::drop_pages(addr, len);
+    Ok(Some(ptr))
+}
+
 pub struct StreamHook {
     client: FlashClient,
     arena: Arc<Arena>,
@@ -289,13 +330,9 @@ impl StreamHook {
     /// Point every dense weight a node reads from the file mapping at an
     /// anonymous copy (made on first sight; the mapping's pages are then dropped).
     fn bind_dense(&mut self, node: &NodeView<'_>) {
-        let Some(shared) = self.anon.as_ref() else {
+        let Some(shared) = self.anon.clone() else {
             return;
         };
-        // A poisoned lock means another hook panicked mid-copy: its copies are
-        // still whole tensors (inserted only once complete), so keep going.
-        let mut anon = shared.lock().unwrap_or_else(|p| p.into_inner());
-        let mut failure = None;
         for i in 0..llama_max_src() {
             let Some(src) = node.src(i) else { continue };
             // Only model weights still served from the file mapping (never
@@ -303,41 +340,18 @@ impl StreamHook {
             if !src.is_weight() || self.weights.contains_key(src.name()) {
                 continue;
             }
-            let addr = src.data_addr();
-            let len = src.nbytes() as usize;
-            if !anon.copies.contains_key(&addr) && !anon.inside(addr, len) {
-                continue;
-            }
-            if !anon.copies.contains_key(&addr) {
-                // SAFETY: [addr, addr + len) lies inside llama.cpp's readable file
-                // mapping (checked above) and holds this tensor's bytes.
-                match unsafe { AnonBuffer::copy_from(addr as *const u8, len) } {
-                    Ok(b) => {
-                        tracing::trace!(
-                            tensor = src.name(),
-                            bytes = len,
-                            node = node.name(),
-                            "dense weight copied to anonymous memory"
-                        );
-                        anon.copied_bytes += len as u64;
-                        memory::drop_pages(addr, len);
-                        anon.copies.insert(addr, b);
-                    }
-                    Err(e) => {
-                        failure = Some(format!("--dense-weights anon: {e}"));
-                        break;
-                    }
+            match anon_copy(&shared, &src) {
+                Ok(None) => {}
+                // SAFETY: the copy holds the tensor's exact bytes (nbytes) and lives
+                // in the shared store, which every hook on the model holds (and each
+                // context owns its hook), so it outlives every decode of every
+                // context; no other decode of the model runs (the decode turn).
+                Ok(Some(copy)) => unsafe { src.rebind_data(copy) },
+                Err(e) => {
+                    self.fail(format!("--dense-weights anon: {e}"));
+                    return;
                 }
             }
-            let copy = &anon.copies[&addr];
-            // SAFETY: the copy holds the tensor's exact bytes (nbytes) and lives in
-            // the shared store, which every hook on the model holds (and each
-            // context owns its hook), so it outlives every decode of every context.
-            unsafe { src.rebind_data(copy.as_ptr()) };
-        }
-        drop(anon);
-        if let Some(msg) = failure {
-            self.fail(msg);
         }
     }
 

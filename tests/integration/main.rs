@@ -7,6 +7,7 @@ mod errors;
 mod eval_hook;
 mod faults;
 mod fixtures;
+mod gguf_fuzz;
 mod prefetch;
 mod run;
 mod speculation;
