@@ -274,12 +274,11 @@ impl Streamer {
                     .map(|e| e.slice_bytes)
                     .max()
                     .unwrap_or(0);
-                let (reader, counts, note) =
-                    open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
-                fault_counts = Some(counts);
+                let f = open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
+                fault_counts = Some(f.counts);
                 Flash::spawn_with_reader(
-                    reader,
-                    vec![note],
+                    f.reader,
+                    vec![f.note],
                     specs(layout),
                     flash_cfg,
                     Some(model_path),

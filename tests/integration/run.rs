@@ -81,6 +81,25 @@ fn library_generation_is_deterministic_and_matches_the_cli() {
 }
 
 #[test]
+fn two_decodes_of_one_model_at_once_are_refused() {
+    let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
+    let tokens = generate::prompt_tokens(&model, QUESTION, true).unwrap();
+    let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
+    // Another context of the model is decoding (it holds the turn).
+    let turn = model.decode_turn().unwrap();
+    assert!(matches!(
+        model.decode_turn(),
+        Err(bmoe::llama::LlamaError::ConcurrentDecode)
+    ));
+    let e = generate::generate(&mut ctx, &tokens, 4, 512, &mut |_: &str| {}).unwrap_err();
+    assert!(e.to_string().contains("decoded at once"), "{e}");
+    drop(turn);
+    ctx.clear();
+    let g = generate::generate(&mut ctx, &tokens, 4, 512, &mut |_: &str| {}).unwrap();
+    assert_eq!(g.tokens.len(), 4);
+}
+
+#[test]
 fn inspect_reports_the_moe_layout() {
     let o = bmoe(&["inspect", e8k2().to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -367,6 +367,13 @@ impl Ring for FaultyRing {
     }
 }
 
+/// A reader under injected faults, what it injects, and a note saying so.
+pub struct FaultyReader {
+    pub reader: Box<dyn SliceReader>,
+    pub counts: Arc<FaultCounts>,
+    pub note: String,
+}
+
 /// A reader over `path` under `plan`'s faults, on the reader the plan names
 /// (io_uring over a [`FaultyRing`] by default, else pread over a
 /// [`FaultySource`]), with what it injects counted and a note saying so.
@@ -375,7 +382,7 @@ pub fn open_faulty_reader(
     plan: &FaultPlan,
     queue_depth: u32,
     max_slice_bytes: u64,
-) -> Result<(Box<dyn SliceReader>, Arc<FaultCounts>, String), FlashError> {
+) -> Result<FaultyReader, FlashError> {
     let open_err = |source| FlashError::Open {
         path: path.to_path_buf(),
         source,
@@ -385,8 +392,12 @@ pub fn open_faulty_reader(
         FaultReader::Pread => {
             let src = FaultySource::open(path, plan.clone()).map_err(open_err)?;
             let counts = src.counts();
-            let reader = PreadReader::new(Box::new(src), path, max_slice_bytes)?;
-            Ok((Box::new(reader), counts, note))
+            let reader = Box::new(PreadReader::new(Box::new(src), path, max_slice_bytes)?);
+            Ok(FaultyReader {
+                reader,
+                counts,
+                note,
+            })
         }
         FaultReader::Uring => {
             let depth = queue_depth.clamp(1, 256);
@@ -401,7 +412,11 @@ pub fn open_faulty_reader(
                 max_slice_bytes,
             )
             .map_err(|(_, e)| open_err(e))?;
-            Ok((Box::new(reader), counts, note))
+            Ok(FaultyReader {
+                reader: Box::new(reader),
+                counts,
+                note,
+            })
         }
     }
 }

@@ -20,7 +20,7 @@ use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
 pub use fault::{
-    open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyRing, FaultySource,
+    open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
 pub use probe::{probe_read_bandwidth, ProbeResult};
