@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use bmoe_actors::output::PendingFile;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::Subscriber;
@@ -71,6 +72,9 @@ impl Sink {
 pub struct ChromeTrace {
     path: PathBuf,
     sink: Arc<Mutex<Sink>>,
+    /// The trace's temporary file, moved over `path` by `finish` (removed, the
+    /// file at `path` untouched, when the trace is dropped unfinished).
+    pending: Arc<Mutex<Option<PendingFile>>>,
 }
 
 /// The layer itself (see the module docs).
@@ -104,10 +108,11 @@ thread_local! {
 impl ChromeTrace {
     /// Create the file and the layer that feeds it.
     pub fn create(path: &Path) -> Result<(Self, ChromeLayer), ChromeTraceError> {
-        let file = File::create(path).map_err(|source| ChromeTraceError::Create {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let (file, pending) =
+            PendingFile::create(path).map_err(|source| ChromeTraceError::Create {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let mut out = BufWriter::with_capacity(1 << 16, file);
         out.write_all(b"[")
             .map_err(|source| ChromeTraceError::Write {
@@ -130,6 +135,7 @@ impl ChromeTrace {
             Self {
                 path: path.to_path_buf(),
                 sink,
+                pending: Arc::new(Mutex::new(Some(pending))),
             },
             layer,
         ))
@@ -145,7 +151,14 @@ impl ChromeTrace {
         s.closed = true;
         let res = s.out.write_all(b"\n]\n").and_then(|_| s.out.flush());
         let err = s.error.take().map(Err).unwrap_or(res);
-        err.map_err(|source| ChromeTraceError::Write {
+        // What was written goes into place, complete or not.
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let moved = pending.map_or(Ok(()), |p| p.commit());
+        err.and(moved).map_err(|source| ChromeTraceError::Write {
             path: self.path.clone(),
             source,
         })?;

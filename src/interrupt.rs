@@ -1,6 +1,7 @@
 //! SIGINT / SIGTERM: the first one asks generation to stop at the next token
 //! boundary (the CSV gets an aborted trailer, BMOE_DONE says aborted=1, actors
-//! are joined, the exit code is 130 or 143); a second one exits at once.
+//! are joined, the exit code is 130 or 143); a second one exits at once, after
+//! moving the outputs written so far (CSV, trace) into place.
 //!
 //! SIGBUS: touching a mapped page past the end of a file that shrank (the model
 //! truncated while running, with the dense weights left in llama.cpp's
@@ -13,6 +14,8 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     if SIGNAL.swap(sig, Ordering::SeqCst) != 0 {
+        // What the outputs hold so far goes into place (rename(2) only).
+        bmoe_actors::output::commit_all_from_signal_handler();
         // SAFETY: _exit is async-signal-safe; a second signal means "now".
         unsafe { libc::_exit(128 + sig) };
     }
@@ -29,8 +32,11 @@ extern "C" fn on_sigbus(_sig: libc::c_int) {
     // static byte string valid for its whole length.
     unsafe {
         libc::write(2, SIGBUS_MESSAGE.as_ptr().cast(), SIGBUS_MESSAGE.len());
-        libc::_exit(1);
     }
+    // The CSV rows written so far go into place (rename(2) only).
+    bmoe_actors::output::commit_all_from_signal_handler();
+    // SAFETY: async-signal-safe.
+    unsafe { libc::_exit(1) };
 }
 
 /// Install the handlers (the binary calls this once at start).

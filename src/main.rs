@@ -3,6 +3,7 @@
 mod cli;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
@@ -25,8 +26,51 @@ mod exit {
     pub const MODEL_INVALID: u8 = 4;
 }
 
+/// The files a command reads, which no output may replace.
+fn inputs(cmd: &Command) -> Vec<&Path> {
+    match cmd {
+        Command::Run(a) => run_inputs(a),
+        _ => Vec::new(),
+    }
+}
+
+fn run_inputs(a: &RunArgs) -> Vec<&Path> {
+    a.model
+        .iter()
+        .chain(a.file.iter())
+        .map(|p| p.as_path())
+        .collect()
+}
+
+/// Refuse an output (`--csv`, `--trace-chrome`) that names one of the run's
+/// inputs (the model, the prompt file): it would be replaced when the run ends.
+fn refuse_output_over_input(flag: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(o) = std::fs::metadata(out) else {
+        return Ok(()); // a new file cannot be an input
+    };
+    for i in inputs {
+        if let Ok(m) = std::fs::metadata(i) {
+            if (m.dev(), m.ino()) == (o.dev(), o.ino()) {
+                return Err(UsageError(format!(
+                    "{flag} {} is the run's own input {}: it would be overwritten; choose another path",
+                    out.display(),
+                    i.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(t) = cli.trace_chrome.as_deref() {
+        if let Err(e) = refuse_output_over_input("--trace-chrome", t, &inputs(&cli.command)) {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    }
     let trace = match init_tracing(cli.verbose, cli.trace_chrome.as_deref()) {
         Ok(t) => t,
         Err(e) => {
@@ -35,10 +79,13 @@ fn main() -> ExitCode {
         }
     };
     bmoe::interrupt::install();
-    let res = dispatch(cli);
+    let mut res = dispatch(cli);
     if let Some(t) = trace {
         match t.finish() {
             Ok(n) => eprintln!("trace: {n} events written to {}", t.path().display()),
+            // A trace that could not be written fails the run (a bench must
+            // not count it as measured).
+            Err(e) if res.is_ok() => res = Err(e.into()),
             Err(e) => eprintln!("error: {e}"),
         }
     }
@@ -264,6 +311,9 @@ fn bench(args: BenchArgs) -> Result<()> {
 }
 
 fn run(args: RunArgs) -> Result<()> {
+    if let Some(csv) = args.csv.as_deref() {
+        refuse_output_over_input("--csv", csv, &run_inputs(&args))?;
+    }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => std::fs::read_to_string(f)

@@ -4,10 +4,12 @@
 //! - [`sampling`]: greedy selection over a logits row.
 //! - [`ngram`]: the n-gram draft source (longest earlier match of the suffix).
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
+//! - [`output`]: output files written beside their target and renamed into place.
 
 pub mod cache;
 pub mod flash;
 pub mod ngram;
+pub mod output;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;

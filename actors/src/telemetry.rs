@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::output::PendingFile;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 /// Default capacity of the telemetry channel (rows in flight).
@@ -190,26 +191,42 @@ pub struct Telemetry {
     dropped: Arc<AtomicU64>,
     rows: Arc<AtomicU64>,
     csv: Option<PathBuf>,
+    /// The CSV's temporary file, moved into place by `finish` (removed, the
+    /// target untouched, when the telemetry is dropped unfinished).
+    pending: Option<PendingFile>,
     /// Set by the actor when a CSV write fails (generation stops at the next token).
     write_failed: Arc<AtomicBool>,
 }
 
-/// Open the CSV now (so an unwritable path is refused before any work).
-pub fn open_csv(path: &Path) -> Result<File, TelemetryError> {
-    File::create(path).map_err(|source| TelemetryError::Csv {
+/// The CSV being written: rows go to a temporary file beside the target,
+/// renamed over it when [`Telemetry::finish`] has written the trailer.
+pub struct CsvOut {
+    file: File,
+    pending: PendingFile,
+}
+
+/// Open the CSV now (so an unwritable path is refused before any work),
+/// without touching the file already at `path`.
+pub fn open_csv(path: &Path) -> Result<CsvOut, TelemetryError> {
+    let (file, pending) = PendingFile::create(path).map_err(|source| TelemetryError::Csv {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    Ok(CsvOut { file, pending })
 }
 
 impl Telemetry {
-    /// Start the actor; `csv_file` comes from [`open_csv`]. The header and the
+    /// Start the actor; `csv_out` comes from [`open_csv`]. The header and the
     /// preamble are written before this returns.
     pub fn start(
         cfg: &TelemetryConfig,
-        csv_file: Option<File>,
+        csv_out: Option<CsvOut>,
         preamble: &[(String, String)],
     ) -> Result<Self, TelemetryError> {
+        let (csv_file, pending) = match csv_out {
+            Some(c) => (Some(c.file), Some(c.pending)),
+            None => (None, None),
+        };
         let mut csv = csv_file.map(BufWriter::new);
         if let (Some(w), Some(path)) = (csv.as_mut(), cfg.csv.as_ref()) {
             let err = |source| TelemetryError::Csv {
@@ -242,6 +259,7 @@ impl Telemetry {
             dropped: Arc::new(AtomicU64::new(0)),
             rows,
             csv: cfg.csv.clone(),
+            pending,
             write_failed,
         })
     }
@@ -299,6 +317,13 @@ impl Telemetry {
             if j.is_finished() {
                 let _ = j.join();
             }
+        }
+        // What was written goes into place, trailer or not (a failed write
+        // keeps the rows before it).
+        if let Some(p) = self.pending.take() {
+            let path = p.target().to_path_buf();
+            p.commit()
+                .map_err(|source| TelemetryError::Csv { path, source })?;
         }
         match res {
             Ok(Ok(())) => Ok(self.rows.load(Ordering::Relaxed)),

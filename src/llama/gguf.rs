@@ -84,6 +84,11 @@ impl GgufFile {
             });
         }
         drop(f);
+        // Our own bounded walk first: a few headers would abort inside ggml.
+        super::header::check(path, file_bytes).map_err(|detail| LlamaError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        })?;
         super::init_backend();
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))?;

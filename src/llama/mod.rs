@@ -10,6 +10,7 @@ mod context;
 mod error;
 mod eval;
 pub mod gguf;
+mod header;
 mod model;
 mod mtp;
 pub mod quant;

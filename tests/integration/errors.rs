@@ -103,3 +103,71 @@ fn prompt_longer_than_the_context() {
         "raise -c/--ctx",
     );
 }
+
+/// Files in `dir` other than `keep` (a leftover temporary output would show here).
+fn others(dir: &std::path::Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[test]
+fn outputs_never_replace_inputs_or_a_file_before_the_run_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (model, prompt, csv, trace) = (d("victim.gguf"), d("pr.txt"), d("a.csv"), d("t.json"));
+    std::fs::write(&model, b"GGUF not really a model, but precious").unwrap();
+    std::fs::write(&prompt, "Once upon a time").unwrap();
+    std::fs::write(&csv, "precious csv").unwrap();
+    std::fs::write(&trace, "precious trace").unwrap();
+    // An output naming an input is refused before anything is read or written.
+    for (args, flag) in [
+        (vec!["-m", &model, "-p", "x", "--csv", &model], "--csv"),
+        (vec!["-m", &model, "-f", &prompt, "--csv", &prompt], "--csv"),
+        (
+            vec!["-m", &model, "-p", "x", "--trace-chrome", &model],
+            "--trace-chrome",
+        ),
+    ] {
+        let mut a = vec!["run"];
+        a.extend(args.iter().copied());
+        let o = bmoe(&a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(flag) && stderr(&o).contains("overwritten"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&model).unwrap(),
+        b"GGUF not really a model, but precious"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&prompt).unwrap(),
+        "Once upon a time"
+    );
+    // A run that fails before it measured anything leaves existing outputs as they were.
+    let missing = d("missing.gguf");
+    let o = bmoe(&[
+        "run",
+        "-m",
+        &missing,
+        "-p",
+        "x",
+        "--csv",
+        &csv,
+        "--trace-chrome",
+        &trace,
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), "precious csv");
+    let keep = ["victim.gguf", "pr.txt", "a.csv", "t.json"];
+    assert!(
+        others(dir.path(), &keep).is_empty(),
+        "{:?}",
+        others(dir.path(), &keep)
+    );
+}

@@ -409,3 +409,22 @@ fn hyperparameters_that_disagree_with_the_tensors_are_refused_before_llama_cpp()
         );
     }
 }
+
+/// Fuzzing findings, kept as regression inputs (tests/data/fuzz-*.gguf): each
+/// once aborted bmoe inside ggml; now each is an exit-4 error saying why.
+#[test]
+fn fuzz_findings_are_refused_with_exit_4() {
+    let cases = [(
+        "fuzz-elements-overflow.gguf",
+        "more elements than fit in 64 bits",
+    )];
+    for (file, want) in cases {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(file);
+        let o = crate::common::bmoe(&["inspect", path.to_str().unwrap()]);
+        let err = crate::common::stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{file}: {err}");
+        assert!(err.contains(want), "{file}: {err}");
+    }
+}

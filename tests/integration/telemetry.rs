@@ -248,10 +248,18 @@ fn interrupted_run(sig: i32, twice: bool, code: i32) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until a few rows are on disk, then interrupt.
+    // Wait until a few rows are on disk (in the CSV's temporary file beside it,
+    // renamed into place when the run ends), then interrupt.
+    let partial = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().contains(".int.csv.bmoe-"))
+    };
     let t0 = Instant::now();
     loop {
-        let rows = std::fs::read_to_string(&csv)
+        let rows = partial()
+            .and_then(|p| std::fs::read_to_string(p).ok())
             .map(|t| t.lines().filter(|l| !l.starts_with('#')).count())
             .unwrap_or(0);
         if rows >= 4 {
@@ -269,8 +277,11 @@ fn interrupted_run(sig: i32, twice: bool, code: i32) {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "signal {sig}: {err}");
+    assert!(partial().is_none(), "the CSV was moved into place");
     if twice {
         // Exited from the handler: the CSV has its rows, maybe no trailer.
+        let text = std::fs::read_to_string(&csv).expect("the CSV is in place");
+        assert!(text.lines().filter(|l| !l.starts_with('#')).count() >= 4);
         return;
     }
     let c = parse(&std::fs::read_to_string(&csv).unwrap());

@@ -1,0 +1,187 @@
+//! Output files (the CSV, the Chrome trace) written under a temporary name
+//! beside their target and renamed into place when complete: a run that fails
+//! before it measured anything, or is refused, never truncates the file that
+//! was there, and two runs never interleave their bytes in one file.
+
+use std::ffi::{c_char, CString};
+use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Pending files a process may have open at once (the CSV and the trace).
+const MAX_PENDING: usize = 8;
+
+/// (temporary, target) paths of the pending files, as leaked C strings, for
+/// [`commit_all_from_signal_handler`]; null where free.
+static REGISTRY: [[AtomicPtr<c_char>; 2]; MAX_PENDING] = [const {
+    [
+        const { AtomicPtr::new(std::ptr::null_mut()) },
+        const { AtomicPtr::new(std::ptr::null_mut()) },
+    ]
+}; MAX_PENDING];
+
+fn c_path(p: &Path) -> *mut c_char {
+    CString::new(p.as_os_str().as_bytes())
+        .map(CString::into_raw)
+        .unwrap_or(std::ptr::null_mut())
+}
+
+/// Register a pending file; returns its registry slot (None when full or
+/// when a path holds a NUL byte: it is then not moved from a signal handler).
+fn register(tmp: &Path, target: &Path) -> Option<usize> {
+    let (t, g) = (c_path(tmp), c_path(target));
+    if t.is_null() || g.is_null() {
+        free(t);
+        free(g);
+        return None;
+    }
+    for (i, slot) in REGISTRY.iter().enumerate() {
+        // The target first: a slot whose temporary path is set is complete.
+        if slot[1]
+            .compare_exchange(std::ptr::null_mut(), g, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            slot[0].store(t, Ordering::Release);
+            return Some(i);
+        }
+    }
+    free(t);
+    free(g);
+    None
+}
+
+fn unregister(i: usize) {
+    let t = REGISTRY[i][0].swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let g = REGISTRY[i][1].swap(std::ptr::null_mut(), Ordering::AcqRel);
+    free(t);
+    free(g);
+}
+
+fn free(p: *mut c_char) {
+    if !p.is_null() {
+        // SAFETY: made by CString::into_raw in `c_path`, freed once (the
+        // registry slot was swapped to null before).
+        drop(unsafe { CString::from_raw(p) });
+    }
+}
+
+/// Move every pending file into place now: for a process about to `_exit`
+/// from a signal handler (a second SIGINT, SIGBUS), so what was written is
+/// not lost. Async-signal-safe: atomic loads and rename(2) only.
+pub fn commit_all_from_signal_handler() {
+    for slot in &REGISTRY {
+        let t = slot[0].load(Ordering::Acquire);
+        let g = slot[1].load(Ordering::Acquire);
+        if !t.is_null() && !g.is_null() {
+            // SAFETY: both are NUL-terminated strings leaked until unregister
+            // (which a handler-interrupted thread cannot finish meanwhile: at
+            // worst it already nulled them, and then we skip the slot).
+            unsafe { libc::rename(t, g) };
+        }
+    }
+}
+
+/// A file being written as `.<name>.bmoe-<pid>.partial` beside `target`.
+/// [`PendingFile::commit`] renames it over the target; dropped uncommitted,
+/// it is removed and the target stays as it was.
+#[derive(Debug)]
+pub struct PendingFile {
+    tmp: PathBuf,
+    target: PathBuf,
+    committed: bool,
+    /// Its slot in the signal handler's registry.
+    slot: Option<usize>,
+}
+
+impl PendingFile {
+    /// Create the temporary file (the target's directory must be writable;
+    /// the target itself is not touched). A target that is a directory is
+    /// refused here rather than after the run.
+    pub fn create(target: &Path) -> std::io::Result<(File, Self)> {
+        if target.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory",
+            ));
+        }
+        let name = target
+            .file_name()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+        let tmp = target.with_file_name(format!(
+            ".{}.bmoe-{}.partial",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let pending = Self {
+            slot: register(&tmp, target),
+            tmp,
+            target: target.to_path_buf(),
+            committed: false,
+        };
+        Ok((file, pending))
+    }
+
+    /// Where the file ends up.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Move the finished file into place (atomically, on one filesystem).
+    pub fn commit(mut self) -> std::io::Result<()> {
+        std::fs::rename(&self.tmp, &self.target)?;
+        self.committed = true;
+        Ok(())
+    }
+
+    /// The temporary file being written (a run's CSV can be followed there).
+    pub fn partial(&self) -> &Path {
+        &self.tmp
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot.take() {
+            unregister(i);
+        }
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_changes_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("run.csv");
+        std::fs::write(&target, "old").unwrap();
+        let (mut f, p) = PendingFile::create(&target).unwrap();
+        std::io::Write::write_all(&mut f, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+        drop(p);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "temp removed"
+        );
+        let (mut f, p) = PendingFile::create(&target).unwrap();
+        std::io::Write::write_all(&mut f, b"new").unwrap();
+        p.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_or_missing_parent_is_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(PendingFile::create(dir.path()).is_err());
+        assert!(PendingFile::create(&dir.path().join("no/such/x.csv")).is_err());
+    }
+}
