@@ -87,8 +87,8 @@ pub struct BenchArgs {
     /// holds the rest of MemAvailable for the duration of the matrix.
     #[arg(long, value_name = "MIB")]
     pub ram_limit_mb: Option<u64>,
-    /// Queue depths of the read probe.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    /// Queue depths of the read probe (each 1..=256, the io_uring reader's limit).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub probe_depths: Vec<u32>,
     /// Seconds per probed depth.
     #[arg(long, default_value_t = 1.0)]
@@ -138,7 +138,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "MIB|P%|auto", default_value = "auto")]
     pub cache_mb: bmoe::stream::CacheSize,
     /// Upper bound for --cache-mb auto, in MiB.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=bmoe::stream::MAX_CACHE_MB))]
     pub cache_ceil_mb: u64,
     /// Expert reads kept in flight (io_uring queue depth).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -213,8 +213,8 @@ pub struct ProbeArgs {
     /// Model gguf (default: the default upcycled model).
     #[arg(short, long)]
     pub model: Option<PathBuf>,
-    /// Queue depths to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    /// Queue depths to measure (each 1..=256, the io_uring reader's limit).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub depths: Vec<u32>,
     /// Seconds per depth.
     #[arg(long, default_value_t = 2.0)]

@@ -200,6 +200,7 @@ pub struct Telemetry {
 
 /// The CSV being written: rows go to a temporary file beside the target,
 /// renamed over it when [`Telemetry::finish`] has written the trailer.
+#[derive(Debug)]
 pub struct CsvOut {
     file: File,
     pending: PendingFile,

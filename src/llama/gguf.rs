@@ -33,8 +33,9 @@ impl TensorInfo {
         self.ggml_type.row_bytes(self.ne[0])
     }
     /// Bytes of one 2-D slice along dim 2 (one expert of a stacked expert tensor).
+    /// Saturates on absurd shapes (the layout's check then refuses them).
     pub fn slice_bytes(&self) -> u64 {
-        self.row_bytes() * self.ne[1]
+        self.row_bytes().saturating_mul(self.ne[1])
     }
 }
 
@@ -150,7 +151,7 @@ impl GgufFile {
                 name,
                 ggml_type: GgmlType(ty),
                 ne,
-                file_offset: self.data_offset + off,
+                file_offset: self.data_offset.saturating_add(off),
                 size_bytes: size,
             });
         }
@@ -187,7 +188,7 @@ impl GgufFile {
         let needed = self
             .tensors
             .iter()
-            .map(|t| t.file_offset + t.size_bytes)
+            .map(|t| t.file_offset.saturating_add(t.size_bytes))
             .max()
             .unwrap_or(self.data_offset);
         if needed > self.file_bytes {

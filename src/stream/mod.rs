@@ -28,6 +28,8 @@ use crate::layout::{MoeLayout, Proj};
 const MIB: u64 = 1024 * 1024;
 /// Memory left for everything else when sizing or checking the cache.
 pub const HEADROOM_BYTES: u64 = 512 * MIB;
+/// The largest `--cache-mb` / `--cache-ceil-mb` whose byte count fits a u64.
+pub const MAX_CACHE_MB: u64 = u64::MAX / MIB;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -100,6 +102,13 @@ impl std::str::FromStr for CacheSize {
                     "expected a share of the expert bytes in 0%..=100%, got {s:?}"
                 )),
             };
+        }
+        if let Ok(mb) = s.parse::<u64>() {
+            if mb > MAX_CACHE_MB {
+                return Err(format!(
+                    "{mb} MiB does not fit in 64 bits of bytes (at most {MAX_CACHE_MB})"
+                ));
+            }
         }
         s.parse::<u64>().map(CacheSize::Mib).map_err(|_| {
             format!("expected a number of MiB, a share like 25% of the expert bytes, or 'auto', got {s:?}")
@@ -180,8 +189,8 @@ pub fn resolve_cache_bytes(
         .map(|a| a.saturating_sub(dense + HEADROOM_BYTES))
         .unwrap_or(u64::MAX);
     let asked = match cfg.cache {
-        CacheSize::Auto => return Ok(fits.min(cfg.cache_ceil_mb * MIB).min(experts)),
-        CacheSize::Mib(mb) => mb * MIB,
+        CacheSize::Auto => return Ok(fits.min(cfg.cache_ceil_mb.saturating_mul(MIB)).min(experts)),
+        CacheSize::Mib(mb) => mb.saturating_mul(MIB),
         CacheSize::Percent(p) => (experts as f64 * p / 100.0) as u64,
     };
     if asked.min(experts) > fits {

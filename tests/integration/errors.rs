@@ -171,3 +171,44 @@ fn outputs_never_replace_inputs_or_a_file_before_the_run_measured() {
         others(dir.path(), &keep)
     );
 }
+
+#[test]
+fn numeric_flags_that_would_overflow_or_exhaust_memory_are_refused() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["run", "-p", "x", "--cache-mb", "17592186044416"],
+            "does not fit in 64 bits",
+        ),
+        (
+            &["run", "-p", "x", "--cache-ceil-mb", "18446744073709551615"],
+            "0..=17592186044415",
+        ),
+        (
+            &[
+                "bench",
+                "-o",
+                "/nonexistent-bmoe-out",
+                "--probe-depths",
+                "100000",
+            ],
+            "1..=256",
+        ),
+        (
+            &[
+                "bench",
+                "-o",
+                "/nonexistent-bmoe-out",
+                "--probe-depths",
+                "0",
+            ],
+            "1..=256",
+        ),
+        (&["probe", "--depths", "4,0"], "1..=256"),
+    ];
+    for (args, want) in cases {
+        let o = bmoe(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}

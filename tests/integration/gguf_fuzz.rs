@@ -411,13 +411,18 @@ fn hyperparameters_that_disagree_with_the_tensors_are_refused_before_llama_cpp()
 }
 
 /// Fuzzing findings, kept as regression inputs (tests/data/fuzz-*.gguf): each
-/// once aborted bmoe inside ggml; now each is an exit-4 error saying why.
+/// once crashed bmoe (an abort inside ggml, a panic on overflow); now each is
+/// an exit-4 error saying why.
 #[test]
 fn fuzz_findings_are_refused_with_exit_4() {
-    let cases = [(
-        "fuzz-elements-overflow.gguf",
-        "more elements than fit in 64 bits",
-    )];
+    let cases = [
+        (
+            "fuzz-elements-overflow.gguf",
+            "more elements than fit in 64 bits",
+        ),
+        // A slice (row bytes x rows) past u64: a panic on overflow in bmoe.
+        ("fuzz-slice-bytes-overflow.gguf", "do not fit the file"),
+    ];
     for (file, want) in cases {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data")
