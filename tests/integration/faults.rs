@@ -231,47 +231,10 @@ fn a_model_replaced_while_running_is_detected_and_the_run_stops() {
 
 #[test]
 fn a_csv_write_failing_mid_run_stops_generation_with_the_error() {
-    use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("m.csv");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-    cmd.args([
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
-        PROMPT,
-        "-n",
-        "64",
-        "--cache-mb",
-        "0",
-        "--csv",
-        csv.to_str().unwrap(),
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec; setrlimit and signal are
-    // async-signal-safe and touch no state of the parent. The file size limit
-    // lets the preamble and ~20 rows through, then writes fail with EFBIG
-    // (SIGXFSZ ignored, which survives exec).
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 2048,
-                rlim_max: 2048,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
-    let status = wait_within(&mut child, 120, "the run with a failing CSV");
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    // The limit lets the preamble and ~20 rows through.
+    let (status, err) = run_with_file_size_limit(&["--csv", csv.to_str().unwrap()], 2048);
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(
         err.contains("writing the CSV") && err.contains("File too large"),
@@ -331,4 +294,62 @@ fn a_panicking_eval_observer_aborts_the_decode_and_fails_the_run_with_the_panic(
     );
     let c = RunCsv::open(&csv).expect("the CSV of a failed run parses");
     assert!(c.aborted(), "trailer {:?}", c.trailer);
+}
+
+/// A 64-token streamed E8K2 run with `extra`, under a file size limit of
+/// `limit` bytes (writes past it fail with EFBIG; SIGXFSZ ignored in the child,
+/// which survives exec). Returns the exit status and stderr.
+fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitStatus, String) {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args([
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        PROMPT,
+        "-n",
+        "64",
+    ])
+    .args(["--cache-mb", "0"])
+    .args(extra)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: runs in the forked child before exec; setrlimit and signal are
+    // async-signal-safe and touch no state of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let status = wait_within(&mut child, 120, "the run under a file size limit");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.json");
+    let (status, err) =
+        run_with_file_size_limit(&["--trace-chrome", trace.to_str().unwrap()], 4096);
+    assert_eq!(status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("error:")
+            && last.contains("writing the trace")
+            && last.contains("File too large"),
+        "{last}"
+    );
 }
