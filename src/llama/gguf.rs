@@ -68,6 +68,20 @@ impl GgufFile {
             path: path.to_path_buf(),
             source,
         };
+        // A directory or a FIFO is refused before open (a FIFO would block in it).
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                let what = if m.is_dir() {
+                    "a directory"
+                } else {
+                    "not a regular file"
+                };
+                return Err(io_err(std::io::Error::other(format!(
+                    "it is {what}; give the model's .gguf file"
+                ))));
+            }
+            _ => {}
+        }
         let mut f = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

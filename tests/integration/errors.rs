@@ -212,3 +212,44 @@ fn numeric_flags_that_would_overflow_or_exhaust_memory_are_refused() {
         assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn inputs_that_are_not_regular_text_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let fifo = d("fifo");
+    let c = std::ffi::CString::new(fifo.clone()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (bad, missing) = (d("bad.txt"), d("missing.txt"));
+    std::fs::write(&bad, [0xff, 0xfe]).unwrap();
+    let tmp = dir.path().to_str().unwrap().to_string();
+    let model = "/nonexistent-bmoe-model.gguf";
+    // Each returns at once (a FIFO is never opened), with the code and the why.
+    let cases: [(Vec<&str>, i32, &str); 7] = [
+        (vec!["-m", &tmp, "-p", "x"], 3, "is a directory"),
+        (vec!["-m", &fifo, "-p", "x"], 3, "not a regular file"),
+        (vec!["-m", model, "-f", &missing], 2, "does not exist"),
+        (vec!["-m", model, "-f", &tmp], 2, "is a directory"),
+        (vec!["-m", model, "-f", &fifo], 2, "not a regular file"),
+        (vec!["-m", model, "-f", &bad], 2, "not UTF-8"),
+        (vec!["-m", model, "-p", ""], 2, "the prompt is empty"),
+    ];
+    for (args, code, want) in cases {
+        let mut a = vec!["run"];
+        a.extend(args.iter().copied());
+        let o = crate::common::bmoe_within(&a, 20);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{a:?}: {err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+        let last = err.lines().last().unwrap_or("");
+        assert_eq!(last.matches(want).count(), 1, "said once: {last}");
+    }
+    // More threads than cores: a warning with the consequence.
+    let o = bmoe(&["run", "-m", model, "-p", "x", "-t", "256"]);
+    assert!(
+        stderr(&o).contains("-t 256 is more than the"),
+        "{}",
+        stderr(&o)
+    );
+}
