@@ -322,7 +322,9 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
     }
 
     fn should_stop(&mut self) -> bool {
-        crate::interrupt::requested().is_some() || self.telemetry.is_some_and(|t| t.write_failed())
+        crate::interrupt::requested().is_some()
+            || self.telemetry.is_some_and(|t| t.write_failed())
+            || crate::stdio::stdout_failed().is_some()
     }
 }
 

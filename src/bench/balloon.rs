@@ -128,14 +128,15 @@ pub fn hold(mib: u64, max_seconds: u64) -> Result<(), BenchError> {
         // and owned by this process alone; a volatile write forces the page in.
         unsafe { std::ptr::write_volatile(buf.as_ptr().add(off), 1) };
         if off % (4096 * MIB as usize) == 0 && off > 0 {
-            eprintln!("balloon: {} MiB touched", off as u64 / MIB);
+            crate::say!("balloon: {} MiB touched", off as u64 / MIB);
         }
     }
-    eprintln!(
+    crate::say!(
         "balloon: holding {mib} MiB (touched in {:.1} s, oom_score_adj 1000, at most {max_seconds} s)",
         t0.elapsed().as_secs_f64()
     );
-    println!("{READY}");
+    crate::stdio::out(&format!("{READY}\n"))
+        .map_err(|e| BenchError::Balloon(format!("telling the bench it is ready: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(max_seconds);
     while Instant::now() < deadline && std::os::unix::process::parent_id() == parent {
         std::thread::sleep(Duration::from_millis(200));

@@ -156,13 +156,13 @@ pub fn probe_bound(
             0x5eed,
         )
         .map_err(|e| BenchError::Config(format!("read probe at depth {d}: {e}")))?;
-        eprintln!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
+        crate::say!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
         read.push((d, r.bytes_per_s()));
     }
     // The compute bound is the resident rate with the whole file in the page
     // cache (a cold cache would make it a disk measurement).
     let (bytes, took) = super::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
-    eprintln!(
+    crate::say!(
         "bench: page cache warmed with the model ({:.0} MiB in {:.1} s)",
         bytes as f64 / MIB,
         took.as_secs_f64()
@@ -183,7 +183,7 @@ pub fn probe_bound(
     }
     let csv = RunCsv::open(&stem.with_extension("csv"))?;
     let rate = compare::figures(&csv)?.rate.tok_s;
-    eprintln!("bench: resident compute rate {rate:.2} tok/s");
+    crate::say!("bench: resident compute rate {rate:.2} tok/s");
     Ok(Bound {
         resident_tok_s: rate,
         read_bytes_per_s: read,
@@ -242,7 +242,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     }
     let avail0 = memory::mem_available_bytes();
 
-    eprintln!("bench: probing the host (read bandwidth, resident rate)");
+    crate::say!("bench: probing the host (read bandwidth, resident rate)");
     let bound = probe_bound(plan, &layout, &prompt_path)?;
 
     let mut balloon = None;
@@ -251,7 +251,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         let avail = memory::mem_available_bytes().unwrap_or(0);
         match balloon::size_for_limit(avail, limit) {
             Some(mib) => {
-                eprintln!(
+                crate::say!(
                     "bench: inflating a {mib} MiB balloon to leave about {limit} MiB available"
                 );
                 let max_s = plan.run_timeout.as_secs().saturating_mul(
@@ -264,7 +264,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
                      with it: {after:.0} MiB (asked: about {limit} MiB)",
                     b.inflate_s
                 );
-                eprintln!("bench: {balloon_note}");
+                crate::say!("bench: {balloon_note}");
                 balloon = Some(b);
             }
             None => {
@@ -272,7 +272,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
                     "none needed: MemAvailable {:.0} MiB is already at or below {limit} MiB",
                     avail as f64 / MIB
                 );
-                eprintln!("bench: {balloon_note}");
+                crate::say!("bench: {balloon_note}");
             }
         }
     }
@@ -335,7 +335,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
             (None, Some(Err(e))) => format!("unreadable CSV: {e}"),
             (None, None) => "no CSV".into(),
         };
-        eprintln!(
+        crate::say!(
             "bench: [{}/{}] {} run {run}: {line} ({wall_s:.1} s)",
             k + 1,
             order.len(),

@@ -297,8 +297,8 @@ fn a_panicking_eval_observer_aborts_the_decode_and_fails_the_run_with_the_panic(
 }
 
 /// A 64-token streamed E8K2 run with `extra`, under a file size limit of
-/// `limit` bytes (writes past it fail with EFBIG; SIGXFSZ ignored in the child,
-/// which survives exec). Returns the exit status and stderr.
+/// `limit` bytes (writes past it raise SIGXFSZ, which bmoe ignores so that
+/// they fail with EFBIG). Returns the exit status and stderr.
 fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitStatus, String) {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -316,8 +316,8 @@ fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitSt
     .args(extra)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec; setrlimit and signal are
-    // async-signal-safe and touch no state of the parent.
+    // SAFETY: runs in the forked child before exec; setrlimit is
+    // async-signal-safe and touches no state of the parent.
     unsafe {
         cmd.pre_exec(move || {
             let lim = libc::rlimit {
@@ -327,7 +327,8 @@ fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitSt
             if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // SIGXFSZ keeps its default (kill) here: bmoe must ignore it itself.
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
             Ok(())
         });
     }
@@ -351,5 +352,90 @@ fn a_trace_that_cannot_be_written_fails_the_run() {
             && last.contains("writing the trace")
             && last.contains("File too large"),
         "{last}"
+    );
+}
+
+/// A short streamed E8K2 run whose stdout goes to `stdout`, with `extra`.
+fn run_to(stdout: std::process::Stdio, extra: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args([
+            "run",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "-p",
+            PROMPT,
+            "-n",
+            "32",
+        ])
+        .args(["--cache-mb", "0"])
+        .args(extra)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(mut child: std::process::Child, what: &str) -> (Option<i32>, String) {
+    let status = wait_within(&mut child, 120, what);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    (status.code(), err)
+}
+
+#[test]
+fn a_closed_or_full_stdout_stops_the_run_with_exit_1() {
+    use std::process::Stdio;
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("full.csv");
+    // The text to a full disk: stopped, said, the CSV marked aborted.
+    let (code, err) = finish(
+        run_to(full(), &["--csv", csv.to_str().unwrap()]),
+        "text to /dev/full",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("writing to stdout failed") && err.contains("No space left"),
+        "{err}"
+    );
+    let c = RunCsv::open(&csv).unwrap();
+    assert!(c.aborted(), "{:?}", c.trailer);
+    assert!(err.contains("\"aborted\":1"), "BMOE_DONE on stderr: {err}");
+    // Progress lines to a full disk.
+    let (code, err) = finish(run_to(full(), &["--progress"]), "progress to /dev/full");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("writing BMOE_PROGRESS lines to stdout failed"),
+        "{err}"
+    );
+    // A reader that goes away after 10 bytes (`| head -c 10`).
+    let mut child = run_to(Stdio::piped(), &[]);
+    let mut out = child.stdout.take().unwrap();
+    let mut ten = [0u8; 10];
+    std::io::Read::read_exact(&mut out, &mut ten).unwrap();
+    drop(out);
+    let (code, err) = finish(child, "stdout closed after 10 bytes");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("Broken pipe"), "{err}");
+    // Other commands: an error, not a panic.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["inspect", e8k2().to_str().unwrap()])
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writing to stdout failed"),
+        "{}",
+        stderr(&o)
     );
 }

@@ -210,11 +210,13 @@ fn an_unwritable_csv_is_refused_before_the_model_loads() {
 
 #[test]
 fn an_interrupted_run_keeps_its_csv_with_an_aborted_trailer() {
-    // SIGINT -> 130, SIGTERM -> 143, and a second SIGINT right after the first
-    // still ends the run (at once, by the handler) with 130.
+    // SIGINT -> 130, SIGTERM -> 143, SIGHUP (the terminal closed) -> 129, and
+    // a second SIGINT right after the first still ends the run (at once, by
+    // the handler) with 130.
     for (sig, twice, code) in [
         (libc::SIGINT, false, 130),
         (libc::SIGTERM, false, 143),
+        (libc::SIGHUP, false, 129),
         (libc::SIGINT, true, 130),
     ] {
         interrupted_run(sig, twice, code);
