@@ -31,14 +31,24 @@ fuzz_target!(|data: &[u8]| {
     match MoeLayout::open(path) {
         Ok(layout) => {
             for e in &layout.experts {
-                assert!(e.slice_offset(e.n_expert) <= data.len() as u64, "{}", e.name);
+                assert!(
+                    e.slice_offset(e.n_expert) <= data.len() as u64,
+                    "{}",
+                    e.name
+                );
             }
-            let _ = (layout.expert_bytes(), layout.dense_bytes(), layout.routed_bytes_per_token());
+            let _ = (
+                layout.expert_bytes(),
+                layout.dense_bytes(),
+                layout.routed_bytes_per_token(),
+            );
         }
         Err(e) => assert!(
             matches!(
                 e,
-                LlamaError::NotGguf { .. } | LlamaError::Truncated { .. } | LlamaError::Corrupt { .. }
+                LlamaError::NotGguf { .. }
+                    | LlamaError::Truncated { .. }
+                    | LlamaError::Corrupt { .. }
             ),
             "not an exit-4 error: {e:?}"
         ),
