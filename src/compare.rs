@@ -116,6 +116,13 @@ impl RunCsv {
                 .map(|f| f.parse::<f64>())
                 .collect::<Result<_, _>>()
                 .map_err(|e| err(n, format!("not a number row: {e}")))?;
+            // Every column is a count, a time or a flag: never negative, NaN or infinite.
+            if let Some(v) = row.iter().find(|v| !v.is_finite() || **v < 0.0) {
+                return Err(err(
+                    n,
+                    format!("{v} is not a count or a time (a negative, NaN or infinite value)"),
+                ));
+            }
             if row.len() != run.columns.len() {
                 return Err(err(
                     n,

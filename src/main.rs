@@ -148,8 +148,11 @@ fn init_tracing(
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only for a terminal (not in a log file or a pipe).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(true)
         .with_filter(filter);
     let (handle, chrome_layer) = match chrome {
@@ -434,6 +437,14 @@ fn run(args: RunArgs) -> Result<()> {
     }
     if args.ngram_min_match.is_some() && !args.ngram {
         return Err(UsageError("--ngram-min-match needs --ngram".into()).into());
+    }
+    if args.head_predemand && args.resident {
+        return Err(UsageError(
+            "--head-predemand reads the MTP head's streamed experts early; with --resident \
+             nothing is streamed: drop one of them"
+                .into(),
+        )
+        .into());
     }
     let model = match &args.model {
         Some(m) => m.clone(),

@@ -253,3 +253,25 @@ fn inputs_that_are_not_regular_text_files_are_refused_at_once() {
         stderr(&o)
     );
 }
+
+#[test]
+fn logs_off_a_terminal_have_no_colours_and_a_no_op_flag_pair_is_refused() {
+    let m = crate::common::e8k2().to_str().unwrap();
+    let o = bmoe(&["run", "-m", m, "-p", "x", "-n", "1", "-v"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("DEBUG"), "debug logs shown: {err}");
+    assert!(!err.contains('\u{1b}'), "no ANSI escapes on a pipe");
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "x",
+        "--mtp",
+        "--head-predemand",
+        "--resident",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing is streamed"), "{}", stderr(&o));
+}

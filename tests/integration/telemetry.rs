@@ -343,6 +343,25 @@ fn compare_puts_runs_side_by_side_and_refuses_mixed_kinds() {
     let o = bmoe(&["compare", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("bad.csv:1"), "{}", stderr(&o));
+    // A row with NaN or a negative time is refused, naming the line.
+    let first_row = |t: &str| t.lines().position(|l| l.starts_with("1,")).unwrap() + 1;
+    let text = std::fs::read_to_string(&paths[0]).unwrap();
+    for (name, value) in [("nan.csv", "NaN"), ("neg.csv", "-5")] {
+        let n = first_row(&text);
+        let p = dir.path().join(name);
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let mut fields: Vec<&str> = lines[n - 1].split(',').collect();
+        fields[1] = value; // wall_ms
+        lines[n - 1] = fields.join(",");
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        let o = bmoe(&["compare", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("{name}:{n}")),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 /// The `decode X tok/s` and `N generated` of the summary line.
