@@ -227,7 +227,10 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
     let verify = c.read_bytes[Requester::Verify.index()].load(Ordering::Relaxed);
     assert_eq!(verify, (6 + 1) * 3 * slice);
     let prefetched = pf(&c);
-    assert!(prefetched >= 12 * slice && prefetched % (3 * slice) == 0, "{prefetched}");
+    assert!(
+        prefetched >= 12 * slice && prefetched % (3 * slice) == 0,
+        "{prefetched}"
+    );
     drop(client);
     assert!(flash.shutdown(Duration::from_secs(5)));
 }
