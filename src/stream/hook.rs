@@ -131,8 +131,8 @@ fn anon_copy(shared: &SharedAnon, src: &NodeView<'_>) -> Result<Option<*mut u8>,
     // SAFETY: [addr, addr + len) lies inside llama.cpp's readable file mapping
     // (checked above; the mapping lives as long as the model) and holds this
     // tensor's bytes.
-    let copy =
-        unsafe { AnonBuffer::copy_from(addr as *const u8, len) }.map_err(|e| e.to_string())?;
+    let copy = unsafe { AnonBuffer::copy_from(addr as *const u8, len) };
+    let copy = copy.map_err(|e| e.to_string())?;
     let mut anon = lock();
     if let Some(c) = anon.copies.get(&addr) {
         // Copied meanwhile by the other context's hook: use that one.
@@ -342,11 +342,14 @@ impl StreamHook {
             }
             match anon_copy(&shared, &src) {
                 Ok(None) => {}
-                // SAFETY: the copy holds the tensor's exact bytes (nbytes) and lives
-                // in the shared store, which every hook on the model holds (and each
-                // context owns its hook), so it outlives every decode of every
-                // context; no other decode of the model runs (the decode turn).
-                Ok(Some(copy)) => unsafe { src.rebind_data(copy) },
+                Ok(Some(copy)) => {
+                    // SAFETY: the copy holds the tensor's exact bytes (nbytes) and
+                    // lives in the shared store, which every hook on the model holds
+                    // (and each context owns its hook), so it outlives every decode
+                    // of every context; no other decode of the model runs (the
+                    // decode turn).
+                    unsafe { src.rebind_data(copy) }
+                }
                 Err(e) => {
                     self.fail(format!("--dense-weights anon: {e}"));
                     return;

@@ -234,8 +234,8 @@ fn a_csv_write_failing_mid_run_stops_generation_with_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("m.csv");
     // The limit lets the preamble and ~20 rows through.
-    let (status, err) = run_with_file_size_limit(&["--csv", csv.to_str().unwrap()], 2048);
-    assert_eq!(status.code(), Some(1), "{err}");
+    let (code, err) = run_with_file_size_limit(&["--csv", csv.to_str().unwrap()], 2048);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("writing the CSV") && err.contains("File too large"),
         "{err}"
@@ -296,26 +296,24 @@ fn a_panicking_eval_observer_aborts_the_decode_and_fails_the_run_with_the_panic(
     assert!(c.aborted(), "trailer {:?}", c.trailer);
 }
 
+/// A streamed (cache 0) E8K2 run of `n` tokens with `extra`, stdout to
+/// `stdout`, stderr piped.
+fn streamed_run(n: &str, extra: &[&str], stdout: std::process::Stdio) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args(["run", "-m", e8k2().to_str().unwrap(), "-p", PROMPT, "-n", n])
+        .args(["--cache-mb", "0"])
+        .args(extra)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
+
 /// A 64-token streamed E8K2 run with `extra`, under a file size limit of
 /// `limit` bytes (writes past it raise SIGXFSZ, which bmoe ignores so that
-/// they fail with EFBIG). Returns the exit status and stderr.
-fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitStatus, String) {
+/// they fail with EFBIG). Returns the exit code and stderr.
+fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (Option<i32>, String) {
     use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-    cmd.args([
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-p",
-        PROMPT,
-        "-n",
-        "64",
-    ])
-    .args(["--cache-mb", "0"])
-    .args(extra)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = streamed_run("64", extra, std::process::Stdio::piped());
     // SAFETY: runs in the forked child before exec; setrlimit is
     // async-signal-safe and touches no state of the parent.
     unsafe {
@@ -332,20 +330,15 @@ fn run_with_file_size_limit(extra: &[&str], limit: u64) -> (std::process::ExitSt
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
-    let status = wait_within(&mut child, 120, "the run under a file size limit");
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    (status, err)
+    finish(cmd.spawn().unwrap(), "the run under a file size limit")
 }
 
 #[test]
 fn a_trace_that_cannot_be_written_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.json");
-    let (status, err) =
-        run_with_file_size_limit(&["--trace-chrome", trace.to_str().unwrap()], 4096);
-    assert_eq!(status.code(), Some(1), "{err}");
+    let (code, err) = run_with_file_size_limit(&["--trace-chrome", trace.to_str().unwrap()], 4096);
+    assert_eq!(code, Some(1), "{err}");
     let last = err.lines().last().unwrap_or("");
     assert!(
         last.starts_with("error:")
@@ -357,23 +350,7 @@ fn a_trace_that_cannot_be_written_fails_the_run() {
 
 /// A short streamed E8K2 run whose stdout goes to `stdout`, with `extra`.
 fn run_to(stdout: std::process::Stdio, extra: &[&str]) -> std::process::Child {
-    use std::process::{Command, Stdio};
-    Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args([
-            "run",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "-p",
-            PROMPT,
-            "-n",
-            "32",
-        ])
-        .args(["--cache-mb", "0"])
-        .args(extra)
-        .stdout(stdout)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    streamed_run("32", extra, stdout).spawn().unwrap()
 }
 
 fn finish(mut child: std::process::Child, what: &str) -> (Option<i32>, String) {
