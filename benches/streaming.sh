@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Streaming cells on one model, side by side in one run (DESIGN.md §5): the
+# Streaming cells on one model, side by side in one run: the
 # read probe, --resident twice (noise band), --cache-mb 0, a cache that holds
 # every expert, a 256 MiB cache, and the overlap cells. Raw outputs go to OUT (default
 # docs/results/streaming-DATE). Usage: benches/streaming.sh [MODEL] [TOKENS]

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod checks;
+pub mod graph;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "bmoe",
@@ -50,6 +53,17 @@ pub enum Command {
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(FixtureCmd),
+    /// Internal: build the model's graph with K experts per token (exit 0 when
+    /// llama.cpp can; it aborts when it cannot). See `--n-expert-used`.
+    #[command(hide = true)]
+    CheckGraph {
+        #[arg(short, long)]
+        model: PathBuf,
+        #[arg(long)]
+        n_expert_used: u32,
+        #[arg(short = 'c', long, default_value_t = 2048)]
+        ctx: u32,
+    },
     /// Internal: hold N MiB of touched memory (the bench's smaller-host balloon).
     #[command(hide = true)]
     Balloon {
@@ -123,7 +137,7 @@ pub struct RunArgs {
     /// Compute threads (default: all cores).
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
-    /// Context size in tokens.
+    /// Context size in tokens (llama.cpp rounds it up to a multiple of 256).
     #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
     /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).

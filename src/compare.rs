@@ -38,6 +38,11 @@ pub enum CompareError {
     },
     #[error("give at least one CSV to compare")]
     NoRuns,
+    #[error(
+        "{path} is not a regular file (a directory, a FIFO or a device): give a CSV written by \
+         `bmoe run --csv`"
+    )]
+    NotAFile { path: PathBuf },
 }
 
 /// One run's CSV.
@@ -51,11 +56,19 @@ pub struct RunCsv {
 }
 
 impl RunCsv {
+    /// Read and parse a run's CSV; anything but a regular file (which could
+    /// block, like a FIFO, or never end, like /dev/zero) is refused unread.
     pub fn open(path: &Path) -> Result<Self, CompareError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
+        let read_err = |source| CompareError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        if !std::fs::metadata(path).map_err(read_err)?.is_file() {
+            return Err(CompareError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read_err)?;
         Self::parse(path, &text)
     }
 

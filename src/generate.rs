@@ -302,27 +302,18 @@ pub fn generate_with(
     let n_batch = n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
     let t0 = Instant::now();
-    let mut pos = 0i32;
-    for (ci, chunk) in prompt.chunks(n_batch).enumerate() {
-        batch.clear();
-        let last_chunk = (ci + 1) * n_batch >= prompt.len();
-        for (i, &t) in chunk.iter().enumerate() {
-            batch.push(t, pos, last_chunk && i + 1 == chunk.len());
-            pos += 1;
-        }
-        let td = Instant::now();
-        tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = true)
-            .in_scope(|| ctx.decode(&batch))?;
-        sink.decoded(DecodeStep {
-            n_tokens: batch.len(),
-            prefill: true,
-            elapsed: td.elapsed(),
-            draft: Duration::ZERO,
+    if !prefill(ctx, prompt, &mut batch, sink, drafter.as_deref_mut())? {
+        return Ok(Generation {
+            prompt_tokens: prompt.len(),
+            tokens: Vec::new(),
+            text: String::new(),
+            stop: StopReason::Interrupted,
+            prefill: t0.elapsed(),
+            decode: Duration::ZERO,
+            spec: SpecStats::default(),
         });
-        if let Some(d) = drafter.as_deref_mut() {
-            d.decoded(&batch)?;
-        }
     }
+    let mut pos = prompt.len() as i32;
     if let Some(d) = drafter.as_deref_mut() {
         d.begin(prompt)?;
     }
@@ -387,8 +378,13 @@ pub fn generate_with(
             batch.push(d, pos + 1 + i as i32, true);
         }
         let td = Instant::now();
-        tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = false)
-            .in_scope(|| ctx.decode(&batch))?;
+        let decoded =
+            tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = false)
+                .in_scope(|| ctx.decode(&batch));
+        if let Err(LlamaError::Interrupted) = decoded {
+            break StopReason::Interrupted;
+        }
+        decoded?;
         sink.decoded(DecodeStep {
             n_tokens: batch.len(),
             prefill: false,
@@ -451,6 +447,49 @@ pub fn generate_with(
         decode: t1.elapsed(),
         spec,
     })
+}
+
+/// Decode the prompt in batches of `batch`'s capacity, logits on its last
+/// row only. Returns false when a signal or a failed output stopped it
+/// (between batches, or inside one through the context's abort callback).
+fn prefill<'d>(
+    ctx: &mut Context,
+    prompt: &[Token],
+    batch: &mut Batch,
+    sink: &mut dyn GenerationSink,
+    mut drafter: Option<&mut (dyn Drafter + 'd)>,
+) -> Result<bool, GenerateError> {
+    let n_batch = batch.capacity();
+    let mut pos = 0i32;
+    for (ci, chunk) in prompt.chunks(n_batch).enumerate() {
+        if sink.should_stop() {
+            return Ok(false);
+        }
+        batch.clear();
+        let last_chunk = (ci + 1) * n_batch >= prompt.len();
+        for (i, &t) in chunk.iter().enumerate() {
+            batch.push(t, pos, last_chunk && i + 1 == chunk.len());
+            pos += 1;
+        }
+        let td = Instant::now();
+        let decoded =
+            tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = true)
+                .in_scope(|| ctx.decode(batch));
+        match decoded {
+            Err(LlamaError::Interrupted) => return Ok(false),
+            r => r?,
+        }
+        sink.decoded(DecodeStep {
+            n_tokens: batch.len(),
+            prefill: true,
+            elapsed: td.elapsed(),
+            draft: Duration::ZERO,
+        });
+        if let Some(d) = drafter.as_deref_mut() {
+            d.decoded(batch)?;
+        }
+    }
+    Ok(true)
 }
 
 /// The greedy choice from a row of logits, never an end-of-generation token

@@ -126,6 +126,7 @@ impl MoeLayout {
 
     pub fn open(path: &Path) -> Result<Self, LlamaError> {
         let g = GgufFile::open(path)?;
+        g.check_vocab()?;
         g.check_complete()?;
         let layout = Self::from_file(&g);
         layout.check().map_err(|detail| LlamaError::Corrupt {

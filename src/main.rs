@@ -3,7 +3,6 @@
 mod cli;
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
@@ -16,6 +15,7 @@ use bmoe::generate::GenerateError;
 use bmoe::layout::MoeLayout;
 use bmoe::llama::{self, LlamaError};
 use bmoe::stream::{StreamConfig, StreamError};
+use cli::checks::{self, UsageError};
 use cli::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs, RunArgs};
 
 /// `print!` that returns the stdout error instead of panicking.
@@ -56,47 +56,12 @@ fn error_text(e: &anyhow::Error) -> String {
     out
 }
 
-/// The files a command reads, which no output may replace.
-fn inputs(cmd: &Command) -> Vec<&Path> {
-    match cmd {
-        Command::Run(a) => run_inputs(a),
-        _ => Vec::new(),
-    }
-}
-
-fn run_inputs(a: &RunArgs) -> Vec<&Path> {
-    a.model
-        .iter()
-        .chain(a.file.iter())
-        .map(|p| p.as_path())
-        .collect()
-}
-
-/// Refuse an output (`--csv`, `--trace-chrome`) that names one of the run's
-/// inputs (the model, the prompt file): it would be replaced when the run ends.
-fn refuse_output_over_input(flag: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(o) = std::fs::metadata(out) else {
-        return Ok(()); // a new file cannot be an input
-    };
-    for i in inputs {
-        if let Ok(m) = std::fs::metadata(i) {
-            if (m.dev(), m.ino()) == (o.dev(), o.ino()) {
-                return Err(UsageError(format!(
-                    "{flag} {} is the run's own input {}: it would be overwritten; choose another path",
-                    out.display(),
-                    i.display()
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(t) = cli.trace_chrome.as_deref() {
-        if let Err(e) = refuse_output_over_input("--trace-chrome", t, &inputs(&cli.command)) {
+        if let Err(e) =
+            checks::refuse_output_over_input("--trace-chrome", t, &checks::inputs(&cli.command))
+        {
             bmoe::say!("error: {e}");
             return ExitCode::from(exit::USAGE);
         }
@@ -127,7 +92,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = std::io::stdout().flush();
             bmoe::say!("error: {}", error_text(&e));
-            ExitCode::from(exit_code(&e))
+            // Whatever stopped after a signal asked it to stops with the signal's code.
+            match bmoe::interrupt::requested() {
+                Some(sig) => ExitCode::from(bmoe::interrupt::exit_code(sig)),
+                None => ExitCode::from(exit_code(&e)),
+            }
         }
     }
 }
@@ -184,13 +153,16 @@ fn llama_code(e: &LlamaError) -> Option<u8> {
 
 fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
-        let llama =
-            cause
-                .downcast_ref::<LlamaError>()
-                .or(match cause.downcast_ref::<EngineError>() {
-                    Some(EngineError::Llama(l)) => Some(l),
-                    _ => None,
-                });
+        let llama = cause
+            .downcast_ref::<LlamaError>()
+            .or(match cause.downcast_ref::<EngineError>() {
+                Some(EngineError::Llama(l)) => Some(l),
+                _ => None,
+            })
+            .or(match cause.downcast_ref::<FixtureError>() {
+                Some(FixtureError::Llama(l)) => Some(l),
+                _ => None,
+            });
         if let Some(c) = llama.and_then(llama_code) {
             return c;
         }
@@ -209,11 +181,6 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
     exit::FAILURE
 }
-
-/// Bad flags or flag combinations found after parsing.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct UsageError(String);
 
 fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
@@ -242,6 +209,18 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(b) => bench(b),
         Command::Fixture(f) => fixture_cmd(f),
+        Command::CheckGraph {
+            model,
+            n_expert_used,
+            ctx,
+        } => {
+            cli::graph::no_core_dumps();
+            Ok(engine::graph_check::build_graph(
+                &model,
+                n_expert_used,
+                ctx,
+            )?)
+        }
         Command::Balloon { mib, max_seconds } => {
             bmoe::bench::balloon::hold(mib, max_seconds).context("balloon")
         }
@@ -252,8 +231,7 @@ fn bench(args: BenchArgs) -> Result<()> {
     use bmoe::bench::{self, runner};
     let (cells, cells_source) = match (&args.cells, &args.preset) {
         (Some(f), _) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("read the cells file {}", f.display()))?;
+            let text = checks::read_text_file("the cells file", f)?;
             (
                 bench::parse_cells(&f.display().to_string(), &text)
                     .map_err(|e| UsageError(e.to_string()))?,
@@ -274,18 +252,25 @@ fn bench(args: BenchArgs) -> Result<()> {
             .into_iter()
             .map(String::from)
             .chain(c.args.iter().cloned());
-        if let Err(e) = Cli::try_parse_from(argv) {
-            let msg = e.to_string();
+        let refused = |msg: &str| {
             let first = msg
                 .lines()
                 .next()
                 .unwrap_or("")
                 .trim_start_matches("error: ");
-            return Err(
-                UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" "))).into(),
-            );
+            UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" ")))
+        };
+        match Cli::try_parse_from(argv) {
+            Err(e) => return Err(refused(&e.to_string()).into()),
+            // Values clap cannot range-check, before the probe spends minutes.
+            Ok(Cli {
+                command: Command::Run(a),
+                ..
+            }) => checks::run_args(&a).map_err(|e| refused(&e.0))?,
+            Ok(_) => {}
         }
     }
+    checks::bench_out_dir(&args.out)?;
     if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
         return Err(UsageError("--probe-seconds must be > 0".into()).into());
     }
@@ -343,71 +328,13 @@ fn bench(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The most prompt bytes bmoe reads (far beyond any context bmoe can hold).
-const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
-
-/// Read the prompt from a regular file, or from stdin for `-`, at most
-/// `MAX_PROMPT_BYTES` (a FIFO, a device or /dev/zero would block or never end).
-fn read_prompt_file(f: &Path) -> Result<String, UsageError> {
-    use std::io::Read;
-    let name = f.display();
-    let mut bytes = Vec::new();
-    let read = if f == Path::new("-") {
-        std::io::stdin()
-            .take(MAX_PROMPT_BYTES + 1)
-            .read_to_end(&mut bytes)
-    } else {
-        let meta = std::fs::metadata(f).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                UsageError(format!("the prompt file {name} does not exist"))
-            }
-            _ => UsageError(format!("the prompt file {name}: {e}")),
-        })?;
-        if meta.is_dir() {
-            return Err(UsageError(format!(
-                "the prompt file {name} is a directory: give a text file"
-            )));
-        }
-        if !meta.is_file() {
-            return Err(UsageError(format!(
-                "the prompt file {name} is not a regular file (a FIFO or a device): give a text \
-                 file, or -f - to read stdin"
-            )));
-        }
-        std::fs::File::open(f).and_then(|h| h.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes))
-    };
-    read.map_err(|e| UsageError(format!("reading the prompt file {name}: {e}")))?;
-    if bytes.len() as u64 > MAX_PROMPT_BYTES {
-        return Err(UsageError(format!(
-            "the prompt file {name} is over {} MiB: bmoe reads at most that much",
-            MAX_PROMPT_BYTES >> 20
-        )));
-    }
-    String::from_utf8(bytes)
-        .map_err(|e| UsageError(format!("the prompt file {name} is not UTF-8 text ({e})")))
-}
-
-/// More compute threads than cores make every decode wait for descheduled
-/// workers: measured on a 2-core host, E8K2 took 4.5 s per token at -t 3 and
-/// 13.7 s at -t 8 (against tens of ms at -t 2).
-fn warn_threads_above_cores(threads: Option<u32>) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    if let Some(t) = threads.filter(|&t| t > cores) {
-        bmoe::say!(
-            "warning: -t {t} is more than the {cores} cores available: each decode then waits for \
-             descheduled threads (measured on 2 cores: -t 3 over 100x slower than -t 2); \
-             leave -t out to use {cores}"
-        );
-    }
-}
-
 fn run(args: RunArgs) -> Result<()> {
     if let Some(csv) = args.csv.as_deref() {
-        refuse_output_over_input("--csv", csv, &run_inputs(&args))?;
+        checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(&args))?;
     }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => read_prompt_file(f)?,
+        (None, Some(f)) => checks::read_prompt_file(f)?,
         (None, None) => {
             return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
         }
@@ -415,41 +342,15 @@ fn run(args: RunArgs) -> Result<()> {
     if prompt.is_empty() {
         return Err(UsageError("the prompt is empty: give some text with -p or -f".into()).into());
     }
-    warn_threads_above_cores(args.threads);
-    if !(args.drop_cold_experts.is_finite() && (0.0..=1.0).contains(&args.drop_cold_experts)) {
-        return Err(UsageError(format!(
-            "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
-             experts weighted below 0.75 x 1/k)",
-            args.drop_cold_experts
-        ))
-        .into());
-    }
-    // Each source's own flags need that source (clap's `requires` accepts any
-    // member of the speculation group, so the pairing is checked here).
-    let mtp_only = [
-        ("--mtp-p-min", args.mtp_p_min.is_some()),
-        ("--head-predemand", args.head_predemand),
-    ];
-    for (flag, given) in mtp_only {
-        if given && !args.mtp {
-            return Err(UsageError(format!("{flag} needs --mtp")).into());
-        }
-    }
-    if args.ngram_min_match.is_some() && !args.ngram {
-        return Err(UsageError("--ngram-min-match needs --ngram".into()).into());
-    }
-    if args.head_predemand && args.resident {
-        return Err(UsageError(
-            "--head-predemand reads the MTP head's streamed experts early; with --resident \
-             nothing is streamed: drop one of them"
-                .into(),
-        )
-        .into());
-    }
+    checks::warn_threads_above_cores(args.threads);
+    checks::run_args(&args)?;
     let model = match &args.model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
     };
+    if let Some(k) = args.n_expert_used {
+        cli::graph::check_experts_used(&model, k, args.ctx)?;
+    }
     let mode = if args.resident {
         Mode::Resident
     } else {
@@ -524,11 +425,12 @@ fn run(args: RunArgs) -> Result<()> {
     let report = match res {
         Ok(r) => r,
         Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
-            return Err(UsageError(e.to_string()).into())
+            return Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx))).into())
         }
         Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
         | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
-        | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. })) => {
+        | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. }))
+        | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_))) => {
             return Err(UsageError(e.to_string()).into())
         }
         Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
@@ -549,6 +451,16 @@ fn run(args: RunArgs) -> Result<()> {
     match bmoe::stdio::stdout_failed() {
         Some(e) => Err(e.into()),
         None => Ok(()),
+    }
+}
+
+/// What llama.cpp made of `-c`: it rounds the context up to a multiple of 256.
+fn ctx_rounding(requested: u32) -> String {
+    match requested.next_multiple_of(256) {
+        n if n == requested => String::new(),
+        n => format!(
+            " (-c {requested} was rounded up to {n}: llama.cpp sizes contexts in multiples of 256)"
+        ),
     }
 }
 
@@ -589,7 +501,14 @@ fn probe(args: ProbeArgs) -> Result<()> {
             !args.no_odirect,
             std::time::Duration::from_secs_f64(args.seconds),
             0x5eed,
+            &|| bmoe::interrupt::requested().is_some(),
         )?;
+        if bmoe::interrupt::requested().is_some() {
+            // main() turns the signal into exit code 130/143; the depth cut
+            // short is not reported as a measurement.
+            bmoe::say!("probe: stopped by a signal");
+            return Ok(());
+        }
         outln!(
             "{:>6} {:>10.1} {:>12.1}",
             d,
@@ -657,17 +576,14 @@ fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 Some(f) => f,
                 None => smollm2::ensure(None)?,
             };
-            let out = output
-                .unwrap_or_else(|| fixture::cache_dir().join(upcycle::default_file_name(&params)));
+            let out = output.map_or_else(
+                || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
+                Ok,
+            )?;
+            fixture::refuse_directory(&out)?;
             ensure_parent(&out)?;
-            let s = upcycle::upcycle(&from, &out, &params)
+            fixture::build_upcycle(&from, &out, &params, false)
                 .with_context(|| format!("upcycle {}", from.display()))?;
-            bmoe::say!(
-                "upcycled {} layers, {} bytes per expert, {} bytes",
-                s.layers,
-                s.expert_slice_bytes,
-                s.file_bytes
-            );
             outln!("{}", out.display());
         }
         FixtureCmd::TinyMtp {
@@ -688,13 +604,20 @@ fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 Some(f) => f,
                 None => smollm2::ensure(None)?,
             };
-            let out = output.unwrap_or_else(|| {
-                fixture::cache_dir().join(format!(
-                    "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}.gguf",
-                    if random { "-random" } else { "" }
-                ))
-            });
+            let out = output.map_or_else(
+                || {
+                    fixture::cache_dir().map(|d| {
+                        d.join(format!(
+                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}.gguf",
+                            if random { "-random" } else { "" }
+                        ))
+                    })
+                },
+                Ok,
+            )?;
+            fixture::refuse_directory(&out)?;
             ensure_parent(&out)?;
+            let _lock = fixture::lock::BuildLock::acquire(&out)?;
             let bytes = tiny_mtp::build(&src, &out, &params)?;
             bmoe::say!("tiny MTP model: {bytes} bytes");
             outln!("{}", out.display());

@@ -7,7 +7,7 @@ use std::ffi::{c_char, CString};
 use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// Pending files a process may have open at once (the CSV and the trace).
 const MAX_PENDING: usize = 8;
@@ -21,6 +21,11 @@ static REGISTRY: [[AtomicPtr<c_char>; 2]; MAX_PENDING] = [const {
     ]
 }; MAX_PENDING];
 
+/// Per slot: whether a hard exit moves the file into place (true: a CSV or a
+/// trace, whose rows so far are worth keeping) or removes it (false: a file
+/// that is only useful whole, such as a fixture model).
+static KEEP_ON_EXIT: [AtomicBool; MAX_PENDING] = [const { AtomicBool::new(true) }; MAX_PENDING];
+
 fn c_path(p: &Path) -> *mut c_char {
     CString::new(p.as_os_str().as_bytes())
         .map(CString::into_raw)
@@ -29,7 +34,7 @@ fn c_path(p: &Path) -> *mut c_char {
 
 /// Register a pending file; returns its registry slot (None when full or
 /// when a path holds a NUL byte: it is then not moved from a signal handler).
-fn register(tmp: &Path, target: &Path) -> Option<usize> {
+fn register(tmp: &Path, target: &Path, keep: bool) -> Option<usize> {
     let (t, g) = (c_path(tmp), c_path(target));
     if t.is_null() || g.is_null() {
         free(t);
@@ -42,6 +47,7 @@ fn register(tmp: &Path, target: &Path) -> Option<usize> {
             .compare_exchange(std::ptr::null_mut(), g, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
+            KEEP_ON_EXIT[i].store(keep, Ordering::Release);
             slot[0].store(t, Ordering::Release);
             return Some(i);
         }
@@ -66,18 +72,31 @@ fn free(p: *mut c_char) {
     }
 }
 
-/// Move every pending file into place now: for a process about to `_exit`
-/// from a signal handler (a second SIGINT, SIGBUS), so what was written is
-/// not lost. Async-signal-safe: atomic loads and rename(2) only.
+/// Move every pending file into place now (or remove it, for a whole-or-nothing
+/// file): for a process about to `_exit` from a signal handler (a second
+/// SIGINT, SIGBUS), so what was written is not lost and nothing half-built is
+/// left behind. Async-signal-safe: atomic loads, rename(2) and unlink(2) only.
 pub fn commit_all_from_signal_handler() {
-    for slot in &REGISTRY {
-        let t = slot[0].load(Ordering::Acquire);
-        let g = slot[1].load(Ordering::Acquire);
-        if !t.is_null() && !g.is_null() {
-            // SAFETY: both are NUL-terminated strings leaked until unregister
-            // (which a handler-interrupted thread cannot finish meanwhile: at
-            // worst it already nulled them, and then we skip the slot).
-            unsafe { libc::rename(t, g) };
+    for i in 0..MAX_PENDING {
+        exit_slot(i);
+    }
+}
+
+/// What a hard exit does to the file in registry slot `i` (async-signal-safe).
+fn exit_slot(i: usize) {
+    let t = REGISTRY[i][0].load(Ordering::Acquire);
+    let g = REGISTRY[i][1].load(Ordering::Acquire);
+    if t.is_null() || g.is_null() {
+        return;
+    }
+    // SAFETY: both are NUL-terminated strings leaked until unregister (which a
+    // handler-interrupted thread cannot finish meanwhile: at worst it already
+    // nulled them, and then we skip the slot).
+    unsafe {
+        if KEEP_ON_EXIT[i].load(Ordering::Acquire) {
+            libc::rename(t, g);
+        } else {
+            libc::unlink(t);
         }
     }
 }
@@ -99,11 +118,32 @@ impl PendingFile {
     /// the target itself is not touched). A target that is a directory is
     /// refused here rather than after the run.
     pub fn create(target: &Path) -> std::io::Result<(File, Self)> {
-        if target.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "is a directory",
-            ));
+        Self::create_as(target, true)
+    }
+
+    /// [`PendingFile::create`] for a file that is only useful whole (a model
+    /// being built): a hard exit from a signal handler removes it instead of
+    /// moving it into place.
+    pub fn create_whole_or_nothing(target: &Path) -> std::io::Result<(File, Self)> {
+        Self::create_as(target, false)
+    }
+
+    fn create_as(target: &Path, keep_on_exit: bool) -> std::io::Result<(File, Self)> {
+        match std::fs::metadata(target) {
+            Ok(m) if m.is_dir() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "is a directory",
+                ))
+            }
+            // A FIFO or a device would be replaced by a plain file at the end.
+            Ok(m) if !m.is_file() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "is not a regular file (a FIFO or a device); give the path of a file",
+                ))
+            }
+            _ => {}
         }
         let name = target
             .file_name()
@@ -115,7 +155,7 @@ impl PendingFile {
         ));
         let file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         let pending = Self {
-            slot: register(&tmp, target),
+            slot: register(&tmp, target, keep_on_exit),
             tmp,
             target: target.to_path_buf(),
             committed: false,
@@ -179,9 +219,32 @@ mod tests {
     }
 
     #[test]
+    fn a_hard_exit_keeps_rows_but_removes_a_half_built_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("run.csv");
+        let model = dir.path().join("m.gguf");
+        let (_, c) = PendingFile::create(&csv).unwrap();
+        let (_, m) = PendingFile::create_whole_or_nothing(&model).unwrap();
+        let m_tmp = m.partial().to_path_buf();
+        assert!(m_tmp.exists());
+        // Only this test's slots (other tests' pending files share the registry).
+        for slot in [c.slot, m.slot] {
+            exit_slot(slot.expect("registered"));
+        }
+        assert!(csv.exists(), "the CSV rows were moved into place");
+        assert!(
+            !model.exists() && !m_tmp.exists(),
+            "the partial model was removed"
+        );
+        drop((c, m));
+    }
+
+    #[test]
     fn a_directory_or_missing_parent_is_refused_before_writing() {
         let dir = tempfile::tempdir().unwrap();
         assert!(PendingFile::create(dir.path()).is_err());
         assert!(PendingFile::create(&dir.path().join("no/such/x.csv")).is_err());
+        let e = PendingFile::create(Path::new("/dev/null")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "a device");
     }
 }

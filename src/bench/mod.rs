@@ -43,6 +43,8 @@ pub enum BenchError {
     Config(String),
     #[error(transparent)]
     Compare(#[from] compare::CompareError),
+    #[error("stopped by signal {0} while measuring the bound")]
+    Interrupted(i32),
 }
 
 /// One configuration of the matrix: a name and the `bmoe run` flags.

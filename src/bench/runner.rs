@@ -154,8 +154,12 @@ pub fn probe_bound(
             true,
             Duration::from_secs_f64(plan.probe.seconds),
             0x5eed,
+            &|| crate::interrupt::requested().is_some(),
         )
         .map_err(|e| BenchError::Config(format!("read probe at depth {d}: {e}")))?;
+        if let Some(sig) = crate::interrupt::requested() {
+            return Err(BenchError::Interrupted(sig));
+        }
         crate::say!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
         read.push((d, r.bytes_per_s()));
     }

@@ -13,6 +13,7 @@ use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, Targe
 use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
 use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
 
+pub mod graph_check;
 mod report;
 pub use report::decode_rate;
 use report::Totals;
@@ -433,6 +434,13 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         stats = Some(st);
     }
     let mut ctx = Context::new(model.clone(), params)?;
+    if ctx.n_ctx() != cfg.n_ctx {
+        notes.push(format!(
+            "context: {} tokens (-c {} rounded up by llama.cpp to a multiple of 256)",
+            ctx.n_ctx(),
+            cfg.n_ctx
+        ));
+    }
     // The MTP head runs on the draft actor's thread, tied to the target before
     // its first decode.
     let mut mtp = match cfg.speculation {

@@ -77,6 +77,13 @@ unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
     unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed)
 }
 
+/// [`abort_cb`], and also stop when SIGINT/SIGTERM/SIGHUP asked the process
+/// to stop: a long prefill ends within one graph node, not after the batch.
+unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
+    // SAFETY: as for `abort_cb`.
+    crate::interrupt::requested().is_some() || unsafe { abort_cb(data) }
+}
+
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
         // SAFETY: returns a plain struct by value.
@@ -96,7 +103,12 @@ impl Context {
         let abort = params
             .abort
             .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
-        cp.abort_callback = Some(abort_cb);
+        // The target stops on a signal mid-decode; a draft head's decodes are
+        // short, and the loop stops before the next one.
+        cp.abort_callback = Some(match params.kind {
+            ContextKind::Target => abort_or_signal_cb,
+            ContextKind::Mtp => abort_cb,
+        });
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
         let mut observer = params
             .observer
@@ -194,10 +206,12 @@ impl Context {
                 return Err(LlamaError::ObserverPanicked(msg));
             }
         }
-        if rc != 0 {
-            return Err(LlamaError::Decode(rc));
+        match rc {
+            0 => Ok(()),
+            // 2: the abort callback stopped the graph.
+            2 if crate::interrupt::requested().is_some() => Err(LlamaError::Interrupted),
+            _ => Err(LlamaError::Decode(rc)),
         }
-        Ok(())
     }
 
     /// The logits row of batch entry `i` (which must have asked for logits in the last decode).

@@ -51,6 +51,8 @@ pub enum LlamaError {
     Quant(String),
     #[error("MTP draft head: {0}")]
     Mtp(String),
+    #[error("stopped by a signal")]
+    Interrupted,
     #[error("path {0:?} contains a NUL byte")]
     NulInPath(PathBuf),
 }

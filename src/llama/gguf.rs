@@ -215,6 +215,48 @@ impl GgufFile {
         Ok(())
     }
 
+    /// The vocabulary is one llama.cpp can build without asserting: no two
+    /// tokens of `tokenizer.ggml.tokens` are the same string (llama.cpp maps
+    /// strings to ids and aborts when the map and the list disagree in size;
+    /// an empty token counts as `[EMPTY_i]`, as llama.cpp names it).
+    pub fn check_vocab(&self) -> Result<(), LlamaError> {
+        let Some(id) = self.key_id("tokenizer.ggml.tokens") else {
+            return Ok(()); // llama.cpp refuses a missing vocabulary with an error
+        };
+        let ctx = self.ctx.as_ptr();
+        // SAFETY: valid key id; type getters only.
+        let is_strings = unsafe {
+            sys::gguf_get_kv_type(ctx, id) == sys::GGUF_TYPE_ARRAY
+                && sys::gguf_get_arr_type(ctx, id) == sys::GGUF_TYPE_STRING
+        };
+        if !is_strings {
+            return Ok(()); // llama.cpp refuses the wrong type with an error
+        }
+        // SAFETY: valid key id of an array.
+        let n = unsafe { sys::gguf_get_arr_n(ctx, id) };
+        let mut seen = std::collections::HashMap::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: i < n on a string array; the string is owned by the context.
+            let bytes = unsafe { CStr::from_ptr(sys::gguf_get_arr_str(ctx, id, i)) }.to_bytes();
+            let word = if bytes.is_empty() {
+                format!("[EMPTY_{i}]").into_bytes()
+            } else {
+                bytes.to_vec()
+            };
+            if let Some(first) = seen.insert(word, i) {
+                return Err(LlamaError::Corrupt {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "tokens {first} and {i} of tokenizer.ggml.tokens are the same string \
+                         {:?}: the vocabulary is inconsistent",
+                        String::from_utf8_lossy(bytes)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn key_id(&self, key: &str) -> Option<i64> {
         let ckey = CString::new(key).ok()?;
         // SAFETY: valid context and NUL-terminated key.
@@ -559,8 +601,11 @@ impl GgufBuilder {
 
     /// Write the file: header, then each tensor's bytes from `fill(i, buf)` in
     /// declaration order, padded to the alignment. `fill` must produce exactly
-    /// the declared size. Written to a temporary name, then renamed.
-    pub fn write<F>(&self, path: &Path, mut fill: F) -> Result<(), LlamaError>
+    /// the declared size. Written to a temporary name of this process beside
+    /// `path` (removed on any failure), synced, then renamed: a reader never
+    /// sees a partial file and two writers never share one. A `path` that is a
+    /// directory is refused before anything is built.
+    pub fn write<F>(&self, path: &Path, mut fill: F) -> Result<Written, LlamaError>
     where
         F: FnMut(usize, &mut Vec<u8>) -> Result<(), LlamaError>,
     {
@@ -573,11 +618,12 @@ impl GgufBuilder {
         let mut meta = vec![0u8; meta_size];
         // SAFETY: `meta` is writable for exactly gguf_get_meta_size bytes.
         unsafe { sys::gguf_get_meta_data(self.ctx.as_ptr(), meta.as_mut_ptr() as *mut c_void) };
-        let tmp = path.with_extension("gguf.partial");
-        let mut w = BufWriter::with_capacity(8 << 20, File::create(&tmp).map_err(io_err)?);
+        // Removed on any failure (and by a signal's hard exit), never half-renamed.
+        let (file, pending) =
+            bmoe_actors::output::PendingFile::create_whole_or_nothing(path).map_err(io_err)?;
+        let mut w = HashingWriter::new(BufWriter::with_capacity(8 << 20, file));
         w.write_all(&meta).map_err(io_err)?;
         let align = self.alignment as u64;
-        let mut written: u64 = 0;
         let mut buf = Vec::new();
         let zeros = vec![0u8; align as usize];
         for (i, &size) in self.sizes.iter().enumerate() {
@@ -590,19 +636,64 @@ impl GgufBuilder {
                 )));
             }
             w.write_all(&buf).map_err(io_err)?;
-            written += size;
-            let pad = (align - written % align) % align;
+            let pad = (align - (w.bytes - meta_size as u64) % align) % align;
             w.write_all(&zeros[..pad as usize]).map_err(io_err)?;
-            written += pad;
         }
-        w.flush().map_err(io_err)?;
-        w.into_inner()
-            .map_err(|e| io_err(e.into_error()))?
-            .sync_all()
-            .map_err(io_err)?;
-        std::fs::rename(&tmp, path).map_err(io_err)?;
+        let written = w.finish().map_err(io_err)?;
+        pending.commit().map_err(io_err)?;
+        Ok(written)
+    }
+}
+
+/// What [`GgufBuilder::write`] wrote: the file's size and sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// A writer that hashes and counts what goes through it.
+struct HashingWriter {
+    inner: BufWriter<File>,
+    hash: sha2::Sha256,
+    bytes: u64,
+}
+
+impl HashingWriter {
+    fn new(inner: BufWriter<File>) -> Self {
+        use sha2::Digest as _;
+        Self {
+            inner,
+            hash: sha2::Sha256::new(),
+            bytes: 0,
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        use sha2::Digest as _;
+        self.inner.write_all(b)?;
+        self.hash.update(b);
+        self.bytes += b.len() as u64;
         Ok(())
     }
+
+    /// Flush and sync the file; its size and hash.
+    fn finish(self) -> std::io::Result<Written> {
+        use sha2::Digest as _;
+        self.inner
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
+        Ok(Written {
+            bytes: self.bytes,
+            sha256: hex(&self.hash.finalize()),
+        })
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Drop for GgufBuilder {

@@ -31,6 +31,11 @@ impl Default for ModelParams {
     }
 }
 
+/// llama.cpp's load progress callback: returning false cancels the load.
+extern "C" fn load_progress(_progress: f32, _data: *mut std::ffi::c_void) -> bool {
+    crate::interrupt::requested().is_none()
+}
+
 /// llama.cpp's override array: the entries, then one with an empty key.
 fn kv_overrides(ints: &[(String, i64)]) -> Result<Vec<sys::llama_model_kv_override>, LlamaError> {
     let mut v = Vec::with_capacity(ints.len() + 1);
@@ -115,7 +120,10 @@ impl Model {
     /// truncated files), then load it with llama.cpp on the CPU. Weight
     /// repacking is always off so that file offsets describe what the matmuls read.
     pub fn load(path: &Path, params: &ModelParams) -> Result<Self, LlamaError> {
-        GgufFile::open(path)?.check_complete()?;
+        let g = GgufFile::open(path)?;
+        g.check_complete()?;
+        g.check_vocab()?;
+        drop(g);
         init_backend();
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))?;
@@ -130,6 +138,9 @@ impl Model {
             sys::LLAMA_LOAD_MODE_NONE
         };
         mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+        // A signal stops the load at llama.cpp's next progress report.
+        mp.progress_callback = Some(load_progress);
+        mp.progress_callback_user_data = std::ptr::null_mut();
         let overrides = kv_overrides(&params.int_overrides)?;
         if !params.int_overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();
@@ -138,8 +149,11 @@ impl Model {
         // fully initialised parameter struct whose pointers (path, overrides
         // terminated by an empty key) stay valid for the whole call.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
-        let ptr = NonNull::new(raw).ok_or_else(|| LlamaError::LoadFailed {
-            path: path.to_path_buf(),
+        let ptr = NonNull::new(raw).ok_or_else(|| match crate::interrupt::requested() {
+            Some(_) => LlamaError::Interrupted,
+            None => LlamaError::LoadFailed {
+                path: path.to_path_buf(),
+            },
         })?;
         Ok(Self {
             ptr,

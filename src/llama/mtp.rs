@@ -7,7 +7,6 @@
 //! and be used only between the head's calls (the loop hands over: draft,
 //! verify decode, process, accept). The head may live on another thread than
 //! the target (the draft actor); the hand-over is what keeps them apart.
-//! See DESIGN.md section 3 for the call order.
 
 use std::ptr::NonNull;
 

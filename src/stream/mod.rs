@@ -43,6 +43,11 @@ pub enum StreamError {
     },
     #[error("--predict-prefetch cannot use this model's routers: {0}")]
     Predict(String),
+    #[error(
+        "--predict-prefetch needs every layer's router (ffn_gate_inp) and FFN norm (ffn_norm): \
+         {0}; drop --predict-prefetch for this model"
+    )]
+    PredictUnsupported(String),
     #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
     NoMapping(String),
     #[error(

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::StreamError;
 use crate::layout::MoeLayout;
-use crate::llama::gguf::GgufFile;
+use crate::llama::gguf::{GgufFile, TensorInfo};
 use crate::llama::quant::dequantize;
 
 /// Routers and norm ratios of every layer, dequantized to f32.
@@ -27,14 +27,24 @@ pub struct Predictor {
     ratio: Vec<Vec<f32>>,
 }
 
-fn read_f32(gguf: &GgufFile, name: &str, want: usize) -> Result<Vec<f32>, String> {
+fn read_f32(gguf: &GgufFile, name: &str, want: usize) -> Result<Vec<f32>, StreamError> {
+    let unsupported =
+        |msg: String| StreamError::PredictUnsupported(format!("{}: {msg}", gguf.path().display()));
     let t = gguf
         .tensor(name)
-        .ok_or_else(|| format!("no tensor {name}"))?;
+        .ok_or_else(|| unsupported(format!("it has no tensor {name}")))?;
     let n: u64 = t.ne.iter().product();
     if n as usize != want {
-        return Err(format!("{name} has {n} values, expected {want}"));
+        return Err(unsupported(format!(
+            "{name} has {n} values, expected {want}"
+        )));
     }
+    read_values(gguf, t, n)
+        .map_err(|e| StreamError::Predict(format!("{}: {e}", gguf.path().display())))
+}
+
+fn read_values(gguf: &GgufFile, t: &TensorInfo, n: u64) -> Result<Vec<f32>, String> {
+    let name = &t.name;
     let mut buf = vec![0u8; t.size_bytes as usize];
     let f = std::fs::File::open(gguf.path()).map_err(|e| e.to_string())?;
     f.read_exact_at(&mut buf, t.file_offset)
@@ -56,15 +66,16 @@ impl Predictor {
         let mut router = Vec::with_capacity(n_layer);
         let mut norm = Vec::with_capacity(n_layer);
         for l in 0..n_layer {
-            router.push(
-                read_f32(
-                    &gguf,
-                    &format!("blk.{l}.ffn_gate_inp.weight"),
-                    n_embd * n_expert,
-                )
-                .map_err(fail)?,
-            );
-            norm.push(read_f32(&gguf, &format!("blk.{l}.ffn_norm.weight"), n_embd).map_err(fail)?);
+            router.push(read_f32(
+                &gguf,
+                &format!("blk.{l}.ffn_gate_inp.weight"),
+                n_embd * n_expert,
+            )?);
+            norm.push(read_f32(
+                &gguf,
+                &format!("blk.{l}.ffn_norm.weight"),
+                n_embd,
+            )?);
         }
         let ratio = (0..n_layer)
             .map(|l| match norm.get(l + 1) {

@@ -275,3 +275,173 @@ fn logs_off_a_terminal_have_no_colours_and_a_no_op_flag_pair_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("nothing is streamed"), "{}", stderr(&o));
 }
+
+/// Run bmoe with its fixture cache set to `cache` (or unset when None... set
+/// to this exact value, which may be empty or a file).
+fn bmoe_with_cache(args: &[&str], cache: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(args)
+        .env("BMOE_CACHE_DIR", cache)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("start bmoe")
+}
+
+#[test]
+fn careless_paths_get_the_documented_code_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let fifo = d("fifo");
+    let c = std::ffi::CString::new(fifo.clone()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (text, file) = (d("notes.gguf"), d("file"));
+    std::fs::write(&text, "plain text\n").unwrap();
+    std::fs::write(&file, "x").unwrap();
+    let used = d("used");
+    std::fs::create_dir_all(dir.path().join("used/runs")).unwrap();
+    let (bad_cells, cold_cells) = (d("bad.cells"), d("cold.cells"));
+    std::fs::write(&bad_cells, [b'a', b':', 0xff, 0xfe]).unwrap();
+    std::fs::write(
+        &cold_cells,
+        "base: --cache-mb 64\ncold: --drop-cold-experts 5\n",
+    )
+    .unwrap();
+    let m = crate::common::e8k2().to_str().unwrap();
+    let sm = smollm2().to_str().unwrap();
+    let tmp = dir.path().to_str().unwrap();
+    let fresh = d("fresh");
+    let o_gguf = d("o.gguf");
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["compare", "/dev/zero"], 2, "not a regular file"),
+        (vec!["compare", tmp], 2, "not a regular file"),
+        (
+            vec!["run", "-m", m, "-p", "x", "--csv", &fifo],
+            2,
+            "not a regular file",
+        ),
+        (
+            vec![
+                "fixture",
+                "upcycle",
+                "--from",
+                "/nonexistent.gguf",
+                "-o",
+                &o_gguf,
+            ],
+            3,
+            "does not exist",
+        ),
+        (
+            vec!["fixture", "upcycle", "--from", &text, "-o", &o_gguf],
+            4,
+            "not a gguf file",
+        ),
+        (
+            vec!["fixture", "upcycle", "--from", sm, "-o", tmp],
+            2,
+            "is a directory",
+        ),
+        (vec!["bench", "-m", m, "-o", &file], 2, "is not a directory"),
+        (
+            vec!["bench", "-m", m, "-o", &used],
+            2,
+            "already holds a bench",
+        ),
+        (
+            vec!["bench", "-m", m, "-o", &fresh, "--cells", &bad_cells],
+            2,
+            "not UTF-8",
+        ),
+        (
+            vec!["bench", "-m", m, "-o", &fresh, "--cells", &cold_cells],
+            2,
+            "--drop-cold-experts 5",
+        ),
+    ];
+    for (args, code, want) in cases {
+        let o = crate::common::bmoe_within(&args, 30);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("probing"), "refused before measuring: {err}");
+    }
+    assert!(
+        !dir.path().join("fresh").exists(),
+        "no bench directory made"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial") || n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "nothing half-made left: {left:?}");
+    // The fixture cache: empty or a file is refused, not used.
+    for (cache, want) in [("", "set but empty"), (file.as_str(), "not a directory")] {
+        let o = bmoe_with_cache(&["fixture", "smollm2"], cache);
+        assert_eq!(o.status.code(), Some(2), "{cache:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{cache:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn flags_a_model_cannot_honour_are_refused_with_the_reason() {
+    // --predict-prefetch needs ffn_norm, which the qwen35moe fixture lacks.
+    let tiny = crate::common::tiny_mtp(0.0, 0.0);
+    let o = bmoe(&[
+        "run",
+        "-m",
+        tiny.to_str().unwrap(),
+        "-p",
+        "x",
+        "-n",
+        "2",
+        "--predict-prefetch",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ffn_norm"), "{}", stderr(&o));
+    // -c 16 is rounded up to 256 by llama.cpp: a prompt over 256 tokens is
+    // refused, and the message says why the context is 256.
+    let long = "one two three four five six seven eight ".repeat(40);
+    let m = crate::common::e8k2().to_str().unwrap();
+    let o = bmoe(&["run", "-m", m, "-p", &long, "-c", "16"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("-c 16 was rounded up to 256"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_vocabulary_llama_cpp_would_abort_on_is_refused() {
+    // Two tokens with the same string: llama.cpp asserts building its map.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dup-vocab.gguf");
+    // The header is enough: the vocabulary is checked before the tensors.
+    let src = crate::common::e8k2();
+    let header = bmoe::llama::gguf::GgufFile::open(src)
+        .unwrap()
+        .data_offset();
+    let mut bytes = std::fs::read(src).unwrap();
+    bytes.truncate(header as usize);
+    // Token strings are stored as (u64 length, bytes): make the first "b"
+    // token read "a" (both are one-byte tokens of the BPE vocabulary).
+    let pat = |c: u8| {
+        let mut v = 1u64.to_le_bytes().to_vec();
+        v.push(c);
+        v
+    };
+    let find = |b: &[u8], p: &[u8]| b.windows(p.len()).position(|w| w == p);
+    assert!(find(&bytes, &pat(b'a')).is_some(), "token \"a\" present");
+    let at = find(&bytes, &pat(b'b')).expect("token \"b\" present");
+    bytes[at + 8] = b'a';
+    std::fs::write(&p, &bytes).unwrap();
+    let ps = p.to_str().unwrap();
+    assert_fails(&["inspect", ps], 4, "the same string");
+    assert_fails(
+        &["run", "-m", ps, "-p", "hi", "-n", "1"],
+        4,
+        "the same string",
+    );
+}

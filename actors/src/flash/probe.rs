@@ -40,6 +40,8 @@ impl Drop for Aligned {
 
 /// Read randomly chosen `slices` (file offset, length) for about `duration`,
 /// keeping `queue_depth` reads in flight. `seed` makes the choice reproducible.
+/// `stop` is asked between batches of reads: true ends the probe early (the
+/// result then covers what was read).
 pub fn probe_read_bandwidth(
     path: &Path,
     slices: &[(u64, u64)],
@@ -47,6 +49,7 @@ pub fn probe_read_bandwidth(
     o_direct: bool,
     duration: Duration,
     seed: u64,
+    stop: &dyn Fn() -> bool,
 ) -> Result<ProbeResult, FlashError> {
     if slices.is_empty() {
         return Err(FlashError::Config("no slices to probe".into()));
@@ -80,7 +83,7 @@ pub fn probe_read_bandwidth(
         elapsed: Duration::ZERO,
     };
     let t0 = Instant::now();
-    while t0.elapsed() < duration {
+    while t0.elapsed() < duration && !stop() {
         let ops: Vec<ReadOp> = bufs
             .iter()
             .map(|b| {
