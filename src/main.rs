@@ -339,9 +339,7 @@ fn run(args: RunArgs) -> Result<()> {
             return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
         }
     };
-    if prompt.is_empty() {
-        return Err(UsageError("the prompt is empty: give some text with -p or -f".into()).into());
-    }
+    checks::prompt_text(&prompt, args.chat)?;
     checks::warn_threads_above_cores(args.threads);
     checks::run_args(&args)?;
     let model = match &args.model {

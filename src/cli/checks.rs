@@ -183,3 +183,21 @@ pub fn bench_out_dir(out: &Path) -> Result<(), UsageError> {
         Ok(_) => Ok(()),
     }
 }
+
+/// A prompt bmoe can use: not empty, and without a NUL byte under `--chat`
+/// (the chat template takes C strings).
+pub fn prompt_text(prompt: &str, chat: bool) -> Result<(), UsageError> {
+    if prompt.is_empty() {
+        return Err(UsageError(
+            "the prompt is empty: give some text with -p or -f".into(),
+        ));
+    }
+    if chat && prompt.contains('\0') {
+        return Err(UsageError(
+            "the prompt holds a NUL byte, which a chat template cannot carry: remove it, or drop \
+             --chat"
+                .into(),
+        ));
+    }
+    Ok(())
+}

@@ -45,6 +45,22 @@ pub fn e8k2() -> &'static Path {
     })
 }
 
+/// SmolLM2 upcycled to 20 experts, top-2: enough experts per layer to ask
+/// llama.cpp for more per token than its graph holds (19 and up on 30 layers).
+pub fn e20k2() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let params = upcycle::UpcycleParams {
+            experts: 20,
+            top_k: 2,
+            ..Default::default()
+        };
+        build_once(&upcycle::default_file_name(&params), |p| {
+            upcycle::upcycle(smollm2(), p, &params).expect("build E20K2");
+        })
+    })
+}
+
 /// The tiny MTP model with the given head noise / trunk mix.
 pub fn tiny_mtp(head_noise: f32, trunk_mix: f32) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -221,12 +221,14 @@ fn inputs_that_are_not_regular_text_files_are_refused_at_once() {
     let c = std::ffi::CString::new(fifo.clone()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let (bad, missing) = (d("bad.txt"), d("missing.txt"));
+    let (bad, missing, nul) = (d("bad.txt"), d("missing.txt"), d("nul.txt"));
     std::fs::write(&bad, [0xff, 0xfe]).unwrap();
+    std::fs::write(&nul, b"hello\0world").unwrap();
     let tmp = dir.path().to_str().unwrap().to_string();
     let model = "/nonexistent-bmoe-model.gguf";
     // Each returns at once (a FIFO is never opened), with the code and the why.
-    let cases: [(Vec<&str>, i32, &str); 7] = [
+    let cases: [(Vec<&str>, i32, &str); 8] = [
+        (vec!["-m", model, "-f", &nul, "--chat"], 2, "NUL byte"),
         (vec!["-m", &tmp, "-p", "x"], 3, "is a directory"),
         (vec!["-m", &fifo, "-p", "x"], 3, "not a regular file"),
         (vec!["-m", model, "-f", &missing], 2, "does not exist"),
@@ -444,4 +446,33 @@ fn a_vocabulary_llama_cpp_would_abort_on_is_refused() {
         4,
         "the same string",
     );
+}
+
+#[test]
+fn more_experts_per_token_than_the_graph_holds_is_refused_not_aborted() {
+    // llama.cpp sizes its graph by the tensor count: on this 30-layer model,
+    // 19 experts per token fail an assertion (exit 134) while building it.
+    let m = crate::common::e20k2().to_str().unwrap();
+    for extra in [&[][..], &["--resident"][..]] {
+        let mut args = vec!["run", "-m", m, "-p", "The capital of France is", "-n", "2"];
+        args.extend(["--n-expert-used", "20"]);
+        args.extend(extra);
+        let o = crate::common::bmoe_within(&args, 120);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("choose at most 18"), "{err}");
+    }
+    // The largest that fits runs.
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "2",
+        "--n-expert-used",
+        "18",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
