@@ -4,15 +4,17 @@
 # (noise band), then at --cache-mb 0 and at a cache of ~25% of the expert bytes
 # the serial, overlap, prefetch and predictive cells, and the two lossy knobs.
 # Each cell writes its CSV; `bmoe compare` makes the tables. Raw outputs go to
-# OUT (default docs/results/overlap-DATE).
-# Usage: benches/overlap.sh [MODEL] [TOKENS] [CACHE25_MB]
+# OUT (default target/bench-results/overlap-DATE, outside the tracked tree; copy
+# README.txt, probe.txt and compare-*.md into docs/results/ by hand if a doc cites
+# the run).
+# Usage: [OUT=DIR] benches/overlap.sh [MODEL] [TOKENS] [CACHE25_MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BMOE=${BMOE:-./target/debug/bmoe}
 MODEL=${1:-$HOME/.cache/bmoe/smollm2-135m-upcycled-E64K4-s0.1-seed2.gguf}
 N=${2:-128}
 C25=${3:-760}
-OUT=${OUT:-docs/results/overlap-$(date +%Y%m%d)}
+OUT=${OUT:-target/bench-results/overlap-$(date +%Y%m%d)}
 PROMPT="Once upon a time, in a small village by the sea, there lived"
 mkdir -p "$OUT"
 echo "model=$MODEL tokens=$N cache25=${C25}MiB bmoe=$($BMOE --version)" | tee "$OUT/README.txt"

@@ -2,13 +2,15 @@
 # Streaming cells on one model, side by side in one run: the
 # read probe, --resident twice (noise band), --cache-mb 0, a cache that holds
 # every expert, a 256 MiB cache, and the overlap cells. Raw outputs go to OUT (default
-# docs/results/streaming-DATE). Usage: benches/streaming.sh [MODEL] [TOKENS]
+# target/bench-results/streaming-DATE, outside the tracked tree; copy README.txt and
+# probe.txt into docs/results/ by hand if a doc cites the run).
+# Usage: [OUT=DIR] benches/streaming.sh [MODEL] [TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BMOE=${BMOE:-./target/debug/bmoe}
 MODEL=${1:-$HOME/.cache/bmoe/smollm2-135m-upcycled-E64K4-s0.1-seed2.gguf}
 N=${2:-128}
-OUT=${OUT:-docs/results/streaming-$(date +%Y%m%d)}
+OUT=${OUT:-target/bench-results/streaming-$(date +%Y%m%d)}
 PROMPT="Once upon a time, in a small village by the sea, there lived"
 mkdir -p "$OUT"
 echo "model=$MODEL tokens=$N bmoe=$($BMOE --version)" | tee "$OUT/README.txt"
