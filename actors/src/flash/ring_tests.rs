@@ -6,7 +6,8 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::*;
 

@@ -1,8 +1,12 @@
 //! The reader and the flash actor against a real file (no model needed).
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::*;
+use crate::cache::Requester;
 
 /// A file whose byte at offset i is a function of i.
 fn pattern_file(len: usize) -> tempfile::NamedTempFile {

@@ -1,0 +1,242 @@
+//! The flash actor's state and loop: serve messages in order, demands
+//! first, and read the misses of each demand into the arena.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
+use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader, N_PROJ};
+use crate::cache::{ExpertCache, Requester, SlotKey};
+
+pub(super) struct Actor {
+    pub(super) cache: ExpertCache,
+    pub(super) n_expert: Vec<u32>,
+    /// Bytes of one (layer, expert) slot, all projections.
+    pub(super) slot_bytes: Vec<u64>,
+    pub(super) arena: Arc<Arena>,
+    pub(super) reader: Box<dyn SliceReader>,
+    pub(super) counters: Arc<FlashCounters>,
+    pub(super) ops: Vec<ReadOp>,
+    pub(super) prefetch_layers: u32,
+    pub(super) prefetch_max_experts: u32,
+    /// Experts read per idle step (a demand waits at most this long).
+    pub(super) prefetch_chunk: usize,
+    /// Per layer: the experts of its last verify demand (temporal prefetch).
+    pub(super) history: Vec<Vec<u32>>,
+    /// Prefetch work, most urgent first.
+    pub(super) queue: VecDeque<SlotKey>,
+    /// Background reads for a requester, oldest first (before prefetch work).
+    pub(super) background: VecDeque<(Requester, SlotKey)>,
+    /// Read by prefetch, not yet judged by a demand of their layer: bytes.
+    pub(super) prefetched: HashMap<SlotKey, u64>,
+    /// Evicted slots whose pages are kept (oldest first) to be moved under the
+    /// next misses, so a read never lands on fresh pages (a fault per page).
+    pub(super) spares: VecDeque<SlotKey>,
+    pub(super) spare_cap: usize,
+    /// The model file's identity at start, checked before demands.
+    pub(super) watch: Option<FileWatch>,
+}
+
+impl Actor {
+    /// Serve messages in order; while prefetch work is queued and no message
+    /// waits, read ahead one small chunk at a time (demands always go first).
+    pub(super) fn run(&mut self, rx: Receiver<Msg>) {
+        loop {
+            let msg = if self.queue.is_empty() && self.background.is_empty() {
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(TryRecvError::Empty) => {
+                        if self.background.is_empty() {
+                            self.prefetch_step();
+                        } else {
+                            self.background_step();
+                        }
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            };
+            self.handle(msg);
+        }
+        if self.reader.in_flight() > 0 {
+            // The kernel may still write into slots of the arena: keep it mapped
+            // for the rest of the process (one leaked reference).
+            std::mem::forget(self.arena.clone());
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Demand {
+                requester,
+                layer,
+                experts,
+                droppable,
+                split,
+                reply,
+            } => {
+                let span = tracing::debug_span!("flash.demand", layer, n = experts.len(), split);
+                let _g = span.enter();
+                if let Err(e) = self.demand(requester, layer, &experts, &droppable, split, &reply) {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+            Msg::Prefetch { layer, experts } => {
+                // Predictions are fresher than history: they go first.
+                for &e in experts.iter().rev() {
+                    if e >= self.n_expert.get(layer as usize).copied().unwrap_or(0) {
+                        continue;
+                    }
+                    let k = SlotKey { layer, expert: e };
+                    if !self.cache.contains(k) && !self.queue.contains(&k) {
+                        self.queue.push_front(k);
+                    }
+                }
+            }
+            Msg::Background {
+                requester,
+                layer,
+                experts,
+            } => {
+                let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);
+                for e in experts {
+                    let k = SlotKey { layer, expert: e };
+                    if e < limit && !self.background.contains(&(requester, k)) {
+                        self.background.push_back((requester, k));
+                    }
+                }
+            }
+            Msg::Release(r) => {
+                let evicted = self.cache.release(r);
+                self.evict(&evicted);
+            }
+        }
+    }
+
+    /// Serve one demand: plan, recycle/evict, read, reply; twice when `split`
+    /// (after gate/up, then after down), so down reads overlap the gate/up matmuls.
+    fn demand(
+        &mut self,
+        requester: Requester,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+        split: bool,
+        reply: &Sender<Result<DemandReply, String>>,
+    ) -> Result<(), FlashError> {
+        if let Some(w) = self.watch.as_mut() {
+            w.check()?;
+        }
+        let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);
+        if let Some(&bad) = experts.iter().find(|&&e| e >= limit) {
+            return Err(FlashError::UnknownExpert { layer, expert: bad });
+        }
+        let mut dropped = Vec::new();
+        let keys: Vec<SlotKey> = experts
+            .iter()
+            .map(|&expert| SlotKey { layer, expert })
+            .filter(|k| {
+                let drop = droppable.contains(&k.expert) && !self.cache.contains(*k);
+                if drop {
+                    dropped.push(k.expert);
+                }
+                !drop
+            })
+            .collect();
+        self.counters
+            .dropped_experts
+            .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+        // The requester's pass has begun: what it asked for in the background
+        // and is still queued is read now if it needs it, else not at all.
+        self.background.retain(|(r, _)| *r != requester);
+        let plan = self.cache.request(requester, &keys);
+        self.make_room(&plan.evict, &plan.misses);
+        let phases: &[&[u8]] = if split {
+            &[&GATE_UP, &[DOWN]]
+        } else {
+            &[&ALL_PROJ]
+        };
+        for (i, projs) in phases.iter().enumerate() {
+            let stats = self.read_misses(&plan.misses, projs)?;
+            let first = i == 0;
+            let c = &self.counters;
+            let r = requester.index();
+            c.read_bytes[r].fetch_add(stats.device_bytes, Ordering::Relaxed);
+            c.io_ns
+                .fetch_add(stats.elapsed.as_nanos() as u64, Ordering::Relaxed);
+            if first {
+                c.hits[r].fetch_add(plan.hits.len() as u64, Ordering::Relaxed);
+                c.misses[r].fetch_add(plan.misses.len() as u64, Ordering::Relaxed);
+                c.requests.fetch_add(1, Ordering::Relaxed);
+            }
+            c.resident_bytes
+                .store(self.cache.resident_bytes(), Ordering::Relaxed);
+            c.peak_resident_bytes
+                .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+            let counted = |n: usize| if first { n as u32 } else { 0 };
+            let _ = reply.send(Ok(DemandReply {
+                dropped: if first {
+                    std::mem::take(&mut dropped)
+                } else {
+                    Vec::new()
+                },
+                hits: counted(plan.hits.len()),
+                misses: counted(plan.misses.len()),
+                evictions: counted(plan.evict.len()),
+                read_bytes: stats.device_bytes,
+                io_time: stats.elapsed,
+            }));
+        }
+        if requester == Requester::Verify {
+            let served: Vec<u32> = keys.iter().map(|k| k.expert).collect();
+            self.after_verify_demand(layer, &served);
+        }
+        Ok(())
+    }
+
+    /// Read the `projs` slices of every miss.
+    pub(super) fn read_misses(
+        &mut self,
+        misses: &[SlotKey],
+        projs: &[u8],
+    ) -> Result<ReadStats, FlashError> {
+        self.ops.clear();
+        for k in misses {
+            for &p in projs {
+                if let Some((dst, file_offset, len)) = self.arena.slot(k.layer, p, k.expert) {
+                    self.ops.push(ReadOp {
+                        dst,
+                        file_offset,
+                        len,
+                    });
+                }
+            }
+        }
+        if self.ops.is_empty() {
+            return Ok(ReadStats::default());
+        }
+        let layer = misses.first().map_or(0, |k| k.layer);
+        let span = tracing::debug_span!("flash.read", layer, slices = self.ops.len());
+        let _g = span.enter();
+        // SAFETY: every op targets a slot of a key that this plan just marked
+        // resident (a miss): no matmul reads it until we reply, and no other op
+        // in the batch overlaps it (distinct experts and projections).
+        unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
+            // Whatever was partially read must not be taken for resident.
+            for k in misses {
+                for p in 0..N_PROJ as u8 {
+                    self.arena.release(k.layer, p, k.expert);
+                }
+            }
+            self.cache.forget(misses);
+        })
+    }
+}

@@ -1,0 +1,324 @@
+//! The owner's handle ([`Flash`]: spawns the actor, hands out clients, shuts
+//! it down) and a requester's connection to the actor ([`FlashClient`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use super::actor::Actor;
+use super::protocol::{Msg, REPLY_CAPACITY};
+use super::recycle::SPARE_MAX_BYTES;
+use super::{
+    open_reader, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError,
+    SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
+};
+use crate::cache::{ExpertCache, Requester};
+
+/// Owner's handle: spawns the actor, hands out clients, shuts it down.
+pub struct Flash {
+    tx: Option<Sender<Msg>>,
+    join: Option<JoinHandle<()>>,
+    counters: Arc<FlashCounters>,
+    arena: Arc<Arena>,
+    reader_desc: String,
+    notes: Vec<String>,
+}
+
+/// A requester's connection to the flash actor (one per thread).
+pub struct FlashClient {
+    tx: Sender<Msg>,
+    /// Replies to the last demand. Each demand gets a fresh channel whose only
+    /// sender travels with the message, so if the actor dies the sender is
+    /// dropped and the wait ends with an error instead of hanging.
+    reply_rx: Receiver<Result<DemandReply, String>>,
+    requester: Requester,
+    /// A split demand whose down slices have not been waited for yet.
+    down_pending: bool,
+    counters: Arc<FlashCounters>,
+}
+
+impl FlashClient {
+    fn send(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+        split: bool,
+    ) -> Result<(), FlashError> {
+        let (reply, reply_rx) = bounded(REPLY_CAPACITY);
+        self.reply_rx = reply_rx;
+        self.tx
+            .send(Msg::Demand {
+                requester: self.requester,
+                layer,
+                experts: experts.to_vec(),
+                droppable: droppable.to_vec(),
+                split,
+                reply,
+            })
+            .map_err(|_| FlashError::Stopped("request channel closed".into()))
+    }
+
+    /// The general demand: the `droppable` experts may be skipped when they
+    /// are not resident (`--drop-cold-experts`; the reply lists the skipped
+    /// ones), `split` as in [`demand_gate_up`](Self::demand_gate_up), and a
+    /// read-ahead `hint` (layer, experts) queued right behind the demand, so
+    /// the flash actor starts on it as soon as the demand is served, without
+    /// waiting to be woken while the compute threads hold every core.
+    pub fn demand_with(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+        split: bool,
+        hint: Option<(u32, &[u32])>,
+    ) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, droppable, split)?;
+        if let Some((l, e)) = hint {
+            self.prefetch(l, e);
+        }
+        let r = self.recv()?;
+        self.down_pending = split;
+        Ok(r)
+    }
+
+    /// The flash actor's shared counters.
+    pub fn counters(&self) -> &Arc<FlashCounters> {
+        &self.counters
+    }
+
+    /// Ask for `experts` of `layer` to be read for this requester in the
+    /// background: only while no demand waits (a chunk at a time, demands of
+    /// every requester go first), pinned as this requester's until its next
+    /// demand, counted in its bytes and in `background_read_bytes`. Never blocks:
+    /// when the request channel is full the request is dropped and counted as a
+    /// dropped hint.
+    pub fn background(&self, layer: u32, experts: &[u32]) {
+        self.hint(Msg::Background {
+            requester: self.requester,
+            layer,
+            experts: experts.to_vec(),
+        });
+    }
+
+    /// Ask for `experts` of `layer` to be read ahead on idle queue slots. Never
+    /// blocks: when the request channel is full the hint is dropped and counted.
+    pub fn prefetch(&self, layer: u32, experts: &[u32]) {
+        self.hint(Msg::Prefetch {
+            layer,
+            experts: experts.to_vec(),
+        });
+    }
+
+    /// Send work the actor may do when idle; never blocks (dropped and counted
+    /// when the request channel is full).
+    fn hint(&self, msg: Msg) {
+        if self.tx.try_send(msg).is_err() {
+            self.counters
+                .prefetch_hints_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn recv(&self) -> Result<DemandReply, FlashError> {
+        self.reply_rx
+            .recv()
+            .map_err(|_| FlashError::Stopped("no reply".into()))?
+            .map_err(FlashError::Failed)
+    }
+
+    /// Block until `experts` of `layer` are resident (and pinned for this requester).
+    pub fn demand(&mut self, layer: u32, experts: &[u32]) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, &[], false)?;
+        self.recv()
+    }
+
+    /// Overlap mode: block until the gate and up slices of `experts` are
+    /// resident while the down slices keep loading; call [`wait_down`] before
+    /// the down matmul.
+    ///
+    /// [`wait_down`]: FlashClient::wait_down
+    pub fn demand_gate_up(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+    ) -> Result<DemandReply, FlashError> {
+        self.wait_down()?;
+        self.send(layer, experts, &[], true)?;
+        let r = self.recv()?;
+        self.down_pending = true;
+        Ok(r)
+    }
+
+    /// Block until the down slices of the last split demand are resident
+    /// (returns at once when none is pending).
+    pub fn wait_down(&mut self) -> Result<DemandReply, FlashError> {
+        if !std::mem::take(&mut self.down_pending) {
+            return Ok(DemandReply::default());
+        }
+        self.recv()
+    }
+
+    /// Whether a split demand still has down slices in flight.
+    pub fn down_pending(&self) -> bool {
+        self.down_pending
+    }
+
+    /// Drop this requester's pins (its decode is over).
+    pub fn release(&self) {
+        let _ = self.tx.send(Msg::Release(self.requester));
+    }
+}
+
+impl Flash {
+    /// Open the model file for reads, reserve the arena and start the actor thread.
+    pub fn spawn(
+        model: &Path,
+        specs: Vec<TensorSpec>,
+        cfg: FlashConfig,
+    ) -> Result<Self, FlashError> {
+        let max_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
+        let (reader, notes) = open_reader(model, cfg.o_direct, cfg.queue_depth, max_slice)?;
+        let watch = FileWatch::new(model, CHECK_INTERVAL)?;
+        Self::spawn_inner(reader, notes, specs, cfg, Some(watch))
+    }
+
+    /// As [`Flash::spawn`] with a given reader (fault injection in tests);
+    /// `model`, when given, is watched for replacement or truncation.
+    pub fn spawn_with_reader(
+        reader: Box<dyn SliceReader>,
+        notes: Vec<String>,
+        specs: Vec<TensorSpec>,
+        cfg: FlashConfig,
+        model: Option<&Path>,
+    ) -> Result<Self, FlashError> {
+        let watch = model
+            .map(|m| FileWatch::new(m, CHECK_INTERVAL))
+            .transpose()?;
+        Self::spawn_inner(reader, notes, specs, cfg, watch)
+    }
+
+    fn spawn_inner(
+        reader: Box<dyn SliceReader>,
+        notes: Vec<String>,
+        specs: Vec<TensorSpec>,
+        cfg: FlashConfig,
+        watch: Option<FileWatch>,
+    ) -> Result<Self, FlashError> {
+        let arena = Arc::new(Arena::new(&specs)?);
+        let n_layer = specs
+            .iter()
+            .map(|s| s.layer as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut slot_bytes = vec![0u64; n_layer];
+        let mut n_expert = vec![0u32; n_layer];
+        for s in &specs {
+            slot_bytes[s.layer as usize] += s.slice_bytes;
+            n_expert[s.layer as usize] = n_expert[s.layer as usize].max(s.n_expert);
+        }
+        let counters = Arc::new(FlashCounters::default());
+        let (tx, rx) = bounded::<Msg>(cfg.request_capacity.max(1));
+        let reader_desc = reader.describe();
+        let mut state = Actor {
+            cache: ExpertCache::new(cfg.budget_bytes, slot_bytes.clone()),
+            n_expert,
+            slot_bytes,
+            arena: arena.clone(),
+            reader,
+            counters: counters.clone(),
+            ops: Vec::new(),
+            prefetch_layers: cfg.prefetch_layers,
+            prefetch_max_experts: cfg.prefetch_max_experts,
+            prefetch_chunk: (cfg.queue_depth as usize / N_PROJ).max(1),
+            history: vec![Vec::new(); n_layer],
+            queue: VecDeque::new(),
+            background: VecDeque::new(),
+            prefetched: HashMap::new(),
+            spares: VecDeque::new(),
+            spare_cap: 0,
+            watch,
+        };
+        let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
+        state.spare_cap = (SPARE_MAX_BYTES / max_slot).max(4) as usize;
+        let join = std::thread::Builder::new()
+            .name("bmoe-flash".into())
+            .spawn(move || state.run(rx))
+            .map_err(|e| FlashError::Os {
+                what: "spawn the flash thread".into(),
+                source: e,
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            join: Some(join),
+            counters,
+            arena,
+            reader_desc,
+            notes,
+        })
+    }
+
+    pub fn client(&self, requester: Requester) -> FlashClient {
+        // No demand yet: a channel whose sender is already gone.
+        let (_, reply_rx) = bounded(REPLY_CAPACITY);
+        FlashClient {
+            tx: self.tx.clone().expect("flash running"),
+            reply_rx,
+            requester,
+            down_pending: false,
+            counters: self.counters.clone(),
+        }
+    }
+
+    pub fn counters(&self) -> &Arc<FlashCounters> {
+        &self.counters
+    }
+
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
+
+    /// Notes about fallbacks taken at start (O_DIRECT refused, no io_uring).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    pub fn reader_description(&self) -> &str {
+        &self.reader_desc
+    }
+
+    /// Stop the actor: close the channel (clients must be dropped first for it to
+    /// see the end) and join it within `deadline`. Returns false on timeout.
+    pub fn shutdown(mut self, deadline: Duration) -> bool {
+        self.stop(deadline)
+    }
+
+    fn stop(&mut self, deadline: Duration) -> bool {
+        drop(self.tx.take());
+        let Some(j) = self.join.take() else {
+            return true;
+        };
+        let t0 = Instant::now();
+        while !j.is_finished() {
+            if t0.elapsed() > deadline {
+                tracing::warn!("flash actor did not stop within {deadline:?}");
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        j.join().is_ok()
+    }
+}
+
+impl Drop for Flash {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}

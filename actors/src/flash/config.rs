@@ -1,0 +1,33 @@
+//! Settings of the flash actor.
+
+/// Settings of the flash actor.
+#[derive(Debug, Clone)]
+pub struct FlashConfig {
+    /// Hard byte budget of the expert cache (0: only the working set).
+    pub budget_bytes: u64,
+    /// io_uring queue depth (`--io-threads`).
+    pub queue_depth: u32,
+    /// Read with O_DIRECT (falls back with a note where refused).
+    pub o_direct: bool,
+    /// Capacity of the request channel.
+    pub request_capacity: usize,
+    /// Temporal prefetch (`--prefetch K`): after serving layer L, read on idle
+    /// queue slots what layers L+1..L+K used the last time they were asked.
+    pub prefetch_layers: u32,
+    /// Remember a layer's demand for temporal prefetch only when it names at
+    /// most this many experts (a single token's routing; 0: always).
+    pub prefetch_max_experts: u32,
+}
+
+impl Default for FlashConfig {
+    fn default() -> Self {
+        Self {
+            budget_bytes: 0,
+            queue_depth: 4,
+            o_direct: true,
+            request_capacity: 16,
+            prefetch_layers: 0,
+            prefetch_max_experts: 0,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The message protocol between clients and the flash actor: the messages,
+//! the reply to a demand, and the projection phases of a split demand.
+
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+
+use crate::cache::Requester;
+
+/// The answer to one demand request.
+#[derive(Debug, Clone, Default)]
+pub struct DemandReply {
+    /// Droppable experts that were misses and were not read (only in the first reply).
+    pub dropped: Vec<u32>,
+    pub hits: u32,
+    pub misses: u32,
+    pub evictions: u32,
+    pub read_bytes: u64,
+    pub io_time: Duration,
+}
+
+pub(super) enum Msg {
+    Demand {
+        requester: Requester,
+        layer: u32,
+        experts: Vec<u32>,
+        /// Of `experts`, those to skip when they are not resident (lossy drop).
+        droppable: Vec<u32>,
+        /// Reply twice: once gate/up are resident, once down is (overlap mode).
+        split: bool,
+        reply: Sender<Result<DemandReply, String>>,
+    },
+    /// Read these on idle slots, ahead of their demand (predictive prefetch).
+    Prefetch {
+        layer: u32,
+        experts: Vec<u32>,
+    },
+    /// Read these for `requester` on idle slots (demands go first), pinned and
+    /// counted as its own until its next demand, which drops what is still queued.
+    Background {
+        requester: Requester,
+        layer: u32,
+        experts: Vec<u32>,
+    },
+    Release(Requester),
+}
+
+/// Replies one demand can get (two for a split demand).
+pub(super) const REPLY_CAPACITY: usize = 2;
+
+/// Projection indices read in the first phase of a split demand.
+pub(super) const GATE_UP: [u8; 2] = [0, 1];
+pub(super) const DOWN: u8 = 2;
+pub(super) const ALL_PROJ: [u8; 3] = [0, 1, 2];
