@@ -1,0 +1,129 @@
+//! The hook's use of a layer's router outputs on a single-row decode: the
+//! lossy drop of cold experts (`--drop-cold-experts`) and the guess of the next
+//! layer's experts (`--predict-prefetch`).
+
+use super::{StreamHook, LOGITS_PREFIX, PROBS_PREFIX};
+use crate::llama::{llama_max_src, NodeView};
+
+/// Breadth-first search up a node's sources (a few levels) for a node whose
+/// name starts with `prefix`: from `ffn_moe_topk-L` this finds the router's
+/// logits and probabilities of the same layer, still alive at that point
+/// because later nodes of the layer read them.
+fn find_src<'a>(node: &NodeView<'a>, prefix: &str, depth: usize) -> Option<NodeView<'a>> {
+    let mut frontier: Vec<NodeView<'a>> =
+        (0..llama_max_src()).filter_map(|i| node.src(i)).collect();
+    for _ in 0..depth {
+        if let Some(i) = frontier.iter().position(|n| n.name().starts_with(prefix)) {
+            return Some(frontier.swap_remove(i));
+        }
+        frontier = frontier
+            .iter()
+            .flat_map(|n| {
+                (0..llama_max_src())
+                    .filter_map(|i| n.src(i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if frontier.is_empty() {
+            return None;
+        }
+    }
+    None
+}
+
+impl StreamHook {
+    /// The routed experts of the single row whose normalized router weight is
+    /// below `drop_frac / k` (the flash actor drops them only if they are misses).
+    pub(super) fn cold_candidates(&mut self, node: &NodeView<'_>) -> Vec<u32> {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+            return Vec::new();
+        };
+        if !probs.copy_f32_2d(&mut self.row) {
+            return Vec::new();
+        }
+        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
+        let sum: f32 = self.ids.iter().map(|&e| p(e)).sum();
+        if sum <= 0.0 {
+            return Vec::new();
+        }
+        let threshold = self.drop_frac / self.k as f32;
+        let top = self
+            .ids
+            .iter()
+            .copied()
+            .max_by(|a, b| p(*a).total_cmp(&p(*b)));
+        self.ids
+            .iter()
+            .copied()
+            .filter(|&e| Some(e) != top && p(e) / sum < threshold)
+            .map(|e| e as u32)
+            .collect()
+    }
+
+    /// Route the dropped experts' positions to the row's strongest expert and
+    /// remember to zero their weights at `ffn_moe_weights-L` (the weight
+    /// normalization then renormalizes over the experts kept).
+    pub(super) fn apply_drop(&mut self, node: &NodeView<'_>, layer: u32, dropped: &[u32]) -> bool {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+            self.fail(format!(
+                "layer {layer}: router probabilities not found for the drop"
+            ));
+            return false;
+        };
+        if !probs.copy_f32_2d(&mut self.row) {
+            self.fail(format!("layer {layer}: router probabilities unreadable"));
+            return false;
+        }
+        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
+        let Some(top) = self
+            .ids
+            .iter()
+            .copied()
+            .max_by(|a, b| p(*a).total_cmp(&p(*b)))
+        else {
+            return true;
+        };
+        self.drop_zero.clear();
+        for (i, &e) in self.ids.iter().enumerate() {
+            if e >= 0 && dropped.contains(&(e as u32)) {
+                // SAFETY: observe phase of this very node: it is computed and the
+                // nodes that read it (weights, expert matmuls) have not run yet.
+                if !unsafe { node.set_i32([i as u64, 0, 0], top) } {
+                    self.fail(format!("{}: cannot rewrite a routed id", node.name()));
+                    return false;
+                }
+                self.drop_zero.push(i as u64);
+            }
+        }
+        self.drop_layer = Some(layer);
+        self.stats.borrow_mut().dropped += self.drop_zero.len() as u64;
+        true
+    }
+
+    /// Zero the dropped positions' weights (observe phase of `ffn_moe_weights-L`).
+    pub(super) fn zero_dropped_weights(&mut self, node: &NodeView<'_>) {
+        for &i in &self.drop_zero {
+            // SAFETY: observe phase of this node: computed, not yet read by the
+            // normalization that follows it.
+            if !unsafe { node.set_f32([0, i, 0], 0.0) } {
+                let name = node.name().to_owned();
+                self.fail(format!("{name}: cannot zero a dropped expert's weight"));
+                return;
+            }
+        }
+        self.drop_zero.clear();
+        self.drop_layer = None;
+    }
+
+    /// Guess layer L+1's experts from layer L's MoE input (best first).
+    pub(super) fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) -> Option<Vec<u32>> {
+        let p = self.predictor.clone()?;
+        let input = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1))?;
+        if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
+            return None;
+        }
+        let mut guess = Vec::with_capacity(self.k);
+        p.predict_next(layer, &self.row, &mut guess)
+            .then_some(guess)
+    }
+}

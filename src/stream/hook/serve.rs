@@ -1,0 +1,152 @@
+//! The hook's per-layer serving: at `ffn_moe_topk-L` demand the routed
+//! experts' union from the flash actor (blocking), at each expert matmul point
+//! its weights at the arena, and in overlap mode wait for the down slices.
+
+use std::time::Instant;
+
+use super::{StreamHook, TOPK_PREFIX};
+use crate::llama::NodeView;
+
+impl StreamHook {
+    /// Wait for the down slices of the current layer (overlap mode), counting the stall.
+    pub(super) fn wait_down(&mut self) {
+        if !self.client.down_pending() {
+            return;
+        }
+        let layer = self.current;
+        let span = tracing::debug_span!("hook.wait_down", layer = layer.unwrap_or(u32::MAX));
+        let _g = span.enter();
+        let t0 = Instant::now();
+        match self.client.wait_down() {
+            Ok(r) => {
+                let mut s = self.stats.borrow_mut();
+                s.stall += t0.elapsed();
+                s.io += r.io_time;
+                s.read_bytes += r.read_bytes;
+            }
+            Err(e) => {
+                self.current = None;
+                self.fail(format!("expert down read for layer {layer:?} failed: {e}"));
+            }
+        }
+    }
+
+    /// Rebind an expert matmul's weights to the arena (ask phase, before it runs).
+    pub(super) fn bind(&mut self, node: &NodeView<'_>) {
+        let Some(w) = node.src(0) else { return };
+        let Some(&(layer, proj)) = self.weights.get(w.name()) else {
+            return;
+        };
+        if proj == 2 {
+            // Normally already awaited at the activation; this covers archs whose
+            // activation node bmoe does not know.
+            self.wait_down();
+        }
+        if self.current != Some(layer) {
+            self.fail(format!(
+                "expert matmul {} of layer {layer} ran without its routing being served \
+                 (last served layer {:?}); stopping rather than computing with missing weights",
+                node.name(),
+                self.current
+            ));
+            return;
+        }
+        let Some(base) = self.arena.base(layer, proj) else {
+            self.fail(format!("no arena region for {}", w.name()));
+            return;
+        };
+        if self.arena.region_len(layer, proj) < w.nbytes() {
+            self.fail(format!(
+                "arena region for {} is smaller than the tensor",
+                w.name()
+            ));
+            return;
+        }
+        // The routed experts of `layer` (checked above to be the layer just served)
+        // were read into the region and stay pinned until the next demand, which can
+        // only come after this layer's matmuls have run.
+        // SAFETY: the region is >= nbytes, laid out like the tensor (expert e at
+        // e * slice bytes), pinned as above, and the arena outlives the context.
+        unsafe { w.rebind_data(base) };
+    }
+
+    /// Routing of layer L is known: make its experts resident (blocking).
+    pub(super) fn serve(&mut self, node: &NodeView<'_>) {
+        let Ok(layer) = node.name()[TOPK_PREFIX.len()..].parse::<u32>() else {
+            return;
+        };
+        if !node.copy_i32_2d(&mut self.ids) {
+            self.fail(format!("{} is not a readable I32 tensor", node.name()));
+            return;
+        }
+        self.union.clear();
+        for &id in &self.ids {
+            if id < 0 || id as u32 >= self.n_expert {
+                self.fail(format!("{}: expert id {id} out of range", node.name()));
+                return;
+            }
+            self.union.push(id as u32);
+        }
+        self.union.sort_unstable();
+        self.union.dedup();
+        // One token's routing (a single-row decode): what prediction and the
+        // lossy drop work on. Prompt batches are always served whole.
+        let single = self.ids.len() == self.k;
+        if single {
+            if let Some(guess) = self.predicted.remove(&layer) {
+                let used = guess.iter().filter(|e| self.union.contains(e)).count();
+                let mut s = self.stats.borrow_mut();
+                s.predicted += guess.len() as u64;
+                s.predicted_used += used as u64;
+            }
+        }
+        let droppable = if single && self.drop_frac > 0.0 {
+            self.cold_candidates(node)
+        } else {
+            Vec::new()
+        };
+        let hint = if single {
+            self.predict_next(node, layer)
+        } else {
+            None
+        };
+        let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
+        let _g = span.enter();
+        let t0 = Instant::now();
+        let res = self.client.demand_with(
+            layer,
+            &self.union,
+            &droppable,
+            self.overlap,
+            hint.as_ref().map(|g| (layer + 1, g.as_slice())),
+        );
+        drop(_g);
+        if let Some(g) = hint {
+            self.predicted.insert(layer + 1, g);
+        }
+        match res {
+            Ok(r) => {
+                if !r.dropped.is_empty() && !self.apply_drop(node, layer, &r.dropped) {
+                    return;
+                }
+                let mut s = self.stats.borrow_mut();
+                s.stall += t0.elapsed();
+                s.io += r.io_time;
+                s.read_bytes += r.read_bytes;
+                s.hits += r.hits as u64;
+                s.misses += r.misses as u64;
+                s.evictions += r.evictions as u64;
+                s.demands += 1;
+                if self.route_log {
+                    s.routed.push((layer, self.union.clone()));
+                }
+                drop(s);
+                self.current = Some(layer);
+            }
+            Err(e) => {
+                self.current = None;
+                self.fail(format!("expert read for layer {layer} failed: {e}"));
+            }
+        }
+    }
+}
