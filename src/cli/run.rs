@@ -1,0 +1,147 @@
+//! `bmoe run`: the prompt and flags checked, the engine run, its text, summary
+//! and `BMOE_DONE` line written, engine errors mapped to usage errors.
+
+use anyhow::{Context as _, Result};
+
+use bmoe::engine::{self, EngineError, Mode, RunConfig};
+use bmoe::fixture;
+use bmoe::generate::GenerateError;
+use bmoe::llama;
+use bmoe::stream::{StreamConfig, StreamError};
+
+use super::checks::{self, UsageError};
+use super::RunArgs;
+
+pub fn run(args: RunArgs) -> Result<()> {
+    if let Some(csv) = args.csv.as_deref() {
+        checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(&args))?;
+    }
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => checks::read_prompt_file(f)?,
+        (None, None) => {
+            return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
+        }
+    };
+    checks::prompt_text(&prompt, args.chat)?;
+    checks::warn_threads_above_cores(args.threads);
+    checks::run_args(&args)?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    };
+    if let Some(k) = args.n_expert_used {
+        super::graph::check_experts_used(&model, k, args.ctx)?;
+    }
+    let mode = if args.resident {
+        Mode::Resident
+    } else {
+        Mode::Stream(StreamConfig {
+            cache: args.cache_mb,
+            cache_ceil_mb: args.cache_ceil_mb,
+            io_threads: args.io_threads,
+            o_direct: !args.no_odirect,
+            dense: args.dense_weights,
+            overlap: args.overlap,
+            prefetch: args.prefetch,
+            predict_prefetch: args.predict_prefetch,
+            drop_cold: args.drop_cold_experts,
+            faults: args.inject_faults.clone(),
+        })
+    };
+    let cfg = RunConfig {
+        model: model.clone(),
+        prompt,
+        chat: args.chat,
+        n_predict: args.n_predict,
+        ignore_eos: args.ignore_eos,
+        threads: args.threads.unwrap_or_else(llama::default_threads),
+        n_ctx: args.ctx,
+        mode,
+        stream_explicit: args.moe_stream,
+        telemetry: bmoe_actors::telemetry::TelemetryConfig {
+            csv: args.csv.clone(),
+            progress: args.progress,
+            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+        },
+        n_expert_used: args.n_expert_used,
+        speculation: match (args.ngram, args.mtp) {
+            (true, _) => engine::Speculation::Ngram {
+                min_match: args
+                    .ngram_min_match
+                    .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32),
+            },
+            (false, true) => engine::Speculation::Mtp {
+                p_min: args.mtp_p_min.unwrap_or(0.0),
+                predemand: args.head_predemand,
+            },
+            (false, false) => engine::Speculation::Off,
+        },
+        draft_max: args.draft,
+    };
+    let progress = args.progress;
+    // A failed write stops generation at the next token (the engine checks).
+    let res = engine::run(&cfg, |s| {
+        if !progress {
+            let _ = bmoe::stdio::out(s);
+        }
+    });
+    // BMOE_DONE goes to stdout with --progress, unless stdout is what failed.
+    let done = |line: &str| -> Result<()> {
+        if progress && bmoe::stdio::stdout_failed().is_none() {
+            outln!("BMOE_DONE {line}");
+        } else {
+            bmoe::say!();
+            bmoe::say!("BMOE_DONE {line}");
+        }
+        Ok(())
+    };
+    // A run that failed mid-way still reports what it did (aborted=1).
+    let res = match res {
+        Err(EngineError::Failed { cause, done_line }) => {
+            let _ = done(&done_line);
+            Err(*cause)
+        }
+        other => other,
+    };
+    let report = match res {
+        Ok(r) => r,
+        Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
+            return Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx))).into())
+        }
+        Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
+        | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
+        | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. }))
+        | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_))) => {
+            return Err(UsageError(e.to_string()).into())
+        }
+        Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
+            return Err(UsageError(e.to_string()).into())
+        }
+        Err(e @ EngineError::Config(_)) => return Err(UsageError(e.to_string()).into()),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
+    };
+    if !progress {
+        let _ = bmoe::stdio::out("\n");
+    }
+    for line in report.summary_lines() {
+        bmoe::say!("{line}");
+    }
+    let _ = done(&report.done_line);
+    // The text could not be written: generation stopped there (the CSV says
+    // aborted=1); the run failed.
+    match bmoe::stdio::stdout_failed() {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// What llama.cpp made of `-c`: it rounds the context up to a multiple of 256.
+fn ctx_rounding(requested: u32) -> String {
+    match requested.next_multiple_of(256) {
+        n if n == requested => String::new(),
+        n => format!(
+            " (-c {requested} was rounded up to {n}: llama.cpp sizes contexts in multiples of 256)"
+        ),
+    }
+}
