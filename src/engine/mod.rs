@@ -1,22 +1,26 @@
 //! Engine assembly for `bmoe run`: resident (plain llama.cpp mmap) or streamed
 //! (flash actor + verify hook), greedy generation, per-token accounting.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::draft::{DraftError, HeadReport, MtpActor, MtpActorConfig};
-use crate::generate::{self, DecodeStep, GenerateError, Generation, GenerationSink};
+use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, TargetRef};
-use crate::stream::{memory, SharedStats, StreamConfig, StreamError, Streamer};
-use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryConfig, TelemetryError};
+use crate::stream::{memory, StreamError, Streamer};
+use bmoe_actors::telemetry::{self, json_object, Row, Telemetry, TelemetryError};
 
+mod config;
 pub mod graph_check;
 mod report;
+mod sink;
+use config::preamble;
+pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use report::decode_rate;
 use report::Totals;
+use sink::Sink;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -42,89 +46,6 @@ pub enum EngineError {
         cause: Box<EngineError>,
         done_line: String,
     },
-}
-
-/// How expert weights reach the matmuls.
-#[derive(Debug, Clone)]
-pub enum Mode {
-    /// llama.cpp's own mmap path (the comparison baseline).
-    Resident,
-    /// Experts streamed by the flash actor (the default for MoE models).
-    Stream(StreamConfig),
-}
-
-/// The MTP draft context's physical batch (its compute buffer scales with
-/// n_ubatch x vocab; the drafts are a few tokens wide).
-pub const MTP_UBATCH: u32 = 32;
-/// The widest `--draft`.
-pub const MAX_DRAFT: u32 = 8;
-/// The target context's logical and physical batch.
-pub const TARGET_UBATCH: u32 = 512;
-// A verify batch ([last, d1..dN]) must fit one ubatch of each context, and a
-// hybrid target needs n_ubatch >= n_rs_seq (= the draft width) + 2. Neither
-// width is a setting, so this is checked here rather than refused at load.
-const _: () = assert!(MAX_DRAFT + 2 <= MTP_UBATCH && MAX_DRAFT + 2 <= TARGET_UBATCH);
-
-/// Self-speculative decoding: where drafts come from.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum Speculation {
-    #[default]
-    Off,
-    /// `--ngram`: the longest earlier match of the corpus's suffix.
-    Ngram { min_match: u32 },
-    /// `--mtp`: the model's own MTP (nextn) head; it stops drafting once its
-    /// confidence falls below `p_min`. When streaming, `predemand` reads the
-    /// drafting pass's experts in the background during the verify decode
-    /// (`--head-predemand`; off by default: on the 2-core test host it cost the
-    /// verify decode about what it saved the head, docs/speculation.md).
-    Mtp { p_min: f32, predemand: bool },
-}
-
-impl Speculation {
-    pub fn name(self) -> &'static str {
-        match self {
-            Speculation::Off => "off",
-            Speculation::Ngram { .. } => "ngram",
-            Speculation::Mtp { .. } => "mtp",
-        }
-    }
-}
-
-/// Everything `bmoe run` settles before generating.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    pub model: PathBuf,
-    pub prompt: String,
-    pub chat: bool,
-    pub n_predict: u32,
-    /// `--ignore-eos`: never stop at the end of text.
-    pub ignore_eos: bool,
-    pub threads: u32,
-    pub n_ctx: u32,
-    pub mode: Mode,
-    /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
-    pub stream_explicit: bool,
-    /// `--csv` and `--progress`.
-    pub telemetry: TelemetryConfig,
-    /// `--n-expert-used K`: route each token to K experts instead of the
-    /// model's own count (lossy unless K equals it).
-    pub n_expert_used: Option<u32>,
-    /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
-    pub speculation: Speculation,
-    pub draft_max: u32,
-}
-
-impl RunConfig {
-    /// Experts routed per token, after `--n-expert-used`.
-    pub fn experts_used(&self, layout: &MoeLayout) -> u32 {
-        self.n_expert_used.unwrap_or(layout.n_expert_used)
-    }
-
-    /// Whether a knob that changes the output is on.
-    pub fn lossy(&self, layout: &MoeLayout) -> bool {
-        let drop = matches!(&self.mode, Mode::Stream(sc) if sc.drop_cold > 0.0);
-        drop || self.experts_used(layout) != layout.n_expert_used
-    }
 }
 
 /// Per-token accounting (row i is the decode that produced token i; row 0 the
@@ -190,146 +111,6 @@ pub struct PrefetchReport {
 impl PrefetchReport {
     pub fn enabled(&self) -> bool {
         self.layers > 0 || self.predictive
-    }
-}
-
-struct Sink<'a, F: FnMut(&str)> {
-    on_text: F,
-    stats: Option<SharedStats>,
-    rows: &'a mut Vec<TokenRow>,
-    telemetry: Option<&'a Telemetry>,
-    usage: memory::Usage,
-    /// Prefill chunks folded into the first token's row.
-    prefill: Option<TokenRow>,
-    /// The last decode's row, collecting the text of the token it produced.
-    pending: Option<TokenRow>,
-    /// When the prefill's last decode ended (the first token is known then).
-    prefill_done: Option<Instant>,
-    /// When the decode of the pending row ended, and of the last row kept.
-    pending_done: Option<Instant>,
-    kept_done: Option<Instant>,
-    /// Predictive prefetch: experts guessed and guesses the routing used.
-    predicted: u64,
-    predicted_used: u64,
-    /// Speculation is on (the mtp_* columns are filled).
-    speculating: bool,
-}
-
-impl<F: FnMut(&str)> Sink<'_, F> {
-    /// The row of the token whose text is complete goes to the list and the telemetry actor.
-    fn flush(&mut self) {
-        if let Some(p) = self.prefill.take() {
-            self.push(p);
-        }
-        if let Some(r) = self.pending.take() {
-            self.push(r);
-            self.kept_done = self.pending_done;
-        }
-    }
-
-    /// The end-of-text token's decode produced no token: its row is dropped.
-    fn drop_pending(&mut self) {
-        self.pending = None;
-        self.pending_done = None;
-    }
-
-    /// From the first token to the last kept one (see [`decode_rate`]).
-    fn decode_span(&self) -> Duration {
-        match (self.prefill_done, self.kept_done) {
-            (Some(a), Some(b)) => b.saturating_duration_since(a),
-            _ => Duration::ZERO,
-        }
-    }
-
-    fn push(&mut self, mut row: TokenRow) {
-        row.step = self.rows.len() as u64;
-        if let Some(t) = self.telemetry {
-            t.row(row.clone());
-        }
-        self.rows.push(row);
-    }
-}
-
-impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
-    fn text(&mut self, piece: &str) {
-        (self.on_text)(piece);
-        if let Some(p) = self.prefill.take() {
-            self.pending = Some(p);
-        }
-        if let Some(r) = self.pending.as_mut() {
-            r.text.push_str(piece);
-        }
-    }
-
-    fn decoded(&mut self, step: DecodeStep) {
-        let u = memory::usage();
-        let s = self
-            .stats
-            .as_ref()
-            .map(|s| s.borrow_mut().take())
-            .unwrap_or_default();
-        let row = TokenRow {
-            wall_ms: step.elapsed.as_secs_f64() * 1e3,
-            stall_ms: s.stall.as_secs_f64() * 1e3,
-            io_ms: s.io.as_secs_f64() * 1e3,
-            read_bytes: s.read_bytes,
-            hits: s.hits,
-            misses: s.misses,
-            evictions: s.evictions,
-            majflt: u.majflt - self.usage.majflt,
-            minflt: u.minflt - self.usage.minflt,
-            cpu_ms: u.cpu_ms - self.usage.cpu_ms,
-            batch: step.n_tokens as u64,
-            prefill: step.prefill,
-            prefetch_bytes: s.prefetch_bytes,
-            dropped_experts: s.dropped,
-            mtp_batch: if self.speculating && !step.prefill {
-                step.n_tokens as u64
-            } else {
-                0
-            },
-            mtp_draft_ms: step.draft.as_secs_f64() * 1e3,
-            ..TokenRow::default()
-        };
-        self.predicted += s.predicted;
-        self.predicted_used += s.predicted_used;
-        self.usage = u;
-        let now = Instant::now();
-        if step.prefill {
-            self.prefill_done = Some(now);
-            let p = self.prefill.get_or_insert_with(TokenRow::default);
-            p.prefill = true;
-            p.batch += row.batch;
-            p.wall_ms += row.wall_ms;
-            p.stall_ms += row.stall_ms;
-            p.io_ms += row.io_ms;
-            p.read_bytes += row.read_bytes;
-            p.hits += row.hits;
-            p.misses += row.misses;
-            p.evictions += row.evictions;
-            p.majflt += row.majflt;
-            p.minflt += row.minflt;
-            p.cpu_ms += row.cpu_ms;
-            p.prefetch_bytes += row.prefetch_bytes;
-            p.dropped_experts += row.dropped_experts;
-        } else {
-            self.flush();
-            self.pending = Some(row);
-            self.pending_done = Some(now);
-        }
-    }
-
-    fn next_token(&mut self) {
-        // One more token of the same verify decode: its cost stays on the
-        // group's first row, this row carries only the token's text.
-        self.flush();
-        self.pending = Some(TokenRow::default());
-    }
-
-    fn should_stop(&mut self) -> bool {
-        crate::interrupt::requested().is_some()
-            || self.telemetry.is_some_and(|t| t.write_failed())
-            || crate::stdio::stdout_failed().is_some()
     }
 }
 
@@ -670,78 +451,4 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         layout,
         done_line,
     })
-}
-
-/// The resolved configuration, as `key=value` pairs for the CSV preamble.
-fn preamble(
-    cfg: &RunConfig,
-    layout: &MoeLayout,
-    streamer: Option<&Streamer>,
-    model: &Model,
-    n_ctx: u32,
-) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = Vec::new();
-    let mut kv = |k: &str, val: String| v.push((k.to_string(), val));
-    kv("engine_version", crate::VERSION.to_string());
-    kv("model", cfg.model.display().to_string());
-    kv("arch", layout.arch.clone());
-    kv("n_layer", model.n_layer().to_string());
-    kv("n_layer_nextn", layout.n_layer_nextn.to_string());
-    kv("n_expert", layout.n_expert.to_string());
-    kv("n_expert_used", cfg.experts_used(layout).to_string());
-    kv("n_expert_used_model", layout.n_expert_used.to_string());
-    kv("threads", cfg.threads.to_string());
-    kv("n_ctx", n_ctx.to_string());
-    kv("n_ubatch", "512".to_string());
-    kv("n_predict", cfg.n_predict.to_string());
-    kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
-    kv("chat", (cfg.chat as u8).to_string());
-    match (&cfg.mode, streamer) {
-        (Mode::Stream(sc), Some(s)) => {
-            kv("mode", "stream".into());
-            kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
-            kv("io_threads", sc.io_threads.to_string());
-            kv(
-                "o_direct",
-                (s.flash.reader_description().contains("O_DIRECT") as u8).to_string(),
-            );
-            kv("reader", s.flash.reader_description().to_string());
-            kv("overlap", (sc.overlap as u8).to_string());
-            kv("dense_weights", sc.dense.name().to_string());
-        }
-        _ => {
-            kv("mode", "resident".into());
-            kv("cache_mb", "0".into());
-            kv("io_threads", "0".into());
-            kv("o_direct", "0".into());
-            kv("overlap", "0".into());
-            kv("dense_weights", "mmap".into());
-        }
-    }
-    let (prefetch, predict, drop) = match &cfg.mode {
-        Mode::Stream(sc) if streamer.is_some() => (sc.prefetch, sc.predict_prefetch, sc.drop_cold),
-        _ => (0, false, 0.0),
-    };
-    kv("prefetch", prefetch.to_string());
-    kv("predict_prefetch", (predict as u8).to_string());
-    kv("drop_cold_frac", drop.to_string());
-    kv("lossy", (cfg.lossy(layout) as u8).to_string());
-    kv("spec", cfg.speculation.name().into());
-    let (draft_max, min_match, p_min) = match cfg.speculation {
-        Speculation::Off => (0, 0, 0.0),
-        Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
-        Speculation::Mtp { p_min, .. } => (cfg.draft_max, 0, p_min),
-    };
-    kv("spec_draft_max", draft_max.to_string());
-    kv("ngram_min_match", min_match.to_string());
-    kv("mtp_p_min", p_min.to_string());
-    let predemand = matches!(
-        cfg.speculation,
-        Speculation::Mtp {
-            predemand: true,
-            ..
-        }
-    ) && streamer.is_some();
-    kv("mtp_head_predemand", (predemand as u8).to_string());
-    v
 }

@@ -1,0 +1,167 @@
+//! What `bmoe run` settles before generating: the mode, the speculation, the
+//! batch sizes, and the resolved configuration as the CSV preamble.
+
+use std::path::PathBuf;
+
+use bmoe_actors::telemetry::TelemetryConfig;
+
+use crate::layout::MoeLayout;
+use crate::llama::Model;
+use crate::stream::{StreamConfig, Streamer};
+
+/// How expert weights reach the matmuls.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// llama.cpp's own mmap path (the comparison baseline).
+    Resident,
+    /// Experts streamed by the flash actor (the default for MoE models).
+    Stream(StreamConfig),
+}
+
+/// The MTP draft context's physical batch (its compute buffer scales with
+/// n_ubatch x vocab; the drafts are a few tokens wide).
+pub const MTP_UBATCH: u32 = 32;
+/// The widest `--draft`.
+pub const MAX_DRAFT: u32 = 8;
+/// The target context's logical and physical batch.
+pub const TARGET_UBATCH: u32 = 512;
+// A verify batch ([last, d1..dN]) must fit one ubatch of each context, and a
+// hybrid target needs n_ubatch >= n_rs_seq (= the draft width) + 2. Neither
+// width is a setting, so this is checked here rather than refused at load.
+const _: () = assert!(MAX_DRAFT + 2 <= MTP_UBATCH && MAX_DRAFT + 2 <= TARGET_UBATCH);
+
+/// Self-speculative decoding: where drafts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Speculation {
+    #[default]
+    Off,
+    /// `--ngram`: the longest earlier match of the corpus's suffix.
+    Ngram { min_match: u32 },
+    /// `--mtp`: the model's own MTP (nextn) head; it stops drafting once its
+    /// confidence falls below `p_min`. When streaming, `predemand` reads the
+    /// drafting pass's experts in the background during the verify decode
+    /// (`--head-predemand`; off by default: on the 2-core test host it cost the
+    /// verify decode about what it saved the head, docs/speculation.md).
+    Mtp { p_min: f32, predemand: bool },
+}
+
+impl Speculation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Speculation::Off => "off",
+            Speculation::Ngram { .. } => "ngram",
+            Speculation::Mtp { .. } => "mtp",
+        }
+    }
+}
+
+/// Everything `bmoe run` settles before generating.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub model: PathBuf,
+    pub prompt: String,
+    pub chat: bool,
+    pub n_predict: u32,
+    /// `--ignore-eos`: never stop at the end of text.
+    pub ignore_eos: bool,
+    pub threads: u32,
+    pub n_ctx: u32,
+    pub mode: Mode,
+    /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
+    pub stream_explicit: bool,
+    /// `--csv` and `--progress`.
+    pub telemetry: TelemetryConfig,
+    /// `--n-expert-used K`: route each token to K experts instead of the
+    /// model's own count (lossy unless K equals it).
+    pub n_expert_used: Option<u32>,
+    /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
+    pub speculation: Speculation,
+    pub draft_max: u32,
+}
+
+impl RunConfig {
+    /// Experts routed per token, after `--n-expert-used`.
+    pub fn experts_used(&self, layout: &MoeLayout) -> u32 {
+        self.n_expert_used.unwrap_or(layout.n_expert_used)
+    }
+
+    /// Whether a knob that changes the output is on.
+    pub fn lossy(&self, layout: &MoeLayout) -> bool {
+        let drop = matches!(&self.mode, Mode::Stream(sc) if sc.drop_cold > 0.0);
+        drop || self.experts_used(layout) != layout.n_expert_used
+    }
+}
+
+/// The resolved configuration, as `key=value` pairs for the CSV preamble.
+pub(super) fn preamble(
+    cfg: &RunConfig,
+    layout: &MoeLayout,
+    streamer: Option<&Streamer>,
+    model: &Model,
+    n_ctx: u32,
+) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut kv = |k: &str, val: String| v.push((k.to_string(), val));
+    kv("engine_version", crate::VERSION.to_string());
+    kv("model", cfg.model.display().to_string());
+    kv("arch", layout.arch.clone());
+    kv("n_layer", model.n_layer().to_string());
+    kv("n_layer_nextn", layout.n_layer_nextn.to_string());
+    kv("n_expert", layout.n_expert.to_string());
+    kv("n_expert_used", cfg.experts_used(layout).to_string());
+    kv("n_expert_used_model", layout.n_expert_used.to_string());
+    kv("threads", cfg.threads.to_string());
+    kv("n_ctx", n_ctx.to_string());
+    kv("n_ubatch", "512".to_string());
+    kv("n_predict", cfg.n_predict.to_string());
+    kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
+    kv("chat", (cfg.chat as u8).to_string());
+    match (&cfg.mode, streamer) {
+        (Mode::Stream(sc), Some(s)) => {
+            kv("mode", "stream".into());
+            kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
+            kv("io_threads", sc.io_threads.to_string());
+            kv(
+                "o_direct",
+                (s.flash.reader_description().contains("O_DIRECT") as u8).to_string(),
+            );
+            kv("reader", s.flash.reader_description().to_string());
+            kv("overlap", (sc.overlap as u8).to_string());
+            kv("dense_weights", sc.dense.name().to_string());
+        }
+        _ => {
+            kv("mode", "resident".into());
+            kv("cache_mb", "0".into());
+            kv("io_threads", "0".into());
+            kv("o_direct", "0".into());
+            kv("overlap", "0".into());
+            kv("dense_weights", "mmap".into());
+        }
+    }
+    let (prefetch, predict, drop) = match &cfg.mode {
+        Mode::Stream(sc) if streamer.is_some() => (sc.prefetch, sc.predict_prefetch, sc.drop_cold),
+        _ => (0, false, 0.0),
+    };
+    kv("prefetch", prefetch.to_string());
+    kv("predict_prefetch", (predict as u8).to_string());
+    kv("drop_cold_frac", drop.to_string());
+    kv("lossy", (cfg.lossy(layout) as u8).to_string());
+    kv("spec", cfg.speculation.name().into());
+    let (draft_max, min_match, p_min) = match cfg.speculation {
+        Speculation::Off => (0, 0, 0.0),
+        Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
+        Speculation::Mtp { p_min, .. } => (cfg.draft_max, 0, p_min),
+    };
+    kv("spec_draft_max", draft_max.to_string());
+    kv("ngram_min_match", min_match.to_string());
+    kv("mtp_p_min", p_min.to_string());
+    let predemand = matches!(
+        cfg.speculation,
+        Speculation::Mtp {
+            predemand: true,
+            ..
+        }
+    ) && streamer.is_some();
+    kv("mtp_head_predemand", (predemand as u8).to_string());
+    v
+}
