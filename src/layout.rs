@@ -8,24 +8,8 @@ use crate::llama::gguf::{GgufFile, TensorInfo};
 use crate::llama::quant::GgmlType;
 use crate::llama::LlamaError;
 
-/// The three projections of a SwiGLU expert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Proj {
-    Gate,
-    Up,
-    Down,
-}
-
-impl Proj {
-    pub const ALL: [Proj; 3] = [Proj::Gate, Proj::Up, Proj::Down];
-    pub fn name(self) -> &'static str {
-        match self {
-            Proj::Gate => "gate",
-            Proj::Up => "up",
-            Proj::Down => "down",
-        }
-    }
-}
+/// The three projections of a SwiGLU expert (one type with the flash arena's).
+pub use bmoe_actors::proj::Proj;
 
 /// One stacked expert tensor `blk.{layer}.ffn_{proj}_exps.weight` = [ne0, ne1, n_expert].
 #[derive(Debug, Clone)]

@@ -5,11 +5,13 @@
 //! - [`ngram`]: the n-gram draft source (longest earlier match of the suffix).
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
 //! - [`output`]: output files written beside their target and renamed into place.
+//! - [`proj`]: the three projections of an expert, shared with the model layout.
 
 pub mod cache;
 pub mod flash;
 pub mod ngram;
 pub mod output;
+pub mod proj;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;

@@ -23,7 +23,7 @@ use bmoe_actors::flash::{
 pub use hook::{DenseAnon, SharedAnon, SharedStats, StepStats, StreamHook};
 use memory::FileMapping;
 
-use crate::layout::{MoeLayout, Proj};
+use crate::layout::MoeLayout;
 
 const MIB: u64 = 1024 * 1024;
 /// Memory left for everything else when sizing or checking the cache.
@@ -225,11 +225,7 @@ fn specs(layout: &MoeLayout) -> Vec<TensorSpec> {
         .iter()
         .map(|e| TensorSpec {
             layer: e.layer,
-            proj: match e.proj {
-                Proj::Gate => 0,
-                Proj::Up => 1,
-                Proj::Down => 2,
-            },
+            proj: e.proj,
             file_offset: e.file_offset,
             slice_bytes: e.slice_bytes,
             n_expert: e.n_expert,

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
-use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader, N_PROJ};
+use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader};
 use crate::cache::{ExpertCache, Requester, SlotKey};
+use crate::proj::Proj;
 
 pub(super) struct Actor {
     pub(super) cache: ExpertCache,
@@ -43,12 +44,14 @@ pub(super) struct Actor {
 impl Actor {
     /// Serve messages in order; while prefetch work is queued and no message
     /// waits, read ahead one small chunk at a time (demands always go first).
-    pub(super) fn run(&mut self, rx: Receiver<Msg>) {
-        loop {
+    /// Ends on [`Msg::Shutdown`] (returning its `done` sender, to be answered
+    /// once the actor's state is dropped) or when every sender is gone.
+    pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<Sender<()>> {
+        let done = loop {
             let msg = if self.queue.is_empty() && self.background.is_empty() {
                 match rx.recv() {
                     Ok(m) => m,
-                    Err(_) => break,
+                    Err(_) => break None,
                 }
             } else {
                 match rx.try_recv() {
@@ -61,16 +64,21 @@ impl Actor {
                         }
                         continue;
                     }
-                    Err(TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Disconnected) => break None,
                 }
             };
-            self.handle(msg);
-        }
+            match msg {
+                Msg::Shutdown { done } => break Some(done),
+                msg => self.handle(msg),
+            }
+        };
         if self.reader.in_flight() > 0 {
             // The kernel may still write into slots of the arena: keep it mapped
             // for the rest of the process (one leaked reference).
             std::mem::forget(self.arena.clone());
         }
+        drop(self);
+        done
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -86,7 +94,7 @@ impl Actor {
                 let span = tracing::debug_span!("flash.demand", layer, n = experts.len(), split);
                 let _g = span.enter();
                 if let Err(e) = self.demand(requester, layer, &experts, &droppable, split, &reply) {
-                    let _ = reply.send(Err(e.to_string()));
+                    let _ = reply.send(Err(e));
                 }
             }
             Msg::Prefetch { layer, experts } => {
@@ -118,6 +126,8 @@ impl Actor {
                 let evicted = self.cache.release(r);
                 self.evict(&evicted);
             }
+            // The run loop ends on Shutdown before handling it.
+            Msg::Shutdown { .. } => {}
         }
     }
 
@@ -130,7 +140,7 @@ impl Actor {
         experts: &[u32],
         droppable: &[u32],
         split: bool,
-        reply: &Sender<Result<DemandReply, String>>,
+        reply: &Sender<Result<DemandReply, FlashError>>,
     ) -> Result<(), FlashError> {
         if let Some(w) = self.watch.as_mut() {
             w.check()?;
@@ -159,7 +169,7 @@ impl Actor {
         self.background.retain(|(r, _)| *r != requester);
         let plan = self.cache.request(requester, &keys);
         self.make_room(&plan.evict, &plan.misses);
-        let phases: &[&[u8]] = if split {
+        let phases: &[&[Proj]] = if split {
             &[&GATE_UP, &[DOWN]]
         } else {
             &[&ALL_PROJ]
@@ -206,7 +216,7 @@ impl Actor {
     pub(super) fn read_misses(
         &mut self,
         misses: &[SlotKey],
-        projs: &[u8],
+        projs: &[Proj],
     ) -> Result<ReadStats, FlashError> {
         self.ops.clear();
         for k in misses {
@@ -232,7 +242,7 @@ impl Actor {
         unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
             // Whatever was partially read must not be taken for resident.
             for k in misses {
-                for p in 0..N_PROJ as u8 {
+                for p in Proj::ALL {
                     self.arena.release(k.layer, p, k.expert);
                 }
             }

@@ -5,6 +5,7 @@
 //! RSS follows what the cache holds.
 
 use super::FlashError;
+use crate::proj::Proj;
 
 /// One stacked expert tensor's region.
 #[derive(Debug)]
@@ -19,8 +20,7 @@ struct Region {
 #[derive(Debug, Clone)]
 pub struct TensorSpec {
     pub layer: u32,
-    /// Projection index (0 gate, 1 up, 2 down).
-    pub proj: u8,
+    pub proj: Proj,
     /// Absolute file offset of expert 0.
     pub file_offset: u64,
     pub slice_bytes: u64,
@@ -44,7 +44,7 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 /// Three projections per expert.
-pub const N_PROJ: usize = 3;
+pub const N_PROJ: usize = Proj::COUNT;
 
 impl Arena {
     pub fn new(specs: &[TensorSpec]) -> Result<Self, FlashError> {
@@ -78,7 +78,7 @@ impl Arena {
                     source: std::io::Error::last_os_error(),
                 });
             }
-            regions[s.layer as usize * N_PROJ + s.proj as usize] = Some(Region {
+            regions[s.layer as usize * N_PROJ + s.proj.index()] = Some(Region {
                 base: p as *mut u8,
                 len: len.max(page),
                 slice_bytes: s.slice_bytes,
@@ -92,24 +92,24 @@ impl Arena {
         })
     }
 
-    fn region(&self, layer: u32, proj: u8) -> Option<&Region> {
+    fn region(&self, layer: u32, proj: Proj) -> Option<&Region> {
         self.regions
-            .get(layer as usize * self.n_proj + proj as usize)
+            .get(layer as usize * self.n_proj + proj.index())
             .and_then(|r| r.as_ref())
     }
 
     /// Base address of (layer, proj): what the expert tensor's data pointer is bound to.
-    pub fn base(&self, layer: u32, proj: u8) -> Option<*mut u8> {
+    pub fn base(&self, layer: u32, proj: Proj) -> Option<*mut u8> {
         self.region(layer, proj).map(|r| r.base)
     }
 
     /// Bytes reserved for (layer, proj).
-    pub fn region_len(&self, layer: u32, proj: u8) -> u64 {
+    pub fn region_len(&self, layer: u32, proj: Proj) -> u64 {
         self.region(layer, proj).map(|r| r.len as u64).unwrap_or(0)
     }
 
     /// (destination address, file offset, length) of one expert slice.
-    pub fn slot(&self, layer: u32, proj: u8, expert: u32) -> Option<(*mut u8, u64, u64)> {
+    pub fn slot(&self, layer: u32, proj: Proj, expert: u32) -> Option<(*mut u8, u64, u64)> {
         let r = self.region(layer, proj)?;
         let off = expert as u64 * r.slice_bytes;
         if off + r.slice_bytes > r.len as u64 {
@@ -122,7 +122,7 @@ impl Arena {
 
     /// Give the pages of one expert slot back to the kernel. Only whole pages
     /// inside the slot are released (a neighbour's bytes are never touched).
-    pub fn release(&self, layer: u32, proj: u8, expert: u32) {
+    pub fn release(&self, layer: u32, proj: Proj, expert: u32) {
         let Some((dst, _, len)) = self.slot(layer, proj, expert) else {
             return;
         };
@@ -144,7 +144,7 @@ impl Arena {
     /// read into `to` needs no page faults and no zeroing, and `from` becomes an
     /// empty reservation again. Returns false (nothing changed) when the slots
     /// do not qualify or the kernel refuses; the caller then releases `from`.
-    pub fn move_slot(&self, proj: u8, from: (u32, u32), to: (u32, u32)) -> bool {
+    pub fn move_slot(&self, proj: Proj, from: (u32, u32), to: (u32, u32)) -> bool {
         let (Some((src, _, len)), Some((dst, _, dlen))) =
             (self.slot(from.0, proj, from.1), self.slot(to.0, proj, to.1))
         else {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::actor::Actor;
 use super::protocol::{Msg, REPLY_CAPACITY};
@@ -35,7 +35,7 @@ pub struct FlashClient {
     /// Replies to the last demand. Each demand gets a fresh channel whose only
     /// sender travels with the message, so if the actor dies the sender is
     /// dropped and the wait ends with an error instead of hanging.
-    reply_rx: Receiver<Result<DemandReply, String>>,
+    reply_rx: Receiver<Result<DemandReply, FlashError>>,
     requester: Requester,
     /// A split demand whose down slices have not been waited for yet.
     down_pending: bool,
@@ -130,7 +130,6 @@ impl FlashClient {
         self.reply_rx
             .recv()
             .map_err(|_| FlashError::Stopped("no reply".into()))?
-            .map_err(FlashError::Failed)
     }
 
     /// Block until `experts` of `layer` are resident (and pinned for this requester).
@@ -250,7 +249,11 @@ impl Flash {
         state.spare_cap = (SPARE_MAX_BYTES / max_slot).max(4) as usize;
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())
-            .spawn(move || state.run(rx))
+            .spawn(move || {
+                if let Some(done) = state.run(rx) {
+                    let _ = done.send(());
+                }
+            })
             .map_err(|e| FlashError::Os {
                 what: "spawn the flash thread".into(),
                 source: e,
@@ -294,26 +297,38 @@ impl Flash {
         &self.reader_desc
     }
 
-    /// Stop the actor: close the channel (clients must be dropped first for it to
-    /// see the end) and join it within `deadline`. Returns false on timeout.
+    /// Stop the actor: a shutdown message (after the requests already queued),
+    /// then a join once it says it is done, all within `deadline`. Clients still
+    /// held get "the flash actor has stopped" on their next call. Returns false
+    /// when the actor did not stop in time (it is then left running, detached)
+    /// or had panicked.
     pub fn shutdown(mut self, deadline: Duration) -> bool {
         self.stop(deadline)
     }
 
     fn stop(&mut self, deadline: Duration) -> bool {
-        drop(self.tx.take());
-        let Some(j) = self.join.take() else {
+        let (Some(tx), Some(join)) = (self.tx.take(), self.join.take()) else {
             return true;
         };
         let t0 = Instant::now();
-        while !j.is_finished() {
-            if t0.elapsed() > deadline {
-                tracing::warn!("flash actor did not stop within {deadline:?}");
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        let (done_tx, done_rx) = bounded::<()>(1);
+        // The request channel is bounded: wait for room, at most the deadline.
+        // A send to an actor that is already gone fails at once; `done_rx` then
+        // sees its sender dropped, and the join below reports how it ended.
+        if let Err(SendTimeoutError::Timeout(_)) =
+            tx.send_timeout(Msg::Shutdown { done: done_tx }, deadline)
+        {
+            tracing::warn!("flash actor did not take its shutdown within {deadline:?}");
+            return false;
         }
-        j.join().is_ok()
+        drop(tx);
+        match done_rx.recv_timeout(deadline.saturating_sub(t0.elapsed())) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => join.join().is_ok(),
+            Err(RecvTimeoutError::Timeout) => {
+                tracing::warn!("flash actor did not stop within {deadline:?}");
+                false
+            }
+        }
     }
 }
 

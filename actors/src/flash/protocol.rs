@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use super::FlashError;
 use crate::cache::Requester;
+use crate::proj::Proj;
 
 /// The answer to one demand request.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +30,7 @@ pub(super) enum Msg {
         droppable: Vec<u32>,
         /// Reply twice: once gate/up are resident, once down is (overlap mode).
         split: bool,
-        reply: Sender<Result<DemandReply, String>>,
+        reply: Sender<Result<DemandReply, FlashError>>,
     },
     /// Read these on idle slots, ahead of their demand (predictive prefetch).
     Prefetch {
@@ -43,12 +45,17 @@ pub(super) enum Msg {
         experts: Vec<u32>,
     },
     Release(Requester),
+    /// Stop now (outstanding clients get "stopped" on their next call); the
+    /// actor says it is done on `done` before its thread ends.
+    Shutdown {
+        done: Sender<()>,
+    },
 }
 
 /// Replies one demand can get (two for a split demand).
 pub(super) const REPLY_CAPACITY: usize = 2;
 
 /// Projection indices read in the first phase of a split demand.
-pub(super) const GATE_UP: [u8; 2] = [0, 1];
-pub(super) const DOWN: u8 = 2;
-pub(super) const ALL_PROJ: [u8; 3] = [0, 1, 2];
+pub(super) const GATE_UP: [Proj; 2] = [Proj::Gate, Proj::Up];
+pub(super) const DOWN: Proj = Proj::Down;
+pub(super) const ALL_PROJ: [Proj; 3] = Proj::ALL;

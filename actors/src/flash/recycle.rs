@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use super::actor::Actor;
-use super::N_PROJ;
 use crate::cache::SlotKey;
+use crate::proj::Proj;
 
 const MAX_RECYCLED_SLOTS: usize = 12_000;
 
@@ -24,7 +24,7 @@ impl Actor {
         }
         while self.spares.len() > self.spare_cap {
             let k = self.spares.pop_front().expect("non-empty");
-            for p in 0..N_PROJ as u8 {
+            for p in Proj::ALL {
                 self.arena.release(k.layer, p, k.expert);
             }
         }
@@ -76,7 +76,7 @@ impl Actor {
     /// Move the pages of slot `from` (no longer cached) under slot `to` (a miss
     /// about to be read); a projection that cannot move is released instead.
     fn move_pages(&self, from: SlotKey, to: SlotKey) {
-        for p in 0..N_PROJ as u8 {
+        for p in Proj::ALL {
             if !self
                 .arena
                 .move_slot(p, (from.layer, from.expert), (to.layer, to.expert))

@@ -144,12 +144,12 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     let d = client.wait_down().unwrap();
     assert_eq!(d.read_bytes, 2 * slice, "down of two misses");
     assert!(!client.down_pending());
-    for p in 0..3u8 {
+    for p in crate::proj::Proj::ALL {
         for e in [2u32, 3] {
             let (dst, off, len) = flash.arena().slot(1, p, e).unwrap();
             // SAFETY: resident and pinned; nobody writes it now.
             let got = unsafe { std::slice::from_raw_parts(dst, len as usize) };
-            assert_eq!(got, &expect(off, len)[..], "layer 1 proj {p} expert {e}");
+            assert_eq!(got, &expect(off, len)[..], "layer 1 proj {p:?} expert {e}");
         }
     }
     assert_eq!(client.wait_down().unwrap().read_bytes, 0, "nothing pending");
@@ -165,11 +165,11 @@ pub(super) fn layered_specs(layers: u32, slice: u64) -> (tempfile::NamedTempFile
     let f = pattern_file((layers as u64 * 3 * 4 * slice) as usize);
     let mut specs = Vec::new();
     for layer in 0..layers {
-        for proj in 0..3u8 {
+        for proj in crate::proj::Proj::ALL {
             specs.push(TensorSpec {
                 layer,
                 proj,
-                file_offset: ((layer as u64 * 3 + proj as u64) * 4) * slice,
+                file_offset: ((layer as u64 * 3 + proj.index() as u64) * 4) * slice,
                 slice_bytes: slice,
                 n_expert: 4,
             });
@@ -462,4 +462,31 @@ pub(super) fn served_bytes_are_exact_after_failures(
     );
     drop(client);
     assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+#[test]
+fn shutdown_is_a_message_and_a_join_even_with_clients_held() {
+    let slice = 8192u64;
+    let (f, specs) = layered_specs(1, slice);
+    let flash = Flash::spawn(
+        f.path(),
+        specs,
+        FlashConfig {
+            budget_bytes: 3 * slice * 4,
+            queue_depth: 4,
+            o_direct: false,
+            request_capacity: 4,
+            ..FlashConfig::default()
+        },
+    )
+    .unwrap();
+    let mut client = flash.client(Requester::Verify);
+    client.demand(0, &[0, 1]).unwrap();
+    // The client is still alive: the actor stops on the message, not on the
+    // channel closing, and says so before the deadline.
+    let t0 = std::time::Instant::now();
+    assert!(flash.shutdown(Duration::from_secs(5)), "stopped and joined");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let e = client.demand(0, &[2]).unwrap_err();
+    assert!(matches!(e, FlashError::Stopped(_)), "{e}");
 }

@@ -55,7 +55,7 @@ pub struct StreamHook {
     client: FlashClient,
     arena: Arc<Arena>,
     /// Expert weight tensor name -> (layer, projection index).
-    weights: HashMap<String, (u32, u8)>,
+    weights: HashMap<String, (u32, Proj)>,
     n_expert: u32,
     /// The layer whose experts were made resident most recently.
     current: Option<u32>,
@@ -103,7 +103,7 @@ impl StreamHook {
         let weights = layout
             .experts
             .iter()
-            .map(|e| (e.name.clone(), (e.layer, proj_index(e.proj))))
+            .map(|e| (e.name.clone(), (e.layer, e.proj)))
             .collect();
         Self {
             client,
@@ -185,14 +185,6 @@ impl StreamHook {
             tracing::debug!("after the first error: {msg}");
         }
         self.abort.store(true, Ordering::SeqCst);
-    }
-}
-
-fn proj_index(p: Proj) -> u8 {
-    match p {
-        Proj::Gate => 0,
-        Proj::Up => 1,
-        Proj::Down => 2,
     }
 }
 

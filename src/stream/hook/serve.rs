@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use super::{StreamHook, TOPK_PREFIX};
+use crate::layout::Proj;
 use crate::llama::NodeView;
 
 impl StreamHook {
@@ -37,7 +38,7 @@ impl StreamHook {
         let Some(&(layer, proj)) = self.weights.get(w.name()) else {
             return;
         };
-        if proj == 2 {
+        if proj == Proj::Down {
             // Normally already awaited at the activation; this covers archs whose
             // activation node bmoe does not know.
             self.wait_down();
