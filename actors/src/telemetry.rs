@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::output::PendingFile;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -321,11 +321,10 @@ impl Telemetry {
         }
         let res = done_rx.recv_timeout(deadline);
         if let Some(j) = self.join.take() {
-            let t0 = Instant::now();
-            while !j.is_finished() && t0.elapsed() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if j.is_finished() {
+            // The actor answers `done` as its last step (or its thread ended,
+            // dropping the sender): join it then. After a timeout it is left
+            // running, detached, rather than blocking the run's end.
+            if !matches!(res, Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
                 let _ = j.join();
             }
         }
