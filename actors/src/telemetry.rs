@@ -76,6 +76,27 @@ pub struct Row {
     pub text: String,
 }
 
+impl Row {
+    /// Add `other`'s costs and counts (one decode's) to this row: the prefill,
+    /// which spans several micro-batches, is one row. Step, flags, the
+    /// speculation columns and the text are left as they are.
+    pub fn accumulate(&mut self, other: &Row) {
+        self.batch += other.batch;
+        self.wall_ms += other.wall_ms;
+        self.stall_ms += other.stall_ms;
+        self.io_ms += other.io_ms;
+        self.read_bytes += other.read_bytes;
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.evictions += other.evictions;
+        self.majflt += other.majflt;
+        self.minflt += other.minflt;
+        self.cpu_ms += other.cpu_ms;
+        self.prefetch_bytes += other.prefetch_bytes;
+        self.dropped_experts += other.dropped_experts;
+    }
+}
+
 /// The CSV columns, in order.
 pub const COLUMNS: [&str; 17] = [
     "step",
@@ -403,6 +424,31 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accumulating_rows_adds_costs_and_keeps_identity() {
+        let one = Row {
+            step: 7,
+            wall_ms: 1.5,
+            read_bytes: 10,
+            hits: 2,
+            batch: 512,
+            text: "x".into(),
+            ..Row::default()
+        };
+        let mut sum = Row {
+            step: 0,
+            prefill: true,
+            ..Row::default()
+        };
+        sum.accumulate(&one);
+        sum.accumulate(&one);
+        assert_eq!(
+            (sum.wall_ms, sum.read_bytes, sum.hits, sum.batch),
+            (3.0, 20, 4, 1024)
+        );
+        assert_eq!((sum.step, sum.prefill, sum.text.as_str()), (0, true, ""));
+    }
 
     #[test]
     fn json_strings_are_escaped() {

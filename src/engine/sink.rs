@@ -116,19 +116,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             self.prefill_done = Some(now);
             let p = self.prefill.get_or_insert_with(TokenRow::default);
             p.prefill = true;
-            p.batch += row.batch;
-            p.wall_ms += row.wall_ms;
-            p.stall_ms += row.stall_ms;
-            p.io_ms += row.io_ms;
-            p.read_bytes += row.read_bytes;
-            p.hits += row.hits;
-            p.misses += row.misses;
-            p.evictions += row.evictions;
-            p.majflt += row.majflt;
-            p.minflt += row.minflt;
-            p.cpu_ms += row.cpu_ms;
-            p.prefetch_bytes += row.prefetch_bytes;
-            p.dropped_experts += row.dropped_experts;
+            p.accumulate(&row);
         } else {
             self.flush();
             self.pending = Some(row);

@@ -30,35 +30,45 @@ fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
     path
 }
 
-/// SmolLM2 upcycled to 8 experts, top-2 (default sigma and seed): the small MoE.
+/// SmolLM2 upcycled to `experts`, top-`top_k` (default sigma and seed),
+/// built once into the fixture directory.
+fn upcycled(experts: u32, top_k: u32) -> PathBuf {
+    let params = upcycle::UpcycleParams {
+        experts,
+        top_k,
+        ..Default::default()
+    };
+    build_once(&upcycle::default_file_name(&params), |p| {
+        upcycle::upcycle(smollm2(), p, &params).expect("build an upcycled fixture");
+    })
+}
+
+/// SmolLM2 upcycled to 8 experts, top-2: the small MoE.
 pub fn e8k2() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let params = upcycle::UpcycleParams {
-            experts: 8,
-            top_k: 2,
-            ..Default::default()
-        };
-        build_once(&upcycle::default_file_name(&params), |p| {
-            upcycle::upcycle(smollm2(), p, &params).expect("build E8K2");
-        })
-    })
+    P.get_or_init(|| upcycled(8, 2))
 }
 
 /// SmolLM2 upcycled to 20 experts, top-2: enough experts per layer to ask
 /// llama.cpp for more per token than its graph holds (19 and up on 30 layers).
 pub fn e20k2() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let params = upcycle::UpcycleParams {
-            experts: 20,
-            top_k: 2,
-            ..Default::default()
-        };
-        build_once(&upcycle::default_file_name(&params), |p| {
-            upcycle::upcycle(smollm2(), p, &params).expect("build E20K2");
+    P.get_or_init(|| upcycled(20, 2))
+}
+
+/// The names in `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
         })
-    })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The tiny MTP model with the given head noise / trunk mix.

@@ -7,7 +7,7 @@ use bmoe::fixture::upcycle::{self, UpcycleParams};
 use bmoe::layout::MoeLayout;
 use bmoe::llama::{Context, ContextKind, ContextParams, Model, ModelParams};
 
-use crate::common::{bmoe, fixture_dir, sha256, smollm2, stderr, stdout, tiny_mtp};
+use crate::common::{bmoe, fixture_dir, names_in, sha256, smollm2, stderr, stdout, tiny_mtp};
 
 #[test]
 fn smollm2_fixture_is_the_checked_file() {
@@ -172,15 +172,6 @@ fn bmoe_cmd(args: &[&str], cache: &Path) -> std::process::Command {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     c
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{e8k2, smollm2};
+use crate::common::{e8k2, names_in, smollm2};
 
 /// How long bmoe may take to stop after the signal (a decode step or a
 /// graph node, plus process teardown, on a loaded 2-core host).
@@ -57,15 +57,6 @@ fn interrupt_when(
         String::from_utf8_lossy(&out.stderr).into_owned(),
         took,
     )
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -140,7 +131,7 @@ fn a_fixture_build_stops_and_leaves_nothing_behind() {
     });
     assert_eq!(code, Some(130), "{err}");
     assert!(took < STOP_WITHIN, "stopped {took:?} after SIGINT\n{err}");
-    let left = files_in(dir.path());
+    let left = names_in(dir.path());
     assert!(
         left.iter()
             .all(|f| !f.ends_with(".partial") && f != "big.gguf"),
