@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use bmoe_actors::telemetry::TelemetryConfig;
 
+use super::EngineError;
 use crate::layout::MoeLayout;
 use crate::llama::Model;
-use crate::stream::{StreamConfig, Streamer};
+use crate::stream::{StreamConfig, StreamError, Streamer};
 
 /// How expert weights reach the matmuls.
 #[derive(Debug, Clone)]
@@ -89,6 +90,64 @@ impl RunConfig {
     pub fn lossy(&self, layout: &MoeLayout) -> bool {
         let drop = matches!(&self.mode, Mode::Stream(sc) if sc.drop_cold > 0.0);
         drop || self.experts_used(layout) != layout.n_expert_used
+    }
+}
+
+impl RunConfig {
+    /// The checks that need the model's layout (flags clap and the CLI checked
+    /// already): a streamed mode on a model bmoe cannot stream, `--n-expert-used`
+    /// out of range, `--mtp` without a head. Returns the mode to run (a dense
+    /// model runs resident) and notes for the summary.
+    pub fn check_against(&self, layout: &MoeLayout) -> Result<(Mode, Vec<String>), EngineError> {
+        let mut notes = Vec::new();
+        let mut mode = self.mode.clone();
+        if let Mode::Stream(_) = mode {
+            if layout.n_expert > 0 && !layout.is_moe() {
+                // It says it has experts, but not in a layout bmoe can stream.
+                return Err(StreamError::UnknownLayout {
+                    model: self.model.display().to_string(),
+                    n_expert: layout.n_expert,
+                }
+                .into());
+            }
+            if !layout.is_moe() {
+                if self.stream_explicit {
+                    return Err(StreamError::NotMoe {
+                        model: self.model.display().to_string(),
+                        n_expert: layout.n_expert,
+                    }
+                    .into());
+                }
+                notes.push(
+                    "dense model (no expert tensors): running resident, nothing to stream".into(),
+                );
+                mode = Mode::Resident;
+            }
+        }
+        if let Some(k) = self.n_expert_used {
+            if k == 0 || k > layout.n_expert {
+                return Err(EngineError::Config(format!(
+                    "--n-expert-used {k}: this model has {} experts per layer (routes {} by default); \
+                     choose 1..={}",
+                    layout.n_expert, layout.n_expert_used, layout.n_expert
+                )));
+            }
+        }
+        if let Speculation::Mtp { p_min, .. } = self.speculation {
+            if layout.n_layer_nextn == 0 {
+                return Err(EngineError::Config(format!(
+                    "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
+                     is 0): use --ngram for drafts without a head",
+                    self.model.display()
+                )));
+            }
+            if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
+                return Err(EngineError::Config(format!(
+                    "--mtp-p-min {p_min}: give a probability in 0..=1"
+                )));
+            }
+        }
+        Ok((mode, notes))
     }
 }
 

@@ -124,54 +124,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .map(telemetry::open_csv)
         .transpose()?;
     let layout = MoeLayout::open(&cfg.model)?;
-    let mut notes = Vec::new();
-    let mut mode = cfg.mode.clone();
-    if let Mode::Stream(_) = mode {
-        if layout.n_expert > 0 && !layout.is_moe() {
-            // It says it has experts, but not in a layout bmoe can stream.
-            return Err(StreamError::UnknownLayout {
-                model: cfg.model.display().to_string(),
-                n_expert: layout.n_expert,
-            }
-            .into());
-        }
-        if !layout.is_moe() {
-            if cfg.stream_explicit {
-                return Err(StreamError::NotMoe {
-                    model: cfg.model.display().to_string(),
-                    n_expert: layout.n_expert,
-                }
-                .into());
-            }
-            notes.push(
-                "dense model (no expert tensors): running resident, nothing to stream".into(),
-            );
-            mode = Mode::Resident;
-        }
-    }
-    if let Some(k) = cfg.n_expert_used {
-        if k == 0 || k > layout.n_expert {
-            return Err(EngineError::Config(format!(
-                "--n-expert-used {k}: this model has {} experts per layer (routes {} by default); \
-                 choose 1..={}",
-                layout.n_expert, layout.n_expert_used, layout.n_expert
-            )));
-        }
-    }
-    if let Speculation::Mtp { p_min, .. } = cfg.speculation {
-        if layout.n_layer_nextn == 0 {
-            return Err(EngineError::Config(format!(
-                "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
-                 is 0): use --ngram for drafts without a head",
-                cfg.model.display()
-            )));
-        }
-        if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
-            return Err(EngineError::Config(format!(
-                "--mtp-p-min {p_min}: give a probability in 0..=1"
-            )));
-        }
-    }
+    let (mode, mut notes) = cfg.check_against(&layout)?;
     let k = cfg.experts_used(&layout);
     let streamer = match &mode {
         Mode::Stream(sc) => Some((
@@ -352,17 +305,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         spec: &spec,
     }
     .pairs();
-    trailer.push(("mtp_head_read_bytes".into(), head_read_bytes.to_string()));
-    trailer.push((
-        "mtp_head_stall_s".into(),
-        format!("{:.6}", head.stall.as_secs_f64()),
-    ));
-    trailer.push(("mtp_head_hits".into(), head.hits.to_string()));
-    trailer.push(("mtp_head_misses".into(), head.misses.to_string()));
-    trailer.push((
-        "mtp_head_predemand_bytes".into(),
-        head.predemand_read_bytes.to_string(),
-    ));
+    trailer.extend(report::head_pairs(&head, head_read_bytes));
 
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
@@ -388,34 +331,10 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let generation = res?;
     let kernel1 = memory::io_read_bytes();
     drop(ctx);
-    let (reader, budget, flash_bytes, peak_resident) = match &streamer {
-        Some((s, _, _)) => {
-            let c = s.flash.counters();
-            (
-                s.flash.reader_description().to_string(),
-                s.budget_bytes,
-                c.read_bytes_total(),
-                c.peak_resident_bytes.load(Ordering::Relaxed),
-            )
-        }
-        None => ("llama.cpp mmap".into(), 0, 0, 0),
-    };
+    let (reader, budget, flash_bytes, peak_resident) =
+        report::flash_facts(streamer.as_ref().map(|s| &s.0));
     let prefetch = match (&streamer, &mode) {
-        (Some((s, _, _)), Mode::Stream(sc)) => {
-            let c = s.flash.counters();
-            let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            PrefetchReport {
-                layers: sc.prefetch,
-                predictive: sc.predict_prefetch,
-                read_bytes: ld(&c.read_bytes[bmoe_actors::cache::Requester::Prefetch.index()]),
-                useful_bytes: ld(&c.prefetch_useful_bytes),
-                wasted_bytes: ld(&c.prefetch_wasted_bytes),
-                hints_dropped: ld(&c.prefetch_hints_dropped),
-                errors: ld(&c.prefetch_errors),
-                predicted: predicted.0,
-                predicted_used: predicted.1,
-            }
-        }
+        (Some((s, _, _)), Mode::Stream(sc)) => report::prefetch_report(s, sc, predicted),
         _ => PrefetchReport::default(),
     };
     let drop_cold = match &mode {

@@ -3,8 +3,14 @@
 
 use std::time::Duration;
 
-use super::{RunReport, Speculation, TokenRow};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bmoe_actors::cache::Requester;
+
+use super::{PrefetchReport, RunReport, Speculation, TokenRow};
+use crate::draft::HeadReport;
 use crate::generate;
+use crate::stream::{StreamConfig, Streamer};
 
 /// The decode rate, one definition everywhere (summary line, CSV trailer,
 /// `BMOE_DONE`, `bmoe probe`): the tokens generated after the first, over the
@@ -16,6 +22,62 @@ pub fn decode_rate(tokens_after_first: usize, span: Duration) -> f64 {
         return 0.0;
     }
     tokens_after_first as f64 / span.as_secs_f64()
+}
+
+/// The MTP head's streaming, as trailer pairs (zeros without a head).
+pub(super) fn head_pairs(head: &HeadReport, head_read_bytes: u64) -> Vec<(String, String)> {
+    vec![
+        ("mtp_head_read_bytes".into(), head_read_bytes.to_string()),
+        (
+            "mtp_head_stall_s".into(),
+            format!("{:.6}", head.stall.as_secs_f64()),
+        ),
+        ("mtp_head_hits".into(), head.hits.to_string()),
+        ("mtp_head_misses".into(), head.misses.to_string()),
+        (
+            "mtp_head_predemand_bytes".into(),
+            head.predemand_read_bytes.to_string(),
+        ),
+    ]
+}
+
+/// The flash actor's reader, cache budget, bytes read and peak resident bytes
+/// (llama.cpp's mmap and zeros for a resident run).
+pub(super) fn flash_facts(streamer: Option<&Streamer>) -> (String, u64, u64, u64) {
+    match streamer {
+        Some(s) => {
+            let c = s.flash.counters();
+            (
+                s.flash.reader_description().to_string(),
+                s.budget_bytes,
+                c.read_bytes_total(),
+                c.peak_resident_bytes.load(Ordering::Relaxed),
+            )
+        }
+        None => ("llama.cpp mmap".into(), 0, 0, 0),
+    }
+}
+
+/// What read-ahead did: the settings and the flash actor's verdicts, with the
+/// predictor's (guessed, used) experts.
+pub(super) fn prefetch_report(
+    s: &Streamer,
+    sc: &StreamConfig,
+    predicted: (u64, u64),
+) -> PrefetchReport {
+    let c = s.flash.counters();
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    PrefetchReport {
+        layers: sc.prefetch,
+        predictive: sc.predict_prefetch,
+        read_bytes: ld(&c.read_bytes[Requester::Prefetch.index()]),
+        useful_bytes: ld(&c.prefetch_useful_bytes),
+        wasted_bytes: ld(&c.prefetch_wasted_bytes),
+        hints_dropped: ld(&c.prefetch_hints_dropped),
+        errors: ld(&c.prefetch_errors),
+        predicted: predicted.0,
+        predicted_used: predicted.1,
+    }
 }
 
 /// A mean that is 0 (never -0 or NaN) over nothing.
