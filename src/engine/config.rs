@@ -180,10 +180,7 @@ pub(super) fn preamble(
             kv("mode", "stream".into());
             kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
             kv("io_threads", sc.io_threads.to_string());
-            kv(
-                "o_direct",
-                (s.flash.reader_description().contains("O_DIRECT") as u8).to_string(),
-            );
+            kv("o_direct", (s.flash.o_direct() as u8).to_string());
             kv("reader", s.flash.reader_description().to_string());
             kv("overlap", (sc.overlap as u8).to_string());
             kv("dense_weights", sc.dense.name().to_string());

@@ -26,6 +26,8 @@ pub struct Flash {
     counters: Arc<FlashCounters>,
     arena: Arc<Arena>,
     reader_desc: String,
+    /// Whether the reader bypasses the page cache (O_DIRECT).
+    o_direct: bool,
     notes: Vec<String>,
 }
 
@@ -226,6 +228,7 @@ impl Flash {
         let counters = Arc::new(FlashCounters::default());
         let (tx, rx) = bounded::<Msg>(cfg.request_capacity.max(1));
         let reader_desc = reader.describe();
+        let o_direct = reader.direct();
         let mut state = Actor {
             cache: ExpertCache::new(cfg.budget_bytes, slot_bytes.clone()),
             n_expert,
@@ -264,6 +267,7 @@ impl Flash {
             counters,
             arena,
             reader_desc,
+            o_direct,
             notes,
         })
     }
@@ -295,6 +299,11 @@ impl Flash {
 
     pub fn reader_description(&self) -> &str {
         &self.reader_desc
+    }
+
+    /// Whether expert reads bypass the page cache (O_DIRECT was granted).
+    pub fn o_direct(&self) -> bool {
+        self.o_direct
     }
 
     /// Stop the actor: a shutdown message (after the requests already queued),
