@@ -92,41 +92,26 @@ const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
 /// `MAX_PROMPT_BYTES` (a FIFO, a device or /dev/zero would block or never end).
 pub fn read_prompt_file(f: &Path) -> Result<String, UsageError> {
     use std::io::Read;
-    let name = f.display();
+    if f != Path::new("-") {
+        return read_text_file("the prompt file", f, ", or -f - to read stdin");
+    }
     let mut bytes = Vec::new();
-    let read = if f == Path::new("-") {
-        std::io::stdin()
-            .take(MAX_PROMPT_BYTES + 1)
-            .read_to_end(&mut bytes)
-    } else {
-        let meta = std::fs::metadata(f).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                UsageError(format!("the prompt file {name} does not exist"))
-            }
-            _ => UsageError(format!("the prompt file {name}: {e}")),
-        })?;
-        if meta.is_dir() {
-            return Err(UsageError(format!(
-                "the prompt file {name} is a directory: give a text file"
-            )));
-        }
-        if !meta.is_file() {
-            return Err(UsageError(format!(
-                "the prompt file {name} is not a regular file (a FIFO or a device): give a text \
-                 file, or -f - to read stdin"
-            )));
-        }
-        std::fs::File::open(f).and_then(|h| h.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes))
-    };
-    read.map_err(|e| UsageError(format!("reading the prompt file {name}: {e}")))?;
+    std::io::stdin()
+        .take(MAX_PROMPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| UsageError(format!("reading the prompt from stdin: {e}")))?;
+    utf8_within_cap("the prompt on stdin", bytes)
+}
+
+/// `bytes` as text, refused when over the cap or not UTF-8.
+fn utf8_within_cap(what: &str, bytes: Vec<u8>) -> Result<String, UsageError> {
     if bytes.len() as u64 > MAX_PROMPT_BYTES {
         return Err(UsageError(format!(
-            "the prompt file {name} is over {} MiB: bmoe reads at most that much",
+            "{what} is over {} MiB: bmoe reads at most that much",
             MAX_PROMPT_BYTES >> 20
         )));
     }
-    String::from_utf8(bytes)
-        .map_err(|e| UsageError(format!("the prompt file {name} is not UTF-8 text ({e})")))
+    String::from_utf8(bytes).map_err(|e| UsageError(format!("{what} is not UTF-8 text ({e})")))
 }
 
 /// More compute threads than cores make every decode wait for descheduled
@@ -143,25 +128,32 @@ pub fn warn_threads_above_cores(threads: Option<u32>) {
     }
 }
 
-/// Read a small text file given on the command line (a cells file): anything
-/// but a regular UTF-8 file is refused with the fix.
-pub fn read_text_file(what: &str, f: &Path) -> Result<String, UsageError> {
+/// Read a text file given on the command line (a prompt, a cells file), at
+/// most `MAX_PROMPT_BYTES`: a missing file, a directory, a FIFO or a device (never
+/// opened, so never blocks), an oversized or non-UTF-8 file is refused with the
+/// fix; `hint` ends the not-a-regular-file message.
+pub fn read_text_file(what: &str, f: &Path, hint: &str) -> Result<String, UsageError> {
+    use std::io::Read;
     let name = f.display();
-    let meta = std::fs::metadata(f).map_err(|e| UsageError(format!("{what} {name}: {e}")))?;
+    let meta = std::fs::metadata(f).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => UsageError(format!("{what} {name} does not exist")),
+        _ => UsageError(format!("{what} {name}: {e}")),
+    })?;
+    if meta.is_dir() {
+        return Err(UsageError(format!(
+            "{what} {name} is a directory: give a text file"
+        )));
+    }
     if !meta.is_file() {
         return Err(UsageError(format!(
-            "{what} {name} is not a regular file (a directory, a FIFO or a device)"
+            "{what} {name} is not a regular file (a FIFO or a device): give a text file{hint}"
         )));
     }
-    if meta.len() > MAX_PROMPT_BYTES {
-        return Err(UsageError(format!(
-            "{what} {name} is over {} MiB",
-            MAX_PROMPT_BYTES >> 20
-        )));
-    }
-    let bytes = std::fs::read(f).map_err(|e| UsageError(format!("{what} {name}: {e}")))?;
-    String::from_utf8(bytes)
-        .map_err(|e| UsageError(format!("{what} {name} is not UTF-8 text ({e})")))
+    let mut bytes = Vec::new();
+    std::fs::File::open(f)
+        .and_then(|h| h.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| UsageError(format!("reading {what} {name}: {e}")))?;
+    utf8_within_cap(&format!("{what} {name}"), bytes)
 }
 
 /// `bench -o`: a new or empty directory, or one without an earlier bench's

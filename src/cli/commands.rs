@@ -15,7 +15,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     use bmoe::bench::{self, runner};
     let (cells, cells_source) = match (&args.cells, &args.preset) {
         (Some(f), _) => {
-            let text = checks::read_text_file("the cells file", f)?;
+            let text = checks::read_text_file("the cells file", f, "")?;
             (
                 bench::parse_cells(&f.display().to_string(), &text)
                     .map_err(|e| UsageError(e.to_string()))?,
@@ -228,7 +228,6 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
                 Ok,
             )?;
-            fixture::refuse_directory(&out)?;
             ensure_parent(&out)?;
             fixture::build_upcycle(&from, &out, &params, false)
                 .with_context(|| format!("upcycle {}", from.display()))?;

@@ -106,8 +106,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let report = match res {
         Ok(r) => r,
-        Err(EngineError::Generate(e @ GenerateError::PromptTooLong { .. })) => {
-            return Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx))).into())
+        Err(EngineError::Generate(e @ GenerateError::PromptTooLong { n_ctx, .. })) => {
+            return Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx, n_ctx))).into())
         }
         Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
         | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
@@ -136,12 +136,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
 }
 
-/// What llama.cpp made of `-c`: it rounds the context up to a multiple of 256.
-fn ctx_rounding(requested: u32) -> String {
-    match requested.next_multiple_of(256) {
-        n if n == requested => String::new(),
-        n => format!(
-            " (-c {requested} was rounded up to {n}: llama.cpp sizes contexts in multiples of 256)"
-        ),
+/// What llama.cpp made of `-c` (it rounds the context up to a multiple of
+/// 256), when that differs from what was asked.
+fn ctx_rounding(requested: u32, settled: u32) -> String {
+    if settled == requested {
+        return String::new();
     }
+    format!(" (-c {requested} was rounded up to {settled}: llama.cpp sizes contexts in multiples of 256)")
 }

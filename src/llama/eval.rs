@@ -75,10 +75,12 @@ impl<'a> NodeView<'a> {
     /// Whether this tensor is a model weight (allocated in a weights buffer).
     pub fn is_weight(&self) -> bool {
         let b = self.raw().buffer;
+        if b.is_null() {
+            return false;
+        }
         // SAFETY: a non-null buffer pointer of a live tensor is a live buffer.
-        !b.is_null()
-            && unsafe { sys::ggml_backend_buffer_get_usage(b) }
-                == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+        let usage = unsafe { sys::ggml_backend_buffer_get_usage(b) };
+        usage == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
     }
 
     /// The address the kernels read this tensor's bytes from.

@@ -304,11 +304,8 @@ impl Model {
             return None;
         }
         // SAFETY: non-null, NUL-terminated, owned by the model for its lifetime.
-        Some(
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        let name = unsafe { std::ffi::CStr::from_ptr(p) };
+        Some(name.to_string_lossy().into_owned())
     }
 
     /// Format `messages` with the model's chat template and open the assistant turn.

@@ -42,16 +42,12 @@ fn interrupt_when(
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let signalled = Instant::now();
     let deadline = signalled + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
+    while child.try_wait().expect("wait").is_none() {
         assert!(Instant::now() < deadline, "bmoe ignored SIGINT for 60 s");
         std::thread::sleep(Duration::from_millis(10));
-    };
+    }
     let took = signalled.elapsed();
     let out = child.wait_with_output().expect("output");
-    let _ = status;
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
