@@ -37,12 +37,13 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use bmoe_actors::flash::FlashClient;
+use bmoe_actors::metrics::DecodeMetrics;
 
 use crate::generate::{Drafter, GenerateError, MtpDrafter};
 use crate::llama::{
     Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, TargetRef, Token,
 };
-use crate::stream::{DraftHookParts, SharedStats};
+use crate::stream::DraftHookParts;
 
 /// Requests queued to the draft actor (the verify loop waits for each reply,
 /// so one is in flight at a time; the rest is slack).
@@ -252,8 +253,12 @@ struct Actor {
     drafter: MtpDrafter,
     batch: Batch,
     corpus: Vec<Token>,
-    /// The head hook's stats and the pre-demand client (streaming only).
-    stream: Option<(SharedStats, Option<FlashClient>)>,
+    /// The pre-demand client (streaming with `--head-predemand` only).
+    predemand: Option<FlashClient>,
+    /// What the head's streaming cost over the run (routing logs dropped).
+    totals: DecodeMetrics,
+    /// The experts the last drafting pass routed at the head's layer.
+    drafted_experts: Vec<u32>,
     /// The head's layer (n_layer: the block after the trunk).
     layer: u32,
     predemands: u64,
@@ -274,12 +279,12 @@ impl Actor {
             abort: Some(abort.clone()),
             ..ContextParams::default()
         };
-        let mut stream = None;
+        let mut predemand = None;
         if let Some(parts) = cfg.hook {
             // The head's experts stream too (requester Draft).
-            let (hook, stats, client) = parts.build(abort);
+            let (hook, client) = parts.build(abort);
             params.observer = Some(Box::new(hook));
-            stream = Some((stats, cfg.predemand.then_some(client)));
+            predemand = cfg.predemand.then_some(client);
         }
         let draft = Context::new(cfg.model.clone(), params)?;
         // SAFETY: the caller of MtpActor::spawn keeps the target alive past the
@@ -289,7 +294,9 @@ impl Actor {
             drafter: MtpDrafter::new(head),
             batch: Batch::new(DRAFT_N_BATCH as usize),
             corpus: Vec::new(),
-            stream,
+            predemand,
+            totals: DecodeMetrics::default(),
+            drafted_experts: Vec::new(),
             layer: cfg.model.n_layer(),
             predemands: 0,
         })
@@ -308,9 +315,10 @@ impl Actor {
                 Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
                 None => self.serve(req),
             };
+            self.account(drafting);
             // The head's hook aborts its decode on a failed read and keeps the
             // first error: that, not llama.cpp's status code, is the cause.
-            let reply = match (reply, self.hook_error()) {
+            let reply = match (reply, self.drafter.failure()) {
                 (_, Some(e)) => Err(GenerateError::DraftActor(format!(
                     "the MTP head's expert streaming failed: {e}"
                 ))),
@@ -332,20 +340,17 @@ impl Actor {
             predemands: self.predemands,
             ..HeadReport::default()
         };
-        if let Some((_, Some(client))) = &self.stream {
+        if let Some(client) = &self.predemand {
             // Only the draft requester asks for background reads.
             report.predemand_read_bytes = client
                 .counters()
                 .background_read_bytes
                 .load(std::sync::atomic::Ordering::Relaxed);
         }
-        if let Some((stats, _)) = &self.stream {
-            let s = stats.borrow();
-            report.stall = s.stall;
-            report.demands = s.demands;
-            report.hits = s.hits;
-            report.misses = s.misses;
-        }
+        report.stall = self.totals.stall;
+        report.demands = self.totals.demands;
+        report.hits = self.totals.hits;
+        report.misses = self.totals.misses;
         report
     }
 
@@ -376,18 +381,22 @@ impl Actor {
                 .map(|_| Vec::new()),
             Request::Draft { tail, max } => {
                 self.corpus.extend(tail);
-                if let Some((stats, _)) = &self.stream {
-                    stats.borrow_mut().routed.clear();
-                }
+                // Only the drafting pass's routing predicts its catch-up.
+                self.account(false);
                 self.drafter.draft(&self.corpus, max)
             }
         }
     }
 
-    fn hook_error(&self) -> Option<String> {
-        self.stream
-            .as_ref()
-            .and_then(|(stats, _)| stats.borrow().error.clone())
+    /// Add what the head's decodes streamed to the run's totals; after a
+    /// drafting pass, keep the experts it routed at the head's layer.
+    fn account(&mut self, drafting: bool) {
+        let mut m = self.drafter.take_metrics();
+        if drafting {
+            self.drafted_experts = m.experts_at(self.layer);
+        }
+        m.routed.clear();
+        self.totals.add(m);
     }
 
     /// Ask the flash actor to read, in the background, the union of the
@@ -395,21 +404,13 @@ impl Actor {
     /// waits (the verify decode's demands go first), pinned as the draft
     /// requester's until the head's next demand. Never blocks.
     fn predemand(&mut self) {
-        let Some((stats, Some(client))) = self.stream.as_mut() else {
+        let Some(client) = self.predemand.as_mut() else {
             return;
         };
-        let mut union: Vec<u32> = stats
-            .borrow()
-            .routed
-            .iter()
-            .filter(|(l, _)| *l == self.layer)
-            .flat_map(|(_, e)| e.iter().copied())
-            .collect();
+        let union = std::mem::take(&mut self.drafted_experts);
         if union.is_empty() {
             return;
         }
-        union.sort_unstable();
-        union.dedup();
         let _g = tracing::debug_span!("draft.predemand", layer = self.layer, experts = union.len())
             .entered();
         client.background(self.layer, &union);

@@ -6,9 +6,11 @@
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens).
 //! - [`output`]: output files written beside their target and renamed into place.
 //! - [`proj`]: the three projections of an expert, shared with the model layout.
+//! - [`metrics`]: what one decode's streaming cost, from the hook to the telemetry row.
 
 pub mod cache;
 pub mod flash;
+pub mod metrics;
 pub mod ngram;
 pub mod output;
 pub mod proj;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bmoe_actors::cache::Requester;
 
-use super::{PrefetchReport, RunReport, Speculation, TokenRow};
+use super::{PrefetchReport, RunMode, RunReport, Speculation, TokenRow};
 use crate::draft::HeadReport;
 use crate::generate;
 use crate::stream::{StreamConfig, Streamer};
@@ -225,7 +225,7 @@ impl RunReport {
             "compute: cpu {:.2} cores busy per decode, major faults/token {majflt:.1}, minor faults/token {minflt:.0}",
             if wall > 0.0 { cpu / wall } else { 0.0 }
         ));
-        if self.mode == "stream" {
+        if self.mode == RunMode::Stream {
             let kernel = self
                 .kernel_read_bytes
                 .map(|b| format!("{:.1} MiB", b as f64 / MIB))
@@ -272,7 +272,7 @@ impl RunReport {
             ));
         }
         let p = &self.prefetch;
-        if self.mode == "stream" && p.enabled() {
+        if self.mode == RunMode::Stream && p.enabled() {
             let mut what = Vec::new();
             if p.layers > 0 {
                 what.push(format!("temporal {} layer(s)", p.layers));
@@ -364,7 +364,7 @@ impl RunReport {
                 "{name}-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
                 draft_ms / emitted.max(1.0)
             ));
-            if self.mode == "stream" && matches!(self.speculation, Speculation::Mtp { .. }) {
+            if self.mode == RunMode::Stream && matches!(self.speculation, Speculation::Mtp { .. }) {
                 let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
                 v.push(format!(
                     "mtp-flash: the head (drafting, catch-up and pre-demands) streamed {:.1} MiB \

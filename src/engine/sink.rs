@@ -8,11 +8,10 @@ use bmoe_actors::telemetry::Telemetry;
 
 use super::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
-use crate::stream::{memory, SharedStats};
+use crate::stream::memory;
 
 pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) on_text: F,
-    pub(super) stats: Option<SharedStats>,
     pub(super) rows: &'a mut Vec<TokenRow>,
     pub(super) telemetry: Option<&'a Telemetry>,
     pub(super) usage: memory::Usage,
@@ -32,7 +31,30 @@ pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) speculating: bool,
 }
 
-impl<F: FnMut(&str)> Sink<'_, F> {
+impl<'a, F: FnMut(&str)> Sink<'a, F> {
+    /// A sink with nothing measured yet; `speculating` fills the mtp_* columns.
+    pub(super) fn new(
+        on_text: F,
+        rows: &'a mut Vec<TokenRow>,
+        telemetry: &'a Telemetry,
+        speculating: bool,
+    ) -> Self {
+        Self {
+            on_text,
+            rows,
+            telemetry: Some(telemetry),
+            usage: memory::usage(),
+            prefill: None,
+            pending: None,
+            prefill_done: None,
+            pending_done: None,
+            kept_done: None,
+            predicted: 0,
+            predicted_used: 0,
+            speculating,
+        }
+    }
+
     /// The row of the token whose text is complete goes to the list and the telemetry actor.
     pub(super) fn flush(&mut self) {
         if let Some(p) = self.prefill.take() {
@@ -80,34 +102,8 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
 
     fn decoded(&mut self, step: DecodeStep) {
         let u = memory::usage();
-        let s = self
-            .stats
-            .as_ref()
-            .map(|s| s.borrow_mut().take())
-            .unwrap_or_default();
-        let row = TokenRow {
-            wall_ms: step.elapsed.as_secs_f64() * 1e3,
-            stall_ms: s.stall.as_secs_f64() * 1e3,
-            io_ms: s.io.as_secs_f64() * 1e3,
-            read_bytes: s.read_bytes,
-            hits: s.hits,
-            misses: s.misses,
-            evictions: s.evictions,
-            majflt: u.majflt - self.usage.majflt,
-            minflt: u.minflt - self.usage.minflt,
-            cpu_ms: u.cpu_ms - self.usage.cpu_ms,
-            batch: step.n_tokens as u64,
-            prefill: step.prefill,
-            prefetch_bytes: s.prefetch_bytes,
-            dropped_experts: s.dropped,
-            mtp_batch: if self.speculating && !step.prefill {
-                step.n_tokens as u64
-            } else {
-                0
-            },
-            mtp_draft_ms: step.draft.as_secs_f64() * 1e3,
-            ..TokenRow::default()
-        };
+        let row = decode_row(&step, &u, &self.usage, self.speculating);
+        let s = &step.metrics;
         self.predicted += s.predicted;
         self.predicted_used += s.predicted_used;
         self.usage = u;
@@ -135,5 +131,88 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
         crate::interrupt::requested().is_some()
             || self.telemetry.is_some_and(|t| t.write_failed())
             || crate::stdio::stdout_failed().is_some()
+    }
+}
+
+/// The telemetry row of one decode: its step's timing and streaming metrics,
+/// and the process's fault and CPU counters since the previous decode.
+fn decode_row(
+    step: &DecodeStep,
+    now: &memory::Usage,
+    before: &memory::Usage,
+    speculating: bool,
+) -> TokenRow {
+    let m = &step.metrics;
+    TokenRow {
+        wall_ms: step.elapsed.as_secs_f64() * 1e3,
+        stall_ms: m.stall.as_secs_f64() * 1e3,
+        io_ms: m.io.as_secs_f64() * 1e3,
+        read_bytes: m.read_bytes,
+        hits: m.hits,
+        misses: m.misses,
+        evictions: m.evictions,
+        majflt: now.majflt - before.majflt,
+        minflt: now.minflt - before.minflt,
+        cpu_ms: now.cpu_ms - before.cpu_ms,
+        batch: step.n_tokens as u64,
+        prefill: step.prefill,
+        prefetch_bytes: m.prefetch_bytes,
+        dropped_experts: m.dropped,
+        mtp_batch: if speculating && !step.prefill {
+            step.n_tokens as u64
+        } else {
+            0
+        },
+        mtp_draft_ms: step.draft.as_secs_f64() * 1e3,
+        ..TokenRow::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmoe_actors::metrics::DecodeMetrics;
+
+    #[test]
+    fn a_decode_row_carries_the_steps_metrics_and_the_counter_deltas() {
+        let step = DecodeStep {
+            n_tokens: 3,
+            prefill: false,
+            elapsed: Duration::from_millis(40),
+            draft: Duration::from_millis(5),
+            metrics: DecodeMetrics {
+                stall: Duration::from_millis(12),
+                io: Duration::from_millis(9),
+                read_bytes: 4096,
+                hits: 7,
+                misses: 2,
+                evictions: 1,
+                prefetch_bytes: 1024,
+                dropped: 1,
+                ..DecodeMetrics::default()
+            },
+        };
+        let before = memory::Usage {
+            majflt: 10,
+            minflt: 100,
+            cpu_ms: 1000.0,
+        };
+        let now = memory::Usage {
+            majflt: 13,
+            minflt: 150,
+            cpu_ms: 1030.0,
+        };
+        let r = decode_row(&step, &now, &before, true);
+        assert_eq!((r.wall_ms, r.stall_ms, r.io_ms), (40.0, 12.0, 9.0));
+        assert_eq!(
+            (r.read_bytes, r.hits, r.misses, r.evictions),
+            (4096, 7, 2, 1)
+        );
+        assert_eq!((r.majflt, r.minflt, r.cpu_ms), (3, 50, 30.0));
+        assert_eq!((r.batch, r.mtp_batch, r.mtp_draft_ms), (3, 3, 5.0));
+        assert_eq!((r.prefetch_bytes, r.dropped_experts), (1024, 1));
+        assert!(!r.prefill);
+        let plain = decode_row(&step, &now, &before, false);
+        assert_eq!(plain.mtp_batch, 0, "no speculation: no mtp_batch");
     }
 }

@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bmoe_actors::metrics::DecodeMetrics;
 use llama_cpp_sys_2 as sys;
 
 use super::eval::{trampoline, ObserverCell};
@@ -212,6 +213,20 @@ impl Context {
             2 if crate::interrupt::requested().is_some() => Err(LlamaError::Interrupted),
             _ => Err(LlamaError::Decode(rc)),
         }
+    }
+
+    /// What the decodes since the last call cost, as the observer measured
+    /// them (zeros without an observer).
+    pub fn take_metrics(&mut self) -> DecodeMetrics {
+        self._observer
+            .as_mut()
+            .map(|o| o.observer.take_metrics())
+            .unwrap_or_default()
+    }
+
+    /// The observer's first error (it aborted a decode because of it).
+    pub fn observer_failure(&self) -> Option<String> {
+        self._observer.as_ref().and_then(|o| o.observer.failure())
     }
 
     /// The logits row of batch entry `i` (which must have asked for logits in the last decode).

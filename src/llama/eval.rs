@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
 
+use bmoe_actors::metrics::DecodeMetrics;
+
 /// A read-only view of one graph node during the eval callback.
 ///
 /// Data accessors are meaningful only in [`EvalObserver::observe`] (after the
@@ -246,6 +248,15 @@ pub trait EvalObserver {
     fn decode_begin(&mut self) {}
     /// The decode returned (successfully or not).
     fn decode_end(&mut self) {}
+    /// What the decodes since the last call cost (handed out by
+    /// [`Context::take_metrics`](super::Context::take_metrics)).
+    fn take_metrics(&mut self) -> DecodeMetrics {
+        DecodeMetrics::default()
+    }
+    /// The first error that made the observer abort a decode, if any (sticky).
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Heap cell whose address is handed to llama.cpp as the callback's user data.

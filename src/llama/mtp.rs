@@ -87,6 +87,16 @@ impl MtpHead {
         })
     }
 
+    /// What the head's own decodes cost since the last call (its context's observer).
+    pub fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+        self.draft.take_metrics()
+    }
+
+    /// The first error of the draft context's observer.
+    pub fn observer_failure(&self) -> Option<String> {
+        self.draft.observer_failure()
+    }
+
     /// The largest batch [`process`](Self::process) takes.
     pub fn n_batch(&self) -> usize {
         self.n_batch

@@ -3,6 +3,8 @@
 //! standing for a bug in the hook. The decode must abort and the run fail with
 //! the panic's message, never finish on weights the hook did not prepare.
 
+use bmoe_actors::metrics::DecodeMetrics;
+
 use crate::llama::{EvalObserver, NodeView};
 
 pub struct PanicAt {
@@ -44,5 +46,13 @@ impl EvalObserver for PanicAt {
 
     fn decode_end(&mut self) {
         self.inner.decode_end();
+    }
+
+    fn take_metrics(&mut self) -> DecodeMetrics {
+        self.inner.take_metrics()
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
     }
 }

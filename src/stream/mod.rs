@@ -9,9 +9,7 @@ mod predict;
 
 pub use predict::Predictor;
 
-use std::cell::RefCell;
 use std::path::Path;
-use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -20,7 +18,7 @@ use bmoe_actors::flash::{
     open_faulty_reader, FaultCounts, FaultPlan, Flash, FlashConfig, FlashError, TensorSpec,
 };
 
-pub use hook::{DenseAnon, SharedAnon, SharedStats, StepStats, StreamHook};
+pub use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
 use memory::FileMapping;
 
 use crate::layout::MoeLayout;
@@ -391,32 +389,34 @@ impl Streamer {
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,
         overlap: bool,
-    ) -> (Box<dyn crate::llama::EvalObserver>, SharedStats) {
-        let (hook, stats) = self.verify_hook(abort, anon, overlap);
-        (
-            fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at),
-            stats,
-        )
+    ) -> Box<dyn crate::llama::EvalObserver> {
+        let hook = self.verify_hook(abort, anon, overlap);
+        fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at)
     }
 
-    /// A hook for the verify context, with its stats cell and abort flag.
+    /// A hook for the verify context, demanding as the verify requester.
     fn verify_hook(
         &self,
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,
         overlap: bool,
-    ) -> (StreamHook, SharedStats) {
-        let (hook, stats) = self.hook(Requester::Verify, abort);
-        let hook = match anon {
-            Some(a) => hook.with_dense_anon(a),
-            None => hook,
-        }
-        .with_overlap(overlap)
-        .with_k(self.k)
-        .with_counters(self.flash.counters().clone())
-        .with_predictor(self.predictor.clone())
-        .with_drop_cold(self.drop_cold);
-        (hook, stats)
+    ) -> StreamHook {
+        let opts = HookOptions {
+            k: self.k,
+            overlap,
+            counters: Some(self.flash.counters().clone()),
+            predictor: self.predictor.clone(),
+            drop_cold: self.drop_cold,
+            route_log: false,
+            anon,
+        };
+        StreamHook::new(
+            self.flash.client(Requester::Verify),
+            self.flash.arena().clone(),
+            &self.layout,
+            opts,
+            abort,
+        )
     }
 
     /// What the MTP draft context's hook is built from, to be assembled on the
@@ -439,19 +439,6 @@ impl Streamer {
             anon,
         }
     }
-
-    /// A plain hook demanding as `requester`, with fresh per-step stats.
-    fn hook(&self, requester: Requester, abort: Arc<AtomicBool>) -> (StreamHook, SharedStats) {
-        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
-        let hook = StreamHook::new(
-            self.flash.client(requester),
-            self.flash.arena().clone(),
-            &self.layout,
-            stats.clone(),
-            abort,
-        );
-        (hook, stats)
-    }
 }
 
 /// The ingredients of the MTP draft context's hook, sent to the draft actor's
@@ -468,20 +455,15 @@ pub struct DraftHookParts {
 }
 
 impl DraftHookParts {
-    /// The hook, its stats cell and the pre-demand client, on the thread that
-    /// will run the context.
-    pub fn build(
-        self,
-        abort: Arc<AtomicBool>,
-    ) -> (StreamHook, SharedStats, bmoe_actors::flash::FlashClient) {
-        let stats: SharedStats = Rc::new(RefCell::new(StepStats::default()));
-        let hook = StreamHook::new(self.client, self.arena, &self.layout, stats.clone(), abort)
-            .with_k(self.k)
-            .with_route_log();
-        let hook = match self.anon {
-            Some(a) => hook.with_dense_anon(a),
-            None => hook,
+    /// The hook and the pre-demand client, on the thread that will run the context.
+    pub fn build(self, abort: Arc<AtomicBool>) -> (StreamHook, bmoe_actors::flash::FlashClient) {
+        let opts = HookOptions {
+            k: self.k,
+            route_log: true,
+            anon: self.anon,
+            ..HookOptions::default()
         };
-        (hook, stats, self.predemand)
+        let hook = StreamHook::new(self.client, self.arena, &self.layout, opts, abort);
+        (hook, self.predemand)
     }
 }

@@ -86,7 +86,7 @@ impl StreamHook {
     /// Point every dense weight a node reads from the file mapping at an
     /// anonymous copy (made on first sight; the mapping's pages are then dropped).
     pub(super) fn bind_dense(&mut self, node: &NodeView<'_>) {
-        let Some(shared) = self.anon.clone() else {
+        let Some(shared) = self.opts.anon.clone() else {
             return;
         };
         for i in 0..llama_max_src() {

@@ -7,10 +7,8 @@
 mod dense;
 mod router;
 mod serve;
-mod stats;
 
 pub use dense::{DenseAnon, SharedAnon};
-pub use stats::{SharedStats, StepStats};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +16,7 @@ use std::sync::Arc;
 
 use bmoe_actors::cache::Requester;
 use bmoe_actors::flash::{Arena, FlashClient, FlashCounters};
+use bmoe_actors::metrics::DecodeMetrics;
 
 use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};
@@ -51,6 +50,28 @@ fn activation_layer(name: &str) -> Option<u32> {
         .and_then(|l| l.parse().ok())
 }
 
+/// What a hook does besides serving the routed experts (the verify hook
+/// sets most; the MTP head's hook only `k`, `route_log` and `anon`).
+#[derive(Default)]
+pub struct HookOptions {
+    /// Experts routed per token (after `--n-expert-used`).
+    pub k: u32,
+    /// `--overlap`: wait for gate/up at the routing, for down at the activation.
+    pub overlap: bool,
+    /// Shared flash counters, to attribute read-ahead bytes to the decodes.
+    pub counters: Option<Arc<FlashCounters>>,
+    /// `--predict-prefetch`: guess the next layer's routing and read it early.
+    pub predictor: Option<Arc<Predictor>>,
+    /// `--drop-cold-experts F`: skip cold, low-weight routed experts (lossy; 0 is off).
+    pub drop_cold: f32,
+    /// Log every demand's routing in the metrics ([`DecodeMetrics::routed`]).
+    pub route_log: bool,
+    /// `--dense-weights anon`: llama.cpp's mapping (address range) and the
+    /// copies made, shared with the MTP draft context's hook (rebinding a
+    /// weight is seen by every context of the model, so both use one set).
+    pub anon: Option<SharedAnon>,
+}
+
 pub struct StreamHook {
     client: FlashClient,
     arena: Arc<Arena>,
@@ -61,35 +82,26 @@ pub struct StreamHook {
     current: Option<u32>,
     ids: Vec<i32>,
     union: Vec<u32>,
-    stats: SharedStats,
+    /// What the decodes since the last [`EvalObserver::take_metrics`] cost.
+    metrics: DecodeMetrics,
+    /// The first error met inside a callback (the decode was aborted for it).
+    failure: Option<String>,
     abort: Arc<AtomicBool>,
-    /// `--dense-weights anon`: llama.cpp's mapping (address range) and the copies
-    /// made, shared with the MTP draft context's hook (rebinding a weight is seen
-    /// by every context of the model, so both must use one set of copies).
-    anon: Option<SharedAnon>,
-    /// `--overlap`: wait for gate/up at the routing, for down at the activation.
-    overlap: bool,
+    opts: HookOptions,
     /// The graph segment computing now (from the last callback to the next), as
     /// a `verify.segment` span, so a trace shows compute between the waits.
     segment: Option<tracing::span::EnteredSpan>,
     segments: u32,
-    /// Experts routed per token (after `--n-expert-used`).
+    /// Experts routed per token (`opts.k`, at least 1).
     k: usize,
-    /// Shared flash counters (prefetch bytes are attributed per decode).
-    counters: Option<Arc<FlashCounters>>,
     prefetch_bytes_seen: u64,
-    /// `--predict-prefetch`: the routers, and the guesses not yet judged.
-    predictor: Option<Arc<Predictor>>,
+    /// `--predict-prefetch`: the guesses not yet judged.
     predicted: HashMap<u32, Vec<u32>>,
     row: Vec<f32>,
-    /// `--drop-cold-experts F` (0: off).
-    drop_frac: f32,
     /// Positions (in the routed list of the single row) whose weight must be
     /// zeroed at `ffn_moe_weights-L` because their expert was dropped.
     drop_zero: Vec<u64>,
     drop_layer: Option<u32>,
-    /// Record every demand in the stats (`StepStats::routed`).
-    route_log: bool,
 }
 
 impl StreamHook {
@@ -97,7 +109,7 @@ impl StreamHook {
         client: FlashClient,
         arena: Arc<Arena>,
         layout: &MoeLayout,
-        stats: SharedStats,
+        opts: HookOptions,
         abort: Arc<AtomicBool>,
     ) -> Self {
         let weights = layout
@@ -105,6 +117,11 @@ impl StreamHook {
             .iter()
             .map(|e| (e.name.clone(), (e.layer, e.proj)))
             .collect();
+        let k = if opts.k > 0 {
+            opts.k
+        } else {
+            layout.n_expert_used
+        };
         Self {
             client,
             arena,
@@ -113,74 +130,27 @@ impl StreamHook {
             current: None,
             ids: Vec::new(),
             union: Vec::new(),
-            stats,
+            metrics: DecodeMetrics::default(),
+            failure: None,
             abort,
-            anon: None,
-            overlap: false,
+            opts,
             segment: None,
             segments: 0,
-            k: layout.n_expert_used.max(1) as usize,
-            counters: None,
+            k: k.max(1) as usize,
             prefetch_bytes_seen: 0,
-            predictor: None,
             predicted: HashMap::new(),
             row: Vec::new(),
-            drop_frac: 0.0,
             drop_zero: Vec::new(),
             drop_layer: None,
-            route_log: false,
         }
-    }
-
-    /// Experts routed per token when `--n-expert-used` overrides the model's.
-    pub fn with_k(mut self, k: u32) -> Self {
-        self.k = k.max(1) as usize;
-        self
-    }
-
-    /// Attribute the flash actor's read-ahead bytes to the decodes.
-    pub fn with_counters(mut self, counters: Arc<FlashCounters>) -> Self {
-        self.counters = Some(counters);
-        self
-    }
-
-    /// Guess the next layer's routing and ask the flash actor to read it early.
-    pub fn with_predictor(mut self, p: Option<Arc<Predictor>>) -> Self {
-        self.predictor = p;
-        self
-    }
-
-    /// Skip cold (missing, low-weight) routed experts (lossy; 0 is off).
-    pub fn with_drop_cold(mut self, frac: f32) -> Self {
-        self.drop_frac = frac.max(0.0);
-        self
-    }
-
-    /// Log every demand's routing in the stats (`StepStats::routed`).
-    pub fn with_route_log(mut self) -> Self {
-        self.route_log = true;
-        self
-    }
-
-    /// Overlap the down reads with the gate/up matmuls (`--overlap`).
-    pub fn with_overlap(mut self, overlap: bool) -> Self {
-        self.overlap = overlap;
-        self
-    }
-
-    /// Serve dense weights from anonymous copies (`--dense-weights anon`).
-    pub fn with_dense_anon(mut self, anon: SharedAnon) -> Self {
-        self.anon = Some(anon);
-        self
     }
 
     /// Record the first error (later ones are its consequences: logged at
     /// debug) and abort the decode.
     fn fail(&mut self, msg: String) {
-        let mut s = self.stats.borrow_mut();
-        if s.error.is_none() {
+        if self.failure.is_none() {
             tracing::error!("{msg}");
-            s.error = Some(msg);
+            self.failure = Some(msg);
         } else {
             tracing::debug!("after the first error: {msg}");
         }
@@ -190,7 +160,7 @@ impl StreamHook {
 
 impl EvalObserver for StreamHook {
     fn wants(&mut self, node: &NodeView<'_>) -> bool {
-        if self.anon.is_some() {
+        if self.opts.anon.is_some() {
             self.bind_dense(node);
         }
         if node.is_mul_mat_id() {
@@ -199,7 +169,7 @@ impl EvalObserver for StreamHook {
         }
         let name = node.name();
         name.starts_with(TOPK_PREFIX)
-            || (self.overlap && self.client.down_pending() && activation_layer(name).is_some())
+            || (self.opts.overlap && self.client.down_pending() && activation_layer(name).is_some())
             || (!self.drop_zero.is_empty()
                 && name
                     .strip_prefix(WEIGHTS_PREFIX)
@@ -227,14 +197,21 @@ impl EvalObserver for StreamHook {
 
     fn decode_end(&mut self) {
         self.segment = None;
-        if let Some(c) = &self.counters {
+        if let Some(c) = &self.opts.counters {
             let total = c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);
             let delta = total.saturating_sub(self.prefetch_bytes_seen);
             self.prefetch_bytes_seen = total;
-            let mut s = self.stats.borrow_mut();
-            s.prefetch_bytes += delta;
-            s.read_bytes += delta;
+            self.metrics.prefetch_bytes += delta;
+            self.metrics.read_bytes += delta;
         }
+    }
+
+    fn take_metrics(&mut self) -> DecodeMetrics {
+        std::mem::take(&mut self.metrics)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
     }
 }
 

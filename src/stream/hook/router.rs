@@ -46,7 +46,7 @@ impl StreamHook {
         if sum <= 0.0 {
             return Vec::new();
         }
-        let threshold = self.drop_frac / self.k as f32;
+        let threshold = self.opts.drop_cold / self.k as f32;
         let top = self
             .ids
             .iter()
@@ -96,7 +96,7 @@ impl StreamHook {
             }
         }
         self.drop_layer = Some(layer);
-        self.stats.borrow_mut().dropped += self.drop_zero.len() as u64;
+        self.metrics.dropped += self.drop_zero.len() as u64;
         true
     }
 
@@ -117,7 +117,7 @@ impl StreamHook {
 
     /// Guess layer L+1's experts from layer L's MoE input (best first).
     pub(super) fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) -> Option<Vec<u32>> {
-        let p = self.predictor.clone()?;
+        let p = self.opts.predictor.clone()?;
         let input = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1))?;
         if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
             return None;

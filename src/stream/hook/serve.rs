@@ -20,7 +20,7 @@ impl StreamHook {
         let t0 = Instant::now();
         match self.client.wait_down() {
             Ok(r) => {
-                let mut s = self.stats.borrow_mut();
+                let s = &mut self.metrics;
                 s.stall += t0.elapsed();
                 s.io += r.io_time;
                 s.read_bytes += r.read_bytes;
@@ -96,12 +96,12 @@ impl StreamHook {
         if single {
             if let Some(guess) = self.predicted.remove(&layer) {
                 let used = guess.iter().filter(|e| self.union.contains(e)).count();
-                let mut s = self.stats.borrow_mut();
+                let s = &mut self.metrics;
                 s.predicted += guess.len() as u64;
                 s.predicted_used += used as u64;
             }
         }
-        let droppable = if single && self.drop_frac > 0.0 {
+        let droppable = if single && self.opts.drop_cold > 0.0 {
             self.cold_candidates(node)
         } else {
             Vec::new()
@@ -118,7 +118,7 @@ impl StreamHook {
             layer,
             &self.union,
             &droppable,
-            self.overlap,
+            self.opts.overlap,
             hint.as_ref().map(|g| (layer + 1, g.as_slice())),
         );
         drop(_g);
@@ -130,7 +130,7 @@ impl StreamHook {
                 if !r.dropped.is_empty() && !self.apply_drop(node, layer, &r.dropped) {
                     return;
                 }
-                let mut s = self.stats.borrow_mut();
+                let s = &mut self.metrics;
                 s.stall += t0.elapsed();
                 s.io += r.io_time;
                 s.read_bytes += r.read_bytes;
@@ -138,10 +138,9 @@ impl StreamHook {
                 s.misses += r.misses as u64;
                 s.evictions += r.evictions as u64;
                 s.demands += 1;
-                if self.route_log {
+                if self.opts.route_log {
                     s.routed.push((layer, self.union.clone()));
                 }
-                drop(s);
                 self.current = Some(layer);
             }
             Err(e) => {

@@ -1,0 +1,111 @@
+//! What one decode cost, as the streaming hook measured it ([`DecodeMetrics`]).
+//!
+//! The value travels one way: the hook inside the llama.cpp context fills it
+//! during a decode, the context hands it out after the decode, the generation
+//! loop attaches it to its step, and the engine's sink turns it into the
+//! token's telemetry row. No side channel, no shared cell.
+
+use std::time::Duration;
+
+/// The streaming cost of the decodes since the last hand-out (one decode on
+/// the verify context; a drafting pass's decodes on the MTP head's context).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct DecodeMetrics {
+    /// Time the decode waited for expert reads.
+    pub stall: Duration,
+    /// Time the flash actor spent reading for those demands.
+    pub io: Duration,
+    /// Bytes read for this decode (read-ahead bytes included).
+    pub read_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Demands made (one per routed layer).
+    pub demands: u64,
+    /// Bytes the flash actor read ahead (prefetch); also in `read_bytes`.
+    pub prefetch_bytes: u64,
+    /// Routed experts skipped by `--drop-cold-experts`.
+    pub dropped: u64,
+    /// Predictive prefetch: experts guessed, and how many the real routing used.
+    pub predicted: u64,
+    pub predicted_used: u64,
+    /// Every demand's layer and experts, in order (only from a hook that logs
+    /// its routing: the MTP head's, whose drafting pass predicts its catch-up).
+    pub routed: Vec<(u32, Vec<u32>)>,
+}
+
+impl DecodeMetrics {
+    /// Add `other`'s counters and times (its routing log is appended).
+    pub fn add(&mut self, other: DecodeMetrics) {
+        self.stall += other.stall;
+        self.io += other.io;
+        self.read_bytes += other.read_bytes;
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.evictions += other.evictions;
+        self.demands += other.demands;
+        self.prefetch_bytes += other.prefetch_bytes;
+        self.dropped += other.dropped;
+        self.predicted += other.predicted;
+        self.predicted_used += other.predicted_used;
+        self.routed.extend(other.routed);
+    }
+
+    /// The distinct experts demanded at `layer`, sorted.
+    pub fn experts_at(&self, layer: u32) -> Vec<u32> {
+        let mut union: Vec<u32> = self
+            .routed
+            .iter()
+            .filter(|(l, _)| *l == layer)
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect();
+        union.sort_unstable();
+        union.dedup();
+        union
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_sums_every_counter_and_appends_the_routing() {
+        let mut a = DecodeMetrics {
+            stall: Duration::from_millis(2),
+            read_bytes: 10,
+            hits: 1,
+            routed: vec![(3, vec![5, 1])],
+            ..DecodeMetrics::default()
+        };
+        let b = DecodeMetrics {
+            stall: Duration::from_millis(3),
+            io: Duration::from_millis(1),
+            read_bytes: 5,
+            misses: 2,
+            evictions: 1,
+            demands: 4,
+            prefetch_bytes: 5,
+            dropped: 1,
+            predicted: 8,
+            predicted_used: 6,
+            hits: 2,
+            routed: vec![(3, vec![1, 7]), (4, vec![0])],
+        };
+        a.add(b);
+        assert_eq!(a.stall, Duration::from_millis(5));
+        assert_eq!(a.io, Duration::from_millis(1));
+        assert_eq!(
+            (a.read_bytes, a.hits, a.misses, a.evictions, a.demands),
+            (15, 3, 2, 1, 4)
+        );
+        assert_eq!(
+            (a.prefetch_bytes, a.dropped, a.predicted, a.predicted_used),
+            (5, 1, 8, 6)
+        );
+        assert_eq!(a.routed.len(), 3);
+        assert_eq!(a.experts_at(3), vec![1, 5, 7]);
+        assert_eq!(a.experts_at(4), vec![0]);
+        assert!(a.experts_at(9).is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! Assembly of a run: the backend (resident, or the streamer and its settings),
+//! the model, the target context with its observer, and the MTP actor's config.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
+use crate::draft::MtpActorConfig;
+use crate::layout::MoeLayout;
+use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
+use crate::stream::{SharedAnon, StreamConfig, StreamError, Streamer};
+
+/// How the experts reach the matmuls, owning what that needs.
+pub(super) enum Backend {
+    /// llama.cpp's own mmap path.
+    Resident,
+    /// The flash actor and the verify hook, with the settings they run under.
+    Stream {
+        streamer: Streamer,
+        cfg: StreamConfig,
+    },
+}
+
+impl Backend {
+    /// Start the streamer for a streamed mode (the flash actor runs from here on).
+    pub(super) fn start(
+        cfg: &RunConfig,
+        layout: &MoeLayout,
+        mode: Mode,
+        k: u32,
+    ) -> Result<Self, StreamError> {
+        Ok(match mode {
+            Mode::Resident => Backend::Resident,
+            Mode::Stream(sc) => Backend::Stream {
+                streamer: Streamer::start(&cfg.model, layout, &sc, k)?,
+                cfg: sc,
+            },
+        })
+    }
+
+    pub(super) fn streamer(&self) -> Option<&Streamer> {
+        match self {
+            Backend::Resident => None,
+            Backend::Stream { streamer, .. } => Some(streamer),
+        }
+    }
+
+    pub(super) fn mode(&self) -> RunMode {
+        match self {
+            Backend::Resident => RunMode::Resident,
+            Backend::Stream { .. } => RunMode::Stream,
+        }
+    }
+
+    /// `--drop-cold-experts` (0 when off or resident).
+    pub(super) fn drop_cold(&self) -> f32 {
+        match self {
+            Backend::Resident => 0.0,
+            Backend::Stream { cfg, .. } => cfg.drop_cold,
+        }
+    }
+}
+
+/// The model, mapped by llama.cpp (with its MTP head for `--mtp`, and the
+/// routed-expert count overridden for `--n-expert-used`).
+pub(super) fn load_model(cfg: &RunConfig, layout: &MoeLayout) -> Result<Arc<Model>, LlamaError> {
+    let int_overrides = match cfg.n_expert_used {
+        Some(k) => vec![(format!("{}.expert_used_count", layout.arch), k as i64)],
+        None => Vec::new(),
+    };
+    let params = ModelParams {
+        use_mmap: true,
+        load_mtp: matches!(cfg.speculation, Speculation::Mtp { .. }),
+        int_overrides,
+    };
+    Ok(Arc::new(Model::load(&cfg.model, &params)?))
+}
+
+/// The target context, its observer the verify hook when streaming (the expert
+/// ranges of the mapping are dropped first), and the hook's dense copies for
+/// the MTP head to share.
+pub(super) fn target_context(
+    cfg: &RunConfig,
+    model: &Arc<Model>,
+    backend: &Backend,
+    abort: &Arc<AtomicBool>,
+    notes: &mut Vec<String>,
+) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
+    let speculating = cfg.speculation != Speculation::Off;
+    let mut params = ContextParams {
+        n_ctx: cfg.n_ctx,
+        n_batch: TARGET_UBATCH,
+        n_ubatch: TARGET_UBATCH,
+        n_threads: cfg.threads,
+        // Recurrent-state snapshots so a hybrid model can roll back rejected
+        // drafts (clamped to 0 by llama.cpp on archs that need none).
+        n_rs_seq: if speculating { cfg.draft_max } else { 0 },
+        abort: Some(abort.clone()),
+        ..ContextParams::default()
+    };
+    let mut anon = None;
+    if let Backend::Stream { streamer, cfg: sc } = backend {
+        anon = streamer.prepare_mapping(&cfg.model, sc.dense)?;
+        notes.extend(streamer.notes.iter().cloned());
+        params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
+    }
+    let ctx = Context::new(model.clone(), params)?;
+    if ctx.n_ctx() != cfg.n_ctx {
+        notes.push(format!(
+            "context: {} tokens (-c {} rounded up by llama.cpp to a multiple of 256)",
+            ctx.n_ctx(),
+            cfg.n_ctx
+        ));
+    }
+    Ok((ctx, anon))
+}
+
+/// The MTP draft actor's configuration for `--mtp` (None otherwise). The
+/// head's experts stream too (requester Draft), and its dense weights share
+/// the verify hook's anonymous copies.
+pub(super) fn mtp_config(
+    cfg: &RunConfig,
+    model: &Arc<Model>,
+    backend: &Backend,
+    anon: Option<SharedAnon>,
+) -> Option<MtpActorConfig> {
+    let Speculation::Mtp { p_min, predemand } = cfg.speculation else {
+        return None;
+    };
+    Some(MtpActorConfig {
+        model: model.clone(),
+        n_ctx: cfg.n_ctx,
+        n_threads: cfg.threads,
+        n_ubatch: MTP_UBATCH,
+        draft_max: cfg.draft_max as usize,
+        p_min,
+        hook: backend.streamer().map(|s| s.draft_hook_parts(anon)),
+        predemand,
+    })
+}

@@ -1,0 +1,139 @@
+//! Draft sources for the verify loop: the [`Drafter`] trait, the MTP head on
+//! this thread ([`MtpDrafter`]) and the n-gram matcher ([`NgramDrafter`]).
+
+use super::GenerateError;
+use crate::llama::{Batch, Token};
+
+/// A source of draft tokens for the verify loop. The hooks other than
+/// [`draft`](Self::draft) let a source that reads the target's hidden states
+/// (the MTP head) follow every target decode; they default to nothing.
+pub trait Drafter {
+    /// The source's name (`ngram`, `mtp`), for spans.
+    fn name(&self) -> &'static str {
+        "draft"
+    }
+    /// Up to `max` tokens to verify after `corpus` (the prompt and every
+    /// confirmed token; its last token is the one about to be decoded, at
+    /// position `corpus.len() - 1`). An empty draft takes the plain
+    /// single-token path.
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError>;
+    /// The target decoded `batch`: a prefill chunk, or the kept rows of a
+    /// verify batch (`[last, d1..dk]`, the rejected tail already cut off).
+    fn decoded(&mut self, _batch: &Batch) -> Result<(), GenerateError> {
+        Ok(())
+    }
+    /// The prompt is in the target's cache.
+    fn begin(&mut self, _prompt: &[Token]) -> Result<(), GenerateError> {
+        Ok(())
+    }
+    /// The verify step kept `accepted` of `drafted` drafts; the target's cache
+    /// now ends before position `n_past` (the next token goes there).
+    fn accepted(
+        &mut self,
+        _drafted: usize,
+        _accepted: usize,
+        _n_past: i32,
+    ) -> Result<(), GenerateError> {
+        Ok(())
+    }
+}
+
+/// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
+pub struct MtpDrafter {
+    head: crate::llama::MtpHead,
+}
+
+impl MtpDrafter {
+    pub fn new(head: crate::llama::MtpHead) -> Self {
+        Self { head }
+    }
+
+    /// What the head's own decodes streamed since the last call.
+    pub fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+        self.head.take_metrics()
+    }
+
+    /// The first error of the head's streaming hook.
+    pub fn failure(&self) -> Option<String> {
+        self.head.observer_failure()
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+        let n_past = corpus.len() as i32 - 1;
+        let last = *corpus.last().ok_or(GenerateError::EmptyPrompt)?;
+        let d = self.head.draft(n_past, last, corpus, max)?;
+        // Positions in the draft context only move forward: drop what the
+        // drafting pass put after the last confirmed token.
+        self.head.trim_draft(n_past);
+        Ok(d)
+    }
+
+    fn decoded(&mut self, batch: &Batch) -> Result<(), GenerateError> {
+        Ok(self.head.process(batch)?)
+    }
+
+    fn begin(&mut self, prompt: &[Token]) -> Result<(), GenerateError> {
+        Ok(self.head.begin(prompt)?)
+    }
+
+    fn accepted(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        n_past: i32,
+    ) -> Result<(), GenerateError> {
+        if drafted > 0 {
+            self.head.accept(accepted)?;
+        }
+        self.head.trim_draft(n_past);
+        Ok(())
+    }
+}
+
+/// The n-gram drafter (`--ngram`): the pure matcher of `bmoe_actors::ngram`.
+#[derive(Debug, Clone)]
+pub struct NgramDrafter {
+    pub min_match: usize,
+    pub max_match: usize,
+    /// The corpus as the matcher's ids (grown as tokens are confirmed).
+    ids: Vec<u32>,
+}
+
+impl NgramDrafter {
+    pub fn new(min_match: usize) -> Self {
+        Self {
+            min_match,
+            max_match: bmoe_actors::ngram::DEFAULT_MAX_MATCH,
+            ids: Vec::new(),
+        }
+    }
+}
+
+impl Drafter for NgramDrafter {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
+    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+        // The corpus only grows (rejected drafts never enter it): convert the new tail.
+        if self.ids.len() > corpus.len() {
+            self.ids.clear();
+        }
+        let from = self.ids.len();
+        self.ids.extend(corpus[from..].iter().map(|&t| t as u32));
+        let cfg = bmoe_actors::ngram::NgramConfig {
+            min_match: self.min_match,
+            max_match: self.max_match,
+            max_draft: max,
+        };
+        Ok(bmoe_actors::ngram::draft(&self.ids, &cfg)
+            .map(|d| d.tokens.into_iter().map(|t| t as Token).collect())
+            .unwrap_or_default())
+    }
+}

@@ -1,0 +1,154 @@
+//! Greedy generation on one context (the resident path that streaming and
+//! speculation are compared against), with optional drafts verified by the
+//! target: the types here, the loop in `verify`, the draft sources in `drafter`.
+
+mod drafter;
+mod verify;
+
+use std::time::Duration;
+
+use bmoe_actors::metrics::DecodeMetrics;
+
+use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
+
+pub use drafter::{Drafter, MtpDrafter, NgramDrafter};
+pub use verify::generate_with;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Llama(#[from] LlamaError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt_tokens} tokens but the context holds {n_ctx}; raise -c/--ctx or shorten the prompt")]
+    PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
+    #[error("llama.cpp returned no logits for the last position")]
+    NoLogits,
+    #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
+    Rollback { pos: i32 },
+    #[error("MTP draft actor: {0}")]
+    DraftActor(String),
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfText,
+    /// `-n` tokens were generated.
+    Limit,
+    /// The context is full.
+    ContextFull,
+    /// The sink asked to stop (an interrupt).
+    Interrupted,
+}
+
+/// The outcome of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub prompt_tokens: usize,
+    /// Generated tokens (an end-of-generation token is not included).
+    pub tokens: Vec<Token>,
+    pub text: String,
+    pub stop: StopReason,
+    pub prefill: Duration,
+    pub decode: Duration,
+    /// Speculation counters (all zero without a drafter).
+    pub spec: SpecStats,
+}
+
+/// What speculation did over one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecStats {
+    /// Decode steps after the prefill (plain or verify).
+    pub steps: u64,
+    /// Steps whose drafter proposed at least one token (verify decodes).
+    pub drafted_steps: u64,
+    /// Draft tokens proposed, and how many the target's argmax confirmed.
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Time spent drafting, the drafter's catch-up on each verify step included.
+    pub draft: Duration,
+}
+
+/// One `llama_decode` call as seen by a [`GenerationSink`].
+#[derive(Debug, Clone)]
+pub struct DecodeStep {
+    /// Tokens in the batch.
+    pub n_tokens: usize,
+    /// Part of the prompt prefill (the last prefill decode yields the first token).
+    pub prefill: bool,
+    pub elapsed: Duration,
+    /// Speculation: time spent drafting this decode's batch (zero otherwise).
+    pub draft: Duration,
+    /// What the decode's expert streaming cost (zeros on a resident context).
+    pub metrics: DecodeMetrics,
+}
+
+/// Receives generated text and per-decode timing.
+pub trait GenerationSink {
+    /// Complete text, as soon as it is known.
+    fn text(&mut self, _piece: &str) {}
+    /// A decode finished.
+    fn decoded(&mut self, _step: DecodeStep) {}
+    /// The same decode produced one more token (speculation accepted a draft):
+    /// the text that follows belongs to a new token.
+    fn next_token(&mut self) {}
+    /// Checked at every token boundary: true stops generation there.
+    fn should_stop(&mut self) -> bool {
+        false
+    }
+}
+
+impl<F: FnMut(&str)> GenerationSink for F {
+    fn text(&mut self, piece: &str) {
+        self(piece)
+    }
+}
+
+/// Turn user text into prompt tokens, through the model's chat template when `chat`.
+pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>, GenerateError> {
+    let tokens = if chat {
+        let formatted = model.apply_chat_template(&[ChatMessage {
+            role: "user".into(),
+            content: text.into(),
+        }])?;
+        model.tokenize(&formatted, true, true)?
+    } else {
+        model.tokenize(text, true, false)?
+    };
+    if tokens.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    Ok(tokens)
+}
+
+/// When generation stops: after `n_predict` tokens, or earlier at the end of
+/// text unless `ignore_eos` (then end-of-generation tokens are never chosen:
+/// the greedy pick is the best other token, as llama.cpp's `--ignore-eos` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub n_predict: u32,
+    pub ignore_eos: bool,
+}
+
+impl From<u32> for Limit {
+    fn from(n_predict: u32) -> Self {
+        Self {
+            n_predict,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Greedy generation of up to `limit` tokens after `prompt`; `sink` gets each
+/// complete piece of text as soon as it is known and each decode's timing.
+pub fn generate(
+    ctx: &mut Context,
+    prompt: &[Token],
+    limit: impl Into<Limit>,
+    n_batch: usize,
+    sink: &mut dyn GenerationSink,
+) -> Result<Generation, GenerateError> {
+    generate_with(ctx, prompt, limit, n_batch, sink, None, 0)
+}

@@ -1,0 +1,366 @@
+//! The generation loop: prefill in micro-batches, then one decode per step of
+//! `[last, d1..dk]` (k = 0 without a draft), keeping the drafts the target's own
+//! argmax confirms and trimming the rest from the KV cache.
+
+use std::time::{Duration, Instant};
+
+use bmoe_actors::sampling::{argmax, argmax_where};
+use bmoe_actors::text::Utf8Stream;
+
+use super::{
+    DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, SpecStats, StopReason,
+};
+use crate::llama::{Batch, Context, LlamaError, Model, Token};
+
+/// [`generate`](super::generate) with an optional drafter: each step drafts up
+/// to `draft_max` tokens, decodes [last, d1..dN] in one batch with logits on
+/// every row, keeps the longest prefix of drafts equal to the target's own
+/// argmax plus the target's next token, and trims the rejected tail from the
+/// KV cache. A step with no draft is exactly the plain single-token decode.
+pub fn generate_with(
+    ctx: &mut Context,
+    prompt: &[Token],
+    limit: impl Into<Limit>,
+    n_batch: usize,
+    sink: &mut dyn GenerationSink,
+    mut drafter: Option<&mut dyn Drafter>,
+    draft_max: usize,
+) -> Result<Generation, GenerateError> {
+    let limit = limit.into();
+    check_prompt(ctx, prompt)?;
+    let n_batch = n_batch.clamp(1, ctx.n_batch().max(1) as usize);
+    let mut batch = Batch::new(n_batch);
+    let greedy = Greedy::new(ctx.model(), limit.ignore_eos);
+    let t0 = Instant::now();
+    if !prefill(ctx, prompt, &mut batch, sink, drafter.as_deref_mut())? {
+        return Ok(Generation::interrupted_in_prefill(
+            prompt.len(),
+            t0.elapsed(),
+        ));
+    }
+    if let Some(d) = drafter.as_deref_mut() {
+        d.begin(prompt)?;
+    }
+    let prefill_time = t0.elapsed();
+    let t1 = Instant::now();
+    let first = greedy.pick(ctx, (batch.len() - 1) as i32)?;
+    let mut run = Loop {
+        model: ctx.model().clone(),
+        ctx,
+        greedy,
+        batch,
+        sink,
+        drafter,
+        limit,
+        draft_max,
+        pos: prompt.len() as i32,
+        tokens: Vec::new(),
+        corpus: prompt.to_vec(),
+        utf8: Utf8Stream::new(),
+        text: String::new(),
+        spec: SpecStats::default(),
+        catch_up: Duration::ZERO,
+    };
+    let stop = run.until_stop(vec![first])?;
+    Ok(run.finish(prompt.len(), stop, prefill_time, t1.elapsed()))
+}
+
+/// A prompt the context can take: not empty, shorter than the context.
+fn check_prompt(ctx: &Context, prompt: &[Token]) -> Result<(), GenerateError> {
+    if prompt.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    let n_ctx = ctx.n_ctx();
+    if prompt.len() >= n_ctx as usize {
+        return Err(GenerateError::PromptTooLong {
+            prompt_tokens: prompt.len(),
+            n_ctx,
+        });
+    }
+    Ok(())
+}
+
+impl Generation {
+    /// A signal stopped the prefill: nothing was generated.
+    fn interrupted_in_prefill(prompt_tokens: usize, prefill: Duration) -> Self {
+        Self {
+            prompt_tokens,
+            tokens: Vec::new(),
+            text: String::new(),
+            stop: StopReason::Interrupted,
+            prefill,
+            decode: Duration::ZERO,
+            spec: SpecStats::default(),
+        }
+    }
+}
+
+/// The state of one generation after its prefill.
+struct Loop<'c, 's, 'd> {
+    ctx: &'c mut Context,
+    model: std::sync::Arc<Model>,
+    greedy: Greedy,
+    batch: Batch,
+    sink: &'s mut dyn GenerationSink,
+    drafter: Option<&'d mut dyn Drafter>,
+    limit: Limit,
+    draft_max: usize,
+    /// Where the next decoded token goes.
+    pos: i32,
+    /// Generated tokens (an end-of-generation token is not included).
+    tokens: Vec<Token>,
+    /// The prompt and every confirmed token (the drafters' corpus).
+    corpus: Vec<Token>,
+    utf8: Utf8Stream,
+    text: String,
+    spec: SpecStats,
+    /// The drafter's catch-up on the previous verify step (drafting cost).
+    catch_up: Duration,
+}
+
+impl Loop<'_, '_, '_> {
+    /// Emit the tokens each decode determined and decode again until a stop.
+    fn until_stop(&mut self, mut ready: Vec<Token>) -> Result<StopReason, GenerateError> {
+        loop {
+            if let Some(stop) = self.emit(ready) {
+                return Ok(stop);
+            }
+            if self.pos as u32 >= self.ctx.n_ctx() {
+                return Ok(StopReason::ContextFull);
+            }
+            if self.sink.should_stop() {
+                return Ok(StopReason::Interrupted);
+            }
+            match self.step()? {
+                Some(r) => ready = r,
+                None => return Ok(StopReason::Interrupted),
+            }
+        }
+    }
+
+    /// Hand the tokens one decode determined (in order) to the sink; a stop
+    /// when one ends the text or reaches `-n`.
+    fn emit(&mut self, ready: Vec<Token>) -> Option<StopReason> {
+        for (i, t) in ready.into_iter().enumerate() {
+            if i > 0 {
+                self.sink.next_token();
+            }
+            if self.model.is_eog(t) {
+                return Some(StopReason::EndOfText);
+            }
+            self.tokens.push(t);
+            self.corpus.push(t);
+            let piece = self.utf8.push(&self.model.token_bytes(t));
+            if !piece.is_empty() {
+                self.sink.text(&piece);
+                self.text.push_str(&piece);
+            }
+            if self.tokens.len() >= self.limit.n_predict as usize {
+                return Some(StopReason::Limit);
+            }
+        }
+        None
+    }
+
+    /// One verify step: draft, decode `[last, drafts..]`, keep what the target
+    /// confirms. The kept tokens, or `None` when a signal stopped the decode.
+    fn step(&mut self) -> Result<Option<Vec<Token>>, GenerateError> {
+        let last = *self.tokens.last().ok_or(GenerateError::NoLogits)?;
+        let tdraft = Instant::now();
+        let draft = self.draft()?;
+        // Drafting cost of this step: the drafting call, plus the drafter's
+        // catch-up on the previous verify step (the MTP head's own decode).
+        let draft_time = tdraft.elapsed() + std::mem::take(&mut self.catch_up);
+        self.batch.clear();
+        self.batch.push(last, self.pos, true);
+        for (i, &d) in draft.iter().enumerate() {
+            self.batch.push(d, self.pos + 1 + i as i32, true);
+        }
+        let td = Instant::now();
+        let (pos, rows) = (self.pos, self.batch.len());
+        let decoded = tracing::debug_span!("verify.decode", pos, rows, prefill = false)
+            .in_scope(|| self.ctx.decode(&self.batch));
+        if let Err(LlamaError::Interrupted) = decoded {
+            return Ok(None);
+        }
+        decoded?;
+        self.sink.decoded(DecodeStep {
+            n_tokens: rows,
+            prefill: false,
+            elapsed: td.elapsed(),
+            draft: draft_time,
+            metrics: self.ctx.take_metrics(),
+        });
+        self.spec.steps += 1;
+        self.spec.draft += draft_time;
+        let ready = self.accept(&draft)?;
+        Ok(Some(ready))
+    }
+
+    /// Up to what still fits in `-n`, the context and the batch, after `last`.
+    fn draft(&mut self) -> Result<Vec<Token>, GenerateError> {
+        let room = self
+            .draft_max
+            .min(self.limit.n_predict as usize - self.tokens.len() - 1)
+            .min(self.ctx.n_ctx() as usize - self.pos as usize - 1)
+            .min(self.batch.capacity() - 1);
+        let (pos, corpus) = (self.pos, &self.corpus);
+        let mut draft = match self.drafter.as_deref_mut() {
+            Some(d) if room > 0 => {
+                tracing::debug_span!("draft", source = d.name(), pos, max = room)
+                    .in_scope(|| d.draft(corpus, room))?
+            }
+            _ => Vec::new(),
+        };
+        draft.truncate(room);
+        Ok(draft)
+    }
+
+    /// Keep the longest prefix of `draft` equal to the target's argmax, then
+    /// the target's own token after it; trim the rejected rows and let the
+    /// drafter catch up on the kept ones.
+    fn accept(&mut self, draft: &[Token]) -> Result<Vec<Token>, GenerateError> {
+        let mut ready = Vec::with_capacity(draft.len() + 1);
+        let mut accepted = 0usize;
+        loop {
+            let t = self.greedy.pick(self.ctx, accepted as i32)?;
+            ready.push(t);
+            if accepted < draft.len() && draft[accepted] == t {
+                accepted += 1;
+            } else {
+                break;
+            }
+        }
+        debug_assert!(
+            ready
+                .iter()
+                .enumerate()
+                .all(|(i, &t)| self.greedy.pick(self.ctx, i as i32).ok() == Some(t)),
+            "every kept token is the argmax of the verify row that produced it"
+        );
+        self.pos += 1 + accepted as i32;
+        if !draft.is_empty() {
+            self.spec.drafted_steps += 1;
+            self.spec.drafted += draft.len() as u64;
+            self.spec.accepted += accepted as u64;
+            if accepted < draft.len() && !self.ctx.trim(self.pos, -1) {
+                return Err(GenerateError::Rollback { pos: self.pos });
+            }
+        }
+        if let Some(d) = self.drafter.as_deref_mut() {
+            // The drafter catches up on the kept rows only ([last, d1..dk]), so it
+            // never holds a rejected tail to drop.
+            let tc = Instant::now();
+            self.batch.truncate(1 + accepted);
+            d.decoded(&self.batch)?;
+            d.accepted(draft.len(), accepted, self.pos)?;
+            self.catch_up = tc.elapsed();
+        }
+        Ok(ready)
+    }
+
+    /// The generation as it ended: the last catch-up is drafting cost too, and
+    /// any incomplete UTF-8 tail is flushed.
+    fn finish(
+        mut self,
+        prompt_tokens: usize,
+        stop: StopReason,
+        prefill: Duration,
+        decode: Duration,
+    ) -> Generation {
+        self.spec.draft += self.catch_up;
+        let rest = self.utf8.finish();
+        if !rest.is_empty() {
+            self.sink.text(&rest);
+            self.text.push_str(&rest);
+        }
+        Generation {
+            prompt_tokens,
+            tokens: self.tokens,
+            text: self.text,
+            stop,
+            prefill,
+            decode,
+            spec: self.spec,
+        }
+    }
+}
+
+/// Decode the prompt in batches of `batch`'s capacity, logits on its last
+/// row only. Returns false when a signal or a failed output stopped it
+/// (between batches, or inside one through the context's abort callback).
+fn prefill<'d>(
+    ctx: &mut Context,
+    prompt: &[Token],
+    batch: &mut Batch,
+    sink: &mut dyn GenerationSink,
+    mut drafter: Option<&mut (dyn Drafter + 'd)>,
+) -> Result<bool, GenerateError> {
+    let n_batch = batch.capacity();
+    let mut pos = 0i32;
+    for (ci, chunk) in prompt.chunks(n_batch).enumerate() {
+        if sink.should_stop() {
+            return Ok(false);
+        }
+        batch.clear();
+        let last_chunk = (ci + 1) * n_batch >= prompt.len();
+        for (i, &t) in chunk.iter().enumerate() {
+            batch.push(t, pos, last_chunk && i + 1 == chunk.len());
+            pos += 1;
+        }
+        let td = Instant::now();
+        let decoded =
+            tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = true)
+                .in_scope(|| ctx.decode(batch));
+        match decoded {
+            Err(LlamaError::Interrupted) => return Ok(false),
+            r => r?,
+        }
+        sink.decoded(DecodeStep {
+            n_tokens: batch.len(),
+            prefill: true,
+            elapsed: td.elapsed(),
+            draft: Duration::ZERO,
+            metrics: ctx.take_metrics(),
+        });
+        if let Some(d) = drafter.as_deref_mut() {
+            d.decoded(batch)?;
+        }
+    }
+    Ok(true)
+}
+
+/// The greedy choice from a row of logits, never an end-of-generation token
+/// under `--ignore-eos`.
+struct Greedy {
+    /// End-of-generation tokens, sorted (empty unless they are banned).
+    banned: Vec<Token>,
+}
+
+impl Greedy {
+    fn new(model: &Model, ignore_eos: bool) -> Self {
+        let banned = if ignore_eos {
+            (0..model.n_vocab() as Token)
+                .filter(|&t| model.is_eog(t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self { banned }
+    }
+
+    /// The argmax of logits row `i` of the last decode (among allowed tokens).
+    fn pick(&self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
+        let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+        let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
+        if self.banned.binary_search(&best).is_err() {
+            return Ok(best);
+        }
+        // Rare: the best token ends generation; take the best allowed one.
+        argmax_where(logits, |t| {
+            self.banned.binary_search(&(t as Token)).is_err()
+        })
+        .map(|t| t as Token)
+        .ok_or(GenerateError::NoLogits)
+    }
+}
