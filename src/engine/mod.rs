@@ -18,6 +18,7 @@ mod finish;
 pub mod graph_check;
 mod report;
 mod sink;
+mod summary;
 use assemble::Backend;
 use config::preamble;
 pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bmoe_actors::cache::Requester;
 
-use super::{PrefetchReport, RunMode, RunReport, Speculation, TokenRow};
+use super::{PrefetchReport, RunReport, TokenRow};
 use crate::draft::HeadReport;
 use crate::generate;
 use crate::stream::{StreamConfig, Streamer};
@@ -81,7 +81,7 @@ pub(super) fn prefetch_report(
 }
 
 /// A mean that is 0 (never -0 or NaN) over nothing.
-fn mean(sum: f64, n: usize) -> f64 {
+pub(super) fn mean(sum: f64, n: usize) -> f64 {
     if n == 0 {
         0.0
     } else {
@@ -176,7 +176,7 @@ impl RunReport {
         )
     }
 
-    fn decode_rows(&self) -> impl Iterator<Item = &TokenRow> {
+    pub(super) fn decode_rows(&self) -> impl Iterator<Item = &TokenRow> {
         self.rows.iter().filter(|r| !r.prefill)
     }
 
@@ -190,211 +190,5 @@ impl RunReport {
         } else {
             b as f64 / n as f64
         }
-    }
-
-    /// The summary lines printed on stderr after the answer.
-    pub fn summary_lines(&self) -> Vec<String> {
-        const MIB: f64 = 1024.0 * 1024.0;
-        let g = &self.generation;
-        let n = self.decode_rows().count();
-        let per_token = |f: fn(&TokenRow) -> f64| mean(self.decode_rows().map(f).sum(), n);
-        let stall = per_token(|r| r.stall_ms);
-        let io = per_token(|r| r.io_ms);
-        let wall = per_token(|r| r.wall_ms);
-        let cpu = per_token(|r| r.cpu_ms);
-        let majflt = per_token(|r| r.majflt as f64);
-        let minflt = per_token(|r| r.minflt as f64);
-        let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
-        let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
-        let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
-        let stop = match g.stop {
-            generate::StopReason::EndOfText => "end of text",
-            generate::StopReason::Limit => "token limit",
-            generate::StopReason::ContextFull => "context full",
-            generate::StopReason::Interrupted => "interrupted",
-        };
-        let mut v = vec![format!(
-            "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token in the decodes alone)",
-            g.prompt_tokens,
-            g.tokens.len(),
-            g.prefill.as_secs_f64() * 1e3,
-            self.decode_tok_s(),
-            wall
-        )];
-        v.push(format!(
-            "compute: cpu {:.2} cores busy per decode, major faults/token {majflt:.1}, minor faults/token {minflt:.0}",
-            if wall > 0.0 { cpu / wall } else { 0.0 }
-        ));
-        if self.mode == RunMode::Stream {
-            let kernel = self
-                .kernel_read_bytes
-                .map(|b| format!("{:.1} MiB", b as f64 / MIB))
-                .unwrap_or_else(|| "unavailable".into());
-            v.push(format!(
-                "moe-stream: {}, read {:.1} MiB ({:.2} MiB/token decode), kernel read_bytes {kernel}; \
-                 decode {wall:.1} ms/token = flash wait {stall:.1} (io {io:.1}) + compute and cache management {:.1} (residual)",
-                self.reader,
-                self.flash_read_bytes as f64 / MIB,
-                self.decode_bytes_per_token() / MIB,
-                (wall - stall).max(0.0)
-            ));
-            // Per decode: under speculation a verify decode's cost and reads sit on
-            // its group's first row (mtp_batch > 0) and its accepted tokens follow.
-            let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
-            let mut in_warm = false;
-            for r in self.decode_rows() {
-                if self.speculation == Speculation::Off || r.mtp_batch > 0 {
-                    decodes += 1;
-                    in_warm = r.misses == 0;
-                    if in_warm {
-                        warm_decodes += 1;
-                        warm_ms += r.wall_ms;
-                    }
-                }
-                warm_tokens += in_warm as usize;
-            }
-            if warm_decodes > 0 && warm_decodes < decodes && warm_ms > 0.0 {
-                v.push(format!(
-                    "moe-warm: {:.2} tok/s over the {warm_decodes} decodes that needed no read \
-                     (after warm-up; {warm_tokens} tokens)",
-                    warm_tokens as f64 * 1e3 / warm_ms,
-                ));
-            }
-            let total = hits + misses;
-            v.push(format!(
-                "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), evictions {evictions}, peak resident {:.1} MiB, \
-                 peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
-                self.cache_budget_bytes as f64 / MIB,
-                if total > 0 { hits as f64 * 100.0 / total as f64 } else { 0.0 },
-                self.peak_resident_bytes as f64 / MIB,
-                self.peak_rss_bytes as f64 / MIB,
-                self.dense_bytes as f64 / MIB,
-            ));
-        }
-        let p = &self.prefetch;
-        if self.mode == RunMode::Stream && p.enabled() {
-            let mut what = Vec::new();
-            if p.layers > 0 {
-                what.push(format!("temporal {} layer(s)", p.layers));
-            }
-            if p.predictive {
-                what.push("predictive".to_string());
-            }
-            let judged = p.useful_bytes + p.wasted_bytes;
-            let mut line = format!(
-                "moe-prefetch: {}, read ahead {:.1} MiB, useful {:.1} MiB, wasted {:.1} MiB ({:.0}% of judged)",
-                what.join(" + "),
-                p.read_bytes as f64 / MIB,
-                p.useful_bytes as f64 / MIB,
-                p.wasted_bytes as f64 / MIB,
-                if judged > 0 { p.wasted_bytes as f64 * 100.0 / judged as f64 } else { 0.0 },
-            );
-            if p.predictive {
-                line.push_str(&format!(
-                    "; predictor: {} of {} guessed experts routed ({:.1}%)",
-                    p.predicted_used,
-                    p.predicted,
-                    if p.predicted > 0 {
-                        p.predicted_used as f64 * 100.0 / p.predicted as f64
-                    } else {
-                        0.0
-                    }
-                ));
-            }
-            if p.hints_dropped > 0 || p.errors > 0 {
-                line.push_str(&format!(
-                    "; {} hints dropped (channel full), {} failed reads",
-                    p.hints_dropped, p.errors
-                ));
-            }
-            v.push(line);
-        }
-        let dropped: u64 = self.rows.iter().map(|r| r.dropped_experts).sum();
-        if self.drop_cold > 0.0 || self.experts_used != self.experts_used_model {
-            let routed = self.decode_rows().count() as u64
-                * self.experts_used as u64
-                * self.layout.n_layer as u64;
-            v.push(format!(
-                "moe-drop: LOSSY, top-k {} of the model's {}; --drop-cold-experts {}: dropped {dropped} \
-                 of {routed} routed experts in decodes ({:.2}/token)",
-                self.experts_used,
-                self.experts_used_model,
-                self.drop_cold,
-                mean(dropped as f64, n)
-            ));
-        }
-        if self.speculation != Speculation::Off {
-            let sp = &g.spec;
-            let decode_ms: f64 = self.decode_rows().map(|r| r.wall_ms).sum();
-            let draft_ms = sp.draft.as_secs_f64() * 1e3;
-            let emitted = self.decode_rows().count() as f64;
-            let reported = if decode_ms > 0.0 {
-                emitted * 1e3 / decode_ms
-            } else {
-                0.0
-            };
-            let effective = if decode_ms + draft_ms > 0.0 {
-                emitted * 1e3 / (decode_ms + draft_ms)
-            } else {
-                0.0
-            };
-            let name = self.speculation.name();
-            v.push(format!(
-                "{name}: draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
-                 decode ({} tokens / {} decodes), drafted on {} of {} steps",
-                self.draft_max,
-                if sp.drafted > 0 {
-                    sp.accepted as f64 * 100.0 / sp.drafted as f64
-                } else {
-                    0.0
-                },
-                sp.accepted,
-                sp.drafted,
-                if sp.steps > 0 {
-                    emitted / sp.steps as f64
-                } else {
-                    0.0
-                },
-                emitted,
-                sp.steps,
-                sp.drafted_steps,
-                sp.steps
-            ));
-            v.push(format!(
-                "{name}-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
-                draft_ms / emitted.max(1.0)
-            ));
-            if self.mode == RunMode::Stream && matches!(self.speculation, Speculation::Mtp { .. }) {
-                let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
-                v.push(format!(
-                    "mtp-flash: the head (drafting, catch-up and pre-demands) streamed {:.1} MiB \
-                     ({:.1}% of head + verify, {:.2} MiB per step), the verify decodes {:.1} MiB \
-                     (prefill included; {:.2} MiB per decode, {:.2} rows each)",
-                    self.head_read_bytes as f64 / MIB,
-                    self.head_read_bytes as f64 * 100.0 / total,
-                    self.head_read_bytes as f64 / MIB / (sp.steps.max(1) as f64),
-                    self.verify_read_bytes as f64 / MIB,
-                    self.verify_read_bytes as f64 / MIB / (sp.steps.max(1) as f64),
-                    (sp.steps + sp.drafted) as f64 / (sp.steps.max(1) as f64)
-                ));
-                let h = &self.head;
-                v.push(format!(
-                    "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
-                     experts it routed already resident, stalled {:.1} ms in all ({:.3} ms per \
-                     step); pre-demanded in the background during the verify decodes: \
-                     {:.1} MiB in {} requests",
-                    h.demands,
-                    h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
-                    h.stall.as_secs_f64() * 1e3,
-                    h.stall.as_secs_f64() * 1e3 / (sp.steps.max(1) as f64),
-                    h.predemand_read_bytes as f64 / MIB,
-                    h.predemands
-                ));
-            }
-        }
-        for n in &self.notes {
-            v.push(format!("note: {n}"));
-        }
-        v
     }
 }

@@ -1,0 +1,385 @@
+//! The summary lines printed on stderr after the answer: pure functions of a
+//! [`RunReport`], one per line family (generation, moe-*, speculation).
+
+use super::report::mean;
+use super::{RunMode, RunReport, Speculation, TokenRow};
+use crate::generate::{SpecStats, StopReason};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Per generated token, over the single-token decodes (the prefill excluded).
+struct PerToken {
+    wall: f64,
+    stall: f64,
+    io: f64,
+    cpu: f64,
+    majflt: f64,
+    minflt: f64,
+}
+
+impl RunReport {
+    /// The summary lines printed on stderr after the answer.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let t = self.per_token();
+        let mut v = self.generation_lines(&t);
+        if self.mode == RunMode::Stream {
+            v.extend(self.stream_lines(&t));
+            v.extend(self.prefetch_line());
+        }
+        v.extend(self.drop_line());
+        if self.speculation != Speculation::Off {
+            v.extend(self.speculation_lines());
+        }
+        v.extend(self.notes.iter().map(|n| format!("note: {n}")));
+        v
+    }
+
+    fn per_token(&self) -> PerToken {
+        let n = self.decode_rows().count();
+        let per_token = |f: fn(&TokenRow) -> f64| mean(self.decode_rows().map(f).sum(), n);
+        PerToken {
+            wall: per_token(|r| r.wall_ms),
+            stall: per_token(|r| r.stall_ms),
+            io: per_token(|r| r.io_ms),
+            cpu: per_token(|r| r.cpu_ms),
+            majflt: per_token(|r| r.majflt as f64),
+            minflt: per_token(|r| r.minflt as f64),
+        }
+    }
+
+    /// `generation:` and `compute:`.
+    fn generation_lines(&self, t: &PerToken) -> Vec<String> {
+        let g = &self.generation;
+        let stop = match g.stop {
+            StopReason::EndOfText => "end of text",
+            StopReason::Limit => "token limit",
+            StopReason::ContextFull => "context full",
+            StopReason::Interrupted => "interrupted",
+        };
+        vec![
+            format!(
+                "generation: {} prompt tokens, {} generated ({stop}), prefill {:.0} ms, decode {:.2} tok/s ({:.1} ms/token in the decodes alone)",
+                g.prompt_tokens,
+                g.tokens.len(),
+                g.prefill.as_secs_f64() * 1e3,
+                self.decode_tok_s(),
+                t.wall
+            ),
+            format!(
+                "compute: cpu {:.2} cores busy per decode, major faults/token {:.1}, minor faults/token {:.0}",
+                if t.wall > 0.0 { t.cpu / t.wall } else { 0.0 },
+                t.majflt,
+                t.minflt
+            ),
+        ]
+    }
+
+    /// `moe-stream:`, `moe-warm:` (when some decodes needed no read) and `moe-cache:`.
+    fn stream_lines(&self, t: &PerToken) -> Vec<String> {
+        let kernel = self
+            .kernel_read_bytes
+            .map(|b| format!("{:.1} MiB", b as f64 / MIB))
+            .unwrap_or_else(|| "unavailable".into());
+        let mut v = vec![format!(
+            "moe-stream: {}, read {:.1} MiB ({:.2} MiB/token decode), kernel read_bytes {kernel}; \
+             decode {:.1} ms/token = flash wait {:.1} (io {:.1}) + compute and cache management {:.1} (residual)",
+            self.reader,
+            self.flash_read_bytes as f64 / MIB,
+            self.decode_bytes_per_token() / MIB,
+            t.wall,
+            t.stall,
+            t.io,
+            (t.wall - t.stall).max(0.0)
+        )];
+        v.extend(self.warm_line());
+        v.push(self.cache_line());
+        v
+    }
+
+    /// The rate over the decodes that needed no read (after warm-up). Per
+    /// decode: under speculation a verify decode's cost and reads sit on its
+    /// group's first row (mtp_batch > 0) and its accepted tokens follow.
+    fn warm_line(&self) -> Option<String> {
+        let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
+        let mut in_warm = false;
+        for r in self.decode_rows() {
+            if self.speculation == Speculation::Off || r.mtp_batch > 0 {
+                decodes += 1;
+                in_warm = r.misses == 0;
+                if in_warm {
+                    warm_decodes += 1;
+                    warm_ms += r.wall_ms;
+                }
+            }
+            warm_tokens += in_warm as usize;
+        }
+        (warm_decodes > 0 && warm_decodes < decodes && warm_ms > 0.0).then(|| {
+            format!(
+                "moe-warm: {:.2} tok/s over the {warm_decodes} decodes that needed no read \
+                 (after warm-up; {warm_tokens} tokens)",
+                warm_tokens as f64 * 1e3 / warm_ms,
+            )
+        })
+    }
+
+    fn cache_line(&self) -> String {
+        let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
+        let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
+        let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
+        let total = hits + misses;
+        format!(
+            "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), evictions {evictions}, peak resident {:.1} MiB, \
+             peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
+            self.cache_budget_bytes as f64 / MIB,
+            if total > 0 { hits as f64 * 100.0 / total as f64 } else { 0.0 },
+            self.peak_resident_bytes as f64 / MIB,
+            self.peak_rss_bytes as f64 / MIB,
+            self.dense_bytes as f64 / MIB,
+        )
+    }
+
+    /// `moe-prefetch:` (read-ahead on).
+    fn prefetch_line(&self) -> Option<String> {
+        let p = &self.prefetch;
+        if !p.enabled() {
+            return None;
+        }
+        let mut what = Vec::new();
+        if p.layers > 0 {
+            what.push(format!("temporal {} layer(s)", p.layers));
+        }
+        if p.predictive {
+            what.push("predictive".to_string());
+        }
+        let judged = p.useful_bytes + p.wasted_bytes;
+        let mut line = format!(
+            "moe-prefetch: {}, read ahead {:.1} MiB, useful {:.1} MiB, wasted {:.1} MiB ({:.0}% of judged)",
+            what.join(" + "),
+            p.read_bytes as f64 / MIB,
+            p.useful_bytes as f64 / MIB,
+            p.wasted_bytes as f64 / MIB,
+            if judged > 0 { p.wasted_bytes as f64 * 100.0 / judged as f64 } else { 0.0 },
+        );
+        if p.predictive {
+            line.push_str(&format!(
+                "; predictor: {} of {} guessed experts routed ({:.1}%)",
+                p.predicted_used,
+                p.predicted,
+                if p.predicted > 0 {
+                    p.predicted_used as f64 * 100.0 / p.predicted as f64
+                } else {
+                    0.0
+                }
+            ));
+        }
+        if p.hints_dropped > 0 || p.errors > 0 {
+            line.push_str(&format!(
+                "; {} hints dropped (channel full), {} failed reads",
+                p.hints_dropped, p.errors
+            ));
+        }
+        Some(line)
+    }
+
+    /// `moe-drop:` (a lossy knob on).
+    fn drop_line(&self) -> Option<String> {
+        if self.drop_cold <= 0.0 && self.experts_used == self.experts_used_model {
+            return None;
+        }
+        let n = self.decode_rows().count();
+        let dropped: u64 = self.rows.iter().map(|r| r.dropped_experts).sum();
+        let routed = n as u64 * self.experts_used as u64 * self.layout.n_layer as u64;
+        Some(format!(
+            "moe-drop: LOSSY, top-k {} of the model's {}; --drop-cold-experts {}: dropped {dropped} \
+             of {routed} routed experts in decodes ({:.2}/token)",
+            self.experts_used,
+            self.experts_used_model,
+            self.drop_cold,
+            mean(dropped as f64, n)
+        ))
+    }
+
+    /// `{source}:`, `{source}-cost:`, and with streamed MTP `mtp-flash:` and `mtp-head:`.
+    fn speculation_lines(&self) -> Vec<String> {
+        let sp = &self.generation.spec;
+        let decode_ms: f64 = self.decode_rows().map(|r| r.wall_ms).sum();
+        let draft_ms = sp.draft.as_secs_f64() * 1e3;
+        let emitted = self.decode_rows().count() as f64;
+        let rate = |ms: f64| if ms > 0.0 { emitted * 1e3 / ms } else { 0.0 };
+        let (reported, effective) = (rate(decode_ms), rate(decode_ms + draft_ms));
+        let name = self.speculation.name();
+        let mut v = vec![
+            format!(
+                "{name}: draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
+                 decode ({} tokens / {} decodes), drafted on {} of {} steps",
+                self.draft_max,
+                if sp.drafted > 0 {
+                    sp.accepted as f64 * 100.0 / sp.drafted as f64
+                } else {
+                    0.0
+                },
+                sp.accepted,
+                sp.drafted,
+                if sp.steps > 0 {
+                    emitted / sp.steps as f64
+                } else {
+                    0.0
+                },
+                emitted,
+                sp.steps,
+                sp.drafted_steps,
+                sp.steps
+            ),
+            format!(
+                "{name}-cost: drafting {:.3} ms/token; effective {effective:.2} tok/s (reported decode rate {reported:.2})",
+                draft_ms / emitted.max(1.0)
+            ),
+        ];
+        if self.mode == RunMode::Stream && matches!(self.speculation, Speculation::Mtp { .. }) {
+            v.extend(self.mtp_stream_lines(sp));
+        }
+        v
+    }
+
+    /// `mtp-flash:` (the head's bytes against the verify decodes') and `mtp-head:`.
+    fn mtp_stream_lines(&self, sp: &SpecStats) -> [String; 2] {
+        let steps = sp.steps.max(1) as f64;
+        let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
+        let h = &self.head;
+        [
+            format!(
+                "mtp-flash: the head (drafting, catch-up and pre-demands) streamed {:.1} MiB \
+                 ({:.1}% of head + verify, {:.2} MiB per step), the verify decodes {:.1} MiB \
+                 (prefill included; {:.2} MiB per decode, {:.2} rows each)",
+                self.head_read_bytes as f64 / MIB,
+                self.head_read_bytes as f64 * 100.0 / total,
+                self.head_read_bytes as f64 / MIB / steps,
+                self.verify_read_bytes as f64 / MIB,
+                self.verify_read_bytes as f64 / MIB / steps,
+                (sp.steps + sp.drafted) as f64 / steps
+            ),
+            format!(
+                "mtp-head: on the draft actor: {} demands of its layer, {:.1}% of the \
+                 experts it routed already resident, stalled {:.1} ms in all ({:.3} ms per \
+                 step); pre-demanded in the background during the verify decodes: \
+                 {:.1} MiB in {} requests",
+                h.demands,
+                h.hits as f64 * 100.0 / ((h.hits + h.misses).max(1) as f64),
+                h.stall.as_secs_f64() * 1e3,
+                h.stall.as_secs_f64() * 1e3 / steps,
+                h.predemand_read_bytes as f64 / MIB,
+                h.predemands
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::PrefetchReport;
+    use crate::generate::Generation;
+    use crate::layout::MoeLayout;
+
+    /// A streamed run of 3 tokens: the prefill, a cold decode, a warm one.
+    fn streamed() -> RunReport {
+        let row = |prefill, wall_ms, misses, hits| TokenRow {
+            prefill,
+            wall_ms,
+            stall_ms: wall_ms / 2.0,
+            misses,
+            hits,
+            read_bytes: misses * 1024 * 1024,
+            ..TokenRow::default()
+        };
+        RunReport {
+            generation: Generation {
+                prompt_tokens: 5,
+                tokens: vec![1, 2, 3],
+                text: "abc".into(),
+                stop: StopReason::Limit,
+                prefill: Duration::from_millis(30),
+                decode: Duration::from_millis(300),
+                spec: SpecStats::default(),
+            },
+            decode_span: Duration::from_millis(200),
+            speculation: Speculation::Off,
+            draft_max: 0,
+            head_read_bytes: 0,
+            verify_read_bytes: 0,
+            head: Default::default(),
+            rows: vec![
+                row(true, 30.0, 8, 0),
+                row(false, 100.0, 4, 4),
+                row(false, 50.0, 0, 8),
+            ],
+            mode: RunMode::Stream,
+            notes: vec!["a note".into()],
+            cache_budget_bytes: 64 << 20,
+            reader: "io_uring".into(),
+            flash_read_bytes: 12 << 20,
+            kernel_read_bytes: None,
+            peak_resident_bytes: 0,
+            peak_rss_bytes: 0,
+            prefetch: PrefetchReport::default(),
+            experts_used: 2,
+            experts_used_model: 2,
+            drop_cold: 0.0,
+            dense_bytes: 0,
+            layout: MoeLayout {
+                arch: "llama".into(),
+                n_layer: 2,
+                n_layer_nextn: 0,
+                n_expert: 8,
+                n_expert_used: 2,
+                experts: Vec::new(),
+                total_tensor_bytes: 0,
+                file_bytes: 0,
+                alignment: 32,
+                types: BTreeMap::new(),
+                blocks_in_table: 2,
+            },
+            done_line: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_streamed_runs_summary_is_computed_from_its_rows() {
+        let v = streamed().summary_lines();
+        assert!(v[0].starts_with("generation: 5 prompt tokens, 3 generated (token limit)"));
+        // 2 tokens after the first over 200 ms; 75 ms per decode row.
+        assert!(
+            v[0].contains("decode 10.00 tok/s (75.0 ms/token"),
+            "{}",
+            v[0]
+        );
+        assert!(v[2].starts_with("moe-stream: io_uring, read 12.0 MiB (2.00 MiB/token decode)"));
+        assert!(v[2].contains("flash wait 37.5"), "{}", v[2]);
+        assert_eq!(v[3], "moe-warm: 20.00 tok/s over the 1 decodes that needed no read (after warm-up; 1 tokens)");
+        assert!(
+            v[4].starts_with("moe-cache: budget 64 MiB, hit 50.0% (12/24)"),
+            "{}",
+            v[4]
+        );
+        assert_eq!(v.last().map(String::as_str), Some("note: a note"));
+        assert_eq!(v.len(), 6, "no prefetch, drop or speculation lines: {v:?}");
+    }
+
+    #[test]
+    fn a_resident_run_has_no_moe_lines_and_a_lossy_one_says_so() {
+        let mut r = streamed();
+        r.mode = RunMode::Resident;
+        assert!(r.summary_lines().iter().all(|l| !l.starts_with("moe-")));
+        r.experts_used = 1;
+        let drop = r
+            .summary_lines()
+            .into_iter()
+            .find(|l| l.starts_with("moe-drop"));
+        let drop = drop.expect("a moe-drop line");
+        assert!(drop.contains("LOSSY, top-k 1 of the model's 2"), "{drop}");
+        assert!(drop.contains("of 4 routed experts"), "{drop}");
+    }
+}
