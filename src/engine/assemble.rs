@@ -16,7 +16,7 @@ pub(super) enum Backend {
     Resident,
     /// The flash actor and the verify hook, with the settings they run under.
     Stream {
-        streamer: Streamer,
+        streamer: Box<Streamer>,
         cfg: StreamConfig,
     },
 }
@@ -32,7 +32,7 @@ impl Backend {
         Ok(match mode {
             Mode::Resident => Backend::Resident,
             Mode::Stream(sc) => Backend::Stream {
-                streamer: Streamer::start(&cfg.model, layout, &sc, k)?,
+                streamer: Box::new(Streamer::start(&cfg.model, layout, &sc, k)?),
                 cfg: sc,
             },
         })
@@ -41,7 +41,7 @@ impl Backend {
     pub(super) fn streamer(&self) -> Option<&Streamer> {
         match self {
             Backend::Resident => None,
-            Backend::Stream { streamer, .. } => Some(streamer),
+            Backend::Stream { streamer, .. } => Some(streamer.as_ref()),
         }
     }
 
