@@ -12,6 +12,7 @@
 pub mod balloon;
 mod bound;
 mod cells;
+mod report;
 pub mod runner;
 mod schedule;
 mod summary;

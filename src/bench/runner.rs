@@ -6,17 +6,14 @@
 //! allocator, no shared page cache accounting, its own peak RSS) and a crash
 //! or a timeout costs one run, not the matrix.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::balloon::{self, Balloon};
-use super::{
-    bound_table, cells_table, legend, schedule, summarize, BenchError, Bound, Cell, CellSummary,
-    RunResult,
-};
+use super::report::{summary_md, SummaryInputs};
+use super::{schedule, summarize, BenchError, Bound, Cell, CellSummary, RunResult};
 use crate::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 use crate::stream::memory;
@@ -194,16 +191,6 @@ pub fn probe_bound(
     })
 }
 
-fn mem_total_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let l = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-    l.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|k| k * 1024)
-}
-
 /// UTC date and time of now, `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
@@ -232,6 +219,47 @@ pub fn utc_now() -> String {
 /// Run the whole bench.
 pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     let started = utc_now();
+    let (runs_dir, prompt_path, layout) = prepare(plan)?;
+    let avail0 = memory::mem_available_bytes();
+
+    crate::say!("bench: probing the host (read bandwidth, resident rate)");
+    let bound = probe_bound(plan, &layout, &prompt_path)?;
+
+    let (mut balloon, balloon_note) = inflate_balloon(plan)?;
+
+    let order = schedule(plan.cells.len(), plan.repeats);
+    let (results, interrupted) = run_matrix(plan, &order, &runs_dir, &prompt_path, &mut balloon)?;
+    let balloon_alive_at_end = balloon.as_mut().map(|b| b.alive());
+    drop(balloon);
+
+    let cells = summarize(&plan.cells, &results, Some(&bound))?;
+    let failed_runs = results.iter().filter(|r| r.failure.is_some()).count();
+    let md = summary_md(&SummaryInputs {
+        plan,
+        layout: &layout,
+        bound: &bound,
+        cells: &cells,
+        results: &results,
+        started: &started,
+        avail0,
+        balloon_note: &balloon_note,
+        balloon_alive_at_end,
+        interrupted,
+        scheduled: order.len(),
+    });
+    let summary_path = plan.out_dir.join("summary.md");
+    std::fs::write(&summary_path, &md).map_err(io_err("write", &summary_path))?;
+    Ok(BenchOutcome {
+        summary_path,
+        cells,
+        failed_runs,
+        interrupted,
+    })
+}
+
+/// Create the runs directory, write the prompt file and open the model's
+/// layout, refusing a model without expert tensors.
+fn prepare(plan: &BenchPlan) -> Result<(PathBuf, PathBuf, MoeLayout), BenchError> {
     let runs_dir = plan.out_dir.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(io_err("create", &runs_dir))?;
     let prompt_path = plan.out_dir.join("prompt.txt");
@@ -244,51 +272,54 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
             plan.model.display()
         )));
     }
-    let avail0 = memory::mem_available_bytes();
+    Ok((runs_dir, prompt_path, layout))
+}
 
-    crate::say!("bench: probing the host (read bandwidth, resident rate)");
-    let bound = probe_bound(plan, &layout, &prompt_path)?;
+/// Inflate the balloon `--ram-limit-mb` asks for, if one is needed; returns it
+/// and the summary's note on it.
+fn inflate_balloon(plan: &BenchPlan) -> Result<(Option<Balloon>, String), BenchError> {
+    let Some(limit) = plan.ram_limit_mib else {
+        return Ok((None, String::from("none")));
+    };
+    let avail = memory::mem_available_bytes().unwrap_or(0);
+    let Some(mib) = balloon::size_for_limit(avail, limit) else {
+        let note = format!(
+            "none needed: MemAvailable {:.0} MiB is already at or below {limit} MiB",
+            avail as f64 / MIB
+        );
+        crate::say!("bench: {note}");
+        return Ok((None, note));
+    };
+    crate::say!("bench: inflating a {mib} MiB balloon to leave about {limit} MiB available");
+    let max_s = plan
+        .run_timeout
+        .as_secs()
+        .saturating_mul((plan.cells.len() as u64 + 1) * (plan.repeats.max(1) as u64 + 1));
+    let b = Balloon::inflate(&plan.exe, mib, max_s)?;
+    let after = memory::mem_available_bytes().unwrap_or(0) as f64 / MIB;
+    let note = format!(
+        "{mib} MiB held (oom_score_adj 1000, inflated in {:.1} s); MemAvailable \
+         with it: {after:.0} MiB (asked: about {limit} MiB)",
+        b.inflate_s
+    );
+    crate::say!("bench: {note}");
+    Ok((Some(b), note))
+}
 
-    let mut balloon = None;
-    let mut balloon_note = String::from("none");
-    if let Some(limit) = plan.ram_limit_mib {
-        let avail = memory::mem_available_bytes().unwrap_or(0);
-        match balloon::size_for_limit(avail, limit) {
-            Some(mib) => {
-                crate::say!(
-                    "bench: inflating a {mib} MiB balloon to leave about {limit} MiB available"
-                );
-                let max_s = plan.run_timeout.as_secs().saturating_mul(
-                    (plan.cells.len() as u64 + 1) * (plan.repeats.max(1) as u64 + 1),
-                );
-                let b = Balloon::inflate(&plan.exe, mib, max_s)?;
-                let after = memory::mem_available_bytes().unwrap_or(0) as f64 / MIB;
-                balloon_note = format!(
-                    "{mib} MiB held (oom_score_adj 1000, inflated in {:.1} s); MemAvailable \
-                     with it: {after:.0} MiB (asked: about {limit} MiB)",
-                    b.inflate_s
-                );
-                crate::say!("bench: {balloon_note}");
-                balloon = Some(b);
-            }
-            None => {
-                balloon_note = format!(
-                    "none needed: MemAvailable {:.0} MiB is already at or below {limit} MiB",
-                    avail as f64 / MIB
-                );
-                crate::say!("bench: {balloon_note}");
-            }
-        }
-    }
-
-    let order = schedule(plan.cells.len(), plan.repeats);
+/// Run the schedule's (cell, run) pairs in order, stopping early on a signal;
+/// returns the results and the signal, if one stopped it.
+fn run_matrix(
+    plan: &BenchPlan,
+    order: &[(usize, u32)],
+    runs_dir: &Path,
+    prompt_path: &Path,
+    balloon: &mut Option<Balloon>,
+) -> Result<(Vec<RunResult>, Option<i32>), BenchError> {
     let mut results: Vec<RunResult> = Vec::new();
-    let mut interrupted = None;
     let mut baseline_text: Option<Vec<u8>> = None;
     for (k, &(ci, run)) in order.iter().enumerate() {
         if let Some(sig) = crate::interrupt::requested() {
-            interrupted = Some(sig);
-            break;
+            return Ok((results, Some(sig)));
         }
         if let Some(b) = balloon.as_mut() {
             if !b.alive() {
@@ -301,221 +332,83 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         }
         let cell = &plan.cells[ci];
         let stem = runs_dir.join(format!("{}-{run}", cell.name));
-        let (mut failure, wall_s) = run_child(plan, &cell.args, &prompt_path, plan.tokens, &stem)?;
-        let csv_path = stem.with_extension("csv");
-        let csv = match RunCsv::open(&csv_path) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                failure.get_or_insert_with(|| e.to_string());
-                None
-            }
-        };
-        if let (None, Some(c)) = (&failure, &csv) {
-            if c.aborted() {
-                failure = Some("the run was interrupted (aborted=1 in its CSV)".into());
-            }
-        }
-        let text = std::fs::read(stem.with_extension("out")).ok();
-        if ci == 0 && baseline_text.is_none() && failure.is_none() {
-            baseline_text = text.clone();
-        }
-        let same_text_as_baseline = match (&baseline_text, &text, &failure) {
-            (Some(b), Some(t), None) => Some(b == t),
-            _ => None,
-        };
-        let line = match (&failure, csv.as_ref().map(compare::figures)) {
-            (Some(f), _) => format!("FAILED: {f}"),
-            (None, Some(Ok(f))) => format!(
-                "{:.2} tok/s [{:.2}-{:.2}], {:.2} MiB/token, hit {}, stall {:.3} s/token",
-                f.rate.tok_s,
-                f.rate.lo,
-                f.rate.hi,
-                f.mib_per_token,
-                f.hit_pct
-                    .map(|h| format!("{h:.1}%"))
-                    .unwrap_or_else(|| "-".into()),
-                f.stall_ms_per_token / 1e3
-            ),
-            (None, Some(Err(e))) => format!("unreadable CSV: {e}"),
-            (None, None) => "no CSV".into(),
-        };
+        let (r, line) = run_cell(plan, ci, run, prompt_path, &stem, &mut baseline_text)?;
+        let wall_s = r.wall_s;
         crate::say!(
             "bench: [{}/{}] {} run {run}: {line} ({wall_s:.1} s)",
             k + 1,
             order.len(),
             cell.name
         );
-        results.push(RunResult {
-            cell: ci,
-            run,
-            csv_path,
-            csv,
-            failure,
-            same_text_as_baseline,
-            wall_s,
-        });
+        results.push(r);
     }
-    let balloon_alive_at_end = balloon.as_mut().map(|b| b.alive());
-    drop(balloon);
-
-    let cells = summarize(&plan.cells, &results, Some(&bound))?;
-    let failed_runs = results.iter().filter(|r| r.failure.is_some()).count();
-    let mut md = String::new();
-    let _ = writeln!(md, "# bmoe bench\n");
-    let _ = writeln!(md, "- command: `{}`", plan.command_line);
-    let _ = writeln!(md, "- started: {started}, finished: {}", utc_now());
-    let _ = writeln!(md, "- bmoe: {}", crate::VERSION);
-    let _ = writeln!(md, "- model: `{}`", plan.model.display());
-    let _ = writeln!(
-        md,
-        "- workload: {} ({} bytes of prompt), {} tokens per run",
-        plan.workload,
-        plan.prompt.len(),
-        plan.tokens
-    );
-    let _ = writeln!(
-        md,
-        "- cells: {} ({}), {} round(s) interleaved, baseline `{}` run {} times",
-        plan.cells.len(),
-        plan.cells_source,
-        plan.repeats.max(1),
-        plan.cells.first().map(|c| c.name.as_str()).unwrap_or("-"),
-        plan.repeats.max(1) + 1
-    );
-    let _ = writeln!(
-        md,
-        "- host: {} cores, MemTotal {:.0} MiB, MemAvailable at start {:.0} MiB",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        mem_total_bytes().unwrap_or(0) as f64 / MIB,
-        avail0.unwrap_or(0) as f64 / MIB
-    );
-    let _ = writeln!(md, "- balloon: {balloon_note}");
-    if balloon_alive_at_end == Some(false) {
-        let _ = writeln!(
-            md,
-            "- WARNING: the balloon was gone at the end of the matrix"
-        );
-    }
-    if let Some(sig) = interrupted {
-        let _ = writeln!(
-            md,
-            "- INTERRUPTED by signal {sig} after {} of {} runs",
-            results.len(),
-            order.len()
-        );
-    }
-    let _ = writeln!(md, "\n## Physical bound (`bmoe probe` on this host)\n");
-    md.push_str(&bound_table(
-        &bound,
-        layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
-    ));
-    let _ = writeln!(md, "\n## Cells\n");
-    md.push_str(&cells_table(&cells));
-    let _ = writeln!(
-        md,
-        "\ntok/s: decode rate over the single-token decodes, mean of the cell's runs; \
-         95% CI: two-level percentile bootstrap ({} draws, fixed seed) that resamples the \
-         cell's runs, then the per-token times within each (with one run it covers only the \
-         token-to-token noise; from two runs on, also the drift between runs); bound: min(resident rate, read bandwidth at the cell's \
-         queue depth / its bytes per token); x baseline: ratio of means to the first cell; \
-         text = baseline: the generated text equals the baseline's first run byte for byte.",
-        compare::BOOTSTRAP_RESAMPLES
-    );
-    let _ = writeln!(md, "\n## Memory\n");
-    md.push_str(&memory_table(&results, &plan.cells, &layout));
-    let _ = writeln!(md, "\n## Runs, in the order they ran\n");
-    let _ = writeln!(
-        md,
-        "| # | cell | run | tok/s | MiB/token | wall s | csv | status |"
-    );
-    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---|---|");
-    for (i, r) in results.iter().enumerate() {
-        let f = r.csv.as_ref().map(compare::figures);
-        let (rate, mib) = match (&r.failure, f) {
-            (None, Some(Ok(f))) => (
-                format!("{:.2}", f.rate.tok_s),
-                format!("{:.2}", f.mib_per_token),
-            ),
-            _ => ("—".into(), "—".into()),
-        };
-        let rel = r
-            .csv_path
-            .strip_prefix(&plan.out_dir)
-            .unwrap_or(&r.csv_path)
-            .display()
-            .to_string();
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {rate} | {mib} | {:.1} | {rel} | {} |",
-            i + 1,
-            plan.cells[r.cell].name,
-            r.run,
-            r.wall_s,
-            r.failure.as_deref().unwrap_or("ok").replace('|', "/")
-        );
-    }
-    let _ = writeln!(md, "\n## Cells' flags\n");
-    md.push_str(&legend(&results, &plan.cells));
-    let summary_path = plan.out_dir.join("summary.md");
-    std::fs::write(&summary_path, &md).map_err(io_err("write", &summary_path))?;
-    Ok(BenchOutcome {
-        summary_path,
-        cells,
-        failed_runs,
-        interrupted,
-    })
+    Ok((results, None))
 }
 
-/// Peak RSS of each streamed cell against the budget formula: dense weights
-/// + cache budget + the 512 MiB headroom `--cache-mb` keeps for llama.cpp's
-///   buffers and the process.
-fn memory_table(results: &[RunResult], cells: &[Cell], layout: &MoeLayout) -> String {
-    let mut out = String::new();
-    let dense_mib = layout.dense_bytes() as f64 / MIB;
-    let headroom_mib = crate::stream::HEADROOM_BYTES as f64 / MIB;
-    let _ = writeln!(
-        out,
-        "| cell | mode | cache MiB | peak RSS MiB (max over runs) | budget MiB (dense {dense_mib:.0} + cache + {headroom_mib:.0}) | within |"
-    );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---|");
-    for (ci, c) in cells.iter().enumerate() {
-        let runs: Vec<&RunCsv> = results
-            .iter()
-            .filter(|r| r.cell == ci && r.failure.is_none())
-            .filter_map(|r| r.csv.as_ref())
-            .collect();
-        let Some(first) = runs.first() else { continue };
-        let mode = first.preamble.get("mode").cloned().unwrap_or_default();
-        let cache: f64 = first
-            .preamble
-            .get("cache_mb")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        let rss = runs
-            .iter()
-            .filter_map(|r| r.trailer.get("peak_rss_bytes"))
-            .filter_map(|v| v.parse::<f64>().ok())
-            .fold(0.0f64, f64::max)
-            / MIB;
-        if mode == "stream" {
-            let budget = dense_mib + cache + headroom_mib;
-            let _ = writeln!(
-                out,
-                "| {} | stream | {cache:.0} | {rss:.0} | {budget:.0} | {} |",
-                c.name,
-                if rss <= budget { "yes" } else { "NO" }
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "| {} | {mode} (mmap: RSS counts mapped file pages) | — | {rss:.0} | — | — |",
-                c.name
-            );
+/// Run one (cell, run) and judge it: the failure (if any), the CSV, whether
+/// its text equals the baseline's; returns it with its progress line.
+fn run_cell(
+    plan: &BenchPlan,
+    ci: usize,
+    run: u32,
+    prompt_path: &Path,
+    stem: &Path,
+    baseline_text: &mut Option<Vec<u8>>,
+) -> Result<(RunResult, String), BenchError> {
+    let (mut failure, wall_s) =
+        run_child(plan, &plan.cells[ci].args, prompt_path, plan.tokens, stem)?;
+    let csv_path = stem.with_extension("csv");
+    let csv = match RunCsv::open(&csv_path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            failure.get_or_insert_with(|| e.to_string());
+            None
+        }
+    };
+    if let (None, Some(c)) = (&failure, &csv) {
+        if c.aborted() {
+            failure = Some("the run was interrupted (aborted=1 in its CSV)".into());
         }
     }
-    out
+    let text = std::fs::read(stem.with_extension("out")).ok();
+    if ci == 0 && baseline_text.is_none() && failure.is_none() {
+        *baseline_text = text.clone();
+    }
+    let same_text_as_baseline = match (&*baseline_text, &text, &failure) {
+        (Some(b), Some(t), None) => Some(b == t),
+        _ => None,
+    };
+    let line = progress_line(failure.as_deref(), csv.as_ref());
+    let result = RunResult {
+        cell: ci,
+        run,
+        csv_path,
+        csv,
+        failure,
+        same_text_as_baseline,
+        wall_s,
+    };
+    Ok((result, line))
+}
+
+/// A run's figures (or why there are none) for its progress line.
+fn progress_line(failure: Option<&str>, csv: Option<&RunCsv>) -> String {
+    match (failure, csv.map(compare::figures)) {
+        (Some(f), _) => format!("FAILED: {f}"),
+        (None, Some(Ok(f))) => format!(
+            "{:.2} tok/s [{:.2}-{:.2}], {:.2} MiB/token, hit {}, stall {:.3} s/token",
+            f.rate.tok_s,
+            f.rate.lo,
+            f.rate.hi,
+            f.mib_per_token,
+            f.hit_pct
+                .map(|h| format!("{h:.1}%"))
+                .unwrap_or_else(|| "-".into()),
+            f.stall_ms_per_token / 1e3
+        ),
+        (None, Some(Err(e))) => format!("unreadable CSV: {e}"),
+        (None, None) => "no CSV".into(),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,209 @@
+//! Writing a finished bench's `summary.md`: the header facts (command, model,
+//! host, balloon), then the bound, cells, memory and runs tables and the
+//! cells' flags.
+
+use std::fmt::Write as _;
+
+use super::runner::{utc_now, BenchPlan};
+use super::{bound_table, cells_table, legend, Bound, Cell, CellSummary, RunResult};
+use crate::compare::{self, RunCsv};
+use crate::layout::MoeLayout;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Everything `summary.md` is written from.
+pub(super) struct SummaryInputs<'a> {
+    pub plan: &'a BenchPlan,
+    pub layout: &'a MoeLayout,
+    pub bound: &'a Bound,
+    pub cells: &'a [CellSummary],
+    pub results: &'a [RunResult],
+    /// When the bench started (`utc_now`).
+    pub started: &'a str,
+    /// MemAvailable before the probe, in bytes.
+    pub avail0: Option<u64>,
+    pub balloon_note: &'a str,
+    /// Whether the balloon was still alive after the matrix (None: no balloon).
+    pub balloon_alive_at_end: Option<bool>,
+    pub interrupted: Option<i32>,
+    /// How many runs the schedule had.
+    pub scheduled: usize,
+}
+
+/// The whole `summary.md` text.
+pub(super) fn summary_md(s: &SummaryInputs) -> String {
+    let plan = s.plan;
+    let mut md = String::new();
+    write_header(&mut md, s);
+    let _ = writeln!(md, "\n## Physical bound (`bmoe probe` on this host)\n");
+    md.push_str(&bound_table(
+        s.bound,
+        s.layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
+    ));
+    let _ = writeln!(md, "\n## Cells\n");
+    md.push_str(&cells_table(s.cells));
+    let _ = writeln!(
+        md,
+        "\ntok/s: decode rate over the single-token decodes, mean of the cell's runs; \
+         95% CI: two-level percentile bootstrap ({} draws, fixed seed) that resamples the \
+         cell's runs, then the per-token times within each (with one run it covers only the \
+         token-to-token noise; from two runs on, also the drift between runs); bound: min(resident rate, read bandwidth at the cell's \
+         queue depth / its bytes per token); x baseline: ratio of means to the first cell; \
+         text = baseline: the generated text equals the baseline's first run byte for byte.",
+        compare::BOOTSTRAP_RESAMPLES
+    );
+    let _ = writeln!(md, "\n## Memory\n");
+    md.push_str(&memory_table(s.results, &plan.cells, s.layout));
+    let _ = writeln!(md, "\n## Runs, in the order they ran\n");
+    md.push_str(&runs_table(s.results, plan));
+    let _ = writeln!(md, "\n## Cells' flags\n");
+    md.push_str(&legend(s.results, &plan.cells));
+    md
+}
+
+/// The title and the bullet list of facts about the bench and the host.
+fn write_header(md: &mut String, s: &SummaryInputs) {
+    let (plan, started, balloon_note) = (s.plan, s.started, s.balloon_note);
+    let _ = writeln!(md, "# bmoe bench\n");
+    let _ = writeln!(md, "- command: `{}`", plan.command_line);
+    let _ = writeln!(md, "- started: {started}, finished: {}", utc_now());
+    let _ = writeln!(md, "- bmoe: {}", crate::VERSION);
+    let _ = writeln!(md, "- model: `{}`", plan.model.display());
+    let _ = writeln!(
+        md,
+        "- workload: {} ({} bytes of prompt), {} tokens per run",
+        plan.workload,
+        plan.prompt.len(),
+        plan.tokens
+    );
+    let _ = writeln!(
+        md,
+        "- cells: {} ({}), {} round(s) interleaved, baseline `{}` run {} times",
+        plan.cells.len(),
+        plan.cells_source,
+        plan.repeats.max(1),
+        plan.cells.first().map(|c| c.name.as_str()).unwrap_or("-"),
+        plan.repeats.max(1) + 1
+    );
+    let _ = writeln!(
+        md,
+        "- host: {} cores, MemTotal {:.0} MiB, MemAvailable at start {:.0} MiB",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        mem_total_bytes().unwrap_or(0) as f64 / MIB,
+        s.avail0.unwrap_or(0) as f64 / MIB
+    );
+    let _ = writeln!(md, "- balloon: {balloon_note}");
+    if s.balloon_alive_at_end == Some(false) {
+        let _ = writeln!(
+            md,
+            "- WARNING: the balloon was gone at the end of the matrix"
+        );
+    }
+    if let Some(sig) = s.interrupted {
+        let _ = writeln!(
+            md,
+            "- INTERRUPTED by signal {sig} after {} of {} runs",
+            s.results.len(),
+            s.scheduled
+        );
+    }
+}
+
+/// MemTotal of `/proc/meminfo`, in bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    l.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
+}
+
+/// One row per run, in the order they ran: rate, traffic, wall time, CSV, status.
+fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "| # | cell | run | tok/s | MiB/token | wall s | csv | status |"
+    );
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---|---|");
+    for (i, r) in results.iter().enumerate() {
+        let f = r.csv.as_ref().map(compare::figures);
+        let (rate, mib) = match (&r.failure, f) {
+            (None, Some(Ok(f))) => (
+                format!("{:.2}", f.rate.tok_s),
+                format!("{:.2}", f.mib_per_token),
+            ),
+            _ => ("—".into(), "—".into()),
+        };
+        let rel = r
+            .csv_path
+            .strip_prefix(&plan.out_dir)
+            .unwrap_or(&r.csv_path)
+            .display()
+            .to_string();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {rate} | {mib} | {:.1} | {rel} | {} |",
+            i + 1,
+            plan.cells[r.cell].name,
+            r.run,
+            r.wall_s,
+            r.failure.as_deref().unwrap_or("ok").replace('|', "/")
+        );
+    }
+    md
+}
+
+/// Peak RSS of each streamed cell against the budget formula: dense weights
+/// + cache budget + the 512 MiB headroom `--cache-mb` keeps for llama.cpp's
+///   buffers and the process.
+fn memory_table(results: &[RunResult], cells: &[Cell], layout: &MoeLayout) -> String {
+    let mut out = String::new();
+    let dense_mib = layout.dense_bytes() as f64 / MIB;
+    let headroom_mib = crate::stream::HEADROOM_BYTES as f64 / MIB;
+    let _ = writeln!(
+        out,
+        "| cell | mode | cache MiB | peak RSS MiB (max over runs) | budget MiB (dense {dense_mib:.0} + cache + {headroom_mib:.0}) | within |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---|");
+    for (ci, c) in cells.iter().enumerate() {
+        let runs: Vec<&RunCsv> = results
+            .iter()
+            .filter(|r| r.cell == ci && r.failure.is_none())
+            .filter_map(|r| r.csv.as_ref())
+            .collect();
+        let Some(first) = runs.first() else { continue };
+        let mode = first.preamble.get("mode").cloned().unwrap_or_default();
+        let cache: f64 = first
+            .preamble
+            .get("cache_mb")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let rss = runs
+            .iter()
+            .filter_map(|r| r.trailer.get("peak_rss_bytes"))
+            .filter_map(|v| v.parse::<f64>().ok())
+            .fold(0.0f64, f64::max)
+            / MIB;
+        if mode == "stream" {
+            let budget = dense_mib + cache + headroom_mib;
+            let _ = writeln!(
+                out,
+                "| {} | stream | {cache:.0} | {rss:.0} | {budget:.0} | {} |",
+                c.name,
+                if rss <= budget { "yes" } else { "NO" }
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "| {} | {mode} (mmap: RSS counts mapped file pages) | — | {rss:.0} | — | — |",
+                c.name
+            );
+        }
+    }
+    out
+}
