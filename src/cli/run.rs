@@ -1,9 +1,11 @@
 //! `bmoe run`: the prompt and flags checked, the engine run, its text, summary
 //! and `BMOE_DONE` line written, engine errors mapped to usage errors.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, Result};
 
-use bmoe::engine::{self, EngineError, Mode, RunConfig};
+use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
 use bmoe::fixture;
 use bmoe::generate::GenerateError;
 use bmoe::llama;
@@ -12,9 +14,47 @@ use bmoe::stream::{StreamConfig, StreamError};
 use super::checks::{self, UsageError};
 use super::RunArgs;
 
+/// `bmoe run`: check the arguments, run the engine with its text on stdout,
+/// then write the summary and the `BMOE_DONE` line.
 pub fn run(args: RunArgs) -> Result<()> {
+    let prompt = checked_prompt(&args)?;
+    let model = model_of(&args)?;
+    let cfg = run_config(&args, model, prompt);
+    let progress = args.progress;
+    // A failed write stops generation at the next token (the engine checks).
+    let res = engine::run(&cfg, |s| {
+        if !progress {
+            let _ = bmoe::stdio::out(s);
+        }
+    });
+    // A run that failed mid-way still reports what it did (aborted=1).
+    let res = match res {
+        Err(EngineError::Failed { cause, done_line }) => {
+            let _ = done(progress, &done_line);
+            Err(*cause)
+        }
+        other => other,
+    };
+    let report = usage_errors(res, &args, &cfg.model)?;
+    if !progress {
+        let _ = bmoe::stdio::out("\n");
+    }
+    for line in report.summary_lines() {
+        bmoe::say!("{line}");
+    }
+    let _ = done(progress, &report.done_line);
+    // The text could not be written: generation stopped there (the CSV says
+    // aborted=1); the run failed.
+    match bmoe::stdio::stdout_failed() {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// The checks that need no model, and the prompt (from -p or -f).
+fn checked_prompt(args: &RunArgs) -> Result<String> {
     if let Some(csv) = args.csv.as_deref() {
-        checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(&args))?;
+        checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(args))?;
     }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
@@ -25,7 +65,13 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     checks::prompt_text(&prompt, args.chat)?;
     checks::warn_threads_above_cores(args.threads);
-    checks::run_args(&args)?;
+    checks::run_args(args)?;
+    Ok(prompt)
+}
+
+/// The model (-m, or the default fixture prepared), with `--n-expert-used`
+/// checked against it.
+fn model_of(args: &RunArgs) -> Result<PathBuf> {
     let model = match &args.model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
@@ -33,7 +79,35 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(k) = args.n_expert_used {
         super::graph::check_experts_used(&model, k, args.ctx)?;
     }
-    let mode = if args.resident {
+    Ok(model)
+}
+
+/// The engine's configuration from the arguments.
+fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> RunConfig {
+    RunConfig {
+        model,
+        prompt,
+        chat: args.chat,
+        n_predict: args.n_predict,
+        ignore_eos: args.ignore_eos,
+        threads: args.threads.unwrap_or_else(llama::default_threads),
+        n_ctx: args.ctx,
+        mode: mode_of(args),
+        stream_explicit: args.moe_stream,
+        telemetry: bmoe_actors::telemetry::TelemetryConfig {
+            csv: args.csv.clone(),
+            progress: args.progress,
+            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+        },
+        n_expert_used: args.n_expert_used,
+        speculation: speculation_of(args),
+        draft_max: args.draft,
+    }
+}
+
+/// Resident, or streamed with the cache and I/O flags.
+fn mode_of(args: &RunArgs) -> Mode {
+    if args.resident {
         Mode::Resident
     } else {
         Mode::Stream(StreamConfig {
@@ -48,91 +122,60 @@ pub fn run(args: RunArgs) -> Result<()> {
             drop_cold: args.drop_cold_experts,
             faults: args.inject_faults.clone(),
         })
-    };
-    let cfg = RunConfig {
-        model: model.clone(),
-        prompt,
-        chat: args.chat,
-        n_predict: args.n_predict,
-        ignore_eos: args.ignore_eos,
-        threads: args.threads.unwrap_or_else(llama::default_threads),
-        n_ctx: args.ctx,
-        mode,
-        stream_explicit: args.moe_stream,
-        telemetry: bmoe_actors::telemetry::TelemetryConfig {
-            csv: args.csv.clone(),
-            progress: args.progress,
-            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+    }
+}
+
+/// N-gram or MTP speculation, or none (--ngram wins over --mtp).
+fn speculation_of(args: &RunArgs) -> engine::Speculation {
+    match (args.ngram, args.mtp) {
+        (true, _) => engine::Speculation::Ngram {
+            min_match: args
+                .ngram_min_match
+                .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32),
         },
-        n_expert_used: args.n_expert_used,
-        speculation: match (args.ngram, args.mtp) {
-            (true, _) => engine::Speculation::Ngram {
-                min_match: args
-                    .ngram_min_match
-                    .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32),
-            },
-            (false, true) => engine::Speculation::Mtp {
-                p_min: args.mtp_p_min.unwrap_or(0.0),
-                predemand: args.head_predemand,
-            },
-            (false, false) => engine::Speculation::Off,
+        (false, true) => engine::Speculation::Mtp {
+            p_min: args.mtp_p_min.unwrap_or(0.0),
+            predemand: args.head_predemand,
         },
-        draft_max: args.draft,
-    };
-    let progress = args.progress;
-    // A failed write stops generation at the next token (the engine checks).
-    let res = engine::run(&cfg, |s| {
-        if !progress {
-            let _ = bmoe::stdio::out(s);
-        }
-    });
-    // BMOE_DONE goes to stdout with --progress, unless stdout is what failed.
-    let done = |line: &str| -> Result<()> {
-        if progress && bmoe::stdio::stdout_failed().is_none() {
-            outln!("BMOE_DONE {line}");
-        } else {
-            bmoe::say!();
-            bmoe::say!("BMOE_DONE {line}");
-        }
-        Ok(())
-    };
-    // A run that failed mid-way still reports what it did (aborted=1).
-    let res = match res {
-        Err(EngineError::Failed { cause, done_line }) => {
-            let _ = done(&done_line);
-            Err(*cause)
-        }
-        other => other,
-    };
-    let report = match res {
-        Ok(r) => r,
+        (false, false) => engine::Speculation::Off,
+    }
+}
+
+/// Write the `BMOE_DONE` line: to stdout with --progress, unless stdout is
+/// what failed; to stderr otherwise.
+fn done(progress: bool, line: &str) -> Result<()> {
+    if progress && bmoe::stdio::stdout_failed().is_none() {
+        outln!("BMOE_DONE {line}");
+    } else {
+        bmoe::say!();
+        bmoe::say!("BMOE_DONE {line}");
+    }
+    Ok(())
+}
+
+/// The engine's errors the user can fix with other arguments become usage
+/// errors; the rest get the model as context.
+fn usage_errors(
+    res: Result<RunReport, EngineError>,
+    args: &RunArgs,
+    model: &Path,
+) -> Result<RunReport> {
+    match res {
+        Ok(r) => Ok(r),
         Err(EngineError::Generate(e @ GenerateError::PromptTooLong { n_ctx, .. })) => {
-            return Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx, n_ctx))).into())
+            Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx, n_ctx))).into())
         }
         Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
         | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
         | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. }))
         | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_))) => {
-            return Err(UsageError(e.to_string()).into())
+            Err(UsageError(e.to_string()).into())
         }
         Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
-            return Err(UsageError(e.to_string()).into())
+            Err(UsageError(e.to_string()).into())
         }
-        Err(e @ EngineError::Config(_)) => return Err(UsageError(e.to_string()).into()),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
-    };
-    if !progress {
-        let _ = bmoe::stdio::out("\n");
-    }
-    for line in report.summary_lines() {
-        bmoe::say!("{line}");
-    }
-    let _ = done(&report.done_line);
-    // The text could not be written: generation stopped there (the CSV says
-    // aborted=1); the run failed.
-    match bmoe::stdio::stdout_failed() {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
+        Err(e @ EngineError::Config(_)) => Err(UsageError(e.to_string()).into()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     }
 }
 
