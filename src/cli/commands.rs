@@ -1,5 +1,7 @@
 //! `bmoe bench`, `bmoe probe` and `bmoe fixture`: the commands around a run.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
@@ -11,49 +13,12 @@ use bmoe::llama;
 use super::checks::{self, UsageError};
 use super::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs};
 
+/// `bmoe bench`: check the cells and flags, run the matrix, print the cells
+/// table and say where the summary is.
 pub fn bench(args: BenchArgs) -> Result<()> {
     use bmoe::bench::{self, runner};
-    let (cells, cells_source) = match (&args.cells, &args.preset) {
-        (Some(f), _) => {
-            let text = checks::read_text_file("the cells file", f, "")?;
-            (
-                bench::parse_cells(&f.display().to_string(), &text)
-                    .map_err(|e| UsageError(e.to_string()))?,
-                f.display().to_string(),
-            )
-        }
-        (None, p) => {
-            let name = p.as_deref().unwrap_or("cache");
-            (
-                bench::preset(name).map_err(|e| UsageError(e.to_string()))?,
-                format!("preset {name}"),
-            )
-        }
-    };
-    // Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
-    for c in &cells {
-        let argv = ["bmoe", "run", "-p", "x"]
-            .into_iter()
-            .map(String::from)
-            .chain(c.args.iter().cloned());
-        let refused = |msg: &str| {
-            let first = msg
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ");
-            UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" ")))
-        };
-        match Cli::try_parse_from(argv) {
-            Err(e) => return Err(refused(&e.to_string()).into()),
-            // Values clap cannot range-check, before the probe spends minutes.
-            Ok(Cli {
-                command: Command::Run(a),
-                ..
-            }) => checks::run_args(&a).map_err(|e| refused(&e.0))?,
-            Ok(_) => {}
-        }
-    }
+    let (cells, cells_source) = bench_cells(&args)?;
+    check_cells(&cells)?;
     checks::bench_out_dir(&args.out)?;
     if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
         return Err(UsageError("--probe-seconds must be > 0".into()).into());
@@ -63,10 +28,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let (workload, prompt) =
         bench::workload(&args.workload).map_err(|e| UsageError(e.to_string()))?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => fixture::ensure_default_moe().context("prepare the default model")?,
-    };
+    let model = model_or_default(&args.model)?;
     if !model.is_file() {
         return Err(UsageError(format!(
             "{}: no such model file (build the default one with `bmoe fixture upcycle`)",
@@ -95,7 +57,64 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let outcome = runner::run_bench(&plan)?;
-    out!("{}", bench::cells_table(&outcome.cells));
+    bench_outcome(&outcome)
+}
+
+/// The cells (from --cells FILE, else a preset, `cache` by default) and
+/// where they came from.
+fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::bench::Cell>, String)> {
+    use bmoe::bench;
+    Ok(match (&args.cells, &args.preset) {
+        (Some(f), _) => {
+            let text = checks::read_text_file("the cells file", f, "")?;
+            (
+                bench::parse_cells(&f.display().to_string(), &text)
+                    .map_err(|e| UsageError(e.to_string()))?,
+                f.display().to_string(),
+            )
+        }
+        (None, p) => {
+            let name = p.as_deref().unwrap_or("cache");
+            (
+                bench::preset(name).map_err(|e| UsageError(e.to_string()))?,
+                format!("preset {name}"),
+            )
+        }
+    })
+}
+
+/// Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
+fn check_cells(cells: &[bmoe::bench::Cell]) -> Result<()> {
+    for c in cells {
+        let argv = ["bmoe", "run", "-p", "x"]
+            .into_iter()
+            .map(String::from)
+            .chain(c.args.iter().cloned());
+        let refused = |msg: &str| {
+            let first = msg
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" ")))
+        };
+        match Cli::try_parse_from(argv) {
+            Err(e) => return Err(refused(&e.to_string()).into()),
+            // Values clap cannot range-check, before the probe spends minutes.
+            Ok(Cli {
+                command: Command::Run(a),
+                ..
+            }) => checks::run_args(&a).map_err(|e| refused(&e.0))?,
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Print the cells table and where the summary is; fail when runs failed
+/// (an interrupted bench is not a failure here: main() sets the exit code).
+fn bench_outcome(outcome: &bmoe::bench::runner::BenchOutcome) -> Result<()> {
+    out!("{}", bmoe::bench::cells_table(&outcome.cells));
     bmoe::say!("bench: summary in {}", outcome.summary_path.display());
     if let Some(sig) = outcome.interrupted {
         // main() turns the pending signal into exit code 130/143.
@@ -112,11 +131,18 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn probe(args: ProbeArgs) -> Result<()> {
-    let model = match &args.model {
+/// The model given with -m, or the default one (prepared if need be).
+fn model_or_default(model: &Option<PathBuf>) -> Result<PathBuf> {
+    Ok(match model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,
-    };
+    })
+}
+
+/// `bmoe probe`: read bandwidth per queue depth on the model's expert slices,
+/// then the resident compute rate.
+pub fn probe(args: ProbeArgs) -> Result<()> {
+    let model = model_or_default(&args.model)?;
     let layout = MoeLayout::open(&model).with_context(|| format!("open {}", model.display()))?;
     if !layout.is_moe() {
         return Err(UsageError(format!(
@@ -128,7 +154,19 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err(UsageError("--seconds must be > 0".into()).into());
     }
-    let slices = bmoe::stream::expert_slices(&layout);
+    if !probe_reads(&args, &model, &layout)? {
+        return Ok(());
+    }
+    if args.resident_tokens > 0 {
+        probe_resident(&args, &model)?;
+    }
+    Ok(())
+}
+
+/// The read-bandwidth table, one row per queue depth; false when a signal
+/// stopped it.
+fn probe_reads(args: &ProbeArgs, model: &Path, layout: &MoeLayout) -> Result<bool> {
+    let slices = bmoe::stream::expert_slices(layout);
     outln!(
         "probe: {} ({} slices of {} bytes), {}",
         model.display(),
@@ -143,7 +181,7 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
     outln!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
     for &d in &args.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
-            &model,
+            model,
             &slices,
             d.max(1),
             !args.no_odirect,
@@ -155,7 +193,7 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
             // main() turns the signal into exit code 130/143; the depth cut
             // short is not reported as a measurement.
             bmoe::say!("probe: stopped by a signal");
-            return Ok(());
+            return Ok(false);
         }
         outln!(
             "{:>6} {:>10.1} {:>12.1}",
@@ -164,38 +202,40 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
             r.reads as f64 / r.elapsed.as_secs_f64()
         );
     }
-    if args.resident_tokens > 0 {
-        // The compute bound: a resident decode (no reads, no memory pressure).
-        let cfg = RunConfig {
-            model: model.clone(),
-            prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
-            chat: false,
-            n_predict: args.resident_tokens.max(2),
-            ignore_eos: true,
-            threads: llama::default_threads(),
-            n_ctx: 2048,
-            mode: Mode::Resident,
-            stream_explicit: false,
-            telemetry: bmoe_actors::telemetry::TelemetryConfig {
-                csv: None,
-                progress: false,
-                channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
-            },
-            n_expert_used: None,
-            speculation: engine::Speculation::Off,
-            draft_max: 0,
-        };
-        // With the file in the page cache, so this measures compute, not the disk.
-        bmoe::bench::warm_page_cache(&model)
-            .with_context(|| format!("read {} to warm the page cache", model.display()))?;
-        let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
-        outln!(
-            "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
-            report.decode_tok_s(),
-            report.generation.tokens.len(),
-            cfg.threads
-        );
-    }
+    Ok(true)
+}
+
+/// The compute bound: a resident decode (no reads, no memory pressure).
+fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
+    let cfg = RunConfig {
+        model: model.to_path_buf(),
+        prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
+        chat: false,
+        n_predict: args.resident_tokens.max(2),
+        ignore_eos: true,
+        threads: llama::default_threads(),
+        n_ctx: 2048,
+        mode: Mode::Resident,
+        stream_explicit: false,
+        telemetry: bmoe_actors::telemetry::TelemetryConfig {
+            csv: None,
+            progress: false,
+            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+        },
+        n_expert_used: None,
+        speculation: engine::Speculation::Off,
+        draft_max: 0,
+    };
+    // With the file in the page cache, so this measures compute, not the disk.
+    bmoe::bench::warm_page_cache(model)
+        .with_context(|| format!("read {} to warm the page cache", model.display()))?;
+    let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
+    outln!(
+        "resident compute rate: {:.2} tok/s over {} tokens ({} threads)",
+        report.decode_tok_s(),
+        report.generation.tokens.len(),
+        cfg.threads
+    );
     Ok(())
 }
 
