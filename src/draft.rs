@@ -2,10 +2,13 @@
 //!
 //! The actor owns the draft context (and, when streaming, its eval hook); the
 //! verify loop talks to it through [`MtpActor`], a [`Drafter`] whose every call
-//! is one request and one reply over bounded channels. Each call is a hand-over
-//! of the target context: the head reads the target's hidden states only while
-//! the verify thread waits for the reply, so the two never touch the target at
-//! the same time.
+//! is one request and one reply over bounded channels. Each call lends the
+//! target context: the request carries a [`TargetTurn`] made from the call's
+//! `&mut Context`, the actor drops it before it replies, and the call returns
+//! only after the reply. So the head reads the target's hidden states only while
+//! the verify thread waits, and only while the target is alive: the compiler
+//! checks the borrow, and one `unsafe` (the turn's lifetime erased to cross the
+//! channel, in `MtpActor::call`) rests on that wait alone.
 //!
 //! What runs concurrently, when the experts stream: once the actor has handed
 //! its drafts over, the verify decode runs on the other thread and the actor
@@ -24,10 +27,9 @@
 //! The head's hits, stall and pre-demanded bytes are in [`HeadReport`].
 //!
 //! Shutdown: [`MtpActor::finish`] (or drop) raises the draft context's abort
-//! flag, closes the request channel and joins the thread. The join waits for
-//! the thread however long it takes: the head holds a pointer to the target
-//! context, which must not be freed while the actor could still use it, and an
-//! aborted decode returns within one graph node.
+//! flag, closes the request channel and joins the thread (an aborted decode
+//! returns within one graph node). The actor holds nothing of the target
+//! between calls, so it may outlive it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,9 +41,9 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use bmoe_actors::flash::FlashClient;
 use bmoe_actors::metrics::DecodeMetrics;
 
-use crate::generate::{Drafter, GenerateError, MtpDrafter};
+use crate::generate::{Accepted, Drafter, GenerateError, MtpDrafter};
 use crate::llama::{
-    Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, TargetRef, Token,
+    Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, TargetTurn, Token,
 };
 use crate::stream::DraftHookParts;
 
@@ -99,11 +101,7 @@ pub struct HeadReport {
 enum Request {
     Decoded(Vec<(Token, i32, bool)>),
     Begin(Vec<Token>),
-    Accepted {
-        drafted: usize,
-        accepted: usize,
-        n_past: i32,
-    },
+    Accepted(Accepted),
     /// The corpus grew by `tail`; draft up to `max` tokens after it.
     Draft {
         tail: Vec<Token>,
@@ -111,11 +109,17 @@ enum Request {
     },
 }
 
+/// A request with the target lent for it (dropped by the actor before it replies).
+struct Call {
+    req: Request,
+    turn: TargetTurn<'static>,
+}
+
 type Reply = Result<Vec<Token>, GenerateError>;
 
 /// The verify loop's handle on the draft actor.
 pub struct MtpActor {
-    tx: Option<Sender<Request>>,
+    tx: Option<Sender<Call>>,
     rx: Receiver<Reply>,
     join: Option<JoinHandle<HeadReport>>,
     abort: Arc<AtomicBool>,
@@ -125,23 +129,22 @@ pub struct MtpActor {
 }
 
 impl MtpActor {
-    /// Start the actor: it creates the draft context and ties the head to the
-    /// target before returning (call before the target's first decode).
-    ///
-    /// # Safety
-    /// The target context behind `target` must outlive the actor (call
-    /// [`finish`](Self::finish) or drop the actor first) and must not be used
-    /// while a method of the actor runs; between calls it is the caller's.
-    pub unsafe fn spawn(target: TargetRef, cfg: MtpActorConfig) -> Result<Self, DraftError> {
-        let (tx, req_rx) = bounded::<Request>(DRAFT_QUEUE_CAPACITY);
+    /// Start the actor: it creates the draft context and ties the head to
+    /// `target` before returning (call before the target's first decode).
+    pub fn spawn(target: &mut Context, cfg: MtpActorConfig) -> Result<Self, DraftError> {
+        let (tx, req_rx) = bounded::<Call>(DRAFT_QUEUE_CAPACITY);
         let (reply_tx, rx) = bounded::<Reply>(DRAFT_REPLY_CAPACITY);
         let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
         let abort = Arc::new(AtomicBool::new(false));
         let thread_abort = abort.clone();
+        // SAFETY: the thread uses the turn only in Actor::new, before it sends
+        // on `ready_tx` (or ends); this function waits for that below while
+        // `target` is still borrowed.
+        let turn = unsafe { TargetTurn::new(target).detach() };
         let join = std::thread::Builder::new()
             .name("bmoe-draft".into())
             .spawn(move || {
-                let mut actor = match Actor::new(target, cfg, thread_abort) {
+                let mut actor = match Actor::new(turn, cfg, thread_abort) {
                     Ok(a) => {
                         let _ = ready_tx.send(Ok(()));
                         a
@@ -174,13 +177,17 @@ impl MtpActor {
         }
     }
 
-    fn call(&mut self, req: Request) -> Reply {
+    /// One request with `target` lent for it; returns the actor's reply.
+    fn call(&mut self, target: &mut Context, req: Request) -> Reply {
         let stopped = || GenerateError::DraftActor("the draft actor stopped".into());
-        self.tx
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(req)
-            .map_err(|_| stopped())?;
+        let tx = self.tx.as_ref().ok_or_else(stopped)?;
+        // SAFETY: the actor drops the turn before it sends its reply, and this
+        // function returns only after receiving that reply or after the reply
+        // channel closed (the actor thread ended): either way the actor is done
+        // with the turn while `target` is still borrowed here. If the send
+        // fails, the call (and the turn) is dropped here.
+        let turn = unsafe { TargetTurn::new(target).detach() };
+        tx.send(Call { req, turn }).map_err(|_| stopped())?;
         self.rx.recv().map_err(|_| stopped())?
     }
 
@@ -215,36 +222,30 @@ impl Drafter for MtpActor {
         "mtp"
     }
 
-    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+    fn draft(
+        &mut self,
+        target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, GenerateError> {
         let from = self.sent.min(corpus.len());
         self.sent = corpus.len();
-        self.call(Request::Draft {
-            tail: corpus[from..].to_vec(),
-            max,
-        })
+        let tail = corpus[from..].to_vec();
+        self.call(target, Request::Draft { tail, max })
     }
 
-    fn decoded(&mut self, batch: &Batch) -> Result<(), GenerateError> {
+    fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
         let rows = (0..batch.len()).filter_map(|i| batch.get(i)).collect();
-        self.call(Request::Decoded(rows)).map(|_| ())
+        self.call(target, Request::Decoded(rows)).map(|_| ())
     }
 
-    fn begin(&mut self, prompt: &[Token]) -> Result<(), GenerateError> {
-        self.call(Request::Begin(prompt.to_vec())).map(|_| ())
+    fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
+        self.call(target, Request::Begin(prompt.to_vec()))
+            .map(|_| ())
     }
 
-    fn accepted(
-        &mut self,
-        drafted: usize,
-        accepted: usize,
-        n_past: i32,
-    ) -> Result<(), GenerateError> {
-        self.call(Request::Accepted {
-            drafted,
-            accepted,
-            n_past,
-        })
-        .map(|_| ())
+    fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
+        self.call(target, Request::Accepted(step)).map(|_| ())
     }
 }
 
@@ -266,7 +267,7 @@ struct Actor {
 
 impl Actor {
     fn new(
-        target: TargetRef,
+        turn: TargetTurn<'_>,
         cfg: MtpActorConfig,
         abort: Arc<AtomicBool>,
     ) -> Result<Self, LlamaError> {
@@ -287,9 +288,7 @@ impl Actor {
             predemand = cfg.predemand.then_some(client);
         }
         let draft = Context::new(cfg.model.clone(), params)?;
-        // SAFETY: the caller of MtpActor::spawn keeps the target alive past the
-        // actor's join and idle while this runs (spawn waits for it).
-        let head = unsafe { MtpHead::new(target, draft, cfg.draft_max, cfg.p_min) }?;
+        let head = MtpHead::new(turn, draft, cfg.draft_max, cfg.p_min)?;
         Ok(Self {
             drafter: MtpDrafter::new(head),
             batch: Batch::new(DRAFT_N_BATCH as usize),
@@ -302,19 +301,21 @@ impl Actor {
         })
     }
 
-    fn run(&mut self, rx: Receiver<Request>, tx: Sender<Reply>) -> HeadReport {
+    fn run(&mut self, rx: Receiver<Call>, tx: Sender<Reply>) -> HeadReport {
         // After the first failure every later call is answered with it, so the
         // actor (and the draft context) is torn down only inside `finish`'s
         // join, never while the verify thread runs on.
         let mut failed: Option<String> = None;
-        while let Ok(req) = rx.recv() {
+        while let Ok(Call { req, mut turn }) = rx.recv() {
             let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
             let g = span.enter();
             let drafting = matches!(req, Request::Draft { .. });
             let reply = match &failed {
                 Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
-                None => self.serve(req),
+                None => self.serve(&mut turn, req),
             };
+            // The target is the caller's again once the reply is sent.
+            drop(turn);
             self.account(drafting);
             // The head's hook aborts its decode on a failed read and keeps the
             // first error: that, not llama.cpp's status code, is the cause.
@@ -354,7 +355,7 @@ impl Actor {
         report
     }
 
-    fn serve(&mut self, req: Request) -> Reply {
+    fn serve(&mut self, turn: &mut TargetTurn<'_>, req: Request) -> Reply {
         match req {
             Request::Decoded(rows) => {
                 self.batch.clear();
@@ -368,22 +369,17 @@ impl Actor {
                         .into());
                     }
                 }
-                self.drafter.decoded(&self.batch).map(|_| Vec::new())
+                self.drafter
+                    .decoded_in(turn, &self.batch)
+                    .map(|_| Vec::new())
             }
-            Request::Begin(prompt) => self.drafter.begin(&prompt).map(|_| Vec::new()),
-            Request::Accepted {
-                drafted,
-                accepted,
-                n_past,
-            } => self
-                .drafter
-                .accepted(drafted, accepted, n_past)
-                .map(|_| Vec::new()),
+            Request::Begin(prompt) => self.drafter.begin_in(turn, &prompt).map(|_| Vec::new()),
+            Request::Accepted(step) => self.drafter.accepted_in(turn, step).map(|_| Vec::new()),
             Request::Draft { tail, max } => {
                 self.corpus.extend(tail);
                 // Only the drafting pass's routing predicts its catch-up.
                 self.account(false);
-                self.drafter.draft(&self.corpus, max)
+                self.drafter.draft_in(turn, &self.corpus, max)
             }
         }
     }
@@ -423,7 +419,7 @@ impl Request {
         match self {
             Request::Decoded(_) => "decoded",
             Request::Begin(_) => "begin",
-            Request::Accepted { .. } => "accepted",
+            Request::Accepted(_) => "accepted",
             Request::Draft { .. } => "draft",
         }
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::draft::{DraftError, HeadReport, MtpActor};
 use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
-use crate::llama::{Context, LlamaError, TargetRef};
+use crate::llama::{Context, LlamaError};
 use crate::stream::{memory, StreamError};
 use bmoe_actors::telemetry::{self, Row, Telemetry, TelemetryError};
 
@@ -166,12 +166,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     // The MTP head runs on the draft actor's thread, tied to the target before
     // its first decode.
     let mut mtp = match assemble::mtp_config(cfg, &model, &backend, anon) {
-        Some(actor_cfg) => {
-            let target = TargetRef::new(&mut ctx);
-            // The loop hands the target to the actor one call at a time, waiting for each reply.
-            // SAFETY: `ctx` is declared before `mtp`, so it outlives the actor (also finished after generation).
-            Some(unsafe { MtpActor::spawn(target, actor_cfg) }?)
-        }
+        Some(actor_cfg) => Some(MtpActor::spawn(&mut ctx, actor_cfg)?),
         None => None,
     };
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;

@@ -2,11 +2,12 @@
 //! this thread ([`MtpDrafter`]) and the n-gram matcher ([`NgramDrafter`]).
 
 use super::GenerateError;
-use crate::llama::{Batch, Token};
+use crate::llama::{Batch, Context, MtpHead, TargetTurn, Token};
 
 /// A source of draft tokens for the verify loop. The hooks other than
 /// [`draft`](Self::draft) let a source that reads the target's hidden states
-/// (the MTP head) follow every target decode; they default to nothing.
+/// (the MTP head) follow every target decode; they default to nothing. Every
+/// call lends the source the target context: a source may read it only then.
 pub trait Drafter {
     /// The source's name (`ngram`, `mtp`), for spans.
     fn name(&self) -> &'static str {
@@ -16,35 +17,45 @@ pub trait Drafter {
     /// confirmed token; its last token is the one about to be decoded, at
     /// position `corpus.len() - 1`). An empty draft takes the plain
     /// single-token path.
-    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError>;
+    fn draft(
+        &mut self,
+        target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, GenerateError>;
     /// The target decoded `batch`: a prefill chunk, or the kept rows of a
     /// verify batch (`[last, d1..dk]`, the rejected tail already cut off).
-    fn decoded(&mut self, _batch: &Batch) -> Result<(), GenerateError> {
+    fn decoded(&mut self, _target: &mut Context, _batch: &Batch) -> Result<(), GenerateError> {
         Ok(())
     }
     /// The prompt is in the target's cache.
-    fn begin(&mut self, _prompt: &[Token]) -> Result<(), GenerateError> {
+    fn begin(&mut self, _target: &mut Context, _prompt: &[Token]) -> Result<(), GenerateError> {
         Ok(())
     }
     /// The verify step kept `accepted` of `drafted` drafts; the target's cache
     /// now ends before position `n_past` (the next token goes there).
-    fn accepted(
-        &mut self,
-        _drafted: usize,
-        _accepted: usize,
-        _n_past: i32,
-    ) -> Result<(), GenerateError> {
+    fn accepted(&mut self, _target: &mut Context, _step: Accepted) -> Result<(), GenerateError> {
         Ok(())
     }
 }
 
+/// What a verify step kept: `accepted` of `drafted` drafts, the next token at `n_past`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    pub drafted: usize,
+    pub accepted: usize,
+    pub n_past: i32,
+}
+
 /// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
+/// Its methods take the target as a [`TargetTurn`], which the draft actor
+/// receives on its own thread; the [`Drafter`] impl lends it from `&mut Context`.
 pub struct MtpDrafter {
-    head: crate::llama::MtpHead,
+    head: MtpHead,
 }
 
 impl MtpDrafter {
-    pub fn new(head: crate::llama::MtpHead) -> Self {
+    pub fn new(head: MtpHead) -> Self {
         Self { head }
     }
 
@@ -57,6 +68,53 @@ impl MtpDrafter {
     pub fn failure(&self) -> Option<String> {
         self.head.observer_failure()
     }
+
+    /// [`Drafter::draft`] with the target lent as a turn.
+    pub fn draft_in(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, GenerateError> {
+        let n_past = corpus.len() as i32 - 1;
+        let last = *corpus.last().ok_or(GenerateError::EmptyPrompt)?;
+        let d = self.head.draft(turn, n_past, last, corpus, max)?;
+        // Positions in the draft context only move forward: drop what the
+        // drafting pass put after the last confirmed token.
+        self.head.trim_draft(n_past);
+        Ok(d)
+    }
+
+    /// [`Drafter::decoded`] with the target lent as a turn.
+    pub fn decoded_in(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        batch: &Batch,
+    ) -> Result<(), GenerateError> {
+        Ok(self.head.process(turn, batch)?)
+    }
+
+    /// [`Drafter::begin`] with the target lent as a turn.
+    pub fn begin_in(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        prompt: &[Token],
+    ) -> Result<(), GenerateError> {
+        Ok(self.head.begin(turn, prompt)?)
+    }
+
+    /// [`Drafter::accepted`] with the target lent as a turn.
+    pub fn accepted_in(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        step: Accepted,
+    ) -> Result<(), GenerateError> {
+        if step.drafted > 0 {
+            self.head.accept(turn, step.accepted)?;
+        }
+        self.head.trim_draft(step.n_past);
+        Ok(())
+    }
 }
 
 impl Drafter for MtpDrafter {
@@ -64,35 +122,25 @@ impl Drafter for MtpDrafter {
         "mtp"
     }
 
-    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
-        let n_past = corpus.len() as i32 - 1;
-        let last = *corpus.last().ok_or(GenerateError::EmptyPrompt)?;
-        let d = self.head.draft(n_past, last, corpus, max)?;
-        // Positions in the draft context only move forward: drop what the
-        // drafting pass put after the last confirmed token.
-        self.head.trim_draft(n_past);
-        Ok(d)
-    }
-
-    fn decoded(&mut self, batch: &Batch) -> Result<(), GenerateError> {
-        Ok(self.head.process(batch)?)
-    }
-
-    fn begin(&mut self, prompt: &[Token]) -> Result<(), GenerateError> {
-        Ok(self.head.begin(prompt)?)
-    }
-
-    fn accepted(
+    fn draft(
         &mut self,
-        drafted: usize,
-        accepted: usize,
-        n_past: i32,
-    ) -> Result<(), GenerateError> {
-        if drafted > 0 {
-            self.head.accept(accepted)?;
-        }
-        self.head.trim_draft(n_past);
-        Ok(())
+        target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, GenerateError> {
+        self.draft_in(&mut TargetTurn::new(target), corpus, max)
+    }
+
+    fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
+        self.decoded_in(&mut TargetTurn::new(target), batch)
+    }
+
+    fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
+        self.begin_in(&mut TargetTurn::new(target), prompt)
+    }
+
+    fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
+        self.accepted_in(&mut TargetTurn::new(target), step)
     }
 }
 
@@ -120,7 +168,12 @@ impl Drafter for NgramDrafter {
         "ngram"
     }
 
-    fn draft(&mut self, corpus: &[Token], max: usize) -> Result<Vec<Token>, GenerateError> {
+    fn draft(
+        &mut self,
+        _target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, GenerateError> {
         // The corpus only grows (rejected drafts never enter it): convert the new tail.
         if self.ids.len() > corpus.len() {
             self.ids.clear();

@@ -11,7 +11,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
-pub use drafter::{Drafter, MtpDrafter, NgramDrafter};
+pub use drafter::{Accepted, Drafter, MtpDrafter, NgramDrafter};
 pub use verify::generate_with;
 
 #[derive(Debug, thiserror::Error)]

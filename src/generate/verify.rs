@@ -8,7 +8,8 @@ use bmoe_actors::sampling::{argmax, argmax_where};
 use bmoe_actors::text::Utf8Stream;
 
 use super::{
-    DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, SpecStats, StopReason,
+    Accepted, DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, SpecStats,
+    StopReason,
 };
 use crate::llama::{Batch, Context, LlamaError, Model, Token};
 
@@ -39,7 +40,7 @@ pub fn generate_with(
         ));
     }
     if let Some(d) = drafter.as_deref_mut() {
-        d.begin(prompt)?;
+        d.begin(ctx, prompt)?;
     }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
@@ -204,11 +205,11 @@ impl Loop<'_, '_, '_> {
             .min(self.limit.n_predict as usize - self.tokens.len() - 1)
             .min(self.ctx.n_ctx() as usize - self.pos as usize - 1)
             .min(self.batch.capacity() - 1);
-        let (pos, corpus) = (self.pos, &self.corpus);
+        let (pos, corpus, ctx) = (self.pos, &self.corpus, &mut *self.ctx);
         let mut draft = match self.drafter.as_deref_mut() {
             Some(d) if room > 0 => {
                 tracing::debug_span!("draft", source = d.name(), pos, max = room)
-                    .in_scope(|| d.draft(corpus, room))?
+                    .in_scope(|| d.draft(ctx, corpus, room))?
             }
             _ => Vec::new(),
         };
@@ -252,8 +253,13 @@ impl Loop<'_, '_, '_> {
             // never holds a rejected tail to drop.
             let tc = Instant::now();
             self.batch.truncate(1 + accepted);
-            d.decoded(&self.batch)?;
-            d.accepted(draft.len(), accepted, self.pos)?;
+            d.decoded(self.ctx, &self.batch)?;
+            let step = Accepted {
+                drafted: draft.len(),
+                accepted,
+                n_past: self.pos,
+            };
+            d.accepted(self.ctx, step)?;
             self.catch_up = tc.elapsed();
         }
         Ok(ready)
@@ -324,7 +330,7 @@ fn prefill<'d>(
             metrics: ctx.take_metrics(),
         });
         if let Some(d) = drafter.as_deref_mut() {
-            d.decoded(batch)?;
+            d.decoded(ctx, batch)?;
         }
     }
     Ok(true)

@@ -21,7 +21,7 @@ pub use context::{default_threads, Context, ContextKind, ContextParams};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
-pub use mtp::{MtpHead, TargetRef};
+pub use mtp::{MtpHead, TargetTurn};
 
 /// A vocabulary token id, as llama.cpp numbers them.
 pub type Token = i32;

@@ -2,32 +2,55 @@
 //! `llama_rs_mtp_speculative_*` wrappers.
 //!
 //! The wrapper state holds raw pointers to the target context and to the
-//! draft context. [`MtpHead`] owns the draft context and the state; the
-//! target context is the caller's ([`TargetRef`]), and must outlive the head
-//! and be used only between the head's calls (the loop hands over: draft,
-//! verify decode, process, accept). The head may live on another thread than
-//! the target (the draft actor); the hand-over is what keeps them apart.
+//! draft context. [`MtpHead`] owns the draft context and the state; the target
+//! context is the caller's. The state reads the target (its hidden states) only
+//! inside `begin`, `process`, `draft` and `accept`, and each of these takes a
+//! [`TargetTurn`]: an exclusive borrow of that same target for the call. So
+//! the target is alive and used by no one else whenever the head touches it,
+//! and the compiler checks both. (Freeing the state touches only the draft
+//! context.) The head may live on another thread than the target (the draft
+//! actor); the turn is what crosses over.
 
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
 use super::{Batch, Context, LlamaError, Token};
 
-/// The target context, as the MTP state refers to it: a pointer that may be
-/// sent to the draft actor's thread. It grants nothing by itself; the
-/// [`MtpHead::new`] contract says when it may be used.
-pub struct TargetRef(NonNull<sys::llama_context>);
+/// The target context lent to the MTP head for one call: it stands for a
+/// `&'a mut Context`, and, unlike one, may be sent to the draft actor's thread.
+pub struct TargetTurn<'a> {
+    ptr: NonNull<sys::llama_context>,
+    _borrow: PhantomData<&'a mut Context>,
+}
 
-// SAFETY: a bare pointer to a llama_context, never dereferenced by this type.
+// SAFETY: a TargetTurn is an exclusive borrow of a llama context for 'a.
 // llama.cpp contexts may be used from any thread, one thread at a time; the
-// head's contract (MtpHead::new) makes its users hand the context over.
-unsafe impl Send for TargetRef {}
+// exclusive borrow makes it one at a time.
+unsafe impl Send for TargetTurn<'_> {}
 
-impl TargetRef {
-    pub fn new(target: &mut Context) -> Self {
+impl<'a> TargetTurn<'a> {
+    pub fn new(target: &'a mut Context) -> Self {
         // SAFETY: as_ptr returns the context's non-null pointer.
-        Self(unsafe { NonNull::new_unchecked(target.as_ptr()) })
+        let ptr = unsafe { NonNull::new_unchecked(target.as_ptr()) };
+        Self {
+            ptr,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The same turn with its lifetime erased, to cross a channel to a thread
+    /// that outlives the call.
+    ///
+    /// # Safety
+    /// The returned turn must be dropped (and not used) before `'a` ends: the
+    /// caller waits for the thread to finish with it.
+    pub unsafe fn detach(self) -> TargetTurn<'static> {
+        TargetTurn {
+            ptr: self.ptr,
+            _borrow: PhantomData,
+        }
     }
 }
 
@@ -35,6 +58,8 @@ impl TargetRef {
 /// the speculative state tying it to the target context.
 pub struct MtpHead {
     spec: NonNull<sys::llama_rs_mtp_speculative>,
+    /// The target the state was tied to (every turn must be for it).
+    target: NonNull<sys::llama_context>,
     // Dropped after `spec` is freed (Drop frees it first): the state points into it.
     draft: Context,
     max: usize,
@@ -52,24 +77,22 @@ fn status(what: &str, rc: sys::llama_rs_status) -> Result<(), LlamaError> {
 
 impl MtpHead {
     /// Tie `draft` (a context of kind [`super::ContextKind::Mtp`] on the same
-    /// model) to `target`. Call before the target's first decode (it turns on
-    /// the target's hidden-state output).
-    ///
-    /// # Safety
-    /// The target context must outlive the returned head, and must not be in
-    /// use on any thread while `new` or a method of the head runs.
-    pub unsafe fn new(
-        target: TargetRef,
+    /// model) to the target of `turn`. Call before the target's first decode
+    /// (it turns on the target's hidden-state output).
+    pub fn new(
+        turn: TargetTurn<'_>,
         draft: Context,
         max: usize,
         p_min: f32,
     ) -> Result<Self, LlamaError> {
         let max = max.max(1);
-        // SAFETY: both context pointers are valid (the caller keeps the target
-        // alive; the draft is moved into the returned head and outlives `spec`).
+        // SAFETY: both context pointers are valid: the target is borrowed
+        // exclusively for this call (the turn), the draft is moved into the
+        // returned head and outlives `spec`. The state keeps the target pointer
+        // but dereferences it only in calls that hold a turn for it.
         let raw = unsafe {
             sys::llama_rs_mtp_speculative_init(
-                target.0.as_ptr(),
+                turn.ptr.as_ptr(),
                 draft.as_ptr(),
                 max as i32,
                 0,
@@ -81,10 +104,23 @@ impl MtpHead {
         let n_batch = draft.n_batch() as usize;
         Ok(Self {
             spec,
+            target: turn.ptr,
             draft,
             max,
             n_batch,
         })
+    }
+
+    /// A turn for another context than the head's target is refused (the
+    /// state would read the wrong hidden states).
+    fn check(&self, turn: &TargetTurn<'_>) -> Result<(), LlamaError> {
+        if turn.ptr == self.target {
+            Ok(())
+        } else {
+            Err(LlamaError::Mtp(
+                "called with another target context than the one it was tied to".into(),
+            ))
+        }
     }
 
     /// What the head's own decodes cost since the last call (its context's observer).
@@ -103,7 +139,8 @@ impl MtpHead {
     }
 
     /// Feed a batch the target just decoded (its hidden states) to the head.
-    pub fn process(&mut self, batch: &Batch) -> Result<(), LlamaError> {
+    pub fn process(&mut self, turn: &mut TargetTurn<'_>, batch: &Batch) -> Result<(), LlamaError> {
+        self.check(turn)?;
         if batch.len() > self.n_batch {
             // The wrapper aborts (not an error code) on a batch above n_batch.
             return Err(LlamaError::BatchSize {
@@ -113,15 +150,17 @@ impl MtpHead {
         }
         let raw = batch.raw();
         // SAFETY: the state is valid; `raw` describes arrays valid for n_tokens
-        // entries that outlive the call; the target is not decoding (caller).
+        // entries that outlive the call; the target is ours for the call (turn).
         status("process", unsafe {
             sys::llama_rs_mtp_speculative_process(self.spec.as_ptr(), &raw)
         })
     }
 
     /// Start a generation after the prompt was processed.
-    pub fn begin(&mut self, prompt: &[Token]) -> Result<(), LlamaError> {
-        // SAFETY: valid state; the token slice is valid for its length.
+    pub fn begin(&mut self, turn: &mut TargetTurn<'_>, prompt: &[Token]) -> Result<(), LlamaError> {
+        self.check(turn)?;
+        // SAFETY: valid state; the token slice is valid for its length; the
+        // target is ours for the call (turn).
         status("begin", unsafe {
             sys::llama_rs_mtp_speculative_begin(self.spec.as_ptr(), prompt.as_ptr(), prompt.len())
         })
@@ -131,15 +170,18 @@ impl MtpHead {
     /// position `n_past`, given the whole token history.
     pub fn draft(
         &mut self,
+        turn: &mut TargetTurn<'_>,
         n_past: i32,
         last: Token,
         history: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, LlamaError> {
+        self.check(turn)?;
         let mut out = vec![0 as Token; self.max];
         let mut n = 0usize;
         // SAFETY: valid state; `history` is valid for its length; `out` has room
-        // for `self.max` tokens, the most the state was created to draft.
+        // for `self.max` tokens, the most the state was created to draft; the
+        // target is ours for the call (turn).
         status("draft", unsafe {
             sys::llama_rs_mtp_speculative_draft(
                 self.spec.as_ptr(),
@@ -158,9 +200,10 @@ impl MtpHead {
 
     /// Tell the head how many of its last draft the target accepted (only
     /// after a draft that proposed something).
-    pub fn accept(&mut self, accepted: usize) -> Result<(), LlamaError> {
+    pub fn accept(&mut self, turn: &mut TargetTurn<'_>, accepted: usize) -> Result<(), LlamaError> {
+        self.check(turn)?;
         let n = u16::try_from(accepted).map_err(|_| LlamaError::Mtp("accept: too many".into()))?;
-        // SAFETY: valid state.
+        // SAFETY: valid state; the target is ours for the call (turn).
         status("accept", unsafe {
             sys::llama_rs_mtp_speculative_accept(self.spec.as_ptr(), n)
         })
@@ -176,7 +219,8 @@ impl MtpHead {
 impl Drop for MtpHead {
     fn drop(&mut self) {
         // SAFETY: created by llama_rs_mtp_speculative_init, freed once, before
-        // the draft context (a field dropped after this runs).
+        // the draft context (a field dropped after this runs). Freeing touches
+        // the draft context only, never the target.
         unsafe { sys::llama_rs_mtp_speculative_free(self.spec.as_ptr()) };
     }
 }

@@ -26,6 +26,7 @@ struct Oracle(Vec<Token>, usize);
 impl Drafter for Oracle {
     fn draft(
         &mut self,
+        _target: &mut Context,
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, generate::GenerateError> {
@@ -39,6 +40,7 @@ struct Wrong(Vec<Token>, usize);
 impl Drafter for Wrong {
     fn draft(
         &mut self,
+        _target: &mut Context,
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, generate::GenerateError> {

@@ -1,9 +1,12 @@
 //! `--trace-chrome`: a streamed 16-token run's trace opens as JSON, spans nest
-//! per thread, the actors sit on separate tracks, and flash reads overlap compute.
+//! per thread, the actors sit on separate tracks, and flash reads overlap
+//! compute; an MTP run's draft actor has its own track and works only between
+//! the verify decodes.
 
 use std::collections::HashMap;
+use std::path::Path;
 
-use crate::common::{e8k2_cli, stderr};
+use crate::common::{bmoe_within, e8k2_cli, stderr, tiny_mtp};
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -13,26 +16,9 @@ struct Span {
     end: f64,
 }
 
-#[test]
-fn chrome_trace_of_a_streamed_run_nests_spans_and_shows_reads_under_compute() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.json");
-    let o = e8k2_cli(
-        "Once upon a time",
-        16,
-        &[
-            "--cache-mb",
-            "0",
-            "--overlap",
-            "--predict-prefetch",
-            "--trace-chrome",
-            trace.to_str().unwrap(),
-        ],
-    );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert!(err.contains("trace: "), "{err}");
-    let text = std::fs::read_to_string(&trace).unwrap();
+/// The trace's track names (by thread id) and complete spans.
+fn read_trace(trace: &Path) -> (HashMap<u64, String>, Vec<Span>) {
+    let text = std::fs::read_to_string(trace).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).expect("the trace is valid JSON");
     let events = json.as_array().expect("a JSON array of events");
     let mut tracks: HashMap<u64, String> = HashMap::new();
@@ -57,6 +43,29 @@ fn chrome_trace_of_a_streamed_run_nests_spans_and_shows_reads_under_compute() {
             other => panic!("unexpected event kind {other:?}: {e}"),
         }
     }
+    (tracks, spans)
+}
+
+#[test]
+fn chrome_trace_of_a_streamed_run_nests_spans_and_shows_reads_under_compute() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let o = e8k2_cli(
+        "Once upon a time",
+        16,
+        &[
+            "--cache-mb",
+            "0",
+            "--overlap",
+            "--predict-prefetch",
+            "--trace-chrome",
+            trace.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("trace: "), "{err}");
+    let (tracks, spans) = read_trace(&trace);
     let of = |name: &str| {
         spans
             .iter()
@@ -102,4 +111,49 @@ fn chrome_trace_of_a_streamed_run_nests_spans_and_shows_reads_under_compute() {
         "no flash read overlaps a compute segment ({} reads)",
         reads.len()
     );
+}
+
+#[test]
+fn an_mtp_trace_shows_the_draft_actor_on_its_track_between_the_verify_decodes() {
+    let model = tiny_mtp(0.0, 0.25);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let o = bmoe_within(
+        &[
+            "run",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "The quick brown fox jumps over the lazy dog",
+            "-n",
+            "16",
+            "--cache-mb",
+            "0",
+            "--mtp",
+            "--draft",
+            "2",
+            "--head-predemand",
+            "--trace-chrome",
+            trace.to_str().unwrap(),
+        ],
+        180,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (tracks, spans) = read_trace(&trace);
+    let of = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let steps = of("draft.step");
+    let decodes = of("verify.decode");
+    assert!(!steps.is_empty() && !decodes.is_empty());
+    assert!(steps.iter().all(|s| tracks[&s.tid] == "bmoe-draft"));
+    // The hand-over: the head works only while the verify thread waits for
+    // its reply, never during a verify decode.
+    for s in &steps {
+        let during = decodes.iter().find(|d| s.ts < d.end && d.ts < s.end);
+        assert!(during.is_none(), "{s:?} overlaps {during:?}");
+    }
+    // The overlap the actor exists for: after handing its drafts over it asks
+    // for its catch-up's experts in the background, on its own track.
+    let pre = of("draft.predemand");
+    assert!(!pre.is_empty(), "no pre-demand spans");
+    assert!(pre.iter().all(|s| tracks[&s.tid] == "bmoe-draft"));
 }
