@@ -6,7 +6,7 @@
 # max tok/s, and whether the counters and the text agree across builds (they
 # must: a build changes speed, never routing or output). Raw outputs go to OUT
 # (default target/bench-results/builds-DATE, outside the tracked tree).
-# Usage: [OUT=DIR] [ROUNDS=3] [N=64] benches/builds.sh MODEL BIN_A BIN_B [BIN...]
+# Usage: [OUT=DIR] [ROUNDS=3] [N=64] [ONLY=CELL] benches/builds.sh MODEL BIN_A BIN_B [BIN...]
 set -euo pipefail
 MODEL=$1; shift
 BINS=("$@")
@@ -25,6 +25,7 @@ mkdir -p "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
   for c in "${CELLS[@]}"; do
     name=${c%%|*}; flags=${c#*|}
+    [ -n "${ONLY:-}" ] && [ "$name" != "$ONLY" ] && continue
     for i in "${!BINS[@]}"; do
       b=${BINS[$(( (i + r) % ${#BINS[@]} ))]}
       tag=$(basename "$b")

@@ -306,26 +306,9 @@ impl Actor {
         // actor (and the draft context) is torn down only inside `finish`'s
         // join, never while the verify thread runs on.
         let mut failed: Option<String> = None;
-        while let Ok(Call { req, mut turn }) = rx.recv() {
-            let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
-            let g = span.enter();
-            let drafting = matches!(req, Request::Draft { .. });
-            let reply = match &failed {
-                Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
-                None => self.serve(&mut turn, req),
-            };
-            // The target is the caller's again once the reply is sent.
-            drop(turn);
-            self.account(drafting);
-            // The head's hook aborts its decode on a failed read and keeps the
-            // first error: that, not llama.cpp's status code, is the cause.
-            let reply = match (reply, self.drafter.failure()) {
-                (_, Some(e)) => Err(GenerateError::DraftActor(format!(
-                    "the MTP head's expert streaming failed: {e}"
-                ))),
-                (r, None) => r,
-            };
-            drop(g);
+        while let Ok(call) = rx.recv() {
+            let drafting = matches!(call.req, Request::Draft { .. });
+            let reply = self.answer(call, &failed);
             if let Err(e) = &reply {
                 failed.get_or_insert_with(|| e.to_string());
             }
@@ -353,6 +336,28 @@ impl Actor {
         report.hits = self.totals.hits;
         report.misses = self.totals.misses;
         report
+    }
+
+    /// Serve one call (or repeat the first failure). The call's turn ends
+    /// here: the target is the caller's again before the reply is sent.
+    fn answer(&mut self, call: Call, failed: &Option<String>) -> Reply {
+        let Call { req, mut turn } = call;
+        let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
+        let _g = span.enter();
+        let drafting = matches!(req, Request::Draft { .. });
+        let reply = match failed {
+            Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
+            None => self.serve(&mut turn, req),
+        };
+        self.account(drafting);
+        // The head's hook aborts its decode on a failed read and keeps the
+        // first error: that, not llama.cpp's status code, is the cause.
+        match (reply, self.drafter.failure()) {
+            (_, Some(e)) => Err(GenerateError::DraftActor(format!(
+                "the MTP head's expert streaming failed: {e}"
+            ))),
+            (r, None) => r,
+        }
     }
 
     fn serve(&mut self, turn: &mut TargetTurn<'_>, req: Request) -> Reply {

@@ -175,6 +175,7 @@ impl ExpertCache {
         }
         plan.evict = self.evict_to(self.budget_bytes);
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
         plan
     }
 
@@ -190,7 +191,9 @@ impl ExpertCache {
                 e.pins = e.pins.saturating_sub(1);
             }
         }
-        self.evict_to(self.budget_bytes)
+        let evicted = self.evict_to(self.budget_bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
+        evicted
     }
 
     /// Move resident `keys` to the cold end of the LRU (evicted first), e.g.
@@ -229,6 +232,7 @@ impl ExpertCache {
             admitted.push(k);
         }
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
         admitted
     }
 
@@ -243,6 +247,7 @@ impl ExpertCache {
                 pins.retain(|p| p != k);
             }
         }
+        debug_assert!(self.accounting_holds(), "{self:?}");
     }
 
     /// Release all pins of `requester` (e.g. at the end of a decode).
@@ -253,7 +258,31 @@ impl ExpertCache {
                 e.pins = e.pins.saturating_sub(1);
             }
         }
-        self.evict_to(self.budget_bytes)
+        let evicted = self.evict_to(self.budget_bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
+        evicted
+    }
+
+    /// The accounting the tests check from outside, for `debug_assert!` after
+    /// every mutation: the resident bytes are the entries' bytes, the LRU
+    /// orders exactly the entries, every pin is a resident slot counted once per
+    /// requester that holds it, and the cache holds at most its limit.
+    fn accounting_holds(&self) -> bool {
+        let bytes: u64 = self.entries.keys().map(|k| self.bytes(*k)).sum();
+        let lru = self.lru.len() == self.entries.len()
+            && self
+                .lru
+                .iter()
+                .all(|(t, k)| self.entries.get(k).is_some_and(|e| e.tick == *t));
+        let pins =
+            self.entries.iter().all(|(k, e)| {
+                e.pins as usize == self.pinned.iter().filter(|p| p.contains(k)).count()
+            }) && self
+                .pinned
+                .iter()
+                .flatten()
+                .all(|k| self.entries.contains_key(k));
+        bytes == self.resident_bytes && lru && pins && self.resident_bytes <= self.limit_bytes()
     }
 
     fn evict_to(&mut self, target: u64) -> Vec<SlotKey> {

@@ -72,6 +72,23 @@ pub fn names_in(dir: &Path) -> Vec<String> {
 }
 
 /// The tiny MTP model with the given head noise / trunk mix.
+/// `bmoe run` on a tiny MTP model: a fixed prompt, `n` tokens, `extra` flags
+/// (180 s at most).
+pub fn tiny_run_n(model: &Path, n: u32, extra: &[&str]) -> Output {
+    let n = n.to_string();
+    let mut args = vec![
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The quick brown fox jumps over the lazy dog",
+        "-n",
+        &n,
+    ];
+    args.extend_from_slice(extra);
+    bmoe_within(&args, 180)
+}
+
 pub fn tiny_mtp(head_noise: f32, trunk_mix: f32) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());

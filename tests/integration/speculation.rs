@@ -284,17 +284,7 @@ fn tiny_cli(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
 
 /// `bmoe run` on a tiny MTP model with `extra` flags (64 tokens, 180 s at most).
 fn tiny_run(model: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "-m",
-        model.to_str().unwrap(),
-        "-p",
-        "The quick brown fox jumps over the lazy dog",
-        "-n",
-        "64",
-    ];
-    args.extend_from_slice(extra);
-    bmoe_within(&args, 180)
+    crate::common::tiny_run_n(model, 64, extra)
 }
 
 fn trailer(csv: &std::path::Path) -> std::collections::BTreeMap<String, String> {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::common::{bmoe_within, e8k2_cli, stderr, tiny_mtp};
+use crate::common::{e8k2_cli, stderr, tiny_mtp, tiny_run_n};
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -118,26 +118,17 @@ fn an_mtp_trace_shows_the_draft_actor_on_its_track_between_the_verify_decodes() 
     let model = tiny_mtp(0.0, 0.25);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
-    let o = bmoe_within(
-        &[
-            "run",
-            "-m",
-            model.to_str().unwrap(),
-            "-p",
-            "The quick brown fox jumps over the lazy dog",
-            "-n",
-            "16",
-            "--cache-mb",
-            "0",
-            "--mtp",
-            "--draft",
-            "2",
-            "--head-predemand",
-            "--trace-chrome",
-            trace.to_str().unwrap(),
-        ],
-        180,
-    );
+    let flags = [
+        "--cache-mb",
+        "0",
+        "--mtp",
+        "--draft",
+        "2",
+        "--head-predemand",
+        "--trace-chrome",
+        trace.to_str().unwrap(),
+    ];
+    let o = tiny_run_n(&model, 16, &flags);
     assert!(o.status.success(), "{}", stderr(&o));
     let (tracks, spans) = read_trace(&trace);
     let of = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
