@@ -132,7 +132,7 @@ fn bench_outcome(outcome: &bmoe::bench::runner::BenchOutcome) -> Result<()> {
 }
 
 /// The model given with -m, or the default one (prepared if need be).
-fn model_or_default(model: &Option<PathBuf>) -> Result<PathBuf> {
+pub(crate) fn model_or_default(model: &Option<PathBuf>) -> Result<PathBuf> {
     Ok(match model {
         Some(m) => m.clone(),
         None => fixture::ensure_default_moe().context("prepare the default model")?,

@@ -3,10 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
-use bmoe::fixture;
 use bmoe::generate::GenerateError;
 use bmoe::llama;
 use bmoe::stream::{StreamConfig, StreamError};
@@ -72,10 +71,7 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
 /// The model (-m, or the default fixture prepared), with `--n-expert-used`
 /// checked against it.
 fn model_of(args: &RunArgs) -> Result<PathBuf> {
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => fixture::ensure_default_moe().context("prepare the default model")?,
-    };
+    let model = super::commands::model_or_default(&args.model)?;
     if let Some(k) = args.n_expert_used {
         super::graph::check_experts_used(&model, k, args.ctx)?;
     }

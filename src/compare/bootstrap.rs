@@ -32,7 +32,7 @@ pub fn rate_with_ci(wall_ms: &[f64], resamples: usize, level: f64, seed: u64) ->
     }
     let rate = |sum_ms: f64| n as f64 * 1000.0 / sum_ms;
     let mut rng = SplitMix(seed);
-    let mut draws: Vec<f64> = (0..resamples.max(1))
+    let draws: Vec<f64> = (0..resamples.max(1))
         .map(|_| {
             let s: f64 = (0..n)
                 .map(|_| wall_ms[(rng.next() % n as u64) as usize])
@@ -40,14 +40,19 @@ pub fn rate_with_ci(wall_ms: &[f64], resamples: usize, level: f64, seed: u64) ->
             rate(s)
         })
         .collect();
+    Some(interval(rate(total), draws, level))
+}
+
+/// The point estimate with the `level` percentile interval of the bootstrap `draws`.
+fn interval(tok_s: f64, mut draws: Vec<f64>, level: f64) -> RateCi {
     draws.sort_by(f64::total_cmp);
     let q = |p: f64| draws[((p * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
     let tail = (1.0 - level.clamp(0.0, 1.0)) / 2.0;
-    Some(RateCi {
-        tok_s: rate(total),
+    RateCi {
+        tok_s,
         lo: q(tail),
         hi: q(1.0 - tail),
-    })
+    }
 }
 
 /// The decode rate of several runs of one configuration, with a two-level
@@ -74,7 +79,7 @@ pub fn rate_with_ci_runs(
         return None;
     }
     let mut rng = SplitMix(seed);
-    let mut draws: Vec<f64> = (0..resamples.max(1))
+    let draws: Vec<f64> = (0..resamples.max(1))
         .map(|_| {
             let (mut count, mut sum) = (0usize, 0.0f64);
             for _ in 0..runs.len() {
@@ -87,12 +92,5 @@ pub fn rate_with_ci_runs(
             count as f64 * 1000.0 / sum
         })
         .collect();
-    draws.sort_by(f64::total_cmp);
-    let q = |p: f64| draws[((p * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
-    let tail = (1.0 - level.clamp(0.0, 1.0)) / 2.0;
-    Some(RateCi {
-        tok_s: n as f64 * 1000.0 / total,
-        lo: q(tail),
-        hi: q(1.0 - tail),
-    })
+    Some(interval(n as f64 * 1000.0 / total, draws, level))
 }

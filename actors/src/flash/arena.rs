@@ -122,7 +122,9 @@ impl Arena {
 
     /// Give the pages of one expert slot back to the kernel. Only whole pages
     /// inside the slot are released (a neighbour's bytes are never touched).
-    pub fn release(&self, layer: u32, proj: Proj, expert: u32) {
+    /// Crate-private: only the flash actor may call it, and only for a slot the
+    /// cache has evicted (no pin, so no matmul reads it).
+    pub(crate) fn release(&self, layer: u32, proj: Proj, expert: u32) {
         let Some((dst, _, len)) = self.slot(layer, proj, expert) else {
             return;
         };
@@ -144,7 +146,9 @@ impl Arena {
     /// read into `to` needs no page faults and no zeroing, and `from` becomes an
     /// empty reservation again. Returns false (nothing changed) when the slots
     /// do not qualify or the kernel refuses; the caller then releases `from`.
-    pub fn move_slot(&self, proj: Proj, from: (u32, u32), to: (u32, u32)) -> bool {
+    /// Crate-private: only the flash actor may call it, with `from` evicted
+    /// and `to` a miss being loaded (neither is read by a matmul meanwhile).
+    pub(crate) fn move_slot(&self, proj: Proj, from: (u32, u32), to: (u32, u32)) -> bool {
         let (Some((src, _, len)), Some((dst, _, dlen))) =
             (self.slot(from.0, proj, from.1), self.slot(to.0, proj, to.1))
         else {
