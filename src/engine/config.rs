@@ -7,7 +7,6 @@ use bmoe_actors::telemetry::TelemetryConfig;
 
 use super::EngineError;
 use crate::layout::MoeLayout;
-use crate::llama::Model;
 use crate::stream::{StreamConfig, StreamError, Streamer};
 
 /// How expert weights reach the matmuls.
@@ -151,12 +150,32 @@ impl RunConfig {
     }
 }
 
-/// The resolved configuration, as `key=value` pairs for the CSV preamble.
+/// What the CSV preamble says about a streamed run's reader, from its streamer.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ReaderFacts {
+    pub(super) budget_bytes: u64,
+    pub(super) o_direct: bool,
+    pub(super) reader: String,
+}
+
+impl ReaderFacts {
+    pub(super) fn of(s: &Streamer) -> Self {
+        Self {
+            budget_bytes: s.budget_bytes,
+            o_direct: s.flash.o_direct(),
+            reader: s.flash.reader_description().to_string(),
+        }
+    }
+}
+
+/// The resolved configuration, as `key=value` pairs for the CSV preamble: a
+/// pure function of the configuration, the layout, the streamer's reader
+/// (None when resident), the model's layer count and the context size.
 pub(super) fn preamble(
     cfg: &RunConfig,
     layout: &MoeLayout,
-    streamer: Option<&Streamer>,
-    model: &Model,
+    streamer: Option<&ReaderFacts>,
+    n_layer: u32,
     n_ctx: u32,
 ) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
@@ -164,7 +183,7 @@ pub(super) fn preamble(
     kv("engine_version", crate::VERSION.to_string());
     kv("model", cfg.model.display().to_string());
     kv("arch", layout.arch.clone());
-    kv("n_layer", model.n_layer().to_string());
+    kv("n_layer", n_layer.to_string());
     kv("n_layer_nextn", layout.n_layer_nextn.to_string());
     kv("n_expert", layout.n_expert.to_string());
     kv("n_expert_used", cfg.experts_used(layout).to_string());
@@ -180,8 +199,8 @@ pub(super) fn preamble(
             kv("mode", "stream".into());
             kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
             kv("io_threads", sc.io_threads.to_string());
-            kv("o_direct", (s.flash.o_direct() as u8).to_string());
-            kv("reader", s.flash.reader_description().to_string());
+            kv("o_direct", (s.o_direct as u8).to_string());
+            kv("reader", s.reader.clone());
             kv("overlap", (sc.overlap as u8).to_string());
             kv("dense_weights", sc.dense.name().to_string());
         }
@@ -220,4 +239,99 @@ pub(super) fn preamble(
     ) && streamer.is_some();
     kv("mtp_head_predemand", (predemand as u8).to_string());
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn layout() -> MoeLayout {
+        MoeLayout {
+            arch: "llama".into(),
+            n_layer: 30,
+            n_layer_nextn: 0,
+            n_expert: 64,
+            n_expert_used: 4,
+            experts: Vec::new(),
+            total_tensor_bytes: 0,
+            file_bytes: 0,
+            alignment: 4096,
+            types: BTreeMap::new(),
+            blocks_in_table: 30,
+        }
+    }
+
+    fn config(mode: Mode) -> RunConfig {
+        RunConfig {
+            model: PathBuf::from("m.gguf"),
+            prompt: "hi".into(),
+            chat: false,
+            n_predict: 16,
+            ignore_eos: true,
+            threads: 2,
+            n_ctx: 512,
+            mode,
+            stream_explicit: false,
+            telemetry: TelemetryConfig::default(),
+            n_expert_used: None,
+            speculation: Speculation::Ngram { min_match: 3 },
+            draft_max: 4,
+        }
+    }
+
+    fn value<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
+        let found = pairs.iter().find(|(k, _)| k == key);
+        found
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {key}"))
+    }
+
+    #[test]
+    fn a_streamed_runs_preamble_says_its_reader_and_settings() {
+        let sc = StreamConfig {
+            overlap: true,
+            prefetch: 2,
+            ..StreamConfig::default()
+        };
+        let reader = ReaderFacts {
+            budget_bytes: 759 << 20,
+            o_direct: true,
+            reader: "io_uring O_DIRECT depth 4".into(),
+        };
+        let p = preamble(&config(Mode::Stream(sc)), &layout(), Some(&reader), 30, 512);
+        let want = [
+            ("mode", "stream"),
+            ("cache_mb", "759"),
+            ("o_direct", "1"),
+            ("reader", "io_uring O_DIRECT depth 4"),
+            ("overlap", "1"),
+            ("prefetch", "2"),
+            ("n_layer", "30"),
+            ("n_ctx", "512"),
+            ("ignore_eos", "1"),
+            ("lossy", "0"),
+            ("spec", "ngram"),
+            ("spec_draft_max", "4"),
+            ("ngram_min_match", "3"),
+        ];
+        for (k, v) in want {
+            assert_eq!(value(&p, k), v, "{k}");
+        }
+    }
+
+    #[test]
+    fn a_resident_runs_preamble_has_no_reader_and_a_lossy_top_k_is_marked() {
+        let mut cfg = config(Mode::Resident);
+        cfg.n_expert_used = Some(2);
+        let p = preamble(&cfg, &layout(), None, 30, 512);
+        assert_eq!(value(&p, "mode"), "resident");
+        assert_eq!(value(&p, "cache_mb"), "0");
+        assert_eq!(value(&p, "dense_weights"), "mmap");
+        assert_eq!(value(&p, "n_expert_used"), "2");
+        assert_eq!(value(&p, "n_expert_used_model"), "4");
+        assert_eq!(value(&p, "lossy"), "1");
+        assert!(p.iter().all(|(k, _)| k != "reader"));
+    }
 }

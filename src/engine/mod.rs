@@ -170,7 +170,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         None => None,
     };
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
-    let preamble = preamble(cfg, &layout, backend.streamer(), &model, ctx.n_ctx());
+    let reader = backend.streamer().map(config::ReaderFacts::of);
+    let preamble = preamble(cfg, &layout, reader.as_ref(), model.n_layer(), ctx.n_ctx());
     let telemetry = Telemetry::start(&cfg.telemetry, csv_file, &preamble)?;
     let metered = generate_metered(cfg, &mut ctx, &tokens, &telemetry, on_text, mtp.as_mut());
     // Join the draft actor before anything else reads the target context.

@@ -192,3 +192,66 @@ impl RunReport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::SpecStats;
+
+    #[test]
+    fn the_trailer_totals_the_rows_and_rates_the_decodes() {
+        let row = |prefill, wall_ms, read_bytes, hits, misses| TokenRow {
+            prefill,
+            wall_ms,
+            read_bytes,
+            hits,
+            misses,
+            stall_ms: 10.0,
+            ..TokenRow::default()
+        };
+        let rows = [
+            row(true, 100.0, 4096, 0, 4),
+            row(false, 50.0, 1024, 3, 1),
+            row(false, 30.0, 0, 4, 0),
+        ];
+        let spec = SpecStats {
+            steps: 2,
+            drafted: 3,
+            accepted: 1,
+            ..SpecStats::default()
+        };
+        let pairs = Totals {
+            rows: &rows,
+            generated: 3,
+            prompt_tokens: 7,
+            elapsed: Duration::from_millis(500),
+            decode_span: Duration::from_millis(100),
+            aborted: true,
+            dropped_events: 0,
+            peak_rss_bytes: 1 << 20,
+            spec: &spec,
+        }
+        .pairs();
+        let v = |k: &str| {
+            let p = pairs.iter().find(|(key, _)| key == k);
+            p.map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {k}"))
+        };
+        // 2 tokens after the first over 100 ms; the decodes alone 40 ms each.
+        assert_eq!(v("decode_tok_s"), "20.000");
+        assert_eq!(v("decode_compute_tok_s"), "25.000");
+        assert_eq!((v("tokens"), v("prompt_tokens")), ("3".into(), "7".into()));
+        assert_eq!(v("read_bytes_total"), "5120");
+        assert_eq!(
+            (v("cache_hits"), v("cache_misses")),
+            ("7".into(), "5".into())
+        );
+        assert_eq!(v("stall_s"), "0.030");
+        assert_eq!(
+            (v("mtp_drafted"), v("mtp_accepted")),
+            ("3".into(), "1".into())
+        );
+        assert_eq!(v("aborted"), "1");
+        assert_eq!(v("wall_s"), "0.500");
+    }
+}
