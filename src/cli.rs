@@ -287,6 +287,18 @@ pub enum FixtureCmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Build a tiny random-weight model of an MoE family (work in progress).
+    Zoo {
+        /// The family (its gguf architecture name), e.g. qwen3moe.
+        #[arg(long)]
+        family: String,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Seed of all weights.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Build the tiny qwen35moe with one MTP block.
     TinyMtp {
         /// Output file (default: in the cache directory).

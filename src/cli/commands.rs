@@ -273,6 +273,19 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 .with_context(|| format!("upcycle {}", from.display()))?;
             outln!("{}", out.display());
         }
+        FixtureCmd::Zoo {
+            family,
+            output,
+            seed,
+        } => {
+            let family = bmoe::fixture::zoo::Family::parse(&family)?;
+            let src = smollm2::ensure(None)?;
+            fixture::refuse_directory(&output)?;
+            ensure_parent(&output)?;
+            let bytes = bmoe::fixture::zoo::build(&src, &output, family, seed)?;
+            bmoe::say!("zoo model: {bytes} bytes");
+            outln!("{}", output.display());
+        }
         FixtureCmd::TinyMtp {
             output,
             seed,

@@ -15,3 +15,4 @@ mod speculation;
 mod stream;
 mod telemetry;
 mod tracing;
+mod zoo;
