@@ -292,6 +292,9 @@ pub enum FixtureCmd {
         /// The family (its gguf architecture name), e.g. qwen3moe.
         #[arg(long)]
         family: String,
+        /// The routed experts' type (ggml's name: f32, q8_0, q4_0, q4_1, mxfp4, ...).
+        #[arg(long, default_value = "f32")]
+        quant: String,
         /// Output file.
         #[arg(short, long)]
         output: PathBuf,

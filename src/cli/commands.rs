@@ -275,14 +275,17 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
         }
         FixtureCmd::Zoo {
             family,
+            quant,
             output,
             seed,
         } => {
             let family = bmoe::fixture::zoo::Family::parse(&family)?;
+            let quant = bmoe::llama::quant::GgmlType::from_name(&quant)
+                .ok_or_else(|| UsageError(format!("--quant {quant}: not a ggml type name")))?;
             let src = smollm2::ensure(None)?;
             fixture::refuse_directory(&output)?;
             ensure_parent(&output)?;
-            let bytes = bmoe::fixture::zoo::build(&src, &output, family, seed)?;
+            let bytes = bmoe::fixture::zoo::build(&src, &output, family, quant, seed)?;
             bmoe::say!("zoo model: {bytes} bytes");
             outln!("{}", output.display());
         }

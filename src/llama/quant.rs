@@ -52,6 +52,14 @@ impl GgmlType {
         unsafe { sys::ggml_row_size(self.0, ne0 as i64) as u64 }
     }
 
+    /// The type named `name` as ggml names it (`q8_0`, `mxfp4`, ...; any case).
+    pub fn from_name(name: &str) -> Option<GgmlType> {
+        (0..sys::GGML_TYPE_COUNT)
+            .map(GgmlType)
+            .filter(|t| t.traits().is_some_and(|tr| tr.blck_size > 0))
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
     pub fn is_quantized(self) -> bool {
         self.traits().map(|t| t.is_quantized).unwrap_or(false)
     }

@@ -5,11 +5,23 @@ use crate::common::{bmoe, fixture_dir, stderr, stdout};
 
 #[test]
 fn each_zoo_family_streams_with_the_resident_text() {
-    for family in bmoe::fixture::zoo::Family::ALL {
+    let mut cases: Vec<(&str, &str)> = bmoe::fixture::zoo::Family::ALL
+        .iter()
+        .map(|f| (f.arch(), "f32"))
+        .collect();
+    // The quant types real files use for their experts.
+    cases.extend([
+        ("gpt-oss", "mxfp4"),
+        ("qwen3moe", "q8_0"),
+        ("qwen3moe", "q4_0"),
+    ]);
+    for (arch, quant) in cases {
         let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
-        let model = dir.path().join(format!("{}.gguf", family.arch()));
+        let model = dir.path().join(format!("{arch}-{quant}.gguf"));
         let m = model.to_str().unwrap();
-        let o = bmoe(&["fixture", "zoo", "--family", family.arch(), "-o", m]);
+        let o = bmoe(&[
+            "fixture", "zoo", "--family", arch, "--quant", quant, "-o", m,
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
         let run = |flags: &[&str]| {
             let mut args = vec![
@@ -24,12 +36,45 @@ fn each_zoo_family_streams_with_the_resident_text() {
             ];
             args.extend_from_slice(flags);
             let o = bmoe(&args);
-            assert!(o.status.success(), "{}: {}", family.arch(), stderr(&o));
+            assert!(o.status.success(), "{arch} {quant}: {}", stderr(&o));
             (stdout(&o), stderr(&o))
         };
         let (resident, _) = run(&["--resident"]);
         let (streamed, err) = run(&["--cache-mb", "0"]);
-        assert_eq!(streamed, resident, "{}", family.arch());
+        assert_eq!(streamed, resident, "{arch} {quant}");
         assert!(err.contains("moe-cache: budget 0 MiB"), "{err}");
     }
+}
+
+#[test]
+fn a_zoo_quant_whose_blocks_do_not_fit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    let o = bmoe(&[
+        "fixture",
+        "zoo",
+        "--family",
+        "qwen3moe",
+        "--quant",
+        "q4_K",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("do not divide"), "{}", stderr(&o));
+    assert!(!out.exists());
+    let o = bmoe(&[
+        "fixture",
+        "zoo",
+        "--family",
+        "nope",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the zoo has qwen3moe"),
+        "{}",
+        stderr(&o)
+    );
 }
