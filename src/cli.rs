@@ -319,6 +319,9 @@ pub enum FixtureCmd {
         /// Fully random weights (acceptance ~0%).
         #[arg(long)]
         random: bool,
+        /// Store the experts fused as ffn_gate_up_exps (as llama.cpp's converter can).
+        #[arg(long)]
+        fused_gate_up: bool,
         /// Tokenizer source (default: the cached SmolLM2, fetched if missing).
         #[arg(long)]
         tokenizer_from: Option<PathBuf>,

@@ -60,6 +60,9 @@ fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
     let layer = layer.parse().ok()?;
     let proj = match tail {
         "ffn_gate_exps.weight" => Proj::Gate,
+        // Gate and up fused in one tensor (one slice per expert, gate rows
+        // first): streamed in the gate's place, awaited with it at the routing.
+        "ffn_gate_up_exps.weight" => Proj::Gate,
         "ffn_up_exps.weight" => Proj::Up,
         "ffn_down_exps.weight" => Proj::Down,
         _ => return None,

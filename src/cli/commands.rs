@@ -295,6 +295,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             head_noise,
             trunk_mix,
             random,
+            fused_gate_up,
             tokenizer_from,
         } => {
             let params = tiny_mtp::TinyMtpParams {
@@ -302,6 +303,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 head_noise,
                 trunk_mix,
                 random,
+                fused_gate_up,
             };
             let src = match tokenizer_from {
                 Some(f) => f,
@@ -311,8 +313,9 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 || {
                     fixture::cache_dir().map(|d| {
                         d.join(format!(
-                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}.gguf",
-                            if random { "-random" } else { "" }
+                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}{}.gguf",
+                            if random { "-random" } else { "" },
+                            if fused_gate_up { "-fused" } else { "" }
                         ))
                     })
                 },

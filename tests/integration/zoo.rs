@@ -78,3 +78,51 @@ fn a_zoo_quant_whose_blocks_do_not_fit_is_refused() {
         stderr(&o)
     );
 }
+
+#[test]
+fn fused_gate_up_experts_are_streamed_with_the_resident_text() {
+    let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
+    let model = dir.path().join("fused.gguf");
+    let m = model.to_str().unwrap();
+    let o = bmoe(&[
+        "fixture",
+        "tiny-mtp",
+        "--fused-gate-up",
+        "--trunk-mix",
+        "0.25",
+        "-o",
+        m,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let layout = bmoe::layout::MoeLayout::open(&model).unwrap();
+    let fused = layout
+        .experts
+        .iter()
+        .filter(|e| e.name.ends_with("ffn_gate_up_exps.weight"))
+        .count();
+    assert_eq!(fused, 3, "every block's fused experts are streamable");
+    let run = |flags: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-m",
+            m,
+            "-p",
+            "Hello world",
+            "-n",
+            "16",
+            "--ignore-eos",
+        ];
+        args.extend_from_slice(flags);
+        let o = bmoe(&args);
+        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let resident = run(&["--resident"]);
+    for flags in [
+        &["--cache-mb", "0"][..],
+        &["--cache-mb", "0", "--overlap"],
+        &["--cache-mb", "0", "--mtp", "--draft", "2"],
+    ] {
+        assert_eq!(run(flags), resident, "{flags:?}");
+    }
+}
