@@ -137,9 +137,9 @@ impl MtpActor {
         let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
         let abort = Arc::new(AtomicBool::new(false));
         let thread_abort = abort.clone();
-        // SAFETY: the thread uses the turn only in Actor::new, before it sends
-        // on `ready_tx` (or ends); this function waits for that below while
-        // `target` is still borrowed.
+        // The thread uses the turn only in Actor::new, before it sends on
+        // `ready_tx` (or ends), and this function waits for that below.
+        // SAFETY: the detached turn is done with while `target` is still borrowed.
         let turn = unsafe { TargetTurn::new(target).detach() };
         let join = std::thread::Builder::new()
             .name("bmoe-draft".into())
@@ -181,11 +181,11 @@ impl MtpActor {
     fn call(&mut self, target: &mut Context, req: Request) -> Reply {
         let stopped = || GenerateError::DraftActor("the draft actor stopped".into());
         let tx = self.tx.as_ref().ok_or_else(stopped)?;
-        // SAFETY: the actor drops the turn before it sends its reply, and this
-        // function returns only after receiving that reply or after the reply
-        // channel closed (the actor thread ended): either way the actor is done
-        // with the turn while `target` is still borrowed here. If the send
-        // fails, the call (and the turn) is dropped here.
+        // The actor drops the turn before it sends its reply, and this function
+        // returns only after receiving that reply or after the reply channel
+        // closed (the actor thread ended). If the send fails, the call (and the
+        // turn) is dropped here.
+        // SAFETY: so the detached turn is done with while `target` is still borrowed.
         let turn = unsafe { TargetTurn::new(target).detach() };
         tx.send(Call { req, turn }).map_err(|_| stopped())?;
         self.rx.recv().map_err(|_| stopped())?

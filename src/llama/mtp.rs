@@ -86,10 +86,10 @@ impl MtpHead {
         p_min: f32,
     ) -> Result<Self, LlamaError> {
         let max = max.max(1);
-        // SAFETY: both context pointers are valid: the target is borrowed
-        // exclusively for this call (the turn), the draft is moved into the
-        // returned head and outlives `spec`. The state keeps the target pointer
-        // but dereferences it only in calls that hold a turn for it.
+        // The target is borrowed exclusively for this call (the turn); the draft
+        // is moved into the returned head and outlives `spec`. The state keeps
+        // the target pointer but dereferences it only in calls holding a turn.
+        // SAFETY: both context pointers are valid for the call, as above.
         let raw = unsafe {
             sys::llama_rs_mtp_speculative_init(
                 turn.ptr.as_ptr(),
