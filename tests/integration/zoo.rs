@@ -3,6 +3,25 @@
 
 use crate::common::{bmoe, fixture_dir, stderr, stdout};
 
+/// `bmoe run` of 16 tokens on `model` with `flags`, which must succeed: its
+/// stdout and stderr.
+fn run16(model: &str, flags: &[&str]) -> (String, String) {
+    let mut args = vec![
+        "run",
+        "-m",
+        model,
+        "-p",
+        "Hello world",
+        "-n",
+        "16",
+        "--ignore-eos",
+    ];
+    args.extend_from_slice(flags);
+    let o = bmoe(&args);
+    assert!(o.status.success(), "{model} {flags:?}: {}", stderr(&o));
+    (stdout(&o), stderr(&o))
+}
+
 #[test]
 fn each_zoo_family_streams_with_the_resident_text() {
     let mut cases: Vec<(&str, &str)> = bmoe::fixture::zoo::Family::ALL
@@ -23,22 +42,7 @@ fn each_zoo_family_streams_with_the_resident_text() {
             "fixture", "zoo", "--family", arch, "--quant", quant, "-o", m,
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let run = |flags: &[&str]| {
-            let mut args = vec![
-                "run",
-                "-m",
-                m,
-                "-p",
-                "Hello world",
-                "-n",
-                "16",
-                "--ignore-eos",
-            ];
-            args.extend_from_slice(flags);
-            let o = bmoe(&args);
-            assert!(o.status.success(), "{arch} {quant}: {}", stderr(&o));
-            (stdout(&o), stderr(&o))
-        };
+        let run = |flags: &[&str]| run16(m, flags);
         let (resident, _) = run(&["--resident"]);
         let (streamed, err) = run(&["--cache-mb", "0"]);
         assert_eq!(streamed, resident, "{arch} {quant}");
@@ -101,22 +105,7 @@ fn fused_gate_up_experts_are_streamed_with_the_resident_text() {
         .filter(|e| e.name.ends_with("ffn_gate_up_exps.weight"))
         .count();
     assert_eq!(fused, 3, "every block's fused experts are streamable");
-    let run = |flags: &[&str]| {
-        let mut args = vec![
-            "run",
-            "-m",
-            m,
-            "-p",
-            "Hello world",
-            "-n",
-            "16",
-            "--ignore-eos",
-        ];
-        args.extend_from_slice(flags);
-        let o = bmoe(&args);
-        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-        stdout(&o)
-    };
+    let run = |flags: &[&str]| run16(m, flags).0;
     let resident = run(&["--resident"]);
     for flags in [
         &["--cache-mb", "0"][..],
