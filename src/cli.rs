@@ -301,6 +301,10 @@ pub enum FixtureCmd {
         /// Seed of all weights.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Write N shards (OUTPUT minus .gguf, then -0000K-of-0000N.gguf), as
+        /// llama.cpp's split tool does.
+        #[arg(long, value_name = "N")]
+        split: Option<u32>,
     },
     /// Build the tiny qwen35moe with one MTP block.
     TinyMtp {

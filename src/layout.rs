@@ -2,9 +2,9 @@
 //! table (no weights loaded). Used by `inspect` and by the streaming engine.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::llama::gguf::{GgufFile, TensorInfo};
+use crate::llama::gguf::{GgufFile, GgufShards, TensorInfo};
 use crate::llama::quant::GgmlType;
 use crate::llama::LlamaError;
 
@@ -18,8 +18,13 @@ pub struct ExpertTensor {
     pub proj: Proj,
     pub name: String,
     pub ggml_type: GgmlType,
-    /// Absolute file offset of expert 0.
+    /// The file (index into [`MoeLayout::shards`]) that holds it.
+    pub shard: usize,
+    /// Offset of expert 0 in its shard's file.
     pub file_offset: u64,
+    /// Offset of expert 0 in the streaming address space (its shard's base +
+    /// `file_offset`): what the flash actor reads.
+    pub stream_offset: u64,
     /// Bytes of one expert (ne0 x ne1); expert e starts at file_offset + e * slice_bytes.
     pub slice_bytes: u64,
     pub n_expert: u32,
@@ -29,7 +34,27 @@ impl ExpertTensor {
     pub fn slice_offset(&self, expert: u32) -> u64 {
         self.file_offset + expert as u64 * self.slice_bytes
     }
+
+    /// Bytes of all its experts.
+    pub fn bytes(&self) -> u64 {
+        self.slice_bytes * u64::from(self.n_expert)
+    }
 }
+
+/// One file of the model (the only one, or a shard of a split model).
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub path: PathBuf,
+    pub file_bytes: u64,
+    /// Where byte 0 of this file lies in the streaming address space: the
+    /// flash actor sees the shards one after another, each starting on a
+    /// 4096-byte boundary (so O_DIRECT alignment is the same in both).
+    pub base: u64,
+    pub tensors: u32,
+}
+
+/// Shard bases are rounded up to this.
+const SHARD_ALIGN: u64 = 4096;
 
 /// The model seen as dense weights plus streamable expert slices.
 #[derive(Debug, Clone)]
@@ -41,7 +66,10 @@ pub struct MoeLayout {
     pub n_expert_used: u32,
     pub experts: Vec<ExpertTensor>,
     pub total_tensor_bytes: u64,
+    /// Bytes of all files.
     pub file_bytes: u64,
+    /// The model's files: one, or the shards of a split model in order.
+    pub shards: Vec<Shard>,
     pub alignment: u64,
     /// Tensor count and bytes per ggml type name.
     pub types: BTreeMap<String, (u32, u64)>,
@@ -71,51 +99,74 @@ fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
 }
 
 impl MoeLayout {
+    /// The layout of a single-file model.
     pub fn from_file(g: &GgufFile) -> Self {
+        Self::from_files(std::slice::from_ref(g))
+    }
+
+    /// The layout of a model in `files` (the first holds the metadata).
+    pub fn from_files(files: &[GgufFile]) -> Self {
+        let g = &files[0];
         let arch = g.arch().unwrap_or_else(|| "unknown".into());
         // Out-of-range values saturate (and `check` refuses them).
         let int = |k: &str| u32::try_from(g.arch_int(k).unwrap_or(0).max(0)).unwrap_or(u32::MAX);
         let block_count = int("block_count");
         let n_layer_nextn = int("nextn_predict_layers").min(block_count);
-        let n_expert = int("expert_count");
-        let n_expert_used = int("expert_used_count");
-        let mut types: BTreeMap<String, (u32, u64)> = BTreeMap::new();
-        let mut experts = Vec::new();
-        let mut total = 0;
-        let mut blocks_in_table = 0u32;
-        for t in g.tensors() {
-            if let Some(b) = block_of(&t.name) {
-                blocks_in_table = blocks_in_table.max(b.saturating_add(1));
-            }
-            total += t.size_bytes;
-            let e = types.entry(t.ggml_type.name()).or_default();
-            e.0 += 1;
-            e.1 += t.size_bytes;
-            if let Some((layer, proj)) = parse_expert_name(&t.name) {
-                experts.push(expert_tensor(t, layer, proj));
-            }
-        }
-        experts.sort_by_key(|e| (e.layer, e.proj));
-        Self {
+        let mut l = Self {
             arch,
             n_layer: block_count.saturating_sub(n_layer_nextn),
             n_layer_nextn,
-            n_expert,
-            n_expert_used,
-            experts,
-            total_tensor_bytes: total,
-            file_bytes: g.file_bytes(),
+            n_expert: int("expert_count"),
+            n_expert_used: int("expert_used_count"),
+            experts: Vec::new(),
+            total_tensor_bytes: 0,
+            file_bytes: 0,
+            shards: Vec::new(),
             alignment: g.alignment(),
-            types,
-            blocks_in_table,
+            types: BTreeMap::new(),
+            blocks_in_table: 0,
+        };
+        for f in files {
+            l.add_file(f);
+        }
+        l.experts.sort_by_key(|e| (e.layer, e.proj));
+        l
+    }
+
+    /// Add `f`'s tensors as the next shard.
+    fn add_file(&mut self, f: &GgufFile) {
+        let base = self
+            .shards
+            .last()
+            .map_or(0, |s| (s.base + s.file_bytes).div_ceil(SHARD_ALIGN) * SHARD_ALIGN);
+        let shard = self.shards.len();
+        self.shards.push(Shard {
+            path: f.path().to_path_buf(),
+            file_bytes: f.file_bytes(),
+            base,
+            tensors: f.tensors().len() as u32,
+        });
+        self.file_bytes += f.file_bytes();
+        for t in f.tensors() {
+            if let Some(b) = block_of(&t.name) {
+                self.blocks_in_table = self.blocks_in_table.max(b.saturating_add(1));
+            }
+            self.total_tensor_bytes += t.size_bytes;
+            let e = self.types.entry(t.ggml_type.name()).or_default();
+            e.0 += 1;
+            e.1 += t.size_bytes;
+            if let Some((layer, proj)) = parse_expert_name(&t.name) {
+                self.experts.push(expert_tensor(t, layer, proj, shard, base));
+            }
         }
     }
 
+    /// The layout of the model at `path` (a file, or the first shard of a
+    /// split model: every shard is checked).
     pub fn open(path: &Path) -> Result<Self, LlamaError> {
-        let g = GgufFile::open(path)?;
-        g.check_vocab()?;
-        g.check_complete()?;
-        let layout = Self::from_file(&g);
+        let shards = GgufShards::open(path)?;
+        shards.first().check_vocab()?;
+        let layout = Self::from_files(shards.files());
         layout.check().map_err(|detail| LlamaError::Corrupt {
             path: path.to_path_buf(),
             detail,
@@ -160,10 +211,11 @@ impl MoeLayout {
                 .slice_bytes
                 .checked_mul(u64::from(e.n_expert))
                 .and_then(|b| b.checked_add(e.file_offset));
-            if e.slice_bytes == 0 || end.is_none_or(|end| end > self.file_bytes) {
+            let file_bytes = self.shards[e.shard].file_bytes;
+            if e.slice_bytes == 0 || end.is_none_or(|end| end > file_bytes) {
                 return Err(format!(
                     "{}: {} slices of {} bytes at offset {} do not fit the file's {} bytes",
-                    e.name, e.n_expert, e.slice_bytes, e.file_offset, self.file_bytes
+                    e.name, e.n_expert, e.slice_bytes, e.file_offset, file_bytes
                 ));
             }
         }
@@ -175,10 +227,11 @@ impl MoeLayout {
     }
 
     pub fn expert_bytes(&self) -> u64 {
-        self.experts
-            .iter()
-            .map(|e| e.slice_bytes * e.n_expert as u64)
-            .sum()
+        self.experts.iter().map(ExpertTensor::bytes).sum()
+    }
+
+    pub fn is_split(&self) -> bool {
+        self.shards.len() > 1
     }
 
     pub fn dense_bytes(&self) -> u64 {
@@ -229,13 +282,15 @@ impl MoeLayout {
     }
 }
 
-fn expert_tensor(t: &TensorInfo, layer: u32, proj: Proj) -> ExpertTensor {
+fn expert_tensor(t: &TensorInfo, layer: u32, proj: Proj, shard: usize, base: u64) -> ExpertTensor {
     ExpertTensor {
         layer,
         proj,
         name: t.name.clone(),
         ggml_type: t.ggml_type,
+        shard,
         file_offset: t.file_offset,
+        stream_offset: base.saturating_add(t.file_offset),
         slice_bytes: t.slice_bytes(),
         n_expert: u32::try_from(t.ne[2]).unwrap_or(u32::MAX),
     }

@@ -128,10 +128,13 @@ fn init_tracing(
 
 fn llama_code(e: &LlamaError) -> Option<u8> {
     match e {
-        LlamaError::Missing { .. } | LlamaError::Io { .. } => Some(exit::MODEL_MISSING),
-        LlamaError::NotGguf { .. } | LlamaError::Truncated { .. } | LlamaError::Corrupt { .. } => {
-            Some(exit::MODEL_INVALID)
+        LlamaError::Missing { .. } | LlamaError::Io { .. } | LlamaError::ShardMissing { .. } => {
+            Some(exit::MODEL_MISSING)
         }
+        LlamaError::NotGguf { .. }
+        | LlamaError::Truncated { .. }
+        | LlamaError::Corrupt { .. }
+        | LlamaError::ShardMismatch { .. } => Some(exit::MODEL_INVALID),
         _ => None,
     }
 }

@@ -141,11 +141,11 @@ pub fn probe_bound(
     layout: &MoeLayout,
     prompt_path: &Path,
 ) -> Result<Bound, BenchError> {
-    let slices = crate::stream::expert_slices(layout);
+    let (file, slices) = crate::stream::probe_slices(layout);
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
-            &plan.model,
+            &file,
             &slices,
             d.max(1),
             true,

@@ -154,7 +154,7 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err(UsageError("--seconds must be > 0".into()).into());
     }
-    if !probe_reads(&args, &model, &layout)? {
+    if !probe_reads(&args, &layout)? {
         return Ok(());
     }
     if args.resident_tokens > 0 {
@@ -165,11 +165,11 @@ pub fn probe(args: ProbeArgs) -> Result<()> {
 
 /// The read-bandwidth table, one row per queue depth; false when a signal
 /// stopped it.
-fn probe_reads(args: &ProbeArgs, model: &Path, layout: &MoeLayout) -> Result<bool> {
-    let slices = bmoe::stream::expert_slices(layout);
+fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
+    let (file, slices) = bmoe::stream::probe_slices(layout);
     outln!(
         "probe: {} ({} slices of {} bytes), {}",
-        model.display(),
+        file.display(),
         slices.len(),
         layout.slice_bytes(bmoe::layout::Proj::Gate).unwrap_or(0),
         if args.no_odirect {
@@ -181,7 +181,7 @@ fn probe_reads(args: &ProbeArgs, model: &Path, layout: &MoeLayout) -> Result<boo
     outln!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
     for &d in &args.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
-            model,
+            &file,
             &slices,
             d.max(1),
             !args.no_odirect,
@@ -278,6 +278,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             quant,
             output,
             seed,
+            split,
         } => {
             let family = bmoe::fixture::zoo::Family::parse(&family)?;
             let quant = bmoe::llama::quant::GgmlType::from_name(&quant)
@@ -285,9 +286,18 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             let src = smollm2::ensure(None)?;
             fixture::refuse_directory(&output)?;
             ensure_parent(&output)?;
-            let bytes = bmoe::fixture::zoo::build(&src, &output, family, quant, seed)?;
-            bmoe::say!("zoo model: {bytes} bytes");
-            outln!("{}", output.display());
+            let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, seed);
+            let Some(n) = split else {
+                let bytes = build(&output)?;
+                bmoe::say!("zoo model: {bytes} bytes");
+                outln!("{}", output.display());
+                return Ok(());
+            };
+            let (shards, bytes) = bmoe::fixture::split::build_split(&output, n, build)?;
+            bmoe::say!("zoo model: {bytes} bytes in {n} shards");
+            for s in shards {
+                outln!("{}", s.display());
+            }
         }
         FixtureCmd::TinyMtp {
             output,

@@ -100,7 +100,7 @@ pub(super) fn target_context(
     };
     let mut anon = None;
     if let Backend::Stream { streamer, cfg: sc } = backend {
-        anon = streamer.prepare_mapping(&cfg.model, sc.dense)?;
+        anon = streamer.prepare_mapping(sc.dense)?;
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
     }

@@ -338,6 +338,7 @@ mod tests {
                 experts: Vec::new(),
                 total_tensor_bytes: 0,
                 file_bytes: 0,
+                shards: Vec::new(),
                 alignment: 32,
                 types: BTreeMap::new(),
                 blocks_in_table: 2,

@@ -26,6 +26,18 @@ pub enum LlamaError {
     },
     #[error("{path}: corrupt gguf header ({detail}); re-download or rebuild the model")]
     Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "{path}: shard {no} of {count} of a split model is missing; put every \
+         {prefix}-NNNNN-of-{count:05}.gguf file in one folder"
+    )]
+    ShardMissing {
+        path: PathBuf,
+        prefix: String,
+        no: u32,
+        count: u32,
+    },
+    #[error("{path}: {detail}; re-download the split model's shards or rebuild them")]
+    ShardMismatch { path: PathBuf, detail: String },
     #[error("llama.cpp failed to load the model {path} (run with -v to see llama.cpp's log)")]
     LoadFailed { path: PathBuf },
     #[error("llama.cpp failed to create a context: {0} (run with -v to see llama.cpp's log)")]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use llama_cpp_sys_2 as sys;
 
-use super::gguf::GgufFile;
+use super::gguf::GgufShards;
 use super::{init_backend, LlamaError, Token};
 
 /// How to load a model.
@@ -117,13 +117,13 @@ impl Model {
     }
 
     /// Validate the file as a gguf (clear errors for missing, non-gguf and
-    /// truncated files), then load it with llama.cpp on the CPU. Weight
+    /// truncated files; for a split model, every shard), then load it with
+    /// llama.cpp on the CPU (which finds the other shards itself). Weight
     /// repacking is always off so that file offsets describe what the matmuls read.
     pub fn load(path: &Path, params: &ModelParams) -> Result<Self, LlamaError> {
-        let g = GgufFile::open(path)?;
-        g.check_complete()?;
-        g.check_vocab()?;
-        drop(g);
+        let shards = GgufShards::open(path)?;
+        shards.first().check_vocab()?;
+        drop(shards);
         init_backend();
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))?;

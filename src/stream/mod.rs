@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use bmoe_actors::cache::Requester;
 use bmoe_actors::flash::{
-    open_faulty_reader, FaultCounts, FaultPlan, Flash, FlashConfig, FlashError, TensorSpec,
+    open_faulty_reader, FaultCounts, FaultPlan, Flash, FlashConfig, FlashError, ShardFile,
+    TensorSpec,
 };
 
 pub use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
@@ -46,6 +47,8 @@ pub enum StreamError {
          {0}; drop --predict-prefetch for this model"
     )]
     PredictUnsupported(String),
+    #[error("--inject-faults reads one file; this model is split into shards")]
+    FaultsOnSplit,
     #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
     NoMapping(String),
     #[error(
@@ -208,12 +211,35 @@ pub fn resolve_cache_bytes(
     Ok(asked.min(experts))
 }
 
-/// Every expert slice of the model as (file offset, bytes), for the read probe.
-pub fn expert_slices(layout: &MoeLayout) -> Vec<(u64, u64)> {
-    layout
+/// What the read probe reads: the file holding most expert bytes (the only
+/// one, or a shard of a split model) and its expert slices as (file offset, bytes).
+pub fn probe_slices(layout: &MoeLayout) -> (std::path::PathBuf, Vec<(u64, u64)>) {
+    let bytes_in = |i: usize| -> u64 {
+        let of_shard = layout.experts.iter().filter(|e| e.shard == i);
+        of_shard.map(|e| e.bytes()).sum()
+    };
+    let shard = (0..layout.shards.len())
+        .max_by_key(|&i| bytes_in(i))
+        .unwrap_or(0);
+    let slices = layout
         .experts
         .iter()
+        .filter(|e| e.shard == shard)
         .flat_map(|e| (0..e.n_expert).map(move |x| (e.slice_offset(x), e.slice_bytes)))
+        .collect();
+    let path = layout.shards.get(shard).map(|s| s.path.clone());
+    (path.unwrap_or_default(), slices)
+}
+
+/// The model's files as the flash actor reads them.
+fn shard_files(layout: &MoeLayout) -> Vec<ShardFile> {
+    layout
+        .shards
+        .iter()
+        .map(|s| ShardFile {
+            path: s.path.clone(),
+            base: s.base,
+        })
         .collect()
 }
 
@@ -224,11 +250,27 @@ fn specs(layout: &MoeLayout) -> Vec<TensorSpec> {
         .map(|e| TensorSpec {
             layer: e.layer,
             proj: e.proj,
-            file_offset: e.file_offset,
+            file_offset: e.stream_offset,
             slice_bytes: e.slice_bytes,
             n_expert: e.n_expert,
         })
         .collect()
+}
+
+/// Lock `ranges` of `map` in memory (`--dense-weights mlock`).
+fn lock_ranges(map: &FileMapping, ranges: &[(u64, u64)]) -> Result<(), StreamError> {
+    let need: u64 = ranges.iter().map(|r| r.1).sum();
+    for &(off, len) in ranges {
+        map.lock_range(off, len)
+            .map_err(|source| StreamError::Mlock {
+                need_mb: need.div_ceil(MIB),
+                limit: memory::memlock_limit_bytes()
+                    .map(|b| format!("{} KiB", b / 1024))
+                    .unwrap_or_else(|| "unlimited".into()),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// A running streamer: the flash actor plus what the verify hook needs.
@@ -237,8 +279,8 @@ pub struct Streamer {
     pub budget_bytes: u64,
     pub notes: Vec<String>,
     layout: MoeLayout,
-    /// Mappings of the model file that existed before llama.cpp loaded it.
-    premapped: Vec<usize>,
+    /// Per file of the model: its mappings that existed before llama.cpp loaded it.
+    premapped: Vec<Vec<usize>>,
     /// Experts routed per token (after `--n-expert-used`).
     k: u32,
     predictor: Option<Arc<Predictor>>,
@@ -274,7 +316,8 @@ impl Streamer {
         };
         let mut fault_counts = None;
         let flash = match &cfg.faults {
-            None => Flash::spawn(model_path, specs(layout), flash_cfg)?,
+            None => Flash::spawn(&shard_files(layout), specs(layout), flash_cfg)?,
+            Some(_) if layout.is_split() => return Err(StreamError::FaultsOnSplit),
             Some(plan) => {
                 let max_slice = layout
                     .experts
@@ -289,7 +332,7 @@ impl Streamer {
                     vec![f.note],
                     specs(layout),
                     flash_cfg,
-                    Some(model_path),
+                    &[model_path],
                 )?
             }
         };
@@ -304,7 +347,11 @@ impl Streamer {
             budget_bytes,
             notes,
             layout: layout.clone(),
-            premapped: FileMapping::existing_bases(model_path),
+            premapped: layout
+                .shards
+                .iter()
+                .map(|s| FileMapping::existing_bases(&s.path))
+                .collect(),
             k,
             predictor,
             drop_cold: cfg.drop_cold,
@@ -314,58 +361,39 @@ impl Streamer {
     }
 
     /// After the model is loaded: drop the expert ranges of llama.cpp's mapping
-    /// (the load populated them) and handle the dense weights per `dense`.
-    pub fn prepare_mapping(
-        &self,
-        model_path: &Path,
-        dense: DenseMode,
-    ) -> Result<Option<SharedAnon>, StreamError> {
-        let map = FileMapping::find(model_path, &self.premapped)?;
-        for e in &self.layout.experts {
-            map.drop_range(e.file_offset, e.slice_bytes * e.n_expert as u64);
-        }
-        let dense_ranges = self.dense_ranges();
-        match dense {
-            DenseMode::Mmap => {}
-            DenseMode::Anon => {
-                return Ok(Some(Arc::new(std::sync::Mutex::new(DenseAnon::new(
-                    map.address_ranges(),
-                )))));
+    /// of each model file (the load populated them) and handle the dense
+    /// weights per `dense`.
+    pub fn prepare_mapping(&self, dense: DenseMode) -> Result<Option<SharedAnon>, StreamError> {
+        let mut address_ranges = Vec::new();
+        for (i, shard) in self.layout.shards.iter().enumerate() {
+            let map = FileMapping::find(&shard.path, &self.premapped[i])?;
+            for e in self.layout.experts.iter().filter(|e| e.shard == i) {
+                map.drop_range(e.file_offset, e.bytes());
             }
-            DenseMode::Warm => {
-                for (off, len) in &dense_ranges {
-                    map.warm_range(*off, *len);
+            let dense_ranges = self.dense_ranges(i);
+            match dense {
+                DenseMode::Mmap => {}
+                DenseMode::Anon => address_ranges.extend(map.address_ranges()),
+                DenseMode::Warm => {
+                    for (off, len) in &dense_ranges {
+                        map.warm_range(*off, *len);
+                    }
                 }
-            }
-            DenseMode::Mlock => {
-                let need: u64 = dense_ranges.iter().map(|r| r.1).sum();
-                for (off, len) in &dense_ranges {
-                    map.lock_range(*off, *len)
-                        .map_err(|source| StreamError::Mlock {
-                            need_mb: need.div_ceil(MIB),
-                            limit: memory::memlock_limit_bytes()
-                                .map(|b| format!("{} KiB", b / 1024))
-                                .unwrap_or_else(|| "unlimited".into()),
-                            source,
-                        })?;
-                }
+                DenseMode::Mlock => lock_ranges(&map, &dense_ranges)?,
             }
         }
-        Ok(None)
+        Ok((dense == DenseMode::Anon)
+            .then(|| Arc::new(std::sync::Mutex::new(DenseAnon::new(address_ranges)))))
     }
 
-    /// File ranges that are not expert tensors (header and dense weights).
-    fn dense_ranges(&self) -> Vec<(u64, u64)> {
+    /// Ranges of file `shard` that are not expert tensors (header and dense weights).
+    fn dense_ranges(&self, shard: usize) -> Vec<(u64, u64)> {
         let mut ex: Vec<(u64, u64)> = self
             .layout
             .experts
             .iter()
-            .map(|e| {
-                (
-                    e.file_offset,
-                    e.file_offset + e.slice_bytes * e.n_expert as u64,
-                )
-            })
+            .filter(|e| e.shard == shard)
+            .map(|e| (e.file_offset, e.file_offset + e.bytes()))
             .collect();
         ex.sort_unstable();
         let mut out = Vec::new();
@@ -376,8 +404,9 @@ impl Streamer {
             }
             pos = pos.max(b);
         }
-        if self.layout.file_bytes > pos {
-            out.push((pos, self.layout.file_bytes - pos));
+        let file_bytes = self.layout.shards[shard].file_bytes;
+        if file_bytes > pos {
+            out.push((pos, file_bytes - pos));
         }
         out
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::StreamError;
 use crate::layout::MoeLayout;
-use crate::llama::gguf::{GgufFile, TensorInfo};
+use crate::llama::gguf::{GgufFile, GgufShards, TensorInfo};
 use crate::llama::quant::dequantize;
 
 /// Routers and norm ratios of every layer, dequantized to f32.
@@ -27,10 +27,12 @@ pub struct Predictor {
     ratio: Vec<Vec<f32>>,
 }
 
-fn read_f32(gguf: &GgufFile, name: &str, want: usize) -> Result<Vec<f32>, StreamError> {
-    let unsupported =
-        |msg: String| StreamError::PredictUnsupported(format!("{}: {msg}", gguf.path().display()));
-    let t = gguf
+fn read_f32(shards: &GgufShards, name: &str, want: usize) -> Result<Vec<f32>, StreamError> {
+    let unsupported = |msg: String| {
+        let path = shards.first().path().display();
+        StreamError::PredictUnsupported(format!("{path}: {msg}"))
+    };
+    let (gguf, t) = shards
         .tensor(name)
         .ok_or_else(|| unsupported(format!("it has no tensor {name}")))?;
     let n: u64 = t.ne.iter().product();
@@ -57,7 +59,8 @@ impl Predictor {
     /// routing `k` experts per token.
     pub fn load(path: &Path, layout: &MoeLayout, k: u32) -> Result<Self, StreamError> {
         let fail = |msg: String| StreamError::Predict(format!("{}: {msg}", path.display()));
-        let gguf = GgufFile::open(path).map_err(|e| fail(e.to_string()))?;
+        let shards = GgufShards::open(path).map_err(|e| fail(e.to_string()))?;
+        let gguf = shards.first();
         let n_layer = layout.n_layer as usize;
         let n_expert = layout.n_expert as usize;
         let n_embd = gguf
@@ -67,12 +70,12 @@ impl Predictor {
         let mut norm = Vec::with_capacity(n_layer);
         for l in 0..n_layer {
             router.push(read_f32(
-                &gguf,
+                &shards,
                 &format!("blk.{l}.ffn_gate_inp.weight"),
                 n_embd * n_expert,
             )?);
             norm.push(read_f32(
-                &gguf,
+                &shards,
                 &format!("blk.{l}.ffn_norm.weight"),
                 n_embd,
             )?);

@@ -38,7 +38,8 @@ pub(super) struct Actor {
     pub(super) spares: VecDeque<SlotKey>,
     pub(super) spare_cap: usize,
     /// The model file's identity at start, checked before demands.
-    pub(super) watch: Option<FileWatch>,
+    /// The model's files, watched for replacement or truncation.
+    pub(super) watch: Vec<FileWatch>,
 }
 
 impl Actor {
@@ -142,7 +143,7 @@ impl Actor {
         split: bool,
         reply: &Sender<Result<DemandReply, FlashError>>,
     ) -> Result<(), FlashError> {
-        if let Some(w) = self.watch.as_mut() {
+        for w in &mut self.watch {
             w.check()?;
         }
         let limit = self.n_expert.get(layer as usize).copied().unwrap_or(0);

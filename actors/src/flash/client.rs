@@ -14,7 +14,7 @@ use super::actor::Actor;
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
 use super::{
-    open_reader, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError,
+    open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ShardFile,
     SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
 };
 use crate::cache::{ExpertCache, Requester};
@@ -179,30 +179,33 @@ impl FlashClient {
 }
 
 impl Flash {
-    /// Open the model file for reads, reserve the arena and start the actor thread.
+    /// Open the model's file (or the shards of a split model, at their bases
+    /// in the specs' offsets) for reads, reserve the arena and start the
+    /// actor thread.
     pub fn spawn(
-        model: &Path,
+        files: &[ShardFile],
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
     ) -> Result<Self, FlashError> {
         let max_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
-        let (reader, notes) = open_reader(model, cfg.o_direct, cfg.queue_depth, max_slice)?;
-        let watch = FileWatch::new(model, CHECK_INTERVAL)?;
-        Self::spawn_inner(reader, notes, specs, cfg, Some(watch))
+        let (reader, notes) = open_files(files, cfg.o_direct, cfg.queue_depth, max_slice)?;
+        let paths: Vec<&Path> = files.iter().map(|f| f.path.as_path()).collect();
+        Self::spawn_with_reader(reader, notes, specs, cfg, &paths)
     }
 
     /// As [`Flash::spawn`] with a given reader (fault injection in tests);
-    /// `model`, when given, is watched for replacement or truncation.
+    /// the files in `watched` are watched for replacement or truncation.
     pub fn spawn_with_reader(
         reader: Box<dyn SliceReader>,
         notes: Vec<String>,
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
-        model: Option<&Path>,
+        watched: &[&Path],
     ) -> Result<Self, FlashError> {
-        let watch = model
+        let watch = watched
+            .iter()
             .map(|m| FileWatch::new(m, CHECK_INTERVAL))
-            .transpose()?;
+            .collect::<Result<_, _>>()?;
         Self::spawn_inner(reader, notes, specs, cfg, watch)
     }
 
@@ -211,7 +214,7 @@ impl Flash {
         notes: Vec<String>,
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
-        watch: Option<FileWatch>,
+        watch: Vec<FileWatch>,
     ) -> Result<Self, FlashError> {
         let arena = Arc::new(Arena::new(&specs)?);
         let n_layer = specs

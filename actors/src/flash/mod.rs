@@ -14,6 +14,7 @@ mod probe;
 mod protocol;
 mod readahead;
 mod recycle;
+mod shards;
 mod uring;
 mod watch;
 
@@ -29,6 +30,7 @@ pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader
 pub use probe::{probe_read_bandwidth, ProbeResult};
 pub use protocol::DemandReply;
 pub use recycle::SPARE_MAX_BYTES;
+pub use shards::{open_files, ShardFile, ShardedReader};
 pub use uring::{KernelRing, Ring, UringReader};
 pub use watch::{FileWatch, CHECK_INTERVAL};
 

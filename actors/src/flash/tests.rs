@@ -19,6 +19,14 @@ fn pattern_file(len: usize) -> tempfile::NamedTempFile {
     f
 }
 
+/// A model in one file.
+fn one_file(path: &std::path::Path) -> [ShardFile; 1] {
+    [ShardFile {
+        path: path.to_path_buf(),
+        base: 0,
+    }]
+}
+
 fn expect(off: u64, len: u64) -> Vec<u8> {
     (off..off + len)
         .map(|i| i.wrapping_mul(2654435761).rotate_right(13) as u8)
@@ -102,7 +110,7 @@ fn flash_actor_serves_demands_within_budget_and_counts_bytes() {
     let slice = 8192u64;
     let (f, specs) = layered_specs(2, slice);
     let flash = Flash::spawn(
-        f.path(),
+        &one_file(f.path()),
         specs.clone(),
         FlashConfig {
             budget_bytes: 3 * slice * 2, // two (layer, expert) slots
@@ -191,7 +199,7 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
     let slice = 8192u64;
     let (f, specs) = layered_specs(3, slice);
     let flash = Flash::spawn(
-        f.path(),
+        &one_file(f.path()),
         specs,
         FlashConfig {
             budget_bytes: 0,
@@ -243,7 +251,7 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
 fn small_flash(slice: u64) -> (tempfile::NamedTempFile, Flash) {
     let (f, specs) = layered_specs(3, slice);
     let flash = Flash::spawn(
-        f.path(),
+        &one_file(f.path()),
         specs,
         FlashConfig {
             budget_bytes: 0,
@@ -428,7 +436,7 @@ pub(super) fn served_bytes_are_exact_after_failures(
             budget_bytes: 1 << 20,
             ..FlashConfig::default()
         },
-        None,
+        &[],
     )
     .unwrap();
     let mut client = flash.client(Requester::Verify);
@@ -469,7 +477,7 @@ fn shutdown_is_a_message_and_a_join_even_with_clients_held() {
     let slice = 8192u64;
     let (f, specs) = layered_specs(1, slice);
     let flash = Flash::spawn(
-        f.path(),
+        &one_file(f.path()),
         specs,
         FlashConfig {
             budget_bytes: 3 * slice * 4,

@@ -2,8 +2,10 @@
 //! file offsets (where expert bytes live), metadata access, and a streaming
 //! writer used by the fixtures.
 
+pub mod split;
 mod write;
 
+pub use split::GgufShards;
 pub use write::{hex, GgufBuilder, Written};
 
 use std::ffi::{CStr, CString};

@@ -116,6 +116,20 @@ impl GgufBuilder {
         Ok(())
     }
 
+    pub fn set_u16(&mut self, key: &str, v: u16) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; value copied.
+        unsafe { sys::gguf_set_val_u16(self.ctx.as_ptr(), k.as_ptr(), v) };
+        Ok(())
+    }
+
+    pub fn set_i32(&mut self, key: &str, v: i32) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        // SAFETY: valid context and key; value copied.
+        unsafe { sys::gguf_set_val_i32(self.ctx.as_ptr(), k.as_ptr(), v) };
+        Ok(())
+    }
+
     pub fn set_f32(&mut self, key: &str, v: f32) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; value copied.
