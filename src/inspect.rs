@@ -20,6 +20,9 @@ pub fn report(path: &std::path::Path, l: &MoeLayout) -> String {
         mib(l.file_bytes)
     );
     let _ = writeln!(s, "alignment:        {}", l.alignment);
+    if l.is_split() {
+        shard_lines(&mut s, l);
+    }
     let _ = writeln!(
         s,
         "layers:           {} trunk + {} nextn (MTP)",
@@ -83,5 +86,79 @@ pub fn report(path: &std::path::Path, l: &MoeLayout) -> String {
         .map(|(t, (n, b))| format!("{t} x{n} ({})", mib(*b)))
         .collect();
     let _ = writeln!(s, "quant types:      {}", types.join(", "));
+    let _ = writeln!(s, "verdict:          {}", verdict(l));
     s
+}
+
+/// One line per shard of a split model: its file, bytes, tensors and expert bytes.
+fn shard_lines(s: &mut String, l: &MoeLayout) {
+    let _ = writeln!(s, "shards:           {}", l.shards.len());
+    for (i, sh) in l.shards.iter().enumerate() {
+        let experts: u64 = l
+            .experts
+            .iter()
+            .filter(|e| e.shard == i)
+            .map(|e| e.bytes())
+            .sum();
+        let _ = writeln!(
+            s,
+            "  {}: {} tensors, {}, experts {}",
+            sh.path.display(),
+            sh.tensors,
+            mib(sh.file_bytes),
+            mib(experts)
+        );
+    }
+}
+
+/// Whether bmoe can stream the model, and where its routed bytes come from;
+/// or why not.
+pub fn verdict(l: &MoeLayout) -> String {
+    if l.n_expert == 0 && l.experts.is_empty() {
+        return "not streamable: a dense model (no experts); it runs resident".into();
+    }
+    if l.experts.is_empty() {
+        let seen = if l.unknown_experts.is_empty() {
+            "none named *exps.weight".to_string()
+        } else {
+            l.unknown_experts.join(", ")
+        };
+        return format!(
+            "not streamable: expert_count is {} but no blk.N.ffn_{{gate,up,gate_up,down}}_exps.weight \
+             tensors (expert tensors seen: {seen}); run it with --resident",
+            l.n_expert
+        );
+    }
+    let layers = l.expert_layers();
+    let fused = l.fused_layers();
+    let projs = if fused.len() == layers.len() {
+        "gate+up fused in one slice, down".to_string()
+    } else if fused.is_empty() {
+        let names: Vec<&str> = Proj::ALL
+            .iter()
+            .filter(|p| l.slice_bytes(**p).is_some())
+            .map(|p| p.name())
+            .collect();
+        names.join(", ")
+    } else {
+        format!("gate+up fused on {} of {} layers", fused.len(), layers.len())
+    };
+    let mut v = format!(
+        "streamable: {} of {} experts routed per token on {} MoE layers ({projs}); {} routed per token",
+        l.n_expert_used,
+        l.n_expert,
+        layers.len(),
+        mib(l.routed_bytes_per_token())
+    );
+    if l.is_split() {
+        let _ = write!(v, "; read from {} shards", l.shards.len());
+    }
+    if !l.unknown_experts.is_empty() {
+        let _ = write!(
+            v,
+            "; not streamed (left to llama.cpp's mapping): {}",
+            l.unknown_experts.join(", ")
+        );
+    }
+    v
 }

@@ -35,6 +35,11 @@ impl ExpertTensor {
         self.file_offset + expert as u64 * self.slice_bytes
     }
 
+    /// Gate and up in one tensor (`ffn_gate_up_exps`), streamed as the gate.
+    pub fn is_fused(&self) -> bool {
+        self.name.ends_with("ffn_gate_up_exps.weight")
+    }
+
     /// Bytes of all its experts.
     pub fn bytes(&self) -> u64 {
         self.slice_bytes * u64::from(self.n_expert)
@@ -75,6 +80,9 @@ pub struct MoeLayout {
     pub types: BTreeMap<String, (u32, u64)>,
     /// Blocks the tensor table names (`blk.N.*`: the largest N + 1).
     pub blocks_in_table: u32,
+    /// Tensors named like stacked experts (`blk.N.*exps.weight`) whose
+    /// projection bmoe does not know: they are not streamed.
+    pub unknown_experts: Vec<String>,
 }
 
 /// N of a `blk.N.*` tensor name.
@@ -125,6 +133,7 @@ impl MoeLayout {
             alignment: g.alignment(),
             types: BTreeMap::new(),
             blocks_in_table: 0,
+            unknown_experts: Vec::new(),
         };
         for f in files {
             l.add_file(f);
@@ -157,6 +166,8 @@ impl MoeLayout {
             e.1 += t.size_bytes;
             if let Some((layer, proj)) = parse_expert_name(&t.name) {
                 self.experts.push(expert_tensor(t, layer, proj, shard, base));
+            } else if t.name.ends_with("exps.weight") {
+                self.unknown_experts.push(t.name.clone());
             }
         }
     }
@@ -272,6 +283,12 @@ impl MoeLayout {
             .filter(|e| layers.contains(&e.layer))
             .map(|e| e.slice_bytes * self.n_expert_used as u64)
             .sum()
+    }
+
+    /// Layers whose gate and up experts are fused in one tensor.
+    pub fn fused_layers(&self) -> Vec<u32> {
+        let fused = self.experts.iter().filter(|e| e.is_fused());
+        fused.map(|e| e.layer).collect()
     }
 
     /// Layers whose experts are stacked in separate gate/up/down tensors.

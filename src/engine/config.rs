@@ -261,6 +261,7 @@ mod tests {
             alignment: 4096,
             types: BTreeMap::new(),
             blocks_in_table: 30,
+            unknown_experts: Vec::new(),
         }
     }
 

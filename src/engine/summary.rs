@@ -342,6 +342,7 @@ mod tests {
                 alignment: 32,
                 types: BTreeMap::new(),
                 blocks_in_table: 2,
+                unknown_experts: Vec::new(),
             },
             done_line: String::new(),
         }

@@ -11,6 +11,7 @@ mod gguf_fuzz;
 mod interrupts;
 mod prefetch;
 mod run;
+mod split;
 mod speculation;
 mod stream;
 mod telemetry;
