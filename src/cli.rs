@@ -292,7 +292,9 @@ pub enum FixtureCmd {
         /// The family (its gguf architecture name), e.g. qwen3moe.
         #[arg(long)]
         family: String,
-        /// The routed experts' type (ggml's name: f32, q8_0, q4_0, q4_1, mxfp4, ...).
+        /// The routed experts' type: ggml's name (f32, f16, bf16, q8_0, q4_0,
+        /// mxfp4, q4_K, q5_K, q6_K, iq4_xs, iq2_xxs, ...) or q4_k_m (gate/up
+        /// q4_K, down q6_K).
         #[arg(long, default_value = "f32")]
         quant: String,
         /// Output file.

@@ -281,8 +281,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             split,
         } => {
             let family = bmoe::fixture::zoo::Family::parse(&family)?;
-            let quant = bmoe::llama::quant::GgmlType::from_name(&quant)
-                .ok_or_else(|| UsageError(format!("--quant {quant}: not a ggml type name")))?;
+            let quant = bmoe::fixture::zoo::ExpertQuant::parse(&quant)?;
             let src = smollm2::ensure(None)?;
             fixture::refuse_directory(&output)?;
             ensure_parent(&output)?;

@@ -15,6 +15,42 @@ impl GgmlType {
     pub const F16: GgmlType = GgmlType(sys::GGML_TYPE_F16);
     pub const Q4_1: GgmlType = GgmlType(sys::GGML_TYPE_Q4_1);
     pub const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);
+    pub const Q4_K: GgmlType = GgmlType(sys::GGML_TYPE_Q4_K);
+    pub const Q6_K: GgmlType = GgmlType(sys::GGML_TYPE_Q6_K);
+    pub const BF16: GgmlType = GgmlType(sys::GGML_TYPE_BF16);
+
+    /// The types `ggml_quantize_chunk` converts f32 to (the others, such as
+    /// q8_1, q8_K or the integer types, are only computed inside ggml).
+    const WRITABLE: [sys::ggml_type; 28] = [
+        sys::GGML_TYPE_F32,
+        sys::GGML_TYPE_F16,
+        sys::GGML_TYPE_BF16,
+        sys::GGML_TYPE_Q1_0,
+        sys::GGML_TYPE_Q2_0,
+        sys::GGML_TYPE_Q4_0,
+        sys::GGML_TYPE_Q4_1,
+        sys::GGML_TYPE_Q5_0,
+        sys::GGML_TYPE_Q5_1,
+        sys::GGML_TYPE_Q8_0,
+        sys::GGML_TYPE_MXFP4,
+        sys::GGML_TYPE_NVFP4,
+        sys::GGML_TYPE_Q2_K,
+        sys::GGML_TYPE_Q3_K,
+        sys::GGML_TYPE_Q4_K,
+        sys::GGML_TYPE_Q5_K,
+        sys::GGML_TYPE_Q6_K,
+        sys::GGML_TYPE_TQ1_0,
+        sys::GGML_TYPE_TQ2_0,
+        sys::GGML_TYPE_IQ2_XXS,
+        sys::GGML_TYPE_IQ2_XS,
+        sys::GGML_TYPE_IQ2_S,
+        sys::GGML_TYPE_IQ3_XXS,
+        sys::GGML_TYPE_IQ3_S,
+        sys::GGML_TYPE_IQ1_S,
+        sys::GGML_TYPE_IQ1_M,
+        sys::GGML_TYPE_IQ4_NL,
+        sys::GGML_TYPE_IQ4_XS,
+    ];
 
     pub fn name(self) -> String {
         // SAFETY: returns a static string for any type id (or "NONE").
@@ -60,6 +96,11 @@ impl GgmlType {
             .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
+    /// Whether [`quantize`] can write this type.
+    pub fn is_writable(self) -> bool {
+        Self::WRITABLE.contains(&self.0)
+    }
+
     pub fn is_quantized(self) -> bool {
         self.traits().map(|t| t.is_quantized).unwrap_or(false)
     }
@@ -99,6 +140,12 @@ pub fn quantize(
     n_per_row: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), LlamaError> {
+    if !ty.is_writable() {
+        return Err(LlamaError::Quant(format!(
+            "ggml does not write {} tensors",
+            ty.name()
+        )));
+    }
     if n_per_row == 0 || src.len() as u64 % n_per_row != 0 || n_per_row % ty.block_size() != 0 {
         return Err(LlamaError::Quant(format!(
             "{}: {} values are not whole rows of {n_per_row}",
@@ -112,18 +159,14 @@ pub fn quantize(
         out.extend(src.iter().flat_map(|v| v.to_le_bytes()));
         return Ok(());
     }
-    // SAFETY: only asks whether the type needs an importance matrix.
-    if unsafe { sys::ggml_quantize_requires_imatrix(ty.0) } {
-        return Err(LlamaError::Quant(format!(
-            "{} needs an importance matrix",
-            ty.name()
-        )));
-    }
+    let imatrix = uniform_imatrix(ty, n_per_row);
     let start = out.len();
     out.resize(start + bytes, 0);
-    // SAFETY: `src` holds nrows * n_per_row floats; the destination has exactly
-    // row_bytes(n_per_row) * nrows writable bytes; no imatrix (null) is allowed
-    // for this type (checked above). ggml_quantize_chunk initialises its tables itself.
+    // `ty` is a type ggml_quantize_chunk converts to (checked above), which
+    // initialises its tables itself. The importance matrix is null or
+    // n_per_row floats (ggml reads one weight per column, the same for every
+    // row), and non-null for the types that require one.
+    // SAFETY: `src` is nrows * n_per_row floats; the destination, exactly `bytes` writable bytes.
     let written = unsafe {
         sys::ggml_quantize_chunk(
             ty.0,
@@ -132,7 +175,7 @@ pub fn quantize(
             0,
             nrows as i64,
             n_per_row as i64,
-            std::ptr::null(),
+            imatrix.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
         )
     };
     if written != bytes {
@@ -141,4 +184,13 @@ pub fn quantize(
         )));
     }
     Ok(())
+}
+
+/// For the types ggml cannot quantize without an importance matrix (iq2_xxs,
+/// iq2_xs, iq1_s): a uniform one, every column weighted 1; None for the rest,
+/// which then quantize as llama-quantize does without `--imatrix`.
+fn uniform_imatrix(ty: GgmlType, n_per_row: u64) -> Option<Vec<f32>> {
+    // SAFETY: only asks whether the type needs an importance matrix.
+    let needed = unsafe { sys::ggml_quantize_requires_imatrix(ty.0) };
+    needed.then(|| vec![1.0; n_per_row as usize])
 }
