@@ -141,7 +141,11 @@ pub fn verdict(l: &MoeLayout) -> String {
             .collect();
         names.join(", ")
     } else {
-        format!("gate+up fused on {} of {} layers", fused.len(), layers.len())
+        format!(
+            "gate+up fused on {} of {} layers",
+            fused.len(),
+            layers.len()
+        )
     };
     let mut v = format!(
         "streamable: {} of {} experts routed per token on {} MoE layers ({projs}); {} routed per token",

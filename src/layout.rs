@@ -144,10 +144,9 @@ impl MoeLayout {
 
     /// Add `f`'s tensors as the next shard.
     fn add_file(&mut self, f: &GgufFile) {
-        let base = self
-            .shards
-            .last()
-            .map_or(0, |s| (s.base + s.file_bytes).div_ceil(SHARD_ALIGN) * SHARD_ALIGN);
+        let base = self.shards.last().map_or(0, |s| {
+            (s.base + s.file_bytes).div_ceil(SHARD_ALIGN) * SHARD_ALIGN
+        });
         let shard = self.shards.len();
         self.shards.push(Shard {
             path: f.path().to_path_buf(),
@@ -165,7 +164,8 @@ impl MoeLayout {
             e.0 += 1;
             e.1 += t.size_bytes;
             if let Some((layer, proj)) = parse_expert_name(&t.name) {
-                self.experts.push(expert_tensor(t, layer, proj, shard, base));
+                self.experts
+                    .push(expert_tensor(t, layer, proj, shard, base));
             } else if t.name.ends_with("exps.weight") {
                 self.unknown_experts.push(t.name.clone());
             }

@@ -43,8 +43,8 @@ pub enum StreamError {
     #[error("--predict-prefetch cannot use this model's routers: {0}")]
     Predict(String),
     #[error(
-        "--predict-prefetch needs every layer's router (ffn_gate_inp) and FFN norm (ffn_norm): \
-         {0}; drop --predict-prefetch for this model"
+        "--predict-prefetch cannot guess this model's next-layer routing: {0}; drop \
+         --predict-prefetch for this model"
     )]
     PredictUnsupported(String),
     #[error("--inject-faults reads one file; this model is split into shards")]

@@ -48,12 +48,14 @@ impl SliceReader for ShardedReader {
             let base = self.parts[i].0;
             let mut local = std::mem::take(&mut self.local);
             local.clear();
-            local.extend(ops.iter().filter(|op| self.part_of(op.file_offset) == i).map(
-                |op| ReadOp {
-                    file_offset: op.file_offset - base,
-                    ..*op
-                },
-            ));
+            local.extend(
+                ops.iter()
+                    .filter(|op| self.part_of(op.file_offset) == i)
+                    .map(|op| ReadOp {
+                        file_offset: op.file_offset - base,
+                        ..*op
+                    }),
+            );
             let result = if local.is_empty() {
                 Ok(ReadStats::default())
             } else {

@@ -102,6 +102,9 @@ pub struct StreamHook {
     /// zeroed at `ffn_moe_weights-L` because their expert was dropped.
     drop_zero: Vec<u64>,
     drop_layer: Option<u32>,
+    /// The router's "probabilities" are its logits, softmaxed over the picked
+    /// experts only (gpt-oss): how `--drop-cold-experts` weighs them.
+    logit_router: bool,
 }
 
 impl StreamHook {
@@ -142,6 +145,7 @@ impl StreamHook {
             row: Vec::new(),
             drop_zero: Vec::new(),
             drop_layer: None,
+            logit_router: layout.arch == "gpt-oss",
         }
     }
 

@@ -31,32 +31,46 @@ fn find_src<'a>(node: &NodeView<'a>, prefix: &str, depth: usize) -> Option<NodeV
     None
 }
 
+/// The weights the routed experts get from their router outputs `picked`:
+/// probabilities (softmax, sigmoid, softplus) normalised to sum 1; `logits`
+/// (gpt-oss softmaxes the picked logits) through a softmax. None when they
+/// carry no weight.
+fn selected_weights(picked: &[f32], logits: bool) -> Option<Vec<f32>> {
+    if picked.iter().any(|v| !v.is_finite()) || picked.is_empty() {
+        return None;
+    }
+    let w: Vec<f32> = if logits {
+        let max = picked.iter().copied().fold(f32::MIN, f32::max);
+        picked.iter().map(|&v| (v - max).exp()).collect()
+    } else {
+        picked.to_vec()
+    };
+    let sum: f32 = w.iter().sum();
+    (sum > 0.0).then(|| w.iter().map(|v| v / sum).collect())
+}
+
 impl StreamHook {
     /// The routed experts of the single row whose normalized router weight is
     /// below `drop_frac / k` (the flash actor drops them only if they are misses).
     pub(super) fn cold_candidates(&mut self, node: &NodeView<'_>) -> Vec<u32> {
-        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 10) else {
             return Vec::new();
         };
         if !probs.copy_f32_2d(&mut self.row) {
             return Vec::new();
         }
         let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
-        let sum: f32 = self.ids.iter().map(|&e| p(e)).sum();
-        if sum <= 0.0 {
+        let picked: Vec<f32> = self.ids.iter().map(|&e| p(e)).collect();
+        let Some(w) = selected_weights(&picked, self.logit_router) else {
             return Vec::new();
-        }
+        };
         let threshold = self.opts.drop_cold / self.k as f32;
-        let top = self
-            .ids
-            .iter()
-            .copied()
-            .max_by(|a, b| p(*a).total_cmp(&p(*b)));
+        let top = (0..w.len()).max_by(|&a, &b| w[a].total_cmp(&w[b]));
         self.ids
             .iter()
-            .copied()
-            .filter(|&e| Some(e) != top && p(e) / sum < threshold)
-            .map(|e| e as u32)
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != top && w[i] < threshold)
+            .map(|(_, &e)| e as u32)
             .collect()
     }
 
@@ -64,7 +78,7 @@ impl StreamHook {
     /// remember to zero their weights at `ffn_moe_weights-L` (the weight
     /// normalization then renormalizes over the experts kept).
     pub(super) fn apply_drop(&mut self, node: &NodeView<'_>, layer: u32, dropped: &[u32]) -> bool {
-        let Some(probs) = find_src(node, PROBS_PREFIX, 6) else {
+        let Some(probs) = find_src(node, PROBS_PREFIX, 10) else {
             self.fail(format!(
                 "layer {layer}: router probabilities not found for the drop"
             ));
@@ -118,12 +132,28 @@ impl StreamHook {
     /// Guess layer L+1's experts from layer L's MoE input (best first).
     pub(super) fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) -> Option<Vec<u32>> {
         let p = self.opts.predictor.clone()?;
-        let input = find_src(node, LOGITS_PREFIX, 6).and_then(|l| l.src(1))?;
+        let input = find_src(node, LOGITS_PREFIX, 10).and_then(|l| l.src(1))?;
         if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
             return None;
         }
         let mut guess = Vec::with_capacity(self.k);
         p.predict_next(layer, &self.row, &mut guess)
             .then_some(guess)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selected_weights;
+
+    #[test]
+    fn probabilities_are_normalised_and_logits_softmaxed() {
+        assert_eq!(selected_weights(&[0.3, 0.1], false), Some(vec![0.75, 0.25]));
+        let w = selected_weights(&[2.0, -1.0], true).unwrap();
+        assert!((w[0] + w[1] - 1.0).abs() < 1e-6 && w[0] > 0.9, "{w:?}");
+        let w = selected_weights(&[1.0, 1.0], true).unwrap();
+        assert_eq!(w, vec![0.5, 0.5]);
+        assert_eq!(selected_weights(&[0.0, 0.0], false), None);
+        assert_eq!(selected_weights(&[f32::NAN, 1.0], false), None);
     }
 }
