@@ -3,9 +3,9 @@
 
 use crate::common::{bmoe, fixture_dir, stderr, stdout};
 
-/// `bmoe run` of 16 tokens on `model` with `flags`, which must succeed: its
+/// `bmoe run` of 32 greedy tokens on `model` with `flags`, which must succeed: its
 /// stdout and stderr.
-fn run16(model: &str, flags: &[&str]) -> (String, String) {
+fn run32(model: &str, flags: &[&str]) -> (String, String) {
     let mut args = vec![
         "run",
         "-m",
@@ -13,7 +13,7 @@ fn run16(model: &str, flags: &[&str]) -> (String, String) {
         "-p",
         "Hello world",
         "-n",
-        "16",
+        "32",
         "--ignore-eos",
     ];
     args.extend_from_slice(flags);
@@ -22,40 +22,107 @@ fn run16(model: &str, flags: &[&str]) -> (String, String) {
     (stdout(&o), stderr(&o))
 }
 
-#[test]
-fn each_zoo_family_streams_with_the_resident_text() {
-    let mut cases: Vec<(&str, &str)> = bmoe::fixture::zoo::Family::ALL
-        .iter()
-        .map(|f| (f.arch(), "f32"))
-        .collect();
-    // The quant types real files use for their experts, quantized by ggml.
-    cases.extend([
-        ("deepseek2", "q4_k_m"),
-        ("qwen2moe", "q5_K"),
-        ("qwen3moe", "q8_0"),
-        ("minimax-m2", "q4_0"),
-        ("gpt-oss", "mxfp4"),
-        ("llama4", "iq4_xs"),
-        ("glm4moe", "iq2_xxs"),
-        ("olmoe", "bf16"),
-        ("granitemoe", "f16"),
+/// Build `arch`'s zoo model with its experts in `quant` inside `dir`.
+fn zoo_model(dir: &std::path::Path, arch: &str, quant: &str) -> String {
+    let model = dir.join(format!("{arch}-{quant}.gguf"));
+    let m = model.to_str().unwrap().to_string();
+    let o = bmoe(&[
+        "fixture", "zoo", "--family", arch, "--quant", quant, "-o", &m,
     ]);
-    for (arch, quant) in cases {
-        let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
-        let model = dir.path().join(format!("{arch}-{quant}.gguf"));
-        let m = model.to_str().unwrap();
-        let o = bmoe(&[
-            "fixture", "zoo", "--family", arch, "--quant", quant, "-o", m,
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        if quant == "q4_k_m" {
-            assert_q4_k_m_types(&model);
+    assert!(o.status.success(), "{}", stderr(&o));
+    if quant == "q4_k_m" {
+        assert_q4_k_m_types(&model);
+    }
+    m
+}
+
+/// One family's proof, on its F32 model and on one more quant type for its
+/// experts: the streamed text equals the resident text at `--cache-mb 0`, at a
+/// cache that evicts on every token, with `--overlap`, and with `--overlap
+/// --predict-prefetch` (or a one-line refusal naming the family where the
+/// next layer's routing cannot be guessed); the lossy knobs run to the end
+/// and say they are lossy.
+fn family_streams_exactly(arch: &str, quant: &str, predicts: bool) {
+    let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
+    let m = zoo_model(dir.path(), arch, "f32");
+    let run = |flags: &[&str]| run32(&m, flags);
+    let (resident, _) = run(&["--resident"]);
+    let (streamed, err) = run(&["--cache-mb", "0"]);
+    assert_eq!(streamed, resident, "{arch} cache 0");
+    assert!(err.contains("moe-cache: budget 0 MiB"), "{err}");
+    let (small, err) = run(&["--cache-mb", "25%"]);
+    assert_eq!(small, resident, "{arch} cache 25%");
+    assert!(
+        !err.contains("evictions 0,"),
+        "{arch}: nothing evicted: {err}"
+    );
+    assert_eq!(run(&["--cache-mb", "0", "--overlap"]).0, resident, "{arch}");
+    let predict = ["--cache-mb", "0", "--overlap", "--predict-prefetch"];
+    if predicts {
+        let (text, err) = run(&predict);
+        assert_eq!(text, resident, "{arch} predict");
+        assert!(err.contains("predictor: "), "{err}");
+    } else {
+        let o = bmoe(&[&["run", "-m", &m, "-p", "hi", "-n", "2"][..], &predict].concat());
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(arch), "{arch}: {err}");
+        assert!(err.contains("drop --predict-prefetch"), "{err}");
+    }
+    for lossy in [
+        &["--drop-cold-experts", "0.5"][..],
+        &["--n-expert-used", "1"],
+    ] {
+        let (_, err) = run(&[&["--cache-mb", "0"][..], lossy].concat());
+        assert!(err.contains("LOSSY"), "{arch} {lossy:?}: {err}");
+    }
+    let q = zoo_model(dir.path(), arch, quant);
+    let resident = run32(&q, &["--resident"]).0;
+    assert_eq!(
+        run32(&q, &["--cache-mb", "0", "--overlap"]).0,
+        resident,
+        "{arch} {quant}"
+    );
+}
+
+macro_rules! family_tests {
+    ($($name:ident: $arch:literal, $quant:literal, $predicts:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            family_streams_exactly($arch, $quant, $predicts);
         }
-        let run = |flags: &[&str]| run16(m, flags);
-        let (resident, _) = run(&["--resident"]);
-        let (streamed, err) = run(&["--cache-mb", "0"]);
-        assert_eq!(streamed, resident, "{arch} {quant}");
-        assert!(err.contains("moe-cache: budget 0 MiB"), "{err}");
+    )*};
+}
+
+// Every family with one more of the types real files use for their experts
+// (quantized by ggml, as llama-quantize would).
+family_tests! {
+    qwen3moe_streams_exactly: "qwen3moe", "q8_0", true;
+    qwen2moe_streams_exactly: "qwen2moe", "q5_K", true;
+    olmoe_streams_exactly: "olmoe", "bf16", true;
+    minimax_m2_streams_exactly: "minimax-m2", "q4_0", true;
+    granitemoe_streams_exactly: "granitemoe", "f16", true;
+    gpt_oss_streams_exactly: "gpt-oss", "mxfp4", true;
+    llama4_streams_exactly: "llama4", "iq4_xs", false;
+    glm4moe_streams_exactly: "glm4moe", "iq2_xxs", true;
+    deepseek2_streams_exactly: "deepseek2", "q4_k_m", true;
+}
+
+#[test]
+fn every_zoo_family_has_its_test() {
+    // The macro above names each family once; a new family needs a line.
+    let tested = [
+        "qwen3moe",
+        "qwen2moe",
+        "olmoe",
+        "minimax-m2",
+        "granitemoe",
+        "gpt-oss",
+        "llama4",
+        "glm4moe",
+        "deepseek2",
+    ];
+    for f in bmoe::fixture::zoo::Family::ALL {
+        assert!(tested.contains(&f.arch()), "no test for {}", f.arch());
     }
 }
 
@@ -132,7 +199,7 @@ fn fused_gate_up_experts_are_streamed_with_the_resident_text() {
         .filter(|e| e.name.ends_with("ffn_gate_up_exps.weight"))
         .count();
     assert_eq!(fused, 3, "every block's fused experts are streamable");
-    let run = |flags: &[&str]| run16(m, flags).0;
+    let run = |flags: &[&str]| run32(m, flags).0;
     let resident = run(&["--resident"]);
     for flags in [
         &["--cache-mb", "0"][..],
