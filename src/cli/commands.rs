@@ -313,6 +313,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 trunk_mix,
                 random,
                 fused_gate_up,
+                ..Default::default()
             };
             let src = match tokenizer_from {
                 Some(f) => f,

@@ -42,9 +42,17 @@ fn zoo_model(dir: &std::path::Path, arch: &str, quant: &str) -> String {
 /// --predict-prefetch` (or a one-line refusal naming the family where the
 /// next layer's routing cannot be guessed); the lossy knobs run to the end
 /// and say they are lossy.
-fn family_streams_exactly(arch: &str, quant: &str, predicts: bool) {
+fn family_streams_exactly(arch: &str, quant: &str, predicts: bool, mtp: bool) {
     let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
     let m = zoo_model(dir.path(), arch, "f32");
+    if arch == "qwen35moe" {
+        let layout = bmoe::layout::MoeLayout::open(std::path::Path::new(&m)).unwrap();
+        assert_eq!(
+            layout.fused_layers().len(),
+            3,
+            "every block's experts fused"
+        );
+    }
     let run = |flags: &[&str]| run32(&m, flags);
     let (resident, _) = run(&["--resident"]);
     let (streamed, err) = run(&["--cache-mb", "0"]);
@@ -68,6 +76,11 @@ fn family_streams_exactly(arch: &str, quant: &str, predicts: bool) {
         assert!(!o.status.success() && err.contains(arch), "{arch}: {err}");
         assert!(err.contains("drop --predict-prefetch"), "{err}");
     }
+    if mtp {
+        let (text, err) = run(&["--cache-mb", "0", "--mtp", "--draft", "2"]);
+        assert_eq!(text, resident, "{arch} mtp");
+        assert!(err.contains("mtp: draft 2"), "{err}");
+    }
     for lossy in [
         &["--drop-cold-experts", "0.5"][..],
         &["--n-expert-used", "1"],
@@ -85,26 +98,28 @@ fn family_streams_exactly(arch: &str, quant: &str, predicts: bool) {
 }
 
 macro_rules! family_tests {
-    ($($name:ident: $arch:literal, $quant:literal, $predicts:literal;)*) => {$(
+    ($($name:ident: $arch:literal, $quant:literal, $predicts:literal, $mtp:literal;)*) => {$(
         #[test]
         fn $name() {
-            family_streams_exactly($arch, $quant, $predicts);
+            family_streams_exactly($arch, $quant, $predicts, $mtp);
         }
     )*};
 }
 
 // Every family with one more of the types real files use for their experts
-// (quantized by ggml, as llama-quantize would).
+// (quantized by ggml, as llama-quantize would); whether `--predict-prefetch`
+// applies and whether the model has an MTP block.
 family_tests! {
-    qwen3moe_streams_exactly: "qwen3moe", "q8_0", true;
-    qwen2moe_streams_exactly: "qwen2moe", "q5_K", true;
-    olmoe_streams_exactly: "olmoe", "bf16", true;
-    minimax_m2_streams_exactly: "minimax-m2", "q4_0", true;
-    granitemoe_streams_exactly: "granitemoe", "f16", true;
-    gpt_oss_streams_exactly: "gpt-oss", "mxfp4", true;
-    llama4_streams_exactly: "llama4", "iq4_xs", false;
-    glm4moe_streams_exactly: "glm4moe", "iq2_xxs", true;
-    deepseek2_streams_exactly: "deepseek2", "q4_k_m", true;
+    qwen3moe_streams_exactly: "qwen3moe", "q8_0", true, false;
+    qwen35moe_streams_exactly: "qwen35moe", "q4_1", true, true;
+    qwen2moe_streams_exactly: "qwen2moe", "q5_K", true, false;
+    olmoe_streams_exactly: "olmoe", "bf16", true, false;
+    minimax_m2_streams_exactly: "minimax-m2", "q4_0", true, false;
+    granitemoe_streams_exactly: "granitemoe", "f16", true, false;
+    gpt_oss_streams_exactly: "gpt-oss", "mxfp4", true, false;
+    llama4_streams_exactly: "llama4", "iq4_xs", false, false;
+    glm4moe_streams_exactly: "glm4moe", "iq2_xxs", true, true;
+    deepseek2_streams_exactly: "deepseek2", "q4_k_m", true, false;
 }
 
 #[test]
@@ -112,6 +127,7 @@ fn every_zoo_family_has_its_test() {
     // The macro above names each family once; a new family needs a line.
     let tested = [
         "qwen3moe",
+        "qwen35moe",
         "qwen2moe",
         "olmoe",
         "minimax-m2",
@@ -175,37 +191,4 @@ fn a_zoo_quant_ggml_does_not_write_is_refused() {
         "{}",
         stderr(&o)
     );
-}
-
-#[test]
-fn fused_gate_up_experts_are_streamed_with_the_resident_text() {
-    let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
-    let model = dir.path().join("fused.gguf");
-    let m = model.to_str().unwrap();
-    let o = bmoe(&[
-        "fixture",
-        "tiny-mtp",
-        "--fused-gate-up",
-        "--trunk-mix",
-        "0.25",
-        "-o",
-        m,
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let layout = bmoe::layout::MoeLayout::open(&model).unwrap();
-    let fused = layout
-        .experts
-        .iter()
-        .filter(|e| e.name.ends_with("ffn_gate_up_exps.weight"))
-        .count();
-    assert_eq!(fused, 3, "every block's fused experts are streamable");
-    let run = |flags: &[&str]| run32(m, flags).0;
-    let resident = run(&["--resident"]);
-    for flags in [
-        &["--cache-mb", "0"][..],
-        &["--cache-mb", "0", "--overlap"],
-        &["--cache-mb", "0", "--mtp", "--draft", "2"],
-    ] {
-        assert_eq!(run(flags), resident, "{flags:?}");
-    }
 }
