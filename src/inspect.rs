@@ -166,3 +166,62 @@ pub fn verdict(l: &MoeLayout) -> String {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::layout::ExpertTensor;
+    use crate::llama::quant::GgmlType;
+
+    fn layout(experts: Vec<ExpertTensor>, n_expert: u32) -> MoeLayout {
+        MoeLayout {
+            arch: "x".into(),
+            n_layer: 1,
+            n_layer_nextn: 0,
+            n_expert,
+            n_expert_used: 2,
+            experts,
+            total_tensor_bytes: 0,
+            file_bytes: 0,
+            shards: Vec::new(),
+            alignment: 32,
+            types: BTreeMap::new(),
+            blocks_in_table: 1,
+            unknown_experts: Vec::new(),
+        }
+    }
+
+    fn expert(name: &str, proj: Proj) -> ExpertTensor {
+        ExpertTensor {
+            layer: 0,
+            proj,
+            name: name.into(),
+            ggml_type: GgmlType::F32,
+            shard: 0,
+            file_offset: 0,
+            stream_offset: 0,
+            slice_bytes: 1024,
+            n_expert: 8,
+        }
+    }
+
+    #[test]
+    fn the_verdict_says_why_or_what_streams() {
+        assert!(verdict(&layout(vec![], 0)).starts_with("not streamable: a dense model"));
+        let mut unknown = layout(vec![], 8);
+        unknown.unknown_experts = vec!["blk.0.ffn_up_chexps.weight".into()];
+        let v = verdict(&unknown);
+        assert!(v.starts_with("not streamable") && v.contains("ffn_up_chexps"), "{v}");
+        let fused = layout(
+            vec![
+                expert("blk.0.ffn_gate_up_exps.weight", Proj::Gate),
+                expert("blk.0.ffn_down_exps.weight", Proj::Down),
+            ],
+            8,
+        );
+        let v = verdict(&fused);
+        assert!(v.starts_with("streamable: 2 of 8") && v.contains("gate+up fused"), "{v}");
+    }
+}

@@ -103,9 +103,14 @@ impl RunConfig {
         if let Mode::Stream(_) = mode {
             if layout.n_expert > 0 && !layout.is_moe() {
                 // It says it has experts, but not in a layout bmoe can stream.
+                let seen = match layout.unknown_experts.as_slice() {
+                    [] => "none named *exps.weight".to_string(),
+                    names => names.join(", "),
+                };
                 return Err(StreamError::UnknownLayout {
                     model: self.model.display().to_string(),
                     n_expert: layout.n_expert,
+                    seen,
                 }
                 .into());
             }
@@ -288,6 +293,19 @@ mod tests {
         found
             .map(|(_, v)| v.as_str())
             .unwrap_or_else(|| panic!("no {key}"))
+    }
+
+    #[test]
+    fn an_unknown_expert_layout_is_refused_naming_what_it_saw() {
+        let l = MoeLayout {
+            unknown_experts: vec!["blk.0.ffn_up_chexps.weight".into()],
+            ..layout()
+        };
+        let cfg = config(Mode::Stream(StreamConfig::default()));
+        let err = cfg.check_against(&l).unwrap_err().to_string();
+        assert!(err.contains("blk.0.ffn_up_chexps.weight"), "{err}");
+        assert!(err.contains("--resident"), "{err}");
+        assert!(config(Mode::Resident).check_against(&l).is_ok());
     }
 
     #[test]

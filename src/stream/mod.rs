@@ -57,10 +57,15 @@ pub enum StreamError {
     )]
     NotMoe { model: String, n_expert: u32 },
     #[error(
-        "{model} declares {n_expert} experts but has no blk.N.ffn_gate_exps / ffn_up_exps / \
-         ffn_down_exps tensors: an MoE layout bmoe cannot stream (run it with --resident)"
+        "{model} declares {n_expert} experts but has no blk.N.ffn_{{gate,up,gate_up,down}}_exps \
+         tensors (expert tensors seen: {seen}): an MoE layout bmoe cannot stream (run it with \
+         --resident)"
     )]
-    UnknownLayout { model: String, n_expert: u32 },
+    UnknownLayout {
+        model: String,
+        n_expert: u32,
+        seen: String,
+    },
     #[error(
         "--cache-mb {asked_mb} does not fit: MemAvailable is {available_mb} MiB; with the dense \
          weights ({dense_mb} MiB) and {headroom_mb} MiB of headroom at most {fits_mb} MiB fits \
