@@ -63,15 +63,26 @@ impl Backend {
 
 /// The model, mapped by llama.cpp (with its MTP head for `--mtp`, and the
 /// routed-expert count overridden for `--n-expert-used`).
-pub(super) fn load_model(cfg: &RunConfig, layout: &MoeLayout) -> Result<Arc<Model>, LlamaError> {
+pub(super) fn load_model(
+    cfg: &RunConfig,
+    layout: &MoeLayout,
+    backend: &Backend,
+) -> Result<Arc<Model>, LlamaError> {
     let int_overrides = match cfg.n_expert_used {
         Some(k) => vec![(format!("{}.expert_used_count", layout.arch), k as i64)],
+        None => Vec::new(),
+    };
+    // Streamed: llama.cpp maps the files without reading them in; the dense
+    // ranges are read when the mapping is prepared (the experts never are).
+    let unpopulated = match backend.streamer() {
+        Some(_) => layout.shards.iter().map(|s| s.path.clone()).collect(),
         None => Vec::new(),
     };
     let params = ModelParams {
         use_mmap: true,
         load_mtp: matches!(cfg.speculation, Speculation::Mtp { .. }),
         int_overrides,
+        unpopulated,
     };
     Ok(Arc::new(Model::load(&cfg.model, &params)?))
 }

@@ -25,6 +25,7 @@ pub(super) struct Ended {
     pub(super) observer_failure: Option<String>,
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
+    pub(super) startup: super::Startup,
 }
 
 /// The run's failure, if any: a streaming error that aborted a decode, else
@@ -82,6 +83,7 @@ pub(super) fn report(
         prompt_tokens,
         observer_failure,
         aborted_by_hook,
+        startup,
     } = ended;
     let elapsed: Duration = m.started.elapsed();
     let stream_failed = observer_failure.is_some();
@@ -112,6 +114,8 @@ pub(super) fn report(
     }
     .pairs();
     trailer.extend(report::head_pairs(&head, head_read_bytes));
+    let prefill = m.res.as_ref().map(|g| g.prefill).unwrap_or_default();
+    trailer.extend(startup.trailer_pairs(prefill));
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failed {
@@ -161,6 +165,7 @@ pub(super) fn report(
         dense_bytes: layout.dense_bytes(),
         layout,
         done_line,
+        startup,
     })
 }
 

@@ -25,6 +25,7 @@ pub fn build_graph(model: &Path, k: u32, n_ctx: u32) -> Result<(), LlamaError> {
             use_mmap: true,
             load_mtp: false,
             int_overrides: vec![(format!("{}.expert_used_count", layout.arch), i64::from(k))],
+            ..ModelParams::default()
         },
     )?);
     Context::new(

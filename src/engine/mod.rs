@@ -18,12 +18,14 @@ mod finish;
 pub mod graph_check;
 mod report;
 mod sink;
+mod startup;
 mod summary;
 use assemble::Backend;
 use config::preamble;
 pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use report::decode_rate;
 use sink::Sink;
+pub use startup::Startup;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -91,6 +93,8 @@ pub struct RunReport {
     pub layout: MoeLayout,
     /// The `BMOE_DONE` JSON object (the same totals as the CSV trailer).
     pub done_line: String,
+    /// The load and the time to the first token.
+    pub startup: Startup,
 }
 
 /// Where the experts came from in a run.
@@ -156,11 +160,13 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .as_deref()
         .map(telemetry::open_csv)
         .transpose()?;
+    let t_run = Instant::now();
     let layout = MoeLayout::open(&cfg.model)?;
     let (mode, mut notes) = cfg.check_against(&layout)?;
     let k = cfg.experts_used(&layout);
     let backend = Backend::start(cfg, &layout, mode, k)?;
-    let model = assemble::load_model(cfg, &layout)?;
+    let (t_load, io_load) = (Instant::now(), memory::io_read_bytes());
+    let model = assemble::load_model(cfg, &layout, &backend)?;
     let abort = Arc::new(AtomicBool::new(false));
     let (mut ctx, anon) = assemble::target_context(cfg, &model, &backend, &abort, &mut notes)?;
     // The MTP head runs on the draft actor's thread, tied to the target before
@@ -171,8 +177,18 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
     let reader = backend.streamer().map(config::ReaderFacts::of);
-    let preamble = preamble(cfg, &layout, reader.as_ref(), model.n_layer(), ctx.n_ctx());
+    let mut startup = Startup {
+        load: t_load.elapsed(),
+        load_read_bytes: io_load
+            .zip(memory::io_read_bytes())
+            .map(|(a, b)| b.saturating_sub(a)),
+        before_prefill: Duration::ZERO,
+        unpopulated: backend.streamer().is_some(),
+    };
+    let mut preamble = preamble(cfg, &layout, reader.as_ref(), model.n_layer(), ctx.n_ctx());
+    preamble.extend(startup.load_pairs());
     let telemetry = Telemetry::start(&cfg.telemetry, csv_file, &preamble)?;
+    startup.before_prefill = t_run.elapsed();
     let metered = generate_metered(cfg, &mut ctx, &tokens, &telemetry, on_text, mtp.as_mut());
     // Join the draft actor before anything else reads the target context.
     let head = mtp.as_mut().map(|a| a.finish()).unwrap_or_default();
@@ -182,6 +198,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         prompt_tokens: tokens.len(),
         observer_failure: ctx.observer_failure(),
         aborted_by_hook: abort.load(std::sync::atomic::Ordering::SeqCst),
+        startup,
     };
     finish::report(cfg, ctx, backend, layout, k, notes, telemetry, ended)
 }

@@ -30,6 +30,7 @@ impl RunReport {
         if self.speculation != Speculation::Off {
             v.extend(self.speculation_lines());
         }
+        v.push(self.startup.line(self.generation.prefill));
         v.extend(self.notes.iter().map(|n| format!("note: {n}")));
         v
     }
@@ -345,6 +346,7 @@ mod tests {
                 unknown_experts: Vec::new(),
             },
             done_line: String::new(),
+            startup: crate::engine::Startup::default(),
         }
     }
 
@@ -366,8 +368,9 @@ mod tests {
             "{}",
             v[4]
         );
+        assert!(v[5].starts_with("load: 0.00 s"), "{}", v[5]);
         assert_eq!(v.last().map(String::as_str), Some("note: a note"));
-        assert_eq!(v.len(), 6, "no prefetch, drop or speculation lines: {v:?}");
+        assert_eq!(v.len(), 7, "no prefetch, drop or speculation lines: {v:?}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod gguf;
 mod header;
 mod model;
 mod mtp;
+mod populate;
 pub mod quant;
 
 pub use backend::init_backend;
@@ -22,6 +23,7 @@ pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
 pub use mtp::{MtpHead, TargetTurn};
+pub use populate::Armed as UnpopulatedLoad;
 
 /// A vocabulary token id, as llama.cpp numbers them.
 pub type Token = i32;

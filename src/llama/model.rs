@@ -4,6 +4,8 @@ use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Write as _;
+use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
 
@@ -19,6 +21,9 @@ pub struct ModelParams {
     pub load_mtp: bool,
     /// Integer metadata overrides (key, value), e.g. `llama.expert_used_count`.
     pub int_overrides: Vec<(String, i64)>,
+    /// Map these files (a streamed model's) without reading them in: the
+    /// caller reads what it needs (see [`super::populate`]).
+    pub unpopulated: Vec<std::path::PathBuf>,
 }
 
 impl Default for ModelParams {
@@ -27,12 +32,66 @@ impl Default for ModelParams {
             use_mmap: true,
             load_mtp: false,
             int_overrides: Vec::new(),
+            unpopulated: Vec::new(),
         }
     }
 }
 
-/// llama.cpp's load progress callback: returning false cancels the load.
-extern "C" fn load_progress(_progress: f32, _data: *mut std::ffi::c_void) -> bool {
+/// Load progress on stderr, once a load has taken longer than [`Self::QUIET`]:
+/// one line updated in place at most every half second.
+pub struct LoadProgress {
+    label: String,
+    started: Instant,
+    last: Option<Instant>,
+}
+
+impl LoadProgress {
+    /// Loads shorter than this print nothing.
+    const QUIET: Duration = Duration::from_millis(1500);
+
+    pub fn new(label: String, started: Instant) -> Self {
+        Self {
+            label,
+            started,
+            last: None,
+        }
+    }
+
+    /// What to print for `frac` (0..=1) done at `now`, if anything.
+    pub fn update(&mut self, frac: f32, now: Instant) -> Option<String> {
+        let since = now.saturating_duration_since(self.started);
+        let due = match self.last {
+            None => true,
+            // The end is always shown once something was.
+            Some(_) if frac >= 1.0 => true,
+            Some(t) => now.saturating_duration_since(t) >= Duration::from_millis(500),
+        };
+        if since < Self::QUIET || !due {
+            return None;
+        }
+        self.last = Some(now);
+        let pct = (frac.clamp(0.0, 1.0) * 100.0) as u32;
+        Some(format!("\r{}: {pct:3}% ({:.1} s)", self.label, since.as_secs_f64()))
+    }
+
+    /// Whether a line was printed (it needs its newline).
+    pub fn shown(&self) -> bool {
+        self.last.is_some()
+    }
+}
+
+/// llama.cpp's load progress callback: prints the progress (see
+/// [`LoadProgress`]); returning false cancels the load (on a signal).
+extern "C" fn load_progress(progress: f32, data: *mut std::ffi::c_void) -> bool {
+    // SAFETY: `data` is the `LoadProgress` that `Model::load` keeps alive and
+    // does not touch while llama_model_load_from_file (which calls this on
+    // the loading thread) runs.
+    let p = unsafe { &mut *(data as *mut LoadProgress) };
+    if let Some(line) = p.update(progress, Instant::now()) {
+        let mut e = std::io::stderr().lock();
+        let _ = e.write_all(line.as_bytes());
+        let _ = e.flush();
+    }
     crate::interrupt::requested().is_none()
 }
 
@@ -139,16 +198,23 @@ impl Model {
         };
         mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
         // A signal stops the load at llama.cpp's next progress report.
+        let mut progress = LoadProgress::new(format!("load {}", path.display()), Instant::now());
         mp.progress_callback = Some(load_progress);
-        mp.progress_callback_user_data = std::ptr::null_mut();
+        mp.progress_callback_user_data = &mut progress as *mut LoadProgress as *mut std::ffi::c_void;
         let overrides = kv_overrides(&params.int_overrides)?;
         if !params.int_overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();
         }
+        let unpopulated: Vec<&Path> = params.unpopulated.iter().map(|p| p.as_path()).collect();
+        let armed = (!unpopulated.is_empty()).then(|| super::populate::Armed::new(&unpopulated));
         // SAFETY: `cpath` is a valid NUL-terminated string for the call; `mp` is a
         // fully initialised parameter struct whose pointers (path, overrides
         // terminated by an empty key) stay valid for the whole call.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
+        drop(armed);
+        if progress.shown() {
+            let _ = writeln!(std::io::stderr());
+        }
         let ptr = NonNull::new(raw).ok_or_else(|| match crate::interrupt::requested() {
             Some(_) => LlamaError::Interrupted,
             None => LlamaError::LoadFailed {
@@ -377,5 +443,24 @@ impl Drop for Model {
         // SAFETY: the pointer came from llama_model_load_from_file and is freed once;
         // contexts borrow the model, so none outlives it.
         unsafe { sys::llama_model_free(self.ptr.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_progress_is_quiet_at_first_then_throttled() {
+        let t0 = Instant::now();
+        let mut p = LoadProgress::new("load m".into(), t0);
+        assert_eq!(p.update(0.5, t0 + Duration::from_millis(1000)), None);
+        assert!(!p.shown());
+        let at = t0 + Duration::from_millis(2000);
+        assert_eq!(p.update(0.5, at).as_deref(), Some("\rload m:  50% (2.0 s)"));
+        assert_eq!(p.update(0.6, at + Duration::from_millis(100)), None);
+        let end = p.update(1.0, at + Duration::from_millis(200));
+        assert!(end.unwrap().contains("100%"));
+        assert!(p.shown());
     }
 }

@@ -226,6 +226,16 @@ impl FileMapping {
         let page = Self::page();
         let mut sum = 0u64;
         for (a, b) in self.mapped_parts(off, len) {
+            let start = a / page * page;
+            // Ask for the whole range first (large sequential reads), then touch it.
+            // SAFETY: advisory only, on a page-aligned part of our read-only mapping.
+            unsafe {
+                libc::madvise(
+                    (self.base + start) as *mut libc::c_void,
+                    (b - start) as usize,
+                    libc::MADV_WILLNEED,
+                )
+            };
             let mut p = a;
             while p < b {
                 // SAFETY: p lies in a mapped, readable (PROT_READ) interval.
