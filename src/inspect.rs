@@ -213,7 +213,10 @@ mod tests {
         let mut unknown = layout(vec![], 8);
         unknown.unknown_experts = vec!["blk.0.ffn_up_chexps.weight".into()];
         let v = verdict(&unknown);
-        assert!(v.starts_with("not streamable") && v.contains("ffn_up_chexps"), "{v}");
+        assert!(
+            v.starts_with("not streamable") && v.contains("ffn_up_chexps"),
+            "{v}"
+        );
         let fused = layout(
             vec![
                 expert("blk.0.ffn_gate_up_exps.weight", Proj::Gate),
@@ -222,6 +225,9 @@ mod tests {
             8,
         );
         let v = verdict(&fused);
-        assert!(v.starts_with("streamable: 2 of 8") && v.contains("gate+up fused"), "{v}");
+        assert!(
+            v.starts_with("streamable: 2 of 8") && v.contains("gate+up fused"),
+            "{v}"
+        );
     }
 }

@@ -1,10 +1,10 @@
 //! A loaded llama.cpp model: metadata, vocabulary, tokenizer and chat template.
 
 use std::ffi::{c_char, CString};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
@@ -71,7 +71,11 @@ impl LoadProgress {
         }
         self.last = Some(now);
         let pct = (frac.clamp(0.0, 1.0) * 100.0) as u32;
-        Some(format!("\r{}: {pct:3}% ({:.1} s)", self.label, since.as_secs_f64()))
+        Some(format!(
+            "\r{}: {pct:3}% ({:.1} s)",
+            self.label,
+            since.as_secs_f64()
+        ))
     }
 
     /// Whether a line was printed (it needs its newline).
@@ -200,7 +204,8 @@ impl Model {
         // A signal stops the load at llama.cpp's next progress report.
         let mut progress = LoadProgress::new(format!("load {}", path.display()), Instant::now());
         mp.progress_callback = Some(load_progress);
-        mp.progress_callback_user_data = &mut progress as *mut LoadProgress as *mut std::ffi::c_void;
+        mp.progress_callback_user_data =
+            &mut progress as *mut LoadProgress as *mut std::ffi::c_void;
         let overrides = kv_overrides(&params.int_overrides)?;
         if !params.int_overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();

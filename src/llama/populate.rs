@@ -150,7 +150,11 @@ pub unsafe extern "C" fn mmap(
 /// # Safety
 /// As `posix_madvise(3)`.
 #[no_mangle]
-pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: libc::size_t, advice: c_int) -> c_int {
+pub unsafe extern "C" fn posix_madvise(
+    addr: *mut c_void,
+    len: libc::size_t,
+    advice: c_int,
+) -> c_int {
     if advice == libc::POSIX_MADV_DONTNEED {
         return 0;
     }
@@ -209,8 +213,16 @@ mod tests {
             assert_eq!(Armed::unpopulated_total(), before + 1);
             assert_eq!(map(other.as_file()), 8);
         }
-        assert_eq!(Armed::unpopulated_total(), before + 1, "other file untouched");
+        assert_eq!(
+            Armed::unpopulated_total(),
+            before + 1,
+            "other file untouched"
+        );
         map(f.as_file());
-        assert_eq!(Armed::unpopulated_total(), before + 1, "disarmed after drop");
+        assert_eq!(
+            Armed::unpopulated_total(),
+            before + 1,
+            "disarmed after drop"
+        );
     }
 }

@@ -9,6 +9,7 @@ mod faults;
 mod fixtures;
 mod gguf_fuzz;
 mod interrupts;
+mod load;
 mod prefetch;
 mod run;
 mod speculation;
