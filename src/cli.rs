@@ -167,9 +167,9 @@ pub struct RunArgs {
     /// model's expert bytes, auto sizes it from MemAvailable.
     #[arg(long, value_name = "MIB|P%|auto", default_value = "auto")]
     pub cache_mb: bmoe::stream::CacheSize,
-    /// Upper bound for --cache-mb auto, in MiB.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=bmoe::stream::MAX_CACHE_MB))]
-    pub cache_ceil_mb: u64,
+    /// Upper bound for --cache-mb auto, in MiB (default: what the host can spare).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=bmoe::stream::MAX_CACHE_MB))]
+    pub cache_ceil_mb: Option<u64>,
     /// Expert reads kept in flight (io_uring queue depth).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub io_threads: u32,

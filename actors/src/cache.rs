@@ -239,6 +239,15 @@ impl ExpertCache {
         debug_assert!(self.accounting_holds(), "{self:?}");
     }
 
+    /// A new byte budget; returns the evictions that bring the cache within it
+    /// (pinned slots stay, as always).
+    pub fn set_budget(&mut self, bytes: u64) -> Vec<SlotKey> {
+        self.budget_bytes = bytes;
+        let evicted = self.evict_to(bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
+        evicted
+    }
+
     /// Release all pins of `requester` (e.g. at the end of a decode).
     pub fn release(&mut self, requester: Requester) -> Vec<SlotKey> {
         let old = std::mem::take(&mut self.pinned[requester.index()]);
@@ -335,6 +344,23 @@ mod tests {
         let p = c.request(Requester::Verify, &[k(0, 2), k(1, 2)]);
         assert_eq!(p.hits, vec![k(0, 2), k(1, 2)]);
         assert!(p.misses.is_empty());
+    }
+
+    #[test]
+    fn a_smaller_budget_evicts_the_unpinned_down_to_it() {
+        let mut c = ExpertCache::new(400, vec![100; 4]);
+        c.request(Requester::Verify, &[k(0, 1), k(0, 2), k(1, 1)]);
+        c.release(Requester::Verify);
+        c.request(Requester::Verify, &[k(1, 1)]);
+        let evicted = c.set_budget(150);
+        assert_eq!(
+            evicted,
+            vec![k(0, 1), k(0, 2)],
+            "LRU order, the pinned slot stays"
+        );
+        assert_eq!(c.budget_bytes(), 150);
+        assert_eq!(c.resident_bytes(), 100);
+        assert!(c.set_budget(1000).is_empty());
     }
 
     #[test]

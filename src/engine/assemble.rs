@@ -8,7 +8,7 @@ use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
 use crate::draft::MtpActorConfig;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
-use crate::stream::{SharedAnon, StreamConfig, StreamError, Streamer};
+use crate::stream::{compute_estimate_bytes, SharedAnon, StreamConfig, StreamError, Streamer};
 
 /// How the experts reach the matmuls, owning what that needs.
 pub(super) enum Backend {
@@ -50,6 +50,24 @@ impl Backend {
             Backend::Resident => RunMode::Resident,
             Backend::Stream { .. } => RunMode::Stream,
         }
+    }
+
+    /// `--cache-mb auto` once every context exists (see
+    /// [`Streamer::settle_auto`]): how it was resolved, for the summary.
+    pub(super) fn settle_auto(&mut self, model: &Model, n_ctx: u32, mtp: bool) -> Option<String> {
+        let Backend::Stream { streamer, cfg } = self else {
+            return None;
+        };
+        let (vocab, ctx, heads) = (
+            model.n_vocab() as u64,
+            u64::from(n_ctx),
+            u64::from(model.n_head()),
+        );
+        let mut compute = compute_estimate_bytes(u64::from(TARGET_UBATCH), vocab, ctx, heads);
+        if mtp {
+            compute += compute_estimate_bytes(u64::from(MTP_UBATCH), vocab, ctx, heads);
+        }
+        streamer.settle_auto(cfg, compute).map(|t| t.line())
     }
 
     /// `--drop-cold-experts` (0 when off or resident).

@@ -164,7 +164,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let layout = MoeLayout::open(&cfg.model)?;
     let (mode, mut notes) = cfg.check_against(&layout)?;
     let k = cfg.experts_used(&layout);
-    let backend = Backend::start(cfg, &layout, mode, k)?;
+    let mut backend = Backend::start(cfg, &layout, mode, k)?;
     let (t_load, io_load) = (Instant::now(), memory::io_read_bytes());
     let model = assemble::load_model(cfg, &layout, &backend)?;
     let abort = Arc::new(AtomicBool::new(false));
@@ -175,6 +175,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         Some(actor_cfg) => Some(MtpActor::spawn(&mut ctx, actor_cfg)?),
         None => None,
     };
+    notes.extend(backend.settle_auto(&model, ctx.n_ctx(), mtp.is_some()));
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
     let reader = backend.streamer().map(config::ReaderFacts::of);
     let mut startup = Startup {

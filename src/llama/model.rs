@@ -264,6 +264,12 @@ impl Model {
         unsafe { sys::llama_model_n_embd(self.ptr.as_ptr()) }.max(0) as u32
     }
 
+    /// Attention heads (of the first layer).
+    pub fn n_head(&self) -> u32 {
+        // SAFETY: valid model pointer; pure getter.
+        unsafe { sys::llama_model_n_head(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
     pub fn n_vocab(&self) -> usize {
         // SAFETY: valid vocab pointer owned by the model; pure getter.
         unsafe { sys::llama_vocab_n_tokens(self.vocab()) }.max(0) as usize

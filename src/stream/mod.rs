@@ -2,11 +2,13 @@
 //! verify-side hook, the expert cache budget, and what happens to llama.cpp's
 //! mapping (expert ranges dropped, dense ranges warmed or locked).
 
+mod budget;
 mod fault;
 mod hook;
 pub mod memory;
 mod predict;
 
+pub use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
 pub use predict::Predictor;
 
 use std::path::Path;
@@ -25,8 +27,6 @@ use memory::FileMapping;
 use crate::layout::MoeLayout;
 
 const MIB: u64 = 1024 * 1024;
-/// Memory left for everything else when sizing or checking the cache.
-pub const HEADROOM_BYTES: u64 = 512 * MIB;
 /// The largest `--cache-mb` / `--cache-ceil-mb` whose byte count fits a u64.
 pub const MAX_CACHE_MB: u64 = u64::MAX / MIB;
 
@@ -96,7 +96,8 @@ pub enum CacheSize {
     Mib(u64),
     /// A share of the model's expert bytes (`25%`), resolved at load.
     Percent(f64),
-    /// Sized once at load from MemAvailable, capped by `--cache-ceil-mb`.
+    /// What the host can spare once the model and its contexts exist
+    /// ([`AutoTerms`]), capped by `--cache-ceil-mb`.
     Auto,
 }
 
@@ -155,7 +156,8 @@ impl DenseMode {
 #[derive(Debug, Clone)]
 pub struct StreamConfig {
     pub cache: CacheSize,
-    pub cache_ceil_mb: u64,
+    /// Upper bound of `--cache-mb auto` (None: what the host can spare).
+    pub cache_ceil_mb: Option<u64>,
     pub io_threads: u32,
     pub o_direct: bool,
     pub dense: DenseMode,
@@ -175,7 +177,7 @@ impl Default for StreamConfig {
     fn default() -> Self {
         Self {
             cache: CacheSize::Mib(0),
-            cache_ceil_mb: 4096,
+            cache_ceil_mb: None,
             io_threads: 4,
             o_direct: true,
             dense: DenseMode::Warm,
@@ -188,7 +190,9 @@ impl Default for StreamConfig {
     }
 }
 
-/// The cache budget the engine settles on, in bytes (never more than all experts).
+/// The cache budget the engine starts with, in bytes (never more than all
+/// experts): `auto` starts at 0 (the working set) until
+/// [`Streamer::settle_auto`] decides it, once the contexts exist.
 pub fn resolve_cache_bytes(
     cfg: &StreamConfig,
     layout: &MoeLayout,
@@ -200,7 +204,7 @@ pub fn resolve_cache_bytes(
         .map(|a| a.saturating_sub(dense + HEADROOM_BYTES))
         .unwrap_or(u64::MAX);
     let asked = match cfg.cache {
-        CacheSize::Auto => return Ok(fits.min(cfg.cache_ceil_mb.saturating_mul(MIB)).min(experts)),
+        CacheSize::Auto => return Ok(0),
         CacheSize::Mib(mb) => mb.saturating_mul(MIB),
         CacheSize::Percent(p) => (experts as f64 * p / 100.0) as u64,
     };
@@ -363,6 +367,26 @@ impl Streamer {
             faults: fault_counts,
             observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
         })
+    }
+
+    /// `--cache-mb auto`, once the model and every context exist: the budget
+    /// the host can spare (see [`AutoTerms`]), given the contexts' estimated
+    /// compute buffers. Returns how it was resolved (None for a fixed size).
+    pub fn settle_auto(&mut self, cfg: &StreamConfig, compute: u64) -> Option<AutoTerms> {
+        if cfg.cache != CacheSize::Auto {
+            return None;
+        }
+        let terms = AutoTerms {
+            available: memory::mem_available_bytes().unwrap_or(u64::MAX),
+            dense: self.layout.dense_bytes(),
+            compute,
+            headroom: HEADROOM_BYTES,
+            ceiling: cfg.cache_ceil_mb.map(|mb| mb.saturating_mul(MIB)),
+            experts: self.layout.expert_bytes(),
+        };
+        self.budget_bytes = terms.bytes();
+        self.flash.set_budget(self.budget_bytes);
+        Some(terms)
     }
 
     /// After the model is loaded: drop the expert ranges of llama.cpp's mapping

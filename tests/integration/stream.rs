@@ -168,11 +168,20 @@ fn a_cache_larger_than_memory_is_refused_with_what_fits() {
     // when memory is really short; here just check `auto` resolves within the ceiling.
     big.mode = Mode::Stream(StreamConfig {
         cache: CacheSize::Auto,
-        cache_ceil_mb: 100,
+        cache_ceil_mb: Some(100),
         ..StreamConfig::default()
     });
     let r = engine::run(&big, |_| {}).unwrap();
     assert_eq!(r.cache_budget_bytes, 100 * 1024 * 1024);
+    let how = r
+        .notes
+        .iter()
+        .find(|n| n.starts_with("--cache-mb auto = MemAvailable"));
+    assert!(
+        how.is_some_and(|n| n.ends_with("capped by --cache-ceil-mb 100: 100 MiB")),
+        "{:?}",
+        r.notes
+    );
 }
 
 #[test]

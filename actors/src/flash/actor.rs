@@ -127,6 +127,10 @@ impl Actor {
                 let evicted = self.cache.release(r);
                 self.evict(&evicted);
             }
+            Msg::SetBudget(bytes) => {
+                let evicted = self.cache.set_budget(bytes);
+                self.evict(&evicted);
+            }
             // The run loop ends on Shutdown before handling it.
             Msg::Shutdown { .. } => {}
         }

@@ -291,6 +291,14 @@ impl Flash {
         &self.counters
     }
 
+    /// Change the cache's byte budget (`--cache-mb auto`, decided once the
+    /// contexts exist); a smaller one evicts down to it at once.
+    pub fn set_budget(&self, bytes: u64) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Msg::SetBudget(bytes));
+        }
+    }
+
     pub fn arena(&self) -> &Arc<Arena> {
         &self.arena
     }

@@ -45,6 +45,8 @@ pub(super) enum Msg {
         experts: Vec<u32>,
     },
     Release(Requester),
+    /// A new byte budget for the cache.
+    SetBudget(u64),
     /// Stop now (outstanding clients get "stopped" on their next call); the
     /// actor says it is done on `done` before its thread ends.
     Shutdown {
