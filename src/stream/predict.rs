@@ -66,9 +66,10 @@ fn read_values(gguf: &GgufFile, t: &TensorInfo, n: u64) -> Result<Vec<f32>, Stri
 }
 
 /// A layer's FFN pre-norm: `ffn_norm`, or `post_attention_norm` where a family
-/// names it so (gpt-oss, glm4moe).
+/// names it so (gpt-oss, glm4moe), or `attn_norm` where an MoE block has no
+/// attention and that is its only norm (nemotron_h_moe).
 fn ffn_norm(shards: &GgufShards, l: usize, n_embd: usize) -> Result<Vec<f32>, StreamError> {
-    let name = ["ffn_norm", "post_attention_norm"]
+    let name = ["ffn_norm", "post_attention_norm", "attn_norm"]
         .iter()
         .map(|n| format!("blk.{l}.{n}.weight"))
         .find(|n| shards.tensor(n).is_some())

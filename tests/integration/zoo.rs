@@ -120,6 +120,7 @@ family_tests! {
     llama4_streams_exactly: "llama4", "iq4_xs", false, false;
     glm4moe_streams_exactly: "glm4moe", "iq2_xxs", true, true;
     deepseek2_streams_exactly: "deepseek2", "q4_k_m", true, false;
+    nemotron_h_moe_streams_exactly: "nemotron_h_moe", "q8_0", true, false;
 }
 
 #[test]
@@ -136,6 +137,7 @@ fn every_zoo_family_has_its_test() {
         "llama4",
         "glm4moe",
         "deepseek2",
+        "nemotron_h_moe",
     ];
     for f in bmoe::fixture::zoo::Family::ALL {
         assert!(tested.contains(&f.arch()), "no test for {}", f.arch());
