@@ -121,6 +121,7 @@ family_tests! {
     glm4moe_streams_exactly: "glm4moe", "iq2_xxs", true, true;
     deepseek2_streams_exactly: "deepseek2", "q4_k_m", true, false;
     nemotron_h_moe_streams_exactly: "nemotron_h_moe", "q8_0", true, false;
+    deepseek4_streams_exactly: "deepseek4", "q5_0", true, false;
 }
 
 #[test]
@@ -138,6 +139,7 @@ fn every_zoo_family_has_its_test() {
         "glm4moe",
         "deepseek2",
         "nemotron_h_moe",
+        "deepseek4",
     ];
     for f in bmoe::fixture::zoo::Family::ALL {
         assert!(tested.contains(&f.arch()), "no test for {}", f.arch());
