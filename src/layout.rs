@@ -69,6 +69,9 @@ pub struct MoeLayout {
     pub n_layer_nextn: u32,
     pub n_expert: u32,
     pub n_expert_used: u32,
+    /// The first layers routed by token id through a table of `n_expert_used`
+    /// experts per token (deepseek4's `hash_layer_count`).
+    pub hash_layers: u32,
     pub experts: Vec<ExpertTensor>,
     pub total_tensor_bytes: u64,
     /// Bytes of all files.
@@ -126,6 +129,7 @@ impl MoeLayout {
             n_layer_nextn,
             n_expert: int("expert_count"),
             n_expert_used: int("expert_used_count"),
+            hash_layers: int("hash_layer_count"),
             experts: Vec::new(),
             total_tensor_bytes: 0,
             file_bytes: 0,

@@ -136,6 +136,14 @@ impl RunConfig {
                     layout.n_expert, layout.n_expert_used, layout.n_expert
                 )));
             }
+            if layout.hash_layers > 0 && k != layout.n_expert_used {
+                // llama.cpp checks the table's shape against the count at load.
+                return Err(EngineError::Config(format!(
+                    "--n-expert-used {k}: {} routes its first {} layer(s) by token id through a \
+                     table of {} experts per token (ffn_gate_tid2eid): drop --n-expert-used",
+                    layout.arch, layout.hash_layers, layout.n_expert_used
+                )));
+            }
         }
         if let Speculation::Mtp { p_min, .. } = self.speculation {
             if layout.n_layer_nextn == 0 {
@@ -259,6 +267,7 @@ mod tests {
             n_layer_nextn: 0,
             n_expert: 64,
             n_expert_used: 4,
+            hash_layers: 0,
             experts: Vec::new(),
             total_tensor_bytes: 0,
             file_bytes: 0,
@@ -339,6 +348,20 @@ mod tests {
         for (k, v) in want {
             assert_eq!(value(&p, k), v, "{k}");
         }
+    }
+
+    #[test]
+    fn another_expert_count_is_refused_where_layers_are_routed_by_token_id() {
+        let mut cfg = config(Mode::Resident);
+        cfg.n_expert_used = Some(2);
+        let mut hashed = layout();
+        hashed.hash_layers = 3;
+        let err = cfg.check_against(&hashed).unwrap_err().to_string();
+        assert!(err.contains("drop --n-expert-used"), "{err}");
+        cfg.n_expert_used = Some(4);
+        assert!(cfg.check_against(&hashed).is_ok());
+        cfg.n_expert_used = Some(2);
+        assert!(cfg.check_against(&layout()).is_ok());
     }
 
     #[test]

@@ -336,6 +336,7 @@ mod tests {
                 n_layer_nextn: 0,
                 n_expert: 8,
                 n_expert_used: 2,
+                hash_layers: 0,
                 experts: Vec::new(),
                 total_tensor_bytes: 0,
                 file_bytes: 0,

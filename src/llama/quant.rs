@@ -12,6 +12,7 @@ pub struct GgmlType(pub sys::ggml_type);
 
 impl GgmlType {
     pub const F32: GgmlType = GgmlType(sys::GGML_TYPE_F32);
+    pub const I32: GgmlType = GgmlType(sys::GGML_TYPE_I32);
     pub const F16: GgmlType = GgmlType(sys::GGML_TYPE_F16);
     pub const Q4_1: GgmlType = GgmlType(sys::GGML_TYPE_Q4_1);
     pub const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);

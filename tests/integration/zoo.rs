@@ -85,6 +85,14 @@ fn family_streams_exactly(arch: &str, quant: &str, predicts: bool, mtp: bool) {
         &["--drop-cold-experts", "0.5"][..],
         &["--n-expert-used", "1"],
     ] {
+        if arch == "deepseek4" && lossy[0] == "--n-expert-used" {
+            // Its hash-routed layer's table holds the file's count per token.
+            let o = bmoe(&[&["run", "-m", &m, "-p", "hi", "-n", "2"][..], lossy].concat());
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{arch}: {err}");
+            assert!(err.contains("drop --n-expert-used"), "{err}");
+            continue;
+        }
         let (_, err) = run(&[&["--cache-mb", "0"][..], lossy].concat());
         assert!(err.contains("LOSSY"), "{arch} {lossy:?}: {err}");
     }
