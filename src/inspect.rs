@@ -190,6 +190,7 @@ mod tests {
             types: BTreeMap::new(),
             blocks_in_table: 1,
             unknown_experts: Vec::new(),
+            hash_layers: 0,
         }
     }
 
