@@ -232,7 +232,7 @@ impl FileMapping {
             unsafe {
                 libc::madvise(
                     (self.base + start) as *mut libc::c_void,
-                    (b - start) as usize,
+                    b - start,
                     libc::MADV_WILLNEED,
                 )
             };
