@@ -180,7 +180,6 @@ impl MoeLayout {
     /// split model: every shard is checked).
     pub fn open(path: &Path) -> Result<Self, LlamaError> {
         let shards = GgufShards::open(path)?;
-        shards.first().check_vocab()?;
         let layout = Self::from_files(shards.files());
         layout.check().map_err(|detail| LlamaError::Corrupt {
             path: path.to_path_buf(),

@@ -388,20 +388,20 @@ fn careless_paths_get_the_documented_code_at_once() {
 
 #[test]
 fn flags_a_model_cannot_honour_are_refused_with_the_reason() {
-    // --predict-prefetch needs ffn_norm, which the qwen35moe fixture lacks.
-    let tiny = crate::common::tiny_mtp(0.0, 0.0);
-    let o = bmoe(&[
-        "run",
-        "-m",
-        tiny.to_str().unwrap(),
-        "-p",
-        "x",
-        "-n",
-        "2",
-        "--predict-prefetch",
-    ]);
+    // --predict-prefetch needs an MoE layer followed by another; llama4's
+    // alternate with dense ones.
+    let dir = tempfile::tempdir_in(crate::common::fixture_dir()).unwrap();
+    let llama4 = dir.path().join("llama4.gguf");
+    let l4 = llama4.to_str().unwrap();
+    let o = bmoe(&["fixture", "zoo", "--family", "llama4", "-o", l4]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = bmoe(&["run", "-m", l4, "-p", "x", "-n", "2", "--predict-prefetch"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("ffn_norm"), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("llama4: no MoE layer is followed by another"),
+        "{err}"
+    );
     // -c 16 is rounded up to 256 by llama.cpp: a prompt over 256 tokens is
     // refused, and the message says why the context is 256.
     let long = "one two three four five six seven eight ".repeat(40);

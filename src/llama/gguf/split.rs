@@ -42,9 +42,10 @@ pub struct GgufShards {
 
 impl GgufShards {
     /// Open `path` and, when it is the first shard of a split model, the other
-    /// shards next to it.
+    /// shards next to it. The first shard's vocabulary is checked too.
     pub fn open(path: &Path) -> Result<Self, LlamaError> {
         let first = GgufFile::open(path)?;
+        first.check_vocab()?;
         first.check_complete()?;
         let count = split_int(&first, KEY_COUNT).unwrap_or(0);
         if count <= 1 {
