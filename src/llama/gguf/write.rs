@@ -167,6 +167,19 @@ impl GgufBuilder {
         Ok(())
     }
 
+    /// The bytes [`Self::write`] will write: the header, then each tensor
+    /// padded to the alignment.
+    pub fn file_bytes(&self) -> u64 {
+        // SAFETY: valid context; pure size query.
+        let meta = unsafe { sys::gguf_get_meta_size(self.ctx.as_ptr()) } as u64;
+        let align = u64::from(self.alignment);
+        meta + self
+            .sizes
+            .iter()
+            .map(|s| s.div_ceil(align) * align)
+            .sum::<u64>()
+    }
+
     /// ggml's writer lays tensors out with the context's internal alignment, which
     /// only its reader sets (from `general.alignment`). Round-trip the metadata
     /// through the reader once, before the first tensor, so offsets, padding and
