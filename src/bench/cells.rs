@@ -152,6 +152,15 @@ pub const PRESETS: &[(&str, &str, &str)] = &[
          resident: --resident\n",
     ),
     (
+        "bigger-than-ram",
+        "a model file larger than the host's memory (e.g. fixture upcycle --experts 640): \
+         llama.cpp's mmap path against the streamed recipes, the cache sized by auto",
+        "mmap: --resident\n\
+         c0-overlap-predict: --cache-mb 0 --overlap --predict-prefetch\n\
+         auto-serial: --cache-mb auto\n\
+         auto-overlap-predict: --cache-mb auto --overlap --predict-prefetch\n",
+    ),
+    (
         "small-host",
         "llama.cpp's mmap path (the baseline) against streaming, for use with --ram-limit-mb",
         "mmap: --resident\n\
