@@ -98,7 +98,7 @@ pub struct BenchArgs {
     /// Cells file: one `name: bmoe-run-flags` per line, the first is the baseline.
     #[arg(long, conflicts_with = "preset")]
     pub cells: Option<PathBuf>,
-    /// A built-in matrix: cache, overlap, small-host, spec, spec-stream, lossy (default: cache).
+    /// A built-in matrix: cache, overlap, small-host, bigger-than-ram, spec, spec-stream, lossy (default: cache).
     #[arg(long)]
     pub preset: Option<String>,
     /// Prompt: a shipped workload (prose, copy, long) or a prompt file.

@@ -31,23 +31,7 @@ pub fn report(path: &std::path::Path, l: &MoeLayout) -> String {
     let _ = writeln!(s, "n_expert:         {}", l.n_expert);
     let _ = writeln!(s, "n_expert_used:    {}", l.n_expert_used);
     if l.is_moe() {
-        for p in Proj::ALL {
-            if let Some(b) = l.slice_bytes(p) {
-                let ty = l
-                    .experts
-                    .iter()
-                    .find(|e| e.proj == p)
-                    .map(|e| e.ggml_type.name())
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "expert slice {:<5} {} bytes ({ty})",
-                    format!("{}:", p.name()),
-                    b
-                );
-            }
-        }
-        let _ = writeln!(s, "expert layers:    {}", l.expert_layers().len());
+        expert_lines(&mut s, l);
     } else {
         let _ = writeln!(
             s,
@@ -88,6 +72,27 @@ pub fn report(path: &std::path::Path, l: &MoeLayout) -> String {
     let _ = writeln!(s, "quant types:      {}", types.join(", "));
     let _ = writeln!(s, "verdict:          {}", verdict(l));
     s
+}
+
+/// One line per projection's expert slice, and the expert layers.
+fn expert_lines(s: &mut String, l: &MoeLayout) {
+    for p in Proj::ALL {
+        if let Some(b) = l.slice_bytes(p) {
+            let ty = l
+                .experts
+                .iter()
+                .find(|e| e.proj == p)
+                .map(|e| e.ggml_type.name())
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "expert slice {:<5} {} bytes ({ty})",
+                format!("{}:", p.name()),
+                b
+            );
+        }
+    }
+    let _ = writeln!(s, "expert layers:    {}", l.expert_layers().len());
 }
 
 /// One line per shard of a split model: its file, bytes, tensors and expert bytes.

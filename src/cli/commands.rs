@@ -239,6 +239,34 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `bmoe fixture zoo`: one family's tiny model, in one file or `split` shards.
+fn fixture_zoo(
+    family: &str,
+    quant: &str,
+    output: &Path,
+    seed: u64,
+    split: Option<u32>,
+) -> Result<()> {
+    let family = bmoe::fixture::zoo::Family::parse(family)?;
+    let quant = bmoe::fixture::zoo::ExpertQuant::parse(quant)?;
+    let src = smollm2::ensure(None)?;
+    fixture::refuse_directory(output)?;
+    ensure_parent(output)?;
+    let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, seed);
+    let Some(n) = split else {
+        let bytes = build(output)?;
+        bmoe::say!("zoo model: {bytes} bytes");
+        outln!("{}", output.display());
+        return Ok(());
+    };
+    let (shards, bytes) = bmoe::fixture::split::build_split(output, n, build)?;
+    bmoe::say!("zoo model: {bytes} bytes in {n} shards");
+    for s in shards {
+        outln!("{}", s.display());
+    }
+    Ok(())
+}
+
 pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
     match f {
         FixtureCmd::Smollm2 { wheel } => {
@@ -279,25 +307,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             output,
             seed,
             split,
-        } => {
-            let family = bmoe::fixture::zoo::Family::parse(&family)?;
-            let quant = bmoe::fixture::zoo::ExpertQuant::parse(&quant)?;
-            let src = smollm2::ensure(None)?;
-            fixture::refuse_directory(&output)?;
-            ensure_parent(&output)?;
-            let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, seed);
-            let Some(n) = split else {
-                let bytes = build(&output)?;
-                bmoe::say!("zoo model: {bytes} bytes");
-                outln!("{}", output.display());
-                return Ok(());
-            };
-            let (shards, bytes) = bmoe::fixture::split::build_split(&output, n, build)?;
-            bmoe::say!("zoo model: {bytes} bytes in {n} shards");
-            for s in shards {
-                outln!("{}", s.display());
-            }
-        }
+        } => fixture_zoo(&family, &quant, &output, seed, split)?,
         FixtureCmd::TinyMtp {
             output,
             seed,

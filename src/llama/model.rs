@@ -87,9 +87,10 @@ impl LoadProgress {
 /// llama.cpp's load progress callback: prints the progress (see
 /// [`LoadProgress`]); returning false cancels the load (on a signal).
 extern "C" fn load_progress(progress: f32, data: *mut std::ffi::c_void) -> bool {
-    // SAFETY: `data` is the `LoadProgress` that `Model::load` keeps alive and
+    // `data` is the `LoadProgress` that `Model::load` keeps alive and
     // does not touch while llama_model_load_from_file (which calls this on
     // the loading thread) runs.
+    // SAFETY: as the comment above says.
     let p = unsafe { &mut *(data as *mut LoadProgress) };
     if let Some(line) = p.update(progress, Instant::now()) {
         let mut e = std::io::stderr().lock();
@@ -210,9 +211,11 @@ impl Model {
         }
         let unpopulated: Vec<&Path> = params.unpopulated.iter().map(|p| p.as_path()).collect();
         let armed = (!unpopulated.is_empty()).then(|| super::populate::Armed::new(&unpopulated));
-        // SAFETY: `cpath` is a valid NUL-terminated string for the call; `mp` is a
+        // `cpath` is a valid NUL-terminated string for the call; `mp` is a
         // fully initialised parameter struct whose pointers (path, overrides
-        // terminated by an empty key) stay valid for the whole call.
+        // terminated by an empty key, the progress state) stay valid for the
+        // whole call.
+        // SAFETY: as the comment above says.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
         drop(armed);
         if progress.shown() {
@@ -236,8 +239,9 @@ impl Model {
     }
 
     fn vocab(&self) -> *const sys::llama_vocab {
-        // SAFETY: the model pointer is valid for `self`'s lifetime; the vocab it
+        // The model pointer is valid for `self`'s lifetime; the vocab it
         // returns is owned by the model and lives as long.
+        // SAFETY: as the comment above says.
         unsafe { sys::llama_model_get_vocab(self.ptr.as_ptr()) }
     }
 
@@ -282,8 +286,9 @@ impl Model {
     /// llama.cpp's one-line description (arch, size, quant).
     pub fn description(&self) -> String {
         let mut buf = vec![0u8; 256];
-        // SAFETY: `buf` is writable for `buf.len()` bytes; llama.cpp writes at most
+        // `buf` is writable for `buf.len()` bytes; llama.cpp writes at most
         // that many including the NUL terminator.
+        // SAFETY: as the comment above says.
         let n = unsafe {
             sys::llama_model_desc(
                 self.ptr.as_ptr(),
@@ -297,8 +302,9 @@ impl Model {
 
     /// End-of-generation token (EOS, EOT, `<|im_end|>`, ...).
     pub fn is_eog(&self, token: Token) -> bool {
-        // SAFETY: valid vocab pointer; any token id is accepted (out of range -> false/abort
+        // Valid vocab pointer; any token id is accepted (out of range -> false/abort
         // is prevented by callers passing ids produced by this model).
+        // SAFETY: as the comment above says.
         unsafe { sys::llama_vocab_is_eog(self.vocab(), token) }
     }
 
@@ -314,8 +320,9 @@ impl Model {
             .map_err(|_| LlamaError::Tokenize("text longer than 2 GiB".into()))?;
         let mut out: Vec<Token> = vec![0; text.len() + 8];
         for _ in 0..2 {
-            // SAFETY: `text` is valid for `len` bytes (need not be NUL-terminated);
+            // `text` is valid for `len` bytes (need not be NUL-terminated);
             // `out` is writable for `out.len()` tokens.
+            // SAFETY: as the comment above says.
             let n = unsafe {
                 sys::llama_tokenize(
                     self.vocab(),
@@ -343,8 +350,9 @@ impl Model {
     pub fn token_bytes(&self, token: Token) -> Vec<u8> {
         let mut buf = vec![0u8; 64];
         for _ in 0..2 {
-            // SAFETY: `buf` is writable for `buf.len()` bytes; the call does not
+            // `buf` is writable for `buf.len()` bytes; the call does not
             // write a terminator beyond that length.
+            // SAFETY: as the comment above says.
             let n = unsafe {
                 sys::llama_token_to_piece(
                     self.vocab(),
@@ -372,8 +380,9 @@ impl Model {
 
     /// The model's own chat template, if its gguf carries one.
     pub fn chat_template(&self) -> Option<String> {
-        // SAFETY: valid model; a null name asks for the default template. The
+        // Valid model; a null name asks for the default template. The
         // returned string is owned by the model.
+        // SAFETY: as the comment above says.
         let p = unsafe { sys::llama_model_chat_template(self.ptr.as_ptr(), std::ptr::null()) };
         if p.is_null() {
             return None;
@@ -416,8 +425,9 @@ impl Model {
             .sum();
         let mut buf = vec![0u8; 2 * total + 256];
         for _ in 0..2 {
-            // SAFETY: `msgs` points into `owned`, alive for the call; `buf` is writable
+            // `msgs` points into `owned`, alive for the call; `buf` is writable
             // for `buf.len()` bytes.
+            // SAFETY: as the comment above says.
             let n = unsafe {
                 sys::llama_chat_apply_template(
                     ctmpl.as_ptr(),
@@ -449,8 +459,9 @@ impl Model {
 
 impl Drop for Model {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from llama_model_load_from_file and is freed once;
+        // The pointer came from llama_model_load_from_file and is freed once;
         // contexts borrow the model, so none outlives it.
+        // SAFETY: as the comment above says.
         unsafe { sys::llama_model_free(self.ptr.as_ptr()) };
     }
 }

@@ -82,10 +82,10 @@ impl Drop for Armed {
 
 /// Whether `fd` is one of the armed files.
 fn is_armed_file(fd: c_int) -> bool {
-    // SAFETY: fstat writes only into `st`, a plain struct we own; an invalid
-    // fd makes it fail with EBADF, which is handled.
+    // SAFETY: all zeroes is a valid `stat` (plain integers).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: see above.
+    // An invalid fd makes fstat fail with EBADF, which is handled.
+    // SAFETY: fstat writes only into `st`, a struct we own.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return false;
     }
@@ -133,8 +133,8 @@ pub unsafe extern "C" fn mmap(
     if strip {
         flags &= !libc::MAP_POPULATE;
     }
-    // SAFETY: the same arguments as the caller's call, under its contract;
-    // the raw system call sets errno and returns -1 (MAP_FAILED) on failure.
+    // The raw system call sets errno and returns -1 (MAP_FAILED) on failure.
+    // SAFETY: the same arguments as the caller's call, under its contract.
     let ret = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
     if strip && ret != -1 {
         UNPOPULATED.fetch_add(1, Ordering::SeqCst);

@@ -128,8 +128,9 @@ pub fn dequantize(ty: GgmlType, src: &[u8], n: u64) -> Result<Vec<f32>, LlamaErr
         .traits()
         .and_then(|t| t.to_float)
         .ok_or_else(|| LlamaError::Quant(format!("{} has no to_float", ty.name())))?;
-    // SAFETY: `src` holds at least row_bytes(n) bytes of `ty` data (checked), and
+    // `src` holds at least row_bytes(n) bytes of `ty` data (checked), and
     // `out` has room for `n` floats; n is a multiple of the block size.
+    // SAFETY: as the comment above says.
     unsafe { to_float(src.as_ptr() as *const c_void, out.as_mut_ptr(), n as i64) };
     Ok(out)
 }

@@ -205,9 +205,10 @@ impl FileMapping {
     /// page cache, so the run starts cold for those bytes.
     pub fn drop_range(&self, off: u64, len: u64) {
         for (o, l) in self.pages(off, len) {
-            // bmoe never lets a kernel read these expert bytes from the mapping.
-            // SAFETY: inside llama.cpp's read-only shared file mapping, MADV_DONTNEED
+            // Bmoe never lets a kernel read these expert bytes from the mapping.
+            // inside llama.cpp's read-only shared file mapping, MADV_DONTNEED
             // only drops page-table entries (an access would fault the file back in).
+            // SAFETY: as the comment above says.
             unsafe { libc::madvise((self.base + o) as *mut libc::c_void, l, libc::MADV_DONTNEED) };
         }
         // SAFETY: plain advisory call on our own file descriptor.
@@ -268,8 +269,9 @@ pub fn drop_pages(addr: usize, len: usize) {
     let begin = addr.div_ceil(page) * page;
     let end = (addr + len) / page * page;
     if end > begin {
-        // SAFETY: the range lies inside a read-only shared file mapping (caller);
+        // The range lies inside a read-only shared file mapping (caller);
         // MADV_DONTNEED only discards page-table entries for clean file pages.
+        // SAFETY: as the comment above says.
         unsafe { libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED) };
     }
 }

@@ -35,8 +35,9 @@ fn cached_share(path: &Path, ranges: &[(u64, u64)]) -> f64 {
         }
         let n = ((b - a) / page) as usize;
         let mut vec = vec![0u8; n];
-        // SAFETY: [a, b) lies inside the mapping (the ranges are the file's
+        // [a, b) lies inside the mapping (the ranges are the file's
         // tensors); `vec` has one byte per page.
+        // SAFETY: as the comment above says.
         let r = unsafe {
             libc::mincore(
                 map.as_ptr().add(a as usize) as *mut libc::c_void,

@@ -241,9 +241,10 @@ impl Actor {
         let layer = misses.first().map_or(0, |k| k.layer);
         let span = tracing::debug_span!("flash.read", layer, slices = self.ops.len());
         let _g = span.enter();
-        // SAFETY: every op targets a slot of a key that this plan just marked
+        // Every op targets a slot of a key that this plan just marked
         // resident (a miss): no matmul reads it until we reply, and no other op
         // in the batch overlaps it (distinct experts and projections).
+        // SAFETY: as the comment above says.
         unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
             // Whatever was partially read must not be taken for resident.
             for k in misses {

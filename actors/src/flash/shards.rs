@@ -59,8 +59,8 @@ impl SliceReader for ShardedReader {
             let result = if local.is_empty() {
                 Ok(ReadStats::default())
             } else {
-                // SAFETY: the same destinations as the caller's ops, under the
-                // caller's contract; only the file offsets are made local.
+                // Only the file offsets are made local.
+                // SAFETY: the caller's destinations, under the caller's contract.
                 unsafe { self.parts[i].1.read_all(&local) }
             };
             self.local = local;

@@ -118,8 +118,9 @@ impl GgufFile {
             no_alloc: true,
             ctx: &mut meta,
         };
-        // SAFETY: `cpath` is NUL-terminated; `meta` is a valid out-pointer that
+        // `cpath` is NUL-terminated; `meta` is a valid out-pointer that
         // receives a no-alloc ggml context holding only tensor descriptors.
+        // SAFETY: as the comment above says.
         let raw = unsafe { sys::gguf_init_from_file(cpath.as_ptr(), params) };
         let ctx = NonNull::new(raw).ok_or_else(|| LlamaError::Corrupt {
             path: path.to_path_buf(),
@@ -159,8 +160,9 @@ impl GgufFile {
             let mut ne = [1u64; 4];
             if !self.meta.is_null() {
                 let cname = CString::new(name.clone()).unwrap_or_default();
-                // SAFETY: `meta` is the no-alloc context gguf_init filled with one
+                // `meta` is the no-alloc context gguf_init filled with one
                 // descriptor per tensor; the returned tensor is owned by it.
+                // SAFETY: as the comment above says.
                 let t = unsafe { sys::ggml_get_tensor(self.meta, cname.as_ptr()) };
                 if !t.is_null() {
                     // SAFETY: non-null descriptor owned by `meta`.
@@ -288,8 +290,9 @@ impl GgufFile {
     pub fn get(&self, key: &str) -> Option<MetaValue> {
         let id = self.key_id(key)?;
         let ctx = self.ctx.as_ptr();
-        // SAFETY: `id` is a valid key id; each getter matches the key's type, as
+        // `id` is a valid key id; each getter matches the key's type, as
         // gguf asserts (we dispatch on the reported type first).
+        // SAFETY: as the comment above says.
         unsafe {
             let ty = sys::gguf_get_kv_type(ctx, id);
             Some(match ty {

@@ -194,8 +194,9 @@ impl GgufBuilder {
             no_alloc: true,
             ctx: std::ptr::null_mut(),
         };
-        // SAFETY: `meta` is a complete gguf header with no tensors, valid for the call;
+        // `meta` is a complete gguf header with no tensors, valid for the call;
         // the parsed context copies what it needs.
+        // SAFETY: as the comment above says.
         let parsed = unsafe {
             sys::gguf_init_from_buffer(meta.as_ptr() as *const c_void, meta.len(), params)
         };
@@ -239,9 +240,10 @@ impl GgufBuilder {
         }
         let cname = CString::new(name).map_err(|_| LlamaError::Gguf("NUL in name".into()))?;
         let ne_i: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
-        // SAFETY: `scratch` is a no-alloc context with room for MAX_TENSORS
+        // `scratch` is a no-alloc context with room for MAX_TENSORS
         // descriptors (checked above); `ne_i` holds `ne.len()` dims; gguf_add_tensor
         // copies the descriptor (name, type, shape) by value; the name fits (< 64).
+        // SAFETY: as the comment above says.
         unsafe {
             let cname_exists = sys::gguf_find_tensor(self.ctx.as_ptr(), cname.as_ptr());
             if cname_exists >= 0 {

@@ -100,8 +100,9 @@ impl StreamHook {
         self.drop_zero.clear();
         for (i, &e) in self.ids.iter().enumerate() {
             if e >= 0 && dropped.contains(&(e as u32)) {
-                // SAFETY: observe phase of this very node: it is computed and the
+                // Observe phase of this very node: it is computed and the
                 // nodes that read it (weights, expert matmuls) have not run yet.
+                // SAFETY: as the comment above says.
                 if !unsafe { node.set_i32([i as u64, 0, 0], top) } {
                     self.fail(format!("{}: cannot rewrite a routed id", node.name()));
                     return false;
@@ -117,8 +118,9 @@ impl StreamHook {
     /// Zero the dropped positions' weights (observe phase of `ffn_moe_weights-L`).
     pub(super) fn zero_dropped_weights(&mut self, node: &NodeView<'_>) {
         for &i in &self.drop_zero {
-            // SAFETY: observe phase of this node: computed, not yet read by the
+            // Observe phase of this node: computed, not yet read by the
             // normalization that follows it.
+            // SAFETY: as the comment above says.
             if !unsafe { node.set_f32([0, i, 0], 0.0) } {
                 let name = node.name().to_owned();
                 self.fail(format!("{name}: cannot zero a dropped expert's weight"));
