@@ -133,7 +133,9 @@ pub unsafe extern "C" fn mmap(
     if strip {
         flags &= !libc::MAP_POPULATE;
     }
-    // The raw system call sets errno and returns -1 (MAP_FAILED) on failure.
+    // Every argument widened to the kernel's register width (the variadic
+    // `syscall` reads longs); it sets errno and returns -1 (MAP_FAILED) on failure.
+    let (prot, flags, fd) = (c_long::from(prot), c_long::from(flags), c_long::from(fd));
     // SAFETY: the same arguments as the caller's call, under its contract.
     let ret = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
     if strip && ret != -1 {
@@ -164,6 +166,7 @@ pub unsafe extern "C" fn posix_madvise(
     {
         return 0;
     }
+    let advice = c_long::from(advice);
     // SAFETY: the caller's arguments, under its contract (advice only).
     let r: c_long = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) };
     if r == 0 {
