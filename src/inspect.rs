@@ -99,19 +99,13 @@ fn expert_lines(s: &mut String, l: &MoeLayout) {
 fn shard_lines(s: &mut String, l: &MoeLayout) {
     let _ = writeln!(s, "shards:           {}", l.shards.len());
     for (i, sh) in l.shards.iter().enumerate() {
-        let experts: u64 = l
-            .experts
-            .iter()
-            .filter(|e| e.shard == i)
-            .map(|e| e.bytes())
-            .sum();
         let _ = writeln!(
             s,
             "  {}: {} tensors, {}, experts {}",
             sh.path.display(),
             sh.tensors,
             mib(sh.file_bytes),
-            mib(experts)
+            mib(l.shard_expert_bytes(i))
         );
     }
 }

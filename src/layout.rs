@@ -244,6 +244,12 @@ impl MoeLayout {
         self.experts.iter().map(ExpertTensor::bytes).sum()
     }
 
+    /// Bytes of the experts stored in file `shard`.
+    pub fn shard_expert_bytes(&self, shard: usize) -> u64 {
+        let of_shard = self.experts.iter().filter(|e| e.shard == shard);
+        of_shard.map(ExpertTensor::bytes).sum()
+    }
+
     pub fn is_split(&self) -> bool {
         self.shards.len() > 1
     }

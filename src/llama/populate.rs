@@ -118,6 +118,8 @@ fn in_remembered_map(addr: usize, len: usize) -> bool {
 /// # Safety
 /// As `mmap(2)`: the caller owns what it maps and unmaps.
 #[no_mangle]
+// SAFETY: the C library's contract, forwarded to the kernel unchanged but for
+// MAP_POPULATE on the armed files (an advisory flag; the mapping is the same).
 pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
     len: libc::size_t,
@@ -152,6 +154,7 @@ pub unsafe extern "C" fn mmap(
 /// # Safety
 /// As `posix_madvise(3)`.
 #[no_mangle]
+// SAFETY: the C library's contract; advice only, nothing is mapped or freed.
 pub unsafe extern "C" fn posix_madvise(
     addr: *mut c_void,
     len: libc::size_t,

@@ -223,12 +223,8 @@ pub fn resolve_cache_bytes(
 /// What the read probe reads: the file holding most expert bytes (the only
 /// one, or a shard of a split model) and its expert slices as (file offset, bytes).
 pub fn probe_slices(layout: &MoeLayout) -> (std::path::PathBuf, Vec<(u64, u64)>) {
-    let bytes_in = |i: usize| -> u64 {
-        let of_shard = layout.experts.iter().filter(|e| e.shard == i);
-        of_shard.map(|e| e.bytes()).sum()
-    };
     let shard = (0..layout.shards.len())
-        .max_by_key(|&i| bytes_in(i))
+        .max_by_key(|&i| layout.shard_expert_bytes(i))
         .unwrap_or(0);
     let slices = layout
         .experts

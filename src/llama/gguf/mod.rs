@@ -43,6 +43,11 @@ impl TensorInfo {
     pub fn slice_bytes(&self) -> u64 {
         self.row_bytes().saturating_mul(self.ne[1])
     }
+    /// The shape as a writer declares it: without trailing 1s (at least one dim).
+    pub fn dims(&self) -> &[u64] {
+        let n = self.ne.iter().rposition(|&x| x != 1).map_or(1, |i| i + 1);
+        &self.ne[..n]
+    }
 }
 
 /// A gguf metadata value, as far as bmoe needs to read them.

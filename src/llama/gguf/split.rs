@@ -166,6 +166,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn dims_drop_trailing_ones() {
+        let t = |ne: [u64; 4]| TensorInfo {
+            name: String::new(),
+            ggml_type: crate::llama::quant::GgmlType::F32,
+            ne,
+            file_offset: 0,
+            size_bytes: 0,
+        };
+        assert_eq!(t([64, 8, 1, 1]).dims(), &[64, 8]);
+        assert_eq!(t([1, 1, 1, 1]).dims(), &[1]);
+        assert_eq!(t([64, 1, 8, 1]).dims(), &[64, 1, 8]);
+    }
+
+    #[test]
     fn shard_names_round_trip() {
         let n = shard_name("/m/qwen3", 2, 3);
         assert_eq!(n, "/m/qwen3-00002-of-00003.gguf");
