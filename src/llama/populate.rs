@@ -118,8 +118,8 @@ fn in_remembered_map(addr: usize, len: usize) -> bool {
 /// # Safety
 /// As `mmap(2)`: the caller owns what it maps and unmaps.
 #[no_mangle]
-// SAFETY: the C library's contract, forwarded to the kernel unchanged but for
-// MAP_POPULATE on the armed files (an advisory flag; the mapping is the same).
+// MAP_POPULATE is advisory: dropping it on the armed files leaves the same mapping.
+// SAFETY: the C library's contract, forwarded to the kernel unchanged but for that.
 pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
     len: libc::size_t,

@@ -42,8 +42,8 @@ impl ShardedReader {
 }
 
 impl SliceReader for ShardedReader {
-    // SAFETY: callers uphold the trait's contract (see `SliceReader::read_all`);
-    // each op goes unchanged, with a local offset, to the reader of its file.
+    // Each op goes unchanged, with a local offset, to the reader of its file.
+    // SAFETY: callers uphold the trait's contract (see `SliceReader::read_all`).
     unsafe fn read_all(&mut self, ops: &[ReadOp]) -> Result<ReadStats, FlashError> {
         let mut total = ReadStats::default();
         for i in 0..self.parts.len() {
