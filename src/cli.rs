@@ -156,6 +156,11 @@ pub struct RunArgs {
     /// Context size in tokens (llama.cpp rounds it up to a multiple of 256).
     #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
+    /// The prompt's micro-batch in tokens (16..=8192): auto runs the whole prompt
+    /// as one micro-batch when its compute buffers fit (so a streamed prompt reads
+    /// each routed expert once), else in the fewest equal ones; capped by --ctx.
+    #[arg(long, value_name = "N|auto", default_value = "auto")]
+    pub ubatch: bmoe::engine::Ubatch,
     /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).
     #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights", "overlap", "prefetch", "predict_prefetch", "drop_cold_experts"])]
     pub resident: bool,

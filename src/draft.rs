@@ -52,9 +52,6 @@ use crate::stream::DraftHookParts;
 pub const DRAFT_QUEUE_CAPACITY: usize = 4;
 /// Replies from the draft actor in flight.
 pub const DRAFT_REPLY_CAPACITY: usize = 1;
-/// The largest batch the draft context processes (a prefill chunk of the
-/// target: the verify loop's n_batch).
-pub const DRAFT_N_BATCH: u32 = 512;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DraftError {
@@ -73,6 +70,9 @@ pub struct MtpActorConfig {
     pub n_threads: u32,
     /// The draft context's physical batch.
     pub n_ubatch: u32,
+    /// The largest batch it processes: a prefill micro-batch of the target
+    /// (the target's n_batch).
+    pub n_batch: u32,
     /// The most drafts per step (`--draft`).
     pub draft_max: usize,
     /// `--mtp-p-min`.
@@ -273,7 +273,7 @@ impl Actor {
     ) -> Result<Self, LlamaError> {
         let mut params = ContextParams {
             n_ctx: cfg.n_ctx,
-            n_batch: DRAFT_N_BATCH,
+            n_batch: cfg.n_batch.max(cfg.n_ubatch),
             n_ubatch: cfg.n_ubatch,
             n_threads: cfg.n_threads,
             kind: ContextKind::Mtp,
@@ -291,7 +291,7 @@ impl Actor {
         let head = MtpHead::new(turn, draft, cfg.draft_max, cfg.p_min)?;
         Ok(Self {
             drafter: MtpDrafter::new(head),
-            batch: Batch::new(DRAFT_N_BATCH as usize),
+            batch: Batch::new(cfg.n_batch.max(cfg.n_ubatch) as usize),
             corpus: Vec::new(),
             predemand,
             totals: DecodeMetrics::default(),
@@ -369,7 +369,7 @@ impl Actor {
                     if !self.batch.push(t, pos, logits) {
                         return Err(LlamaError::BatchSize {
                             tokens: n,
-                            n_batch: DRAFT_N_BATCH,
+                            n_batch: self.batch.capacity() as u32,
                         }
                         .into());
                     }

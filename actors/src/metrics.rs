@@ -32,6 +32,10 @@ pub struct DecodeMetrics {
     /// Every demand's layer and experts, in order (only from a hook that logs
     /// its routing: the MTP head's, whose drafting pass predicts its catch-up).
     pub routed: Vec<(u32, Vec<u32>)>,
+    /// Bytes of the (layer, expert) slices this decode's batch demanded that
+    /// no batch since the last single-token decode had: over a prompt's
+    /// micro-batches, the distinct slices the prompt routed to.
+    pub first_seen_bytes: u64,
 }
 
 impl DecodeMetrics {
@@ -49,6 +53,7 @@ impl DecodeMetrics {
         self.predicted += other.predicted;
         self.predicted_used += other.predicted_used;
         self.routed.extend(other.routed);
+        self.first_seen_bytes += other.first_seen_bytes;
     }
 
     /// The distinct experts demanded at `layer`, sorted.
@@ -91,6 +96,7 @@ mod tests {
             predicted_used: 6,
             hits: 2,
             routed: vec![(3, vec![1, 7]), (4, vec![0])],
+            first_seen_bytes: 9,
         };
         a.add(b);
         assert_eq!(a.stall, Duration::from_millis(5));
@@ -104,6 +110,7 @@ mod tests {
             (5, 1, 8, 6)
         );
         assert_eq!(a.routed.len(), 3);
+        assert_eq!(a.first_seen_bytes, 9);
         assert_eq!(a.experts_at(3), vec![1, 5, 7]);
         assert_eq!(a.experts_at(4), vec![0]);
         assert!(a.experts_at(9).is_empty());

@@ -225,6 +225,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         n_expert_used: None,
         speculation: engine::Speculation::Off,
         draft_max: 0,
+        ubatch: engine::Ubatch::Auto,
     };
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::bench::warm_page_cache(model)

@@ -98,6 +98,7 @@ fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> RunConfig {
         n_expert_used: args.n_expert_used,
         speculation: speculation_of(args),
         draft_max: args.draft,
+        ubatch: args.ubatch,
     }
 }
 

@@ -4,11 +4,12 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::prefill::{choose_ubatch, PrefillFacts};
 use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
 use crate::draft::MtpActorConfig;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
-use crate::stream::{compute_estimate_bytes, SharedAnon, StreamConfig, StreamError, Streamer};
+use crate::stream::{compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer};
 
 /// How the experts reach the matmuls, owning what that needs.
 pub(super) enum Backend {
@@ -54,7 +55,13 @@ impl Backend {
 
     /// `--cache-mb auto` once every context exists (see
     /// [`Streamer::settle_auto`]): how it was resolved, for the summary.
-    pub(super) fn settle_auto(&mut self, model: &Model, n_ctx: u32, mtp: bool) -> Option<String> {
+    pub(super) fn settle_auto(
+        &mut self,
+        model: &Model,
+        n_ctx: u32,
+        ubatch: u32,
+        mtp: bool,
+    ) -> Option<String> {
         let Backend::Stream { streamer, cfg } = self else {
             return None;
         };
@@ -63,7 +70,7 @@ impl Backend {
             u64::from(n_ctx),
             u64::from(model.n_head()),
         );
-        let mut compute = compute_estimate_bytes(u64::from(TARGET_UBATCH), vocab, ctx, heads);
+        let mut compute = compute_estimate_bytes(u64::from(ubatch), vocab, ctx, heads);
         if mtp {
             compute += compute_estimate_bytes(u64::from(MTP_UBATCH), vocab, ctx, heads);
         }
@@ -113,13 +120,14 @@ pub(super) fn target_context(
     model: &Arc<Model>,
     backend: &Backend,
     abort: &Arc<AtomicBool>,
+    ubatch: u32,
     notes: &mut Vec<String>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
         n_ctx: cfg.n_ctx,
-        n_batch: TARGET_UBATCH,
-        n_ubatch: TARGET_UBATCH,
+        n_batch: ubatch,
+        n_ubatch: ubatch,
         n_threads: cfg.threads,
         // Recurrent-state snapshots so a hybrid model can roll back rejected
         // drafts (clamped to 0 by llama.cpp on archs that need none).
@@ -144,6 +152,42 @@ pub(super) fn target_context(
     Ok((ctx, anon))
 }
 
+/// The prompt's micro-batch (`--ubatch`; auto: the fewest micro-batches whose
+/// compute buffers stay within an eighth of MemAvailable, or those of a
+/// [`TARGET_UBATCH`] one) and the prefill's allowance over the cache. The
+/// same rule runs resident, so both modes compute the prompt alike.
+pub(super) fn prefill_facts(
+    cfg: &RunConfig,
+    model: &Model,
+    layout: &MoeLayout,
+    backend: &Backend,
+    prompt_tokens: usize,
+) -> PrefillFacts {
+    let (vocab, ctx, heads) = (
+        model.n_vocab() as u64,
+        u64::from(cfg.n_ctx),
+        u64::from(model.n_head()),
+    );
+    let compute = |u: u32| compute_estimate_bytes(u64::from(u), vocab, ctx, heads);
+    let base = compute(TARGET_UBATCH);
+    let spare = memory::mem_available_bytes().unwrap_or(0) / 8;
+    let ubatch = choose_ubatch(cfg.ubatch, prompt_tokens, cfg.n_ctx, |u| {
+        compute(u) <= base.max(spare)
+    });
+    let streamed = backend.streamer().is_some();
+    let largest_layer = (0..layout.n_layer + layout.n_layer_nextn)
+        .map(|l| layout.layer_expert_bytes(l) * u64::from(layout.n_expert))
+        .max()
+        .unwrap_or(0);
+    PrefillFacts {
+        ubatch,
+        streamed,
+        distinct_bytes: 0,
+        readahead_allowance_bytes: if streamed { largest_layer } else { 0 },
+        compute_extra_bytes: compute(ubatch).saturating_sub(base),
+    }
+}
+
 /// The MTP draft actor's configuration for `--mtp` (None otherwise). The
 /// head's experts stream too (requester Draft), and its dense weights share
 /// the verify hook's anonymous copies.
@@ -152,6 +196,7 @@ pub(super) fn mtp_config(
     model: &Arc<Model>,
     backend: &Backend,
     anon: Option<SharedAnon>,
+    n_batch: u32,
 ) -> Option<MtpActorConfig> {
     let Speculation::Mtp { p_min, predemand } = cfg.speculation else {
         return None;
@@ -161,6 +206,7 @@ pub(super) fn mtp_config(
         n_ctx: cfg.n_ctx,
         n_threads: cfg.threads,
         n_ubatch: MTP_UBATCH,
+        n_batch,
         draft_max: cfg.draft_max as usize,
         p_min,
         hook: backend.streamer().map(|s| s.draft_hook_parts(anon)),

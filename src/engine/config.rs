@@ -77,6 +77,8 @@ pub struct RunConfig {
     /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
     pub speculation: Speculation,
     pub draft_max: u32,
+    /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
+    pub ubatch: super::Ubatch,
 }
 
 impl RunConfig {
@@ -188,8 +190,7 @@ pub(super) fn preamble(
     cfg: &RunConfig,
     layout: &MoeLayout,
     streamer: Option<&ReaderFacts>,
-    n_layer: u32,
-    n_ctx: u32,
+    (n_layer, n_ctx, n_ubatch): (u32, u32, u32),
 ) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
     let mut kv = |k: &str, val: String| v.push((k.to_string(), val));
@@ -203,7 +204,7 @@ pub(super) fn preamble(
     kv("n_expert_used_model", layout.n_expert_used.to_string());
     kv("threads", cfg.threads.to_string());
     kv("n_ctx", n_ctx.to_string());
-    kv("n_ubatch", "512".to_string());
+    kv("n_ubatch", n_ubatch.to_string());
     kv("n_predict", cfg.n_predict.to_string());
     kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
     kv("chat", (cfg.chat as u8).to_string());
@@ -294,6 +295,7 @@ mod tests {
             n_expert_used: None,
             speculation: Speculation::Ngram { min_match: 3 },
             draft_max: 4,
+            ubatch: super::super::Ubatch::Auto,
         }
     }
 
@@ -329,7 +331,7 @@ mod tests {
             o_direct: true,
             reader: "io_uring O_DIRECT depth 4".into(),
         };
-        let p = preamble(&config(Mode::Stream(sc)), &layout(), Some(&reader), 30, 512);
+        let p = preamble(&config(Mode::Stream(sc)), &layout(), Some(&reader), (30, 512, 512));
         let want = [
             ("mode", "stream"),
             ("cache_mb", "759"),
@@ -368,7 +370,7 @@ mod tests {
     fn a_resident_runs_preamble_has_no_reader_and_a_lossy_top_k_is_marked() {
         let mut cfg = config(Mode::Resident);
         cfg.n_expert_used = Some(2);
-        let p = preamble(&cfg, &layout(), None, 30, 512);
+        let p = preamble(&cfg, &layout(), None, (30, 512, 512));
         assert_eq!(value(&p, "mode"), "resident");
         assert_eq!(value(&p, "cache_mb"), "0");
         assert_eq!(value(&p, "dense_weights"), "mmap");

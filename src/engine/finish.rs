@@ -9,6 +9,7 @@ use bmoe_actors::telemetry::{json_object, Telemetry};
 
 use super::assemble::Backend;
 use super::report::{self, Totals};
+use super::prefill::{PrefillFacts, PrefillReport};
 use super::{EngineError, Metered, PrefetchReport, RunConfig, RunReport};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
@@ -26,6 +27,7 @@ pub(super) struct Ended {
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
     pub(super) startup: super::Startup,
+    pub(super) prefill: super::prefill::PrefillFacts,
 }
 
 /// The run's failure, if any: a streaming error that aborted a decode, else
@@ -84,6 +86,7 @@ pub(super) fn report(
         observer_failure,
         aborted_by_hook,
         startup,
+        prefill: prefill_facts,
     } = ended;
     let elapsed: Duration = m.started.elapsed();
     let stream_failed = observer_failure.is_some();
@@ -116,6 +119,12 @@ pub(super) fn report(
     trailer.extend(report::head_pairs(&head, head_read_bytes));
     let prefill = m.res.as_ref().map(|g| g.prefill).unwrap_or_default();
     trailer.extend(startup.trailer_pairs(prefill));
+    let prefill_facts = PrefillFacts {
+        distinct_bytes: m.prefill_distinct_bytes,
+        ..prefill_facts
+    };
+    let prefill = PrefillReport::from_row(m.rows.iter().find(|r| r.prefill), prefill_facts);
+    trailer.extend(prefill.pairs());
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     if let Some(f) = failed {
@@ -166,6 +175,7 @@ pub(super) fn report(
         layout,
         done_line,
         startup,
+        prefill,
     })
 }
 

@@ -16,6 +16,7 @@ mod assemble;
 mod config;
 mod finish;
 pub mod graph_check;
+mod prefill;
 mod report;
 mod sink;
 mod startup;
@@ -23,6 +24,7 @@ mod summary;
 use assemble::Backend;
 use config::preamble;
 pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
+pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
 pub use report::decode_rate;
 use sink::Sink;
 pub use startup::Startup;
@@ -95,6 +97,8 @@ pub struct RunReport {
     pub done_line: String,
     /// The load and the time to the first token.
     pub startup: Startup,
+    /// The prompt's pass: its micro-batch, time and (streamed) reads.
+    pub prefill: PrefillReport,
 }
 
 /// Where the experts came from in a run.
@@ -167,16 +171,18 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let mut backend = Backend::start(cfg, &layout, mode, k)?;
     let (t_load, io_load) = (Instant::now(), memory::io_read_bytes());
     let model = assemble::load_model(cfg, &layout, &backend)?;
+    let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
+    let prefill = assemble::prefill_facts(cfg, &model, &layout, &backend, tokens.len());
     let abort = Arc::new(AtomicBool::new(false));
-    let (mut ctx, anon) = assemble::target_context(cfg, &model, &backend, &abort, &mut notes)?;
+    let (mut ctx, anon) =
+        assemble::target_context(cfg, &model, &backend, &abort, prefill.ubatch, &mut notes)?;
     // The MTP head runs on the draft actor's thread, tied to the target before
     // its first decode.
-    let mut mtp = match assemble::mtp_config(cfg, &model, &backend, anon) {
+    let mut mtp = match assemble::mtp_config(cfg, &model, &backend, anon, prefill.ubatch) {
         Some(actor_cfg) => Some(MtpActor::spawn(&mut ctx, actor_cfg)?),
         None => None,
     };
-    notes.extend(backend.settle_auto(&model, ctx.n_ctx(), mtp.is_some()));
-    let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
+    notes.extend(backend.settle_auto(&model, ctx.n_ctx(), prefill.ubatch, mtp.is_some()));
     let reader = backend.streamer().map(config::ReaderFacts::of);
     let mut startup = Startup {
         load: t_load.elapsed(),
@@ -186,11 +192,19 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         before_prefill: Duration::ZERO,
         unpopulated: backend.streamer().is_some(),
     };
-    let mut preamble = preamble(cfg, &layout, reader.as_ref(), model.n_layer(), ctx.n_ctx());
+    let shape = (model.n_layer(), ctx.n_ctx(), prefill.ubatch);
+    let mut preamble = preamble(cfg, &layout, reader.as_ref(), shape);
     preamble.extend(startup.load_pairs());
     let telemetry = Telemetry::start(&cfg.telemetry, csv_file, &preamble)?;
     startup.before_prefill = t_run.elapsed();
-    let metered = generate_metered(cfg, &mut ctx, &tokens, &telemetry, on_text, mtp.as_mut());
+    let metered = generate_metered(
+        cfg,
+        &mut ctx,
+        (&tokens, prefill.ubatch),
+        &telemetry,
+        on_text,
+        mtp.as_mut(),
+    );
     // Join the draft actor before anything else reads the target context.
     let head = mtp.as_mut().map(|a| a.finish()).unwrap_or_default();
     let ended = finish::Ended {
@@ -200,6 +214,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         observer_failure: ctx.observer_failure(),
         aborted_by_hook: abort.load(std::sync::atomic::Ordering::SeqCst),
         startup,
+        prefill,
     };
     finish::report(cfg, ctx, backend, layout, k, notes, telemetry, ended)
 }
@@ -216,13 +231,15 @@ pub(super) struct Metered {
     started: Instant,
     /// Kernel-reported storage reads of the process when generation started.
     kernel_read_bytes_before: Option<u64>,
+    /// Bytes of the distinct expert slices the prompt's pass routed to.
+    prefill_distinct_bytes: u64,
 }
 
 /// Generate through the accounting sink: one row per token to `telemetry`.
 fn generate_metered(
     cfg: &RunConfig,
     ctx: &mut Context,
-    tokens: &[crate::llama::Token],
+    (tokens, ubatch): (&[crate::llama::Token], u32),
     telemetry: &Telemetry,
     on_text: impl FnMut(&str),
     mtp: Option<&mut MtpActor>,
@@ -254,7 +271,7 @@ fn generate_metered(
         ctx,
         tokens,
         limit,
-        512,
+        ubatch as usize,
         &mut sink,
         drafter,
         cfg.draft_max as usize,
@@ -269,6 +286,7 @@ fn generate_metered(
     sink.flush();
     let decode_span = sink.decode_span();
     let predicted = (sink.predicted, sink.predicted_used);
+    let prefill_distinct_bytes = sink.prefill_distinct_bytes;
     drop(sink);
     Metered {
         res,
@@ -277,5 +295,6 @@ fn generate_metered(
         predicted,
         started: t0,
         kernel_read_bytes_before,
+        prefill_distinct_bytes,
     }
 }

@@ -29,6 +29,8 @@ pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) predicted_used: u64,
     /// Speculation is on (the mtp_* columns are filled).
     pub(super) speculating: bool,
+    /// Bytes of the distinct expert slices the prefill's decodes routed to.
+    pub(super) prefill_distinct_bytes: u64,
 }
 
 impl<'a, F: FnMut(&str)> Sink<'a, F> {
@@ -52,6 +54,7 @@ impl<'a, F: FnMut(&str)> Sink<'a, F> {
             predicted: 0,
             predicted_used: 0,
             speculating,
+            prefill_distinct_bytes: 0,
         }
     }
 
@@ -113,6 +116,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
             let p = self.prefill.get_or_insert_with(TokenRow::default);
             p.prefill = true;
             p.accumulate(&row);
+            self.prefill_distinct_bytes += s.first_seen_bytes;
         } else {
             self.flush();
             self.pending = Some(row);

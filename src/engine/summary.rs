@@ -30,6 +30,7 @@ impl RunReport {
         if self.speculation != Speculation::Off {
             v.extend(self.speculation_lines());
         }
+        v.push(self.prefill.line());
         v.push(self.startup.line(self.generation.prefill));
         v.extend(self.notes.iter().map(|n| format!("note: {n}")));
         v
@@ -348,6 +349,7 @@ mod tests {
             },
             done_line: String::new(),
             startup: crate::engine::Startup::default(),
+            prefill: crate::engine::PrefillReport::default(),
         }
     }
 
@@ -369,9 +371,10 @@ mod tests {
             "{}",
             v[4]
         );
-        assert!(v[5].starts_with("load: 0.00 s"), "{}", v[5]);
+        assert!(v[5].starts_with("prefill: 0 tokens"), "{}", v[5]);
+        assert!(v[6].starts_with("load: 0.00 s"), "{}", v[6]);
         assert_eq!(v.last().map(String::as_str), Some("note: a note"));
-        assert_eq!(v.len(), 7, "no prefetch, drop or speculation lines: {v:?}");
+        assert_eq!(v.len(), 8, "no prefetch, drop or speculation lines: {v:?}");
     }
 
     #[test]

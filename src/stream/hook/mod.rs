@@ -10,7 +10,7 @@ mod serve;
 
 pub use dense::{DenseAnon, SharedAnon};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -105,6 +105,13 @@ pub struct StreamHook {
     /// The router's "probabilities" are its logits, softmaxed over the picked
     /// experts only (gpt-oss): how `--drop-cold-experts` weighs them.
     logit_router: bool,
+    /// Bytes of one expert of each layer (all projections), and the trunk's
+    /// layer count (the layers a prompt batch runs through in order).
+    expert_bytes: Vec<u64>,
+    n_layer: u32,
+    /// The (layer, expert) slices batches demanded since the last
+    /// single-token decode (a prompt's distinct routed slices).
+    seen: HashSet<(u32, u32)>,
 }
 
 impl StreamHook {
@@ -146,6 +153,11 @@ impl StreamHook {
             drop_zero: Vec::new(),
             drop_layer: None,
             logit_router: layout.arch == "gpt-oss",
+            expert_bytes: (0..layout.n_layer + layout.n_layer_nextn)
+                .map(|l| layout.layer_expert_bytes(l))
+                .collect(),
+            n_layer: layout.n_layer,
+            seen: HashSet::new(),
         }
     }
 

@@ -8,7 +8,42 @@ use super::{StreamHook, TOPK_PREFIX};
 use crate::layout::Proj;
 use crate::llama::NodeView;
 
+/// Expected share of a layer's experts that `routed_ids` random picks leave
+/// out is about e^(-routed_ids / n_expert): at this many picks per expert it
+/// is under 10%, and a batch's next layer is read whole ahead of its routing.
+const WHOLE_LAYER_PICKS_PER_EXPERT: f64 = std::f64::consts::LN_10;
+
+/// Whether a batch routing `routed_ids` expert picks in a layer of
+/// `n_expert` will need (nearly) all of the next layer's experts.
+pub(super) fn reads_whole_layer(routed_ids: usize, n_expert: u32) -> bool {
+    n_expert > 0 && routed_ids as f64 >= WHOLE_LAYER_PICKS_PER_EXPERT * f64::from(n_expert)
+}
+
 impl StreamHook {
+    /// Count the bytes of the slices this batch demands for the first time
+    /// since the last single-token decode (which starts a new count).
+    fn note_slices(&mut self, layer: u32, single: bool) {
+        if single {
+            self.seen.clear();
+            return;
+        }
+        let bytes = self.expert_bytes.get(layer as usize).copied().unwrap_or(0);
+        for &e in &self.union {
+            if self.seen.insert((layer, e)) {
+                self.metrics.first_seen_bytes += bytes;
+            }
+        }
+    }
+
+    /// A wide batch (a prompt's micro-batch) routes to nearly every expert
+    /// of every layer: read the next trunk layer whole while this one computes.
+    fn whole_next_layer(&self, layer: u32) -> Option<Vec<u32>> {
+        let next = layer + 1;
+        let has_experts = self.expert_bytes.get(next as usize).is_some_and(|&b| b > 0);
+        (next < self.n_layer && has_experts && reads_whole_layer(self.ids.len(), self.n_expert))
+            .then(|| (0..self.n_expert).collect())
+    }
+
     /// Wait for the down slices of the current layer (overlap mode), counting the stall.
     pub(super) fn wait_down(&mut self) {
         if !self.client.down_pending() {
@@ -106,10 +141,10 @@ impl StreamHook {
         } else {
             Vec::new()
         };
-        let hint = if single {
-            self.predict_next(node, layer)
-        } else {
-            None
+        self.note_slices(layer, single);
+        let (hint, guessed) = match single {
+            true => (self.predict_next(node, layer), true),
+            false => (self.whole_next_layer(layer), false),
         };
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
@@ -122,7 +157,7 @@ impl StreamHook {
             hint.as_ref().map(|g| (layer + 1, g.as_slice())),
         );
         drop(_g);
-        if let Some(g) = hint {
+        if let Some(g) = hint.filter(|_| guessed) {
             self.predicted.insert(layer + 1, g);
         }
         match res {
@@ -148,5 +183,19 @@ impl StreamHook {
                 self.fail(format!("expert read for layer {layer} failed: {e}"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_whole_layer;
+
+    #[test]
+    fn a_batch_reads_the_next_layer_whole_once_it_picks_each_expert_about_twice() {
+        assert!(!reads_whole_layer(4, 64), "one token");
+        assert!(!reads_whole_layer(140, 64));
+        assert!(reads_whole_layer(148, 64));
+        assert!(reads_whole_layer(1384 * 4, 64), "a long prompt");
+        assert!(!reads_whole_layer(100, 0));
     }
 }
