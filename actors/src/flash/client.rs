@@ -252,7 +252,10 @@ impl Flash {
             watch,
         };
         let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
-        state.spare_cap = (SPARE_MAX_BYTES / max_slot).max(4) as usize;
+        // A prompt's batch evicts a whole layer while the next one is read
+        // ahead: up to a layer's slots are kept to take those reads.
+        let widest = state.n_expert.iter().copied().max().unwrap_or(0) as usize;
+        state.spare_cap = ((SPARE_MAX_BYTES / max_slot) as usize).max(widest).max(4);
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())
             .spawn(move || {

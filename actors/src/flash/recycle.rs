@@ -10,7 +10,8 @@ use crate::proj::Proj;
 
 const MAX_RECYCLED_SLOTS: usize = 12_000;
 
-/// Evicted pages kept for reuse, at most (they count in RSS, not in the cache).
+/// Evicted pages kept for reuse, at most this or one layer's experts, the
+/// larger (they count in RSS, not in the cache).
 pub const SPARE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 impl Actor {
