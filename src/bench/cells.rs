@@ -187,6 +187,18 @@ pub const PRESETS: &[(&str, &str, &str)] = &[
          ngram-d4: --cache-mb 25% --overlap --ngram --draft 4\n",
     ),
     (
+        "prefill",
+        "the prompt's pass (run it with -w p64, -w p512, -w p2048 or -w long): resident against \
+         streamed at no cache, 25% and auto, each prompt in one micro-batch (--ubatch auto) and \
+         in micro-batches of 512 (the old default)",
+        "resident: --resident -c 4096\n\
+         c0: --cache-mb 0 -c 4096\n\
+         c25: --cache-mb 25% -c 4096\n\
+         auto: --cache-mb auto -c 4096\n\
+         resident-ub512: --resident --ubatch 512 -c 4096\n\
+         c0-ub512: --cache-mb 0 --ubatch 512 -c 4096\n",
+    ),
+    (
         "lossy",
         "the two lossy knobs against the lossless serial run at --cache-mb 0",
         "c0-serial: --cache-mb 0\n\

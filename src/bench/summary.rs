@@ -47,6 +47,10 @@ pub struct CellSummary {
     pub io_depth: u32,
     pub bound_tok_s: Option<f64>,
     pub same_text: Option<bool>,
+    /// The prompt's pass: mean seconds, and (streamed) bytes read over the
+    /// distinct routed slices (1.0 is the floor).
+    pub prefill_s: Option<f64>,
+    pub prefill_read_multiple: Option<f64>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -124,6 +128,10 @@ pub fn summarize(
             .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))
             .map(|b| b / (1024.0 * 1024.0))
             .collect();
+        let trailer_mean = |key: &str| {
+            let v: Vec<f64> = ok.iter().filter_map(|x| trailer_f64(x.1, key)).collect();
+            (!v.is_empty()).then(|| mean(&v))
+        };
         let texts: Vec<bool> = ok
             .iter()
             .filter_map(|x| x.0.same_text_as_baseline)
@@ -152,6 +160,8 @@ pub fn summarize(
                 .flatten()
                 .map(|b| b.tok_s(io_depth, mib_per_token * 1024.0 * 1024.0)),
             same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
+            prefill_s: trailer_mean("prefill_s"),
+            prefill_read_multiple: trailer_mean("prefill_read_multiple"),
         });
     }
     Ok(out)
@@ -166,15 +176,17 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn cells_table(s: &[CellSummary]) -> String {
     let mut out = String::new();
     let base = s.first().map(|c| c.mean_tok_s).unwrap_or(0.0);
+    let base_prefill = s.first().and_then(|c| c.prefill_s);
     let _ = writeln!(
         out,
         "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | MiB/token | hit % | \
          stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | peak RSS MiB | \
-         bound tok/s | of bound | text = baseline |"
+         bound tok/s | of bound | prefill s | prefill x baseline | prefill reads x distinct | \
+         text = baseline |"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for (i, c) in s.iter().enumerate() {
         let mut name = c.name.clone();
@@ -190,7 +202,10 @@ pub fn cells_table(s: &[CellSummary]) -> String {
             c.runs.to_string()
         };
         if c.per_run_tok_s.is_empty() {
-            let _ = writeln!(out, "| {name} | {runs} | — | | | | | | | | | | | | | | | |");
+            let _ = writeln!(
+                out,
+                "| {name} | {runs} | — | | | | | | | | | | | | | | | | | | |"
+            );
             continue;
         }
         let per_run = c
@@ -209,6 +224,11 @@ pub fn cells_table(s: &[CellSummary]) -> String {
             .filter(|b| *b > 0.0)
             .map(|b| format!("{:.0}%", c.mean_tok_s * 100.0 / b))
             .unwrap_or_else(|| "—".into());
+        let prefill_ratio = c
+            .prefill_s
+            .zip(base_prefill)
+            .filter(|(_, b)| *b > 0.0)
+            .map(|(p, b)| p / b);
         let text = match c.same_text {
             Some(true) => "yes",
             Some(false) => "no",
@@ -217,7 +237,7 @@ pub fn cells_table(s: &[CellSummary]) -> String {
         let _ = writeln!(
             out,
             "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {} | {} | \
-             {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {text} |",
+             {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {} | {} | {} | {text} |",
             c.mean_tok_s,
             c.ci.0,
             c.ci.1,
@@ -236,6 +256,9 @@ pub fn cells_table(s: &[CellSummary]) -> String {
             c.drafted_steps.clone().unwrap_or_else(|| "—".into()),
             opt(c.peak_rss_mib, 0),
             opt(c.bound_tok_s, 2),
+            opt(c.prefill_s, 2),
+            prefill_ratio.map_or_else(|| "—".to_string(), |r| format!("{r:.2}x")),
+            opt(c.prefill_read_multiple, 2),
         );
     }
     out

@@ -9,7 +9,9 @@ use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
 use crate::draft::MtpActorConfig;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
-use crate::stream::{compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer};
+use crate::stream::{
+    compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer,
+};
 
 /// How the experts reach the matmuls, owning what that needs.
 pub(super) enum Backend {

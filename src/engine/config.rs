@@ -331,7 +331,12 @@ mod tests {
             o_direct: true,
             reader: "io_uring O_DIRECT depth 4".into(),
         };
-        let p = preamble(&config(Mode::Stream(sc)), &layout(), Some(&reader), (30, 512, 512));
+        let p = preamble(
+            &config(Mode::Stream(sc)),
+            &layout(),
+            Some(&reader),
+            (30, 512, 512),
+        );
         let want = [
             ("mode", "stream"),
             ("cache_mb", "759"),

@@ -8,8 +8,8 @@ use bmoe_actors::cache::Requester;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
 use super::assemble::Backend;
-use super::report::{self, Totals};
 use super::prefill::{PrefillFacts, PrefillReport};
+use super::report::{self, Totals};
 use super::{EngineError, Metered, PrefetchReport, RunConfig, RunReport};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};

@@ -166,16 +166,30 @@ impl PrefillReport {
     /// The CSV trailer's and `BMOE_DONE`'s prefill pairs.
     pub fn pairs(&self) -> Vec<(String, String)> {
         let mut v = vec![
-            ("prefill_s".to_string(), format!("{:.3}", self.time.as_secs_f64())),
+            (
+                "prefill_s".to_string(),
+                format!("{:.3}", self.time.as_secs_f64()),
+            ),
             ("prefill_tok_s".into(), format!("{:.2}", self.tok_s())),
-            ("prefill_micro_batches".into(), self.micro_batches.to_string()),
+            (
+                "prefill_micro_batches".into(),
+                self.micro_batches.to_string(),
+            ),
         ];
         if self.streamed {
             v.push(("prefill_read_bytes".into(), self.read_bytes.to_string()));
-            v.push(("prefill_distinct_bytes".into(), self.distinct_bytes.to_string()));
-            let m = self.read_multiple().map_or(String::new(), |m| format!("{m:.3}"));
+            v.push((
+                "prefill_distinct_bytes".into(),
+                self.distinct_bytes.to_string(),
+            ));
+            let m = self
+                .read_multiple()
+                .map_or(String::new(), |m| format!("{m:.3}"));
             v.push(("prefill_read_multiple".into(), m));
-            v.push(("prefill_stall_s".into(), format!("{:.3}", self.stall.as_secs_f64())));
+            v.push((
+                "prefill_stall_s".into(),
+                format!("{:.3}", self.stall.as_secs_f64()),
+            ));
         }
         v
     }
@@ -216,8 +230,14 @@ mod tests {
 
     #[test]
     fn a_fixed_micro_batch_is_capped_by_the_context() {
-        assert_eq!(choose_ubatch(Ubatch::Fixed(512), 5000, 2048, |_| false), 512);
-        assert_eq!(choose_ubatch(Ubatch::Fixed(4096), 5000, 2048, |_| true), 2048);
+        assert_eq!(
+            choose_ubatch(Ubatch::Fixed(512), 5000, 2048, |_| false),
+            512
+        );
+        assert_eq!(
+            choose_ubatch(Ubatch::Fixed(4096), 5000, 2048, |_| true),
+            2048
+        );
         assert_eq!("auto".parse(), Ok(Ubatch::Auto));
         assert_eq!("64".parse(), Ok(Ubatch::Fixed(64)));
         assert_eq!("16".parse(), Ok(Ubatch::Fixed(16)));
@@ -252,9 +272,18 @@ mod tests {
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("prefill_read_multiple").as_deref(), Some("1.100"));
         assert_eq!(get("prefill_s").as_deref(), Some("2.000"));
-        let resident = PrefillReport::from_row(Some(&row), PrefillFacts { ubatch: 512, ..PrefillFacts::default() });
+        let resident = PrefillReport::from_row(
+            Some(&row),
+            PrefillFacts {
+                ubatch: 512,
+                ..PrefillFacts::default()
+            },
+        );
         assert_eq!(resident.micro_batches, 3);
         assert!(!resident.line().contains("read") && get("prefill_tok_s").is_some());
-        assert!(resident.pairs().iter().all(|(k, _)| k != "prefill_read_bytes"));
+        assert!(resident
+            .pairs()
+            .iter()
+            .all(|(k, _)| k != "prefill_read_bytes"));
     }
 }

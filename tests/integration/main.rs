@@ -11,6 +11,7 @@ mod gguf_fuzz;
 mod interrupts;
 mod load;
 mod prefetch;
+mod prefill;
 mod run;
 mod speculation;
 mod split;
