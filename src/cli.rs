@@ -98,10 +98,10 @@ pub struct BenchArgs {
     /// Cells file: one `name: bmoe-run-flags` per line, the first is the baseline.
     #[arg(long, conflicts_with = "preset")]
     pub cells: Option<PathBuf>,
-    /// A built-in matrix: cache, overlap, small-host, bigger-than-ram, spec, spec-stream, lossy (default: cache).
+    /// A built-in matrix: cache, overlap, small-host, bigger-than-ram, spec, spec-stream, prefill, lossy (default: cache).
     #[arg(long)]
     pub preset: Option<String>,
-    /// Prompt: a shipped workload (prose, copy, long) or a prompt file.
+    /// Prompt: a shipped workload (prose, copy, long, p64, p512, p2048) or a prompt file.
     #[arg(short, long, default_value = "prose")]
     pub workload: String,
     /// Tokens generated per run.

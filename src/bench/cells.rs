@@ -117,6 +117,24 @@ pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchErro
     Ok(cells)
 }
 
+/// The largest context any cell asks for (`-c N`, `--ctx N`, `--ctx=N`), as
+/// flags for a run that must hold the same prompt (the resident probe).
+pub fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
+    let mut widest: Option<u32> = None;
+    for c in cells {
+        for (i, a) in c.args.iter().enumerate() {
+            let value = match a.as_str() {
+                "-c" | "--ctx" => c.args.get(i + 1).map(String::as_str),
+                _ => a.strip_prefix("--ctx="),
+            };
+            if let Some(n) = value.and_then(|v| v.parse::<u32>().ok()) {
+                widest = Some(widest.map_or(n, |w| w.max(n)));
+            }
+        }
+    }
+    widest.map(|n| ["-c".to_string(), n.to_string()])
+}
+
 /// The built-in matrices: (name, what it answers, cells file text).
 pub const PRESETS: &[(&str, &str, &str)] = &[
     (
@@ -260,6 +278,14 @@ mod tests {
         let e = parse_cells("f", "a: --csv=x.csv\n").unwrap_err();
         assert!(e.to_string().contains("set by the bench"), "{e}");
         assert!(parse_cells("f", "# nothing\n").is_err());
+    }
+
+    #[test]
+    fn the_widest_context_of_the_cells_is_found() {
+        let cells = parse_cells("t", "a: -c 4096\nb: --ctx=8192 --overlap\nc: --ctx 1024\n").unwrap();
+        assert_eq!(widest_context(&cells), Some(["-c".into(), "8192".into()]));
+        let none = parse_cells("t", "a: --resident\n").unwrap();
+        assert_eq!(widest_context(&none), None);
     }
 
     #[test]

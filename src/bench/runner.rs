@@ -169,9 +169,11 @@ pub fn probe_bound(
         took.as_secs_f64()
     );
     let stem = plan.out_dir.join("probe-resident");
+    let mut args = vec!["--resident".to_string()];
+    args.extend(super::cells::widest_context(&plan.cells).into_iter().flatten());
     let (failure, _) = run_child(
         plan,
-        &["--resident".to_string()],
+        &args,
         prompt_path,
         plan.probe.resident_tokens,
         &stem,
