@@ -282,7 +282,8 @@ mod tests {
 
     #[test]
     fn the_widest_context_of_the_cells_is_found() {
-        let cells = parse_cells("t", "a: -c 4096\nb: --ctx=8192 --overlap\nc: --ctx 1024\n").unwrap();
+        let cells =
+            parse_cells("t", "a: -c 4096\nb: --ctx=8192 --overlap\nc: --ctx 1024\n").unwrap();
         assert_eq!(widest_context(&cells), Some(["-c".into(), "8192".into()]));
         let none = parse_cells("t", "a: --resident\n").unwrap();
         assert_eq!(widest_context(&none), None);

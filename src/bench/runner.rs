@@ -170,14 +170,12 @@ pub fn probe_bound(
     );
     let stem = plan.out_dir.join("probe-resident");
     let mut args = vec!["--resident".to_string()];
-    args.extend(super::cells::widest_context(&plan.cells).into_iter().flatten());
-    let (failure, _) = run_child(
-        plan,
-        &args,
-        prompt_path,
-        plan.probe.resident_tokens,
-        &stem,
-    )?;
+    args.extend(
+        super::cells::widest_context(&plan.cells)
+            .into_iter()
+            .flatten(),
+    );
+    let (failure, _) = run_child(plan, &args, prompt_path, plan.probe.resident_tokens, &stem)?;
     if let Some(f) = failure {
         return Err(BenchError::Config(format!(
             "the resident probe run failed ({f}); see {}",

@@ -19,11 +19,26 @@ pub fn json_string(s: &str) -> String {
     out
 }
 
-/// `{"k":v,...}` from key/value pairs whose values are already JSON.
+/// `{"k":v,...}` from key/value pairs: a value that is already JSON (a
+/// number, `null`, `true`, `false`, a string literal) is written as it is,
+/// anything else (`NA`, an empty value) as a string, so the object is valid.
 pub fn json_object(pairs: &[(String, String)]) -> String {
     let body: Vec<String> = pairs
         .iter()
-        .map(|(k, v)| format!("{}:{v}", json_string(k)))
+        .map(|(k, v)| format!("{}:{}", json_string(k), json_value(v)))
         .collect();
     format!("{{{}}}", body.join(","))
+}
+
+fn json_value(v: &str) -> String {
+    let number = v.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+        && v.ends_with(|c: char| c.is_ascii_digit())
+        && v.parse::<f64>().is_ok_and(f64::is_finite);
+    let literal = matches!(v, "null" | "true" | "false");
+    let string = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
+    if number || literal || string {
+        v.to_string()
+    } else {
+        json_string(v)
+    }
 }

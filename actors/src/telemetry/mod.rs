@@ -81,6 +81,14 @@ mod tests {
     fn json_strings_are_escaped() {
         assert_eq!(json_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
         assert_eq!(json_object(&[("k".into(), "1".into())]), "{\"k\":1}");
+        let odd = [
+            ("a".into(), "NA".into()),
+            ("b".into(), String::new()),
+            ("c".into(), "-0.5".into()),
+        ];
+        assert_eq!(json_object(&odd), "{\"a\":\"NA\",\"b\":\"\",\"c\":-0.5}");
+        let literals = [("d".into(), "null".into()), ("e".into(), "\"x\"".into())];
+        assert_eq!(json_object(&literals), "{\"d\":null,\"e\":\"x\"}");
     }
 
     #[test]
