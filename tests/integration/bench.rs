@@ -81,13 +81,17 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     assert!(summary.contains("resident compute rate:"), "{summary}");
     assert!(summary.contains("| 4 |"), "probe depth 4 row:\n{summary}");
     let serial = row(&summary, "serial (baseline)");
-    // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound | text |
+    // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound |
+    // prefill s | prefill x baseline | prefill reads x distinct | text |
     assert_eq!(serial[2], "2", "baseline ran twice: {serial:?}");
     assert_eq!(serial[6], "1.00x");
     assert_eq!(*serial.iter().rev().nth(1).unwrap(), "yes", "{serial:?}");
     let tok_s: f64 = serial[3].parse().unwrap();
-    let bound: f64 = serial[serial.len() - 4].parse().unwrap();
+    let bound: f64 = serial[serial.len() - 7].parse().unwrap();
     assert!(tok_s > 0.0 && bound > 0.0, "{serial:?}");
+    let prefill_s: f64 = serial[serial.len() - 5].parse().unwrap();
+    assert!(prefill_s > 0.0, "{serial:?}");
+    assert_eq!(serial[serial.len() - 4], "1.00x", "{serial:?}");
     // Lossless cells produce the baseline's text.
     for cell in ["half", "res"] {
         let r = row(&summary, cell);

@@ -144,8 +144,12 @@ impl Arena {
     /// Recycle the committed pages of slot `from` as slot `to` (same projection,
     /// same size, both page-aligned): `mremap` moves the physical pages, so the
     /// read into `to` needs no page faults and no zeroing, and `from` becomes an
-    /// empty reservation again. Returns false (nothing changed) when the slots
-    /// do not qualify or the kernel refuses; the caller then releases `from`.
+    /// empty reservation again. `MREMAP_DONTUNMAP` keeps `from` mapped
+    /// throughout: unmapping it and mapping it again would leave a moment in
+    /// which another thread's `mmap` (an allocation, a dense weight's anonymous
+    /// copy) could be placed in the hole and then be replaced by the refill.
+    /// Returns false (nothing changed) when the slots do not qualify or the
+    /// kernel refuses (before Linux 5.7); the caller then releases `from`.
     /// Crate-private: only the flash actor may call it, with `from` evicted
     /// and `to` a miss being loaded (neither is read by a matmul meanwhile).
     pub(crate) fn move_slot(&self, proj: Proj, from: (u32, u32), to: (u32, u32)) -> bool {
@@ -163,40 +167,22 @@ impl Arena {
             return false;
         }
         let len = len as usize;
-        // MREMAP_FIXED replaces the `to` range with `from`'s pages, leaving a hole at `from`.
-        // SAFETY: whole pages inside our own reserved regions; `from` is evicted (unpinned)
-        // and `to` is a miss being loaded, so no matmul reads either while they move.
+        let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+        // MREMAP_FIXED replaces the `to` range with `from`'s pages; DONTUNMAP leaves
+        // `from` mapped and empty (it reads as zeros until loaded again).
+        // SAFETY: whole pages inside our own private anonymous reservations; `from`
+        // is evicted (unpinned) and `to` is a miss being loaded, so no matmul reads
+        // either while they move, and no other mapping is touched.
         let moved = unsafe {
             libc::mremap(
                 src as *mut libc::c_void,
                 len,
                 len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                flags,
                 dst as *mut libc::c_void,
             )
         };
-        if moved == libc::MAP_FAILED {
-            return false;
-        }
-        // SAFETY: refill the hole left at `from` with a fresh reservation, exactly
-        // as `new` made it; MAP_FIXED only replaces that (now empty) range.
-        let p = unsafe {
-            libc::mmap(
-                src as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            // The hole stays: a later read into `from` would fault. Nothing
-            // reads it before it is loaded again, and loading writes through
-            // `read`, which would fail loudly (EFAULT) rather than corrupt.
-            tracing::warn!("could not refill an expert slot reservation after mremap");
-        }
-        true
+        moved != libc::MAP_FAILED
     }
 
     pub fn page_size(&self) -> usize {
