@@ -169,10 +169,11 @@ impl Arena {
         let len = len as usize;
         let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
         // MREMAP_FIXED replaces the `to` range with `from`'s pages; DONTUNMAP leaves
-        // `from` mapped and empty (it reads as zeros until loaded again).
-        // SAFETY: whole pages inside our own private anonymous reservations; `from`
-        // is evicted (unpinned) and `to` is a miss being loaded, so no matmul reads
+        // `from` mapped and empty (it reads as zeros until loaded again). Both are
+        // whole pages inside our own private anonymous reservations; `from` is
+        // evicted (unpinned) and `to` is a miss being loaded, so no matmul reads
         // either while they move, and no other mapping is touched.
+        // SAFETY: as the comment above says.
         let moved = unsafe {
             libc::mremap(
                 src as *mut libc::c_void,
