@@ -35,12 +35,14 @@ pub struct Arena {
     page: usize,
 }
 
-// SAFETY: the arena only hands out raw addresses; who writes (the flash actor,
+// The arena only hands out raw addresses; who writes (the flash actor,
 // for slots it is loading) and who reads (matmuls, for pinned slots) is
 // serialized by the cache protocol, not by the arena itself.
+// SAFETY: as the comment above says.
 unsafe impl Send for Arena {}
-// SAFETY: see Send; &Arena methods never write through the regions except
+// See Send; &Arena methods never write through the regions except
 // `release`, whose callers guarantee the slot is not pinned.
+// SAFETY: as the comment above says.
 unsafe impl Sync for Arena {}
 
 /// Three projections per expert.
@@ -59,9 +61,10 @@ impl Arena {
         for s in specs {
             let len = (s.slice_bytes * s.n_expert as u64) as usize;
             let len = len.div_ceil(page) * page;
-            // SAFETY: an anonymous private mapping with no address hint; no
+            // An anonymous private mapping with no address hint; no
             // existing memory is affected. MAP_NORESERVE: pages are committed
             // only when written, which is what keeps RSS at the cache's size.
+            // SAFETY: as the comment above says.
             let p = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -132,9 +135,10 @@ impl Arena {
         let begin = start.div_ceil(self.page) * self.page;
         let end = (start + len as usize) / self.page * self.page;
         if end > begin {
-            // SAFETY: [begin, end) lies inside this region (it is within the slot);
+            // [begin, end) lies inside this region (it is within the slot);
             // the caller guarantees no matmul reads this slot (it is unpinned), and
             // MADV_DONTNEED on private anonymous memory only zero-fills those pages.
+            // SAFETY: as the comment above says.
             unsafe {
                 libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED);
             }
@@ -194,9 +198,10 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         for r in self.regions.iter().flatten() {
-            // SAFETY: each region was mapped in `new` with exactly this length and
+            // Each region was mapped in `new` with exactly this length and
             // is unmapped once; the engine drops the arena only after the contexts
             // that read it are gone.
+            // SAFETY: as the comment above says.
             unsafe {
                 libc::munmap(r.base as *mut libc::c_void, r.len);
             }
@@ -211,8 +216,9 @@ pub struct AnonBuffer {
     len: usize,
 }
 
-// SAFETY: a plain owned allocation; synchronisation of its contents is the
+// A plain owned allocation; synchronisation of its contents is the
 // owner's business (the verify thread writes it once, then only kernels read it).
+// SAFETY: as the comment above says.
 unsafe impl Send for AnonBuffer {}
 
 impl AnonBuffer {
@@ -246,10 +252,12 @@ impl AnonBuffer {
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes.
+    // SAFETY: callers uphold the contract under # Safety above.
     pub unsafe fn copy_from(src: *const u8, len: usize) -> Result<Self, FlashError> {
         let buf = Self::zeroed(len)?;
-        // SAFETY: `src` is readable for len bytes (caller), the buffer writable for
+        // `src` is readable for len bytes (caller), the buffer writable for
         // at least len bytes; a fresh mapping cannot overlap the source.
+        // SAFETY: as the comment above says.
         unsafe { std::ptr::copy_nonoverlapping(src, buf.ptr, len) };
         Ok(buf)
     }

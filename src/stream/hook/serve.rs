@@ -101,8 +101,9 @@ impl StreamHook {
         // The routed experts of `layer` (checked above to be the layer just served)
         // were read into the region and stay pinned until the next demand, which can
         // only come after this layer's matmuls have run.
-        // SAFETY: the region is >= nbytes, laid out like the tensor (expert e at
+        // The region is >= nbytes, laid out like the tensor (expert e at
         // e * slice bytes), pinned as above, and the arena outlives the context.
+        // SAFETY: as the comment above says.
         unsafe { w.rebind_data(base) };
     }
 
