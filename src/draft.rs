@@ -271,9 +271,10 @@ impl Actor {
         cfg: MtpActorConfig,
         abort: Arc<AtomicBool>,
     ) -> Result<Self, LlamaError> {
+        let n_batch = cfg.n_batch.max(cfg.n_ubatch);
         let mut params = ContextParams {
             n_ctx: cfg.n_ctx,
-            n_batch: cfg.n_batch.max(cfg.n_ubatch),
+            n_batch,
             n_ubatch: cfg.n_ubatch,
             n_threads: cfg.n_threads,
             kind: ContextKind::Mtp,
@@ -291,7 +292,7 @@ impl Actor {
         let head = MtpHead::new(turn, draft, cfg.draft_max, cfg.p_min)?;
         Ok(Self {
             drafter: MtpDrafter::new(head),
-            batch: Batch::new(cfg.n_batch.max(cfg.n_ubatch) as usize),
+            batch: Batch::new(n_batch as usize),
             corpus: Vec::new(),
             predemand,
             totals: DecodeMetrics::default(),

@@ -67,14 +67,9 @@ impl Backend {
         let Backend::Stream { streamer, cfg } = self else {
             return None;
         };
-        let (vocab, ctx, heads) = (
-            model.n_vocab() as u64,
-            u64::from(n_ctx),
-            u64::from(model.n_head()),
-        );
-        let mut compute = compute_estimate_bytes(u64::from(ubatch), vocab, ctx, heads);
+        let mut compute = compute_bytes(model, n_ctx, ubatch);
         if mtp {
-            compute += compute_estimate_bytes(u64::from(MTP_UBATCH), vocab, ctx, heads);
+            compute += compute_bytes(model, n_ctx, MTP_UBATCH);
         }
         streamer.settle_auto(cfg, compute).map(|t| t.line())
     }
@@ -154,6 +149,12 @@ pub(super) fn target_context(
     Ok((ctx, anon))
 }
 
+/// One context's compute buffers on `model` (see [`compute_estimate_bytes`]).
+fn compute_bytes(model: &Model, n_ctx: u32, ubatch: u32) -> u64 {
+    let (vocab, heads) = (model.n_vocab() as u64, u64::from(model.n_head()));
+    compute_estimate_bytes(u64::from(ubatch), vocab, u64::from(n_ctx), heads)
+}
+
 /// The prompt's micro-batch (`--ubatch`; auto: the fewest micro-batches whose
 /// compute buffers stay within an eighth of MemAvailable, or those of a
 /// [`TARGET_UBATCH`] one) and the prefill's allowance over the cache. The
@@ -165,12 +166,7 @@ pub(super) fn prefill_facts(
     backend: &Backend,
     prompt_tokens: usize,
 ) -> PrefillFacts {
-    let (vocab, ctx, heads) = (
-        model.n_vocab() as u64,
-        u64::from(cfg.n_ctx),
-        u64::from(model.n_head()),
-    );
-    let compute = |u: u32| compute_estimate_bytes(u64::from(u), vocab, ctx, heads);
+    let compute = |u: u32| compute_bytes(model, cfg.n_ctx, u);
     let base = compute(TARGET_UBATCH);
     let spare = memory::mem_available_bytes().unwrap_or(0) / 8;
     let ubatch = choose_ubatch(cfg.ubatch, prompt_tokens, cfg.n_ctx, |u| {
@@ -184,7 +180,6 @@ pub(super) fn prefill_facts(
     PrefillFacts {
         ubatch,
         streamed,
-        distinct_bytes: 0,
         readahead_allowance_bytes: if streamed { largest_layer } else { 0 },
         compute_extra_bytes: compute(ubatch).saturating_sub(base),
     }

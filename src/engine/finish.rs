@@ -8,7 +8,7 @@ use bmoe_actors::cache::Requester;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
 use super::assemble::Backend;
-use super::prefill::{PrefillFacts, PrefillReport};
+use super::prefill::PrefillReport;
 use super::report::{self, Totals};
 use super::{EngineError, Metered, PrefetchReport, RunConfig, RunReport};
 use crate::draft::HeadReport;
@@ -119,11 +119,8 @@ pub(super) fn report(
     trailer.extend(report::head_pairs(&head, head_read_bytes));
     let prefill = m.res.as_ref().map(|g| g.prefill).unwrap_or_default();
     trailer.extend(startup.trailer_pairs(prefill));
-    let prefill_facts = PrefillFacts {
-        distinct_bytes: m.prefill_distinct_bytes,
-        ..prefill_facts
-    };
-    let prefill = PrefillReport::from_row(m.rows.iter().find(|r| r.prefill), prefill_facts);
+    let prefill_row = m.rows.iter().find(|r| r.prefill);
+    let prefill = PrefillReport::new(prefill_row, m.prefill_distinct_bytes, prefill_facts);
     trailer.extend(prefill.pairs());
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));

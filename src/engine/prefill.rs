@@ -74,23 +74,12 @@ pub fn choose_ubatch(
     n.clamp(1, cap)
 }
 
-/// What the prompt's pass cost.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PrefillReport {
-    pub tokens: u64,
-    /// The micro-batch the prompt ran in, and how many it took.
+/// What the engine decided for the prompt's pass before running it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PrefillFacts {
+    /// The micro-batch the prompt runs in.
     pub ubatch: u32,
-    pub micro_batches: u32,
-    pub time: Duration,
-    /// Streamed only: bytes the flash actor read during the prompt's pass
-    /// (read-ahead included), of which read ahead, and the time it waited.
     pub streamed: bool,
-    pub read_bytes: u64,
-    pub readahead_bytes: u64,
-    pub stall: Duration,
-    /// Bytes of the distinct (layer, expert) slices the prompt routed to: the
-    /// floor of what a prompt must read with a cold cache.
-    pub distinct_bytes: u64,
     /// The allowance over `--cache-mb` while the prompt runs: the next layer's
     /// experts read ahead (the largest layer), and the compute buffers beyond
     /// those of a [`TARGET_UBATCH`] micro-batch (estimated).
@@ -98,24 +87,41 @@ pub struct PrefillReport {
     pub compute_extra_bytes: u64,
 }
 
+/// What the prompt's pass cost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PrefillReport {
+    pub facts: PrefillFacts,
+    pub tokens: u64,
+    pub time: Duration,
+    /// Streamed only: bytes the flash actor read during the prompt's pass
+    /// (read-ahead included), of which read ahead, and the time it waited.
+    pub read_bytes: u64,
+    pub readahead_bytes: u64,
+    pub stall: Duration,
+    /// Bytes of the distinct (layer, expert) slices the prompt routed to: the
+    /// floor of what a prompt must read with a cold cache.
+    pub distinct_bytes: u64,
+}
+
 impl PrefillReport {
-    /// From the prefill's row (the micro-batches folded in one) and the facts
-    /// the engine kept.
-    pub fn from_row(row: Option<&TokenRow>, facts: PrefillFacts) -> Self {
-        let row = row.cloned().unwrap_or_default();
+    /// From the prefill's row (the micro-batches folded in one), the bytes of
+    /// the distinct slices its decodes routed to, and the engine's facts.
+    pub fn new(row: Option<&TokenRow>, distinct_bytes: u64, facts: PrefillFacts) -> Self {
+        let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1e3);
         Self {
-            tokens: row.batch,
-            ubatch: facts.ubatch,
-            micro_batches: row.batch.div_ceil(u64::from(facts.ubatch.max(1))) as u32,
-            time: Duration::from_secs_f64(row.wall_ms.max(0.0) / 1e3),
-            streamed: facts.streamed,
-            read_bytes: row.read_bytes,
-            readahead_bytes: row.prefetch_bytes,
-            stall: Duration::from_secs_f64(row.stall_ms.max(0.0) / 1e3),
-            distinct_bytes: facts.distinct_bytes,
-            readahead_allowance_bytes: facts.readahead_allowance_bytes,
-            compute_extra_bytes: facts.compute_extra_bytes,
+            facts,
+            tokens: row.map_or(0, |r| r.batch),
+            time: row.map_or(Duration::ZERO, |r| ms(r.wall_ms)),
+            read_bytes: row.map_or(0, |r| r.read_bytes),
+            readahead_bytes: row.map_or(0, |r| r.prefetch_bytes),
+            stall: row.map_or(Duration::ZERO, |r| ms(r.stall_ms)),
+            distinct_bytes,
         }
+    }
+
+    /// Micro-batches the prompt took.
+    pub fn micro_batches(&self) -> u32 {
+        self.tokens.div_ceil(u64::from(self.facts.ubatch.max(1))) as u32
     }
 
     pub fn tok_s(&self) -> f64 {
@@ -135,16 +141,16 @@ impl PrefillReport {
 
     /// The summary's `prefill:` line.
     pub fn line(&self) -> String {
-        let plural = if self.micro_batches == 1 { "" } else { "es" };
+        let n = self.micro_batches();
+        let plural = if n == 1 { "" } else { "es" };
         let mut s = format!(
-            "prefill: {} tokens in {} micro-batch{plural} of {}: {:.2} s, {:.1} tok/s",
+            "prefill: {} tokens in {n} micro-batch{plural} of {}: {:.2} s, {:.1} tok/s",
             self.tokens,
-            self.micro_batches,
-            self.ubatch,
+            self.facts.ubatch,
             self.time.as_secs_f64(),
             self.tok_s()
         );
-        if self.streamed {
+        if self.facts.streamed {
             let multiple = self
                 .read_multiple()
                 .map_or_else(|| "n/a".to_string(), |m| format!("{m:.2}x"));
@@ -156,8 +162,8 @@ impl PrefillReport {
                 self.distinct_bytes as f64 / MIB,
                 self.readahead_bytes as f64 / MIB,
                 self.stall.as_secs_f64(),
-                self.readahead_allowance_bytes as f64 / MIB,
-                self.compute_extra_bytes as f64 / MIB,
+                self.facts.readahead_allowance_bytes as f64 / MIB,
+                self.facts.compute_extra_bytes as f64 / MIB,
             ));
         }
         s
@@ -165,44 +171,29 @@ impl PrefillReport {
 
     /// The CSV trailer's and `BMOE_DONE`'s prefill pairs.
     pub fn pairs(&self) -> Vec<(String, String)> {
+        let secs = |d: Duration| format!("{:.3}", d.as_secs_f64());
         let mut v = vec![
-            (
-                "prefill_s".to_string(),
-                format!("{:.3}", self.time.as_secs_f64()),
-            ),
+            ("prefill_s".to_string(), secs(self.time)),
             ("prefill_tok_s".into(), format!("{:.2}", self.tok_s())),
             (
                 "prefill_micro_batches".into(),
-                self.micro_batches.to_string(),
+                self.micro_batches().to_string(),
             ),
         ];
-        if self.streamed {
+        if self.facts.streamed {
+            let multiple = self
+                .read_multiple()
+                .map_or("NA".into(), |m| format!("{m:.3}"));
             v.push(("prefill_read_bytes".into(), self.read_bytes.to_string()));
             v.push((
                 "prefill_distinct_bytes".into(),
                 self.distinct_bytes.to_string(),
             ));
-            let m = self
-                .read_multiple()
-                .map_or(String::new(), |m| format!("{m:.3}"));
-            v.push(("prefill_read_multiple".into(), m));
-            v.push((
-                "prefill_stall_s".into(),
-                format!("{:.3}", self.stall.as_secs_f64()),
-            ));
+            v.push(("prefill_read_multiple".into(), multiple));
+            v.push(("prefill_stall_s".into(), secs(self.stall)));
         }
         v
     }
-}
-
-/// What the engine knows of the prompt's pass besides its row.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PrefillFacts {
-    pub ubatch: u32,
-    pub streamed: bool,
-    pub distinct_bytes: u64,
-    pub readahead_allowance_bytes: u64,
-    pub compute_extra_bytes: u64,
 }
 
 #[cfg(test)]
@@ -258,12 +249,11 @@ mod tests {
         let facts = PrefillFacts {
             ubatch: 1408,
             streamed: true,
-            distinct_bytes: 300 * 1024 * 1024,
             readahead_allowance_bytes: 10 * 1024 * 1024,
             compute_extra_bytes: 5 * 1024 * 1024,
         };
-        let r = PrefillReport::from_row(Some(&row), facts);
-        assert_eq!((r.micro_batches, r.tokens), (1, 1384));
+        let r = PrefillReport::new(Some(&row), 300 * 1024 * 1024, facts);
+        assert_eq!((r.micro_batches(), r.tokens), (1, 1384));
         assert!((r.tok_s() - 692.0).abs() < 1e-9);
         assert!((r.read_multiple().unwrap() - 1.1).abs() < 1e-9);
         let line = r.line();
@@ -272,14 +262,15 @@ mod tests {
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("prefill_read_multiple").as_deref(), Some("1.100"));
         assert_eq!(get("prefill_s").as_deref(), Some("2.000"));
-        let resident = PrefillReport::from_row(
+        let resident = PrefillReport::new(
             Some(&row),
+            0,
             PrefillFacts {
                 ubatch: 512,
                 ..PrefillFacts::default()
             },
         );
-        assert_eq!(resident.micro_batches, 3);
+        assert_eq!(resident.micro_batches(), 3);
         assert!(!resident.line().contains("read") && get("prefill_tok_s").is_some());
         assert!(resident
             .pairs()

@@ -35,7 +35,7 @@ fn one_micro_batch_reads_each_routed_expert_about_once() {
     let small = run(streamed(CacheSize::Mib(0)), Ubatch::Fixed(64));
     let p = &whole.prefill;
     assert!(p.tokens > 200, "{p:?}");
-    assert_eq!((p.micro_batches, p.ubatch), (1, 512), "{p:?}");
+    assert_eq!((p.micro_batches(), p.facts.ubatch), (1, 512), "{p:?}");
     let all_experts = whole.layout.expert_bytes();
     assert!(
         p.distinct_bytes > 0 && p.distinct_bytes <= all_experts,
@@ -48,7 +48,7 @@ fn one_micro_batch_reads_each_routed_expert_about_once() {
     );
     assert!(p.readahead_bytes > 0, "the next layer is read ahead: {p:?}");
     let s = &small.prefill;
-    assert!(s.micro_batches >= 4, "{s:?}");
+    assert!(s.micro_batches() >= 4, "{s:?}");
     let small_multiple = s.read_multiple().expect("streamed reads");
     assert!(
         small_multiple > 3.0,
@@ -56,7 +56,7 @@ fn one_micro_batch_reads_each_routed_expert_about_once() {
     );
     assert_eq!(whole.generation.text, resident.generation.text);
     assert_eq!(small.generation.text, resident.generation.text);
-    assert_eq!(resident.prefill.micro_batches, 1);
+    assert_eq!(resident.prefill.micro_batches(), 1);
     assert_eq!(resident.prefill.read_multiple(), None);
 }
 

@@ -24,7 +24,10 @@ impl StreamHook {
     /// since the last single-token decode (which starts a new count).
     fn note_slices(&mut self, layer: u32, single: bool) {
         if single {
-            self.seen.clear();
+            // Per layer of every token: only a table that holds something is cleared.
+            if !self.seen.is_empty() {
+                self.seen.clear();
+            }
             return;
         }
         let bytes = self.expert_bytes.get(layer as usize).copied().unwrap_or(0);
@@ -143,9 +146,9 @@ impl StreamHook {
             Vec::new()
         };
         self.note_slices(layer, single);
-        let (hint, guessed) = match single {
-            true => (self.predict_next(node, layer), true),
-            false => (self.whole_next_layer(layer), false),
+        let hint = match single {
+            true => self.predict_next(node, layer),
+            false => self.whole_next_layer(layer),
         };
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
@@ -158,7 +161,8 @@ impl StreamHook {
             hint.as_ref().map(|g| (layer + 1, g.as_slice())),
         );
         drop(_g);
-        if let Some(g) = hint.filter(|_| guessed) {
+        // Only a single row's guess is judged as a prediction.
+        if let Some(g) = hint.filter(|_| single) {
             self.predicted.insert(layer + 1, g);
         }
         match res {
