@@ -80,6 +80,12 @@ pub enum Command {
         #[arg(short = 'c', long, default_value_t = 2048)]
         ctx: u32,
     },
+    /// Internal: keep one core busy (the bench's busy-neighbour self-test).
+    #[command(hide = true)]
+    Burn {
+        #[arg(long, default_value_t = 3600)]
+        max_seconds: u64,
+    },
     /// Internal: hold N MiB of touched memory (the bench's smaller-host balloon).
     #[command(hide = true)]
     Balloon {
@@ -118,14 +124,27 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MIB")]
     pub ram_limit_mb: Option<u64>,
     /// Queue depths of the read probe (each 1..=256, the io_uring reader's limit).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub probe_depths: Vec<u32>,
-    /// Seconds per probed depth.
+    /// Default: the depths the streamed cells read at (`--io-threads`, else 4).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub probe_depths: Option<Vec<u32>>,
+    /// Seconds per probed depth (the probe runs in every round).
     #[arg(long, default_value_t = 1.0)]
     pub probe_seconds: f64,
     /// A run taking longer than this many seconds is killed and counted as failed.
     #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
     pub run_timeout_s: u64,
+    /// Keep adding rounds (at least --repeats, at least 2) until every cell's ratio
+    /// to the baseline has a 95% interval narrower than WIDTH (e.g. 0.1), or
+    /// --max-repeats rounds have run (said in the summary).
+    #[arg(long, value_name = "WIDTH")]
+    pub until_stable: Option<f64>,
+    /// The most rounds --until-stable may run.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=50))]
+    pub max_repeats: u32,
+    /// Testing only: start a CPU-burning neighbour beside these runs (1-based,
+    /// in the order they run), to check that their conditions are flagged.
+    #[arg(long, hide = true, value_delimiter = ',', value_name = "RUNS")]
+    pub busy_neighbour: Vec<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -209,6 +209,10 @@ fn dispatch(cli: Cli) -> Result<()> {
                 ctx,
             )?)
         }
+        Command::Burn { max_seconds } => {
+            bmoe::bench::neighbour::burn(max_seconds);
+            Ok(())
+        }
         Command::Balloon { mib, max_seconds } => {
             bmoe::bench::balloon::hold(mib, max_seconds).context("balloon")
         }

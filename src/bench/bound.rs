@@ -1,5 +1,8 @@
 //! The host's physical bound for a model: the resident compute rate and the
-//! probed read bandwidth, and the tok/s they allow a run.
+//! probed read bandwidth, and the tok/s they allow a run; measured once per
+//! round of the matrix, beside the cells it bounds.
+
+use super::host::Conditions;
 
 /// The host's physical limits for this model, from the probe.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +41,24 @@ impl Bound {
             _ => self.resident_tok_s,
         }
     }
+}
+
+/// One round's probe step: the bound measured beside that round's cells.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundProbe {
+    pub round: u32,
+    pub bound: Bound,
+    /// Seconds the step took (read probe, page-cache warm-up, resident run).
+    pub wall_s: f64,
+    pub conditions: Conditions,
+    /// Why its conditions differ from the quietest baseline run's (empty: not flagged),
+    /// and what went wrong in it (a failed resident run).
+    pub flags: Vec<String>,
+}
+
+/// The probe of `round` among `probes`.
+pub fn of_round(probes: &[RoundProbe], round: u32) -> Option<&RoundProbe> {
+    probes.iter().find(|p| p.round == round)
 }
 
 #[cfg(test)]

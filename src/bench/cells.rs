@@ -117,22 +117,44 @@ pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchErro
     Ok(cells)
 }
 
-/// The largest context any cell asks for (`-c N`, `--ctx N`, `--ctx=N`), as
-/// flags for a run that must hold the same prompt (the resident probe).
-pub fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
-    let mut widest: Option<u32> = None;
-    for c in cells {
-        for (i, a) in c.args.iter().enumerate() {
-            let value = match a.as_str() {
-                "-c" | "--ctx" => c.args.get(i + 1).map(String::as_str),
-                _ => a.strip_prefix("--ctx="),
-            };
-            if let Some(n) = value.and_then(|v| v.parse::<u32>().ok()) {
-                widest = Some(widest.map_or(n, |w| w.max(n)));
-            }
+/// The values a cell's flags give `names` (`-x V`, `--long V`, `--long=V`).
+fn flag_values<'a>(args: &'a [String], names: &'a [&str]) -> impl Iterator<Item = &'a str> + 'a {
+    args.iter().enumerate().filter_map(move |(i, a)| {
+        if names.contains(&a.as_str()) {
+            return args.get(i + 1).map(String::as_str);
         }
-    }
+        let (flag, value) = a.split_once('=')?;
+        names.contains(&flag).then_some(value)
+    })
+}
+
+/// The widest `-c`/`--ctx` any cell asks for, as the flags to pass the
+/// resident probe run (its prompt has to fit the same context).
+pub fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
+    let widest = cells
+        .iter()
+        .flat_map(|c| flag_values(&c.args, &["-c", "--ctx"]))
+        .filter_map(|v| v.parse::<u32>().ok())
+        .max();
     widest.map(|n| ["-c".to_string(), n.to_string()])
+}
+
+/// The read queue depths the streamed cells use (`--io-threads`, else
+/// `default_depth`), sorted and distinct; the probe measures these.
+pub fn cell_depths(cells: &[Cell], default_depth: u32) -> Vec<u32> {
+    let mut depths: Vec<u32> = cells
+        .iter()
+        .filter(|c| !c.args.iter().any(|a| a == "--resident"))
+        .map(|c| {
+            flag_values(&c.args, &["--io-threads"])
+                .filter_map(|v| v.parse().ok())
+                .last()
+                .unwrap_or(default_depth)
+        })
+        .collect();
+    depths.sort_unstable();
+    depths.dedup();
+    depths
 }
 
 /// The built-in matrices: (name, what it answers, cells file text).
@@ -287,6 +309,17 @@ mod tests {
         assert_eq!(widest_context(&cells), Some(["-c".into(), "8192".into()]));
         let none = parse_cells("t", "a: --resident\n").unwrap();
         assert_eq!(widest_context(&none), None);
+    }
+
+    #[test]
+    fn the_probe_depths_are_the_streamed_cells_depths() {
+        let cells = parse_cells(
+            "t",
+            "a: --cache-mb 0\nb: --io-threads 16 --overlap\nc: --io-threads=2\nr: --resident\nd: --io-threads 8 --io-threads 2\n",
+        )
+        .unwrap();
+        assert_eq!(cell_depths(&cells, 4), vec![2, 4, 16]);
+        assert!(cell_depths(&cells[3..4], 4).is_empty());
     }
 
     #[test]

@@ -1,20 +1,23 @@
 //! `bmoe bench`: a matrix of `bmoe run` configurations on one model and one
-//! prompt, interleaved (ABAB), the baseline run once more than the others to
-//! show the noise band, each run's CSV kept, and a `summary.md` that puts the
-//! cells side by side with a bootstrap interval and the ratio to the host's
-//! physical bound (from the same read probe and resident rate `bmoe probe`
-//! measures).
+//! prompt, interleaved in rounds (ABAB), the baseline run once more than the
+//! others to show the noise band, each run's CSV kept, and a `summary.md` that
+//! puts the cells side by side with a bootstrap interval, the ratio to the
+//! baseline paired by round, and the ratio to the host's physical bound (the
+//! read probe and resident rate `bmoe probe` measures, measured again in every
+//! round); each run's host conditions are recorded and disturbed runs flagged.
 //!
-//! This module is the plan and the arithmetic (cells, presets, schedule,
-//! bound, summary); [`runner`] spawns the runs and [`balloon`] emulates a
-//! smaller host.
+//! This module is the plan and the arithmetic (cells, presets, bound, host
+//! conditions, ratios, summary); [`runner`] spawns the runs, [`balloon`]
+//! emulates a smaller host and [`neighbour`] a busy one.
 
 pub mod balloon;
 mod bound;
 mod cells;
+pub mod host;
+pub mod neighbour;
+mod ratio;
 mod report;
 pub mod runner;
-mod schedule;
 mod summary;
 mod workload;
 
@@ -22,10 +25,9 @@ use std::path::PathBuf;
 
 use crate::compare;
 
-pub use bound::Bound;
-pub use cells::{parse_cells, preset, split_args, Cell, PRESETS};
-pub use schedule::schedule;
-pub use summary::{bound_table, cells_table, legend, summarize, CellSummary, RunResult};
+pub use bound::{Bound, RoundProbe};
+pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
+pub use summary::{cells_table, legend, summarize, CellSummary, RunResult};
 pub use workload::{warm_page_cache, workload, WORKLOADS};
 
 /// Errors of planning, running or summarizing a bench.

@@ -4,8 +4,10 @@
 
 use std::fmt::Write as _;
 
+use super::host;
 use super::runner::{utc_now, BenchPlan};
-use super::{bound_table, cells_table, legend, Bound, Cell, CellSummary, RunResult};
+use super::summary::{flags_cell, probes_table, ratios_table};
+use super::{cells_table, legend, Cell, CellSummary, RoundProbe, RunResult};
 use crate::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 
@@ -15,7 +17,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub(super) struct SummaryInputs<'a> {
     pub plan: &'a BenchPlan,
     pub layout: &'a MoeLayout,
-    pub bound: &'a Bound,
+    /// Every round's probe step.
+    pub probes: &'a [RoundProbe],
     pub cells: &'a [CellSummary],
     pub results: &'a [RunResult],
     /// When the bench started (`utc_now`).
@@ -26,8 +29,8 @@ pub(super) struct SummaryInputs<'a> {
     /// Whether the balloon was still alive after the matrix (None: no balloon).
     pub balloon_alive_at_end: Option<bool>,
     pub interrupted: Option<i32>,
-    /// How many runs the schedule had.
-    pub scheduled: usize,
+    /// What `--until-stable` concluded (None without it).
+    pub stability: Option<&'a str>,
 }
 
 /// The whole `summary.md` text.
@@ -35,9 +38,9 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
     let plan = s.plan;
     let mut md = String::new();
     write_header(&mut md, s);
-    let _ = writeln!(md, "\n## Physical bound (`bmoe probe` on this host)\n");
-    md.push_str(&bound_table(
-        s.bound,
+    let _ = writeln!(md, "\n## Physical bound, probed in every round\n");
+    md.push_str(&probes_table(
+        s.probes,
         s.layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
     ));
     let _ = writeln!(md, "\n## Cells\n");
@@ -47,10 +50,23 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
         "\ntok/s: decode rate over the single-token decodes, mean of the cell's runs; \
          95% CI: two-level percentile bootstrap ({} draws, fixed seed) that resamples the \
          cell's runs, then the per-token times within each (with one run it covers only the \
-         token-to-token noise; from two runs on, also the drift between runs); bound: min(resident rate, read bandwidth at the cell's \
-         queue depth / its bytes per token); x baseline: ratio of means to the first cell; \
+         token-to-token noise; from two runs on, also the drift between runs); bound: \
+         min(resident rate, read bandwidth at the cell's queue depth / its bytes per token), \
+         from the probe of each run's own round, mean over the runs; of bound: mean over the \
+         runs of tok/s over that bound; x baseline: ratio of means to the first cell; \
          text = baseline: the generated text equals the baseline's first run byte for byte.",
         compare::BOOTSTRAP_RESAMPLES
+    );
+    let _ = writeln!(md, "\n## Ratios over all runs and over the unflagged ones\n");
+    md.push_str(&ratios_table(&plan.cells, s.results, s.probes));
+    let _ = writeln!(
+        md,
+        "\nx baseline: geometric mean over the rounds of the cell's run over the baseline's \
+         run of the same round (paired, so drift between rounds cancels); 95% CI: Student's t \
+         over the rounds' log ratios (none with one round). Unflagged: rounds in which neither \
+         run was flagged; of bound, unflagged: runs not flagged whose round's probe was not \
+         flagged. {}",
+        flag_rule()
     );
     let _ = writeln!(md, "\n## Memory\n");
     md.push_str(&memory_table(s.results, &plan.cells, s.layout));
@@ -101,14 +117,46 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
             "- WARNING: the balloon was gone at the end of the matrix"
         );
     }
+    if let Some(note) = s.stability {
+        let _ = writeln!(md, "- --until-stable: {note}");
+    }
+    let _ = writeln!(md, "- {}", overhead_line(s.probes, s.results));
     if let Some(sig) = s.interrupted {
         let _ = writeln!(
             md,
-            "- INTERRUPTED by signal {sig} after {} of {} runs",
-            s.results.len(),
-            s.scheduled
+            "- INTERRUPTED by signal {sig} after {} runs",
+            s.results.len()
         );
     }
+}
+
+/// What the probe steps cost against the cells' runs.
+fn overhead_line(probes: &[RoundProbe], results: &[RunResult]) -> String {
+    let probe_s: f64 = probes.iter().map(|p| p.wall_s).sum();
+    let runs_s: f64 = results.iter().map(|r| r.wall_s).sum();
+    let per_probe = probe_s / probes.len().max(1) as f64;
+    let per_run = runs_s / results.len().max(1) as f64;
+    format!(
+        "bench overhead: {} probe steps took {probe_s:.0} s ({per_probe:.1} s each, {:.0}% of \
+         the {runs_s:.0} s of runs; a run took {per_run:.1} s on average)",
+        probes.len(),
+        if runs_s > 0.0 { probe_s * 100.0 / runs_s } else { 0.0 }
+    )
+}
+
+/// How runs are flagged, with the thresholds.
+fn flag_rule() -> String {
+    format!(
+        "A run is flagged when, against its reference (its round's baseline run; for the \
+         baseline's runs, a cell whose round's baseline run is flagged, and the probe steps: \
+         the quietest baseline run), other processes took more than {} cores more CPU, steal \
+         was more than {} cores higher, other readers read more than {} MiB/s more from the \
+         model's device, or MemAvailable at its start differed by more than {:.0}% of MemTotal.",
+        host::OTHER_CPU_CORES_LIMIT,
+        host::STEAL_CORES_LIMIT,
+        host::OTHER_READ_MIB_S_LIMIT,
+        host::MEM_AVAILABLE_SHARE_LIMIT * 100.0
+    )
 }
 
 /// MemTotal of `/proc/meminfo`, in bytes.
@@ -122,14 +170,19 @@ fn mem_total_bytes() -> Option<u64> {
         .map(|k| k * 1024)
 }
 
-/// One row per run, in the order they ran: rate, traffic, wall time, CSV, status.
+/// One row per run, in the order they ran: rate, traffic, the host's
+/// conditions, wall time, CSV, status and flags.
 fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "| # | cell | run | tok/s | MiB/token | wall s | csv | status |"
+        "| # | cell | round | tok/s | MiB/token | other CPU cores | steal cores | disk busy % | \
+         other reads MiB/s | MemAvailable MiB | page cache MiB | wall s | csv | status | flags |"
     );
-    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---|---|");
+    let _ = writeln!(
+        md,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+    );
     for (i, r) in results.iter().enumerate() {
         let f = r.csv.as_ref().map(compare::figures);
         let (rate, mib) = match (&r.failure, f) {
@@ -147,15 +200,34 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
             .to_string();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {rate} | {mib} | {:.1} | {rel} | {} |",
+            "| {} | {} | {} | {rate} | {mib} | {} | {:.1} | {rel} | {} | {} |",
             i + 1,
             plan.cells[r.cell].name,
             r.run,
+            conditions_cells(r.conditions.as_ref()),
             r.wall_s,
-            r.failure.as_deref().unwrap_or("ok").replace('|', "/")
+            r.failure.as_deref().unwrap_or("ok").replace('|', "/"),
+            flags_cell(&r.flags)
         );
     }
     md
+}
+
+/// The conditions columns of a runs-table row.
+fn conditions_cells(c: Option<&host::Conditions>) -> String {
+    let Some(c) = c else {
+        return "— | — | — | — | — | —".into();
+    };
+    let opt = |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
+    format!(
+        "{:.2} | {:.2} | {} | {} | {} | {}",
+        c.other_cpu_cores,
+        c.steal_cores,
+        opt(c.disk_busy_share, 100.0),
+        opt(c.other_read_mib_s, 1.0),
+        opt(c.mem_available_mib, 1.0),
+        opt(c.cached_mib, 1.0)
+    )
 }
 
 /// Peak RSS of each streamed cell against the budget formula: dense weights

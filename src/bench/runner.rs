@@ -1,6 +1,7 @@
-//! Running a bench: probe the host, inflate the balloon if asked, run every
-//! (cell, repeat) of the schedule as a `bmoe run` child process with its own
-//! CSV, show progress, and write `summary.md`.
+//! Running a bench: inflate the balloon if asked, run the rounds (each a
+//! probe step that measures the bound, then every cell as a `bmoe run` child
+//! process with its own CSV), the host's conditions sampled around each run,
+//! show progress, and write `summary.md`.
 //!
 //! Runs are child processes so each starts from the same state (no warm
 //! allocator, no shared page cache accounting, its own peak RSS) and a crash
@@ -12,8 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::balloon::{self, Balloon};
+use super::bound::RoundProbe;
+use super::host;
+use super::neighbour::Neighbour;
 use super::report::{summary_md, SummaryInputs};
-use super::{schedule, summarize, BenchError, Bound, Cell, CellSummary, RunResult};
+use super::{summarize, BenchError, Bound, Cell, CellSummary, RunResult};
 use crate::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 use crate::stream::memory;
@@ -50,6 +54,19 @@ pub struct BenchPlan {
     pub run_timeout: Duration,
     /// The bench's own command line, written into the summary.
     pub command_line: String,
+    /// `--until-stable`: add rounds until the ratios are this narrow.
+    pub until_stable: Option<UntilStable>,
+    /// Self-test of the conditions flags: runs (1-based, in the order they
+    /// run) that get a busy neighbour beside them.
+    pub busy_neighbour_runs: Vec<usize>,
+}
+
+/// `--until-stable WIDTH --max-repeats N`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UntilStable {
+    /// The widest 95% interval (hi − lo of the ratio to the baseline) accepted.
+    pub width: f64,
+    pub max_rounds: u32,
 }
 
 /// What a finished bench produced.
@@ -134,13 +151,9 @@ fn run_child(
     Ok((failure, wall))
 }
 
-/// Measure the bound: read bandwidth per queue depth on the model's expert
-/// slices, and the resident decode rate (a `--resident` run, no pressure).
-pub fn probe_bound(
-    plan: &BenchPlan,
-    layout: &MoeLayout,
-    prompt_path: &Path,
-) -> Result<Bound, BenchError> {
+/// Read bandwidth per queue depth on the model's expert slices (O_DIRECT,
+/// the engine's own reader).
+fn probe_bandwidth(plan: &BenchPlan, layout: &MoeLayout) -> Result<Vec<(u32, f64)>, BenchError> {
     let (file, slices) = crate::stream::probe_slices(layout);
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
@@ -157,25 +170,22 @@ pub fn probe_bound(
         if let Some(sig) = crate::interrupt::requested() {
             return Err(BenchError::Interrupted(sig));
         }
-        crate::say!("bench: probe depth {d}: {:.1} MiB/s", r.bytes_per_s() / MIB);
         read.push((d, r.bytes_per_s()));
     }
-    // The compute bound is the resident rate with the whole file in the page
-    // cache (a cold cache would make it a disk measurement).
-    let (bytes, took) = super::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
-    crate::say!(
-        "bench: page cache warmed with the model ({:.0} MiB in {:.1} s)",
-        bytes as f64 / MIB,
-        took.as_secs_f64()
-    );
-    let stem = plan.out_dir.join("probe-resident");
+    Ok(read)
+}
+
+/// The resident decode rate with the whole file in the page cache (a cold
+/// cache would make it a disk measurement); the run's files are `stem.*`.
+fn resident_rate(plan: &BenchPlan, prompt_path: &Path, stem: &Path) -> Result<f64, BenchError> {
+    super::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
     let mut args = vec!["--resident".to_string()];
     args.extend(
         super::cells::widest_context(&plan.cells)
             .into_iter()
             .flatten(),
     );
-    let (failure, _) = run_child(plan, &args, prompt_path, plan.probe.resident_tokens, &stem)?;
+    let (failure, _) = run_child(plan, &args, prompt_path, plan.probe.resident_tokens, stem)?;
     if let Some(f) = failure {
         return Err(BenchError::Config(format!(
             "the resident probe run failed ({f}); see {}",
@@ -183,11 +193,45 @@ pub fn probe_bound(
         )));
     }
     let csv = RunCsv::open(&stem.with_extension("csv"))?;
-    let rate = compare::figures(&csv)?.rate.tok_s;
-    crate::say!("bench: resident compute rate {rate:.2} tok/s");
-    Ok(Bound {
-        resident_tok_s: rate,
-        read_bytes_per_s: read,
+    Ok(compare::figures(&csv)?.rate.tok_s)
+}
+
+/// One round's probe step: bandwidth at the probe depths and (without a
+/// balloon) the resident rate, with the host's conditions while it ran. A
+/// resident run that fails after the first round keeps the previous rate,
+/// said in the step's flags.
+fn probe_round(
+    env: &BenchEnv,
+    round: u32,
+    previous: Option<&RoundProbe>,
+) -> Result<RoundProbe, BenchError> {
+    let plan = env.plan;
+    let before = host::sample(env.device);
+    let read = probe_bandwidth(plan, &env.layout)?;
+    let stem = env.runs_dir.join(format!("probe-resident-{round}"));
+    let mut flags = Vec::new();
+    let resident = match (env.fixed_resident_tok_s, previous) {
+        (Some(r), _) => r,
+        (None, None) => resident_rate(plan, &env.prompt_path, &stem)?,
+        (None, Some(p)) => match resident_rate(plan, &env.prompt_path, &stem) {
+            Ok(r) => r,
+            Err(BenchError::Interrupted(s)) => return Err(BenchError::Interrupted(s)),
+            Err(e) => {
+                flags.push(format!("resident run failed ({e}); round {}'s rate used", p.round));
+                p.bound.resident_tok_s
+            }
+        },
+    };
+    let after = host::sample(env.device);
+    Ok(RoundProbe {
+        round,
+        bound: Bound {
+            resident_tok_s: resident,
+            read_bytes_per_s: read,
+        },
+        wall_s: after.at.duration_since(before.at).as_secs_f64(),
+        conditions: host::conditions(&before, &after),
+        flags,
     })
 }
 
@@ -216,36 +260,59 @@ pub fn utc_now() -> String {
     )
 }
 
+/// What every step of a bench reads: the plan, where its files go, the
+/// model's layout and device, and the resident rate fixed before a balloon.
+struct BenchEnv<'a> {
+    plan: &'a BenchPlan,
+    runs_dir: PathBuf,
+    prompt_path: PathBuf,
+    layout: MoeLayout,
+    device: Option<(u32, u32)>,
+    /// Measured once before the balloon: under it the page cache cannot hold
+    /// the model and a resident run would be a disk measurement.
+    fixed_resident_tok_s: Option<f64>,
+}
+
 /// Run the whole bench.
 pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     let started = utc_now();
     let (runs_dir, prompt_path, layout) = prepare(plan)?;
     let avail0 = memory::mem_available_bytes();
-
-    crate::say!("bench: probing the host (read bandwidth, resident rate)");
-    let bound = probe_bound(plan, &layout, &prompt_path)?;
-
+    let mut env = BenchEnv {
+        plan,
+        runs_dir,
+        prompt_path,
+        layout,
+        device: host::device_of(&plan.model),
+        fixed_resident_tok_s: None,
+    };
+    if plan.ram_limit_mib.is_some() {
+        crate::say!("bench: resident compute rate, before the balloon");
+        let stem = env.runs_dir.join("probe-resident-0");
+        let rate = resident_rate(plan, &env.prompt_path, &stem)?;
+        crate::say!("bench: resident compute rate {rate:.2} tok/s");
+        env.fixed_resident_tok_s = Some(rate);
+    }
     let (mut balloon, balloon_note) = inflate_balloon(plan)?;
-
-    let order = schedule(plan.cells.len(), plan.repeats);
-    let (results, interrupted) = run_matrix(plan, &order, &runs_dir, &prompt_path, &mut balloon)?;
+    let mut m = run_matrix(&env, &mut balloon)?;
     let balloon_alive_at_end = balloon.as_mut().map(|b| b.alive());
     drop(balloon);
 
-    let cells = summarize(&plan.cells, &results, Some(&bound))?;
-    let failed_runs = results.iter().filter(|r| r.failure.is_some()).count();
+    flag_conditions(&mut m.results, &mut m.probes);
+    let cells = summarize(&plan.cells, &m.results, &m.probes)?;
+    let failed_runs = m.results.iter().filter(|r| r.failure.is_some()).count();
     let md = summary_md(&SummaryInputs {
         plan,
-        layout: &layout,
-        bound: &bound,
+        layout: &env.layout,
+        probes: &m.probes,
         cells: &cells,
-        results: &results,
+        results: &m.results,
         started: &started,
         avail0,
         balloon_note: &balloon_note,
         balloon_alive_at_end,
-        interrupted,
-        scheduled: order.len(),
+        interrupted: m.interrupted,
+        stability: m.stability.as_deref(),
     });
     let summary_path = plan.out_dir.join("summary.md");
     std::fs::write(&summary_path, &md).map_err(io_err("write", &summary_path))?;
@@ -253,7 +320,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         summary_path,
         cells,
         failed_runs,
-        interrupted,
+        interrupted: m.interrupted,
     })
 }
 
@@ -306,57 +373,208 @@ fn inflate_balloon(plan: &BenchPlan) -> Result<(Option<Balloon>, String), BenchE
     Ok((Some(b), note))
 }
 
-/// Run the schedule's (cell, run) pairs in order, stopping early on a signal;
-/// returns the results and the signal, if one stopped it.
-fn run_matrix(
-    plan: &BenchPlan,
-    order: &[(usize, u32)],
-    runs_dir: &Path,
-    prompt_path: &Path,
-    balloon: &mut Option<Balloon>,
-) -> Result<(Vec<RunResult>, Option<i32>), BenchError> {
-    let mut results: Vec<RunResult> = Vec::new();
-    let mut baseline_text: Option<Vec<u8>> = None;
-    for (k, &(ci, run)) in order.iter().enumerate() {
-        if let Some(sig) = crate::interrupt::requested() {
-            return Ok((results, Some(sig)));
-        }
-        if let Some(b) = balloon.as_mut() {
-            if !b.alive() {
-                return Err(BenchError::Balloon(
-                    "the balloon process died mid-matrix (OOM-killed?); the remaining runs \
-                     would not be under the asked memory limit"
-                        .into(),
-                ));
-            }
-        }
-        let cell = &plan.cells[ci];
-        let stem = runs_dir.join(format!("{}-{run}", cell.name));
-        let (r, line) = run_cell(plan, ci, run, prompt_path, &stem, &mut baseline_text)?;
-        let wall_s = r.wall_s;
-        crate::say!(
-            "bench: [{}/{}] {} run {run}: {line} ({wall_s:.1} s)",
-            k + 1,
-            order.len(),
-            cell.name
-        );
-        results.push(r);
-    }
-    Ok((results, None))
+/// The matrix as it ran: every run and every round's probe.
+#[derive(Default)]
+struct Matrix {
+    results: Vec<RunResult>,
+    probes: Vec<RoundProbe>,
+    baseline_text: Option<Vec<u8>>,
+    /// The signal that stopped it early, if any.
+    interrupted: Option<i32>,
+    /// What `--until-stable` concluded (None without it).
+    stability: Option<String>,
 }
 
-/// Run one (cell, run) and judge it: the failure (if any), the CSV, whether
-/// its text equals the baseline's; returns it with its progress line.
-fn run_cell(
+/// Run the rounds (a probe step, then every cell in order), with
+/// `--until-stable` adding rounds until the paired ratios are narrow enough,
+/// then the baseline once more in a round of its own; stops early on a signal.
+fn run_matrix(env: &BenchEnv, balloon: &mut Option<Balloon>) -> Result<Matrix, BenchError> {
+    let plan = env.plan;
+    let rounds = plan.until_stable.map_or(plan.repeats, |s| s.max_rounds);
+    let mut m = Matrix::default();
+    let mut last = 0;
+    for round in 1..=rounds {
+        last = round;
+        if !run_round(env, &mut m, round, plan.cells.len(), balloon)? {
+            return Ok(m);
+        }
+        if let Some(s) = plan.until_stable {
+            if round >= plan.repeats.max(2) && stable_note(plan, &m, s, round, false).is_some() {
+                break;
+            }
+        }
+    }
+    if let Some(s) = plan.until_stable {
+        m.stability = stable_note(plan, &m, s, last, true);
+        crate::say!("bench: --until-stable: {}", m.stability.as_deref().unwrap_or(""));
+    }
+    run_round(env, &mut m, last + 1, 1, balloon)?;
+    Ok(m)
+}
+
+/// With `--until-stable`: the note when every cell's paired ratio has an
+/// interval narrower than asked (or, when `at_end`, whatever the state).
+fn stable_note(
     plan: &BenchPlan,
+    m: &Matrix,
+    s: UntilStable,
+    rounds: u32,
+    at_end: bool,
+) -> Option<String> {
+    let wide: Vec<String> = (1..plan.cells.len())
+        .filter_map(|ci| {
+            let w = super::summary::cell_ratio(&m.results, ci, false).and_then(|r| r.width());
+            (!w.is_some_and(|w| w < s.width)).then(|| {
+                let w = w.map_or_else(|| "none".to_string(), |w| format!("{w:.3}"));
+                format!("{} ({w})", plan.cells[ci].name)
+            })
+        })
+        .collect();
+    if wide.is_empty() {
+        return Some(format!(
+            "every cell's ratio to the baseline had a 95% interval narrower than {} after {rounds} rounds",
+            s.width
+        ));
+    }
+    at_end.then(|| {
+        format!(
+            "LIMIT HIT: {rounds} rounds (--max-repeats) and still as wide as {} or wider: {}",
+            s.width,
+            wide.join(", ")
+        )
+    })
+}
+
+/// One round: its probe step, then cells `0..n_cells`; false when a signal
+/// stopped it.
+fn run_round(
+    env: &BenchEnv,
+    m: &mut Matrix,
+    round: u32,
+    n_cells: usize,
+    balloon: &mut Option<Balloon>,
+) -> Result<bool, BenchError> {
+    match probe_round(env, round, m.probes.last()) {
+        Ok(p) => {
+            crate::say!("bench: round {round} probe: {}", probe_line(&p));
+            m.probes.push(p);
+        }
+        Err(BenchError::Interrupted(sig)) => {
+            m.interrupted = Some(sig);
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    }
+    for ci in 0..n_cells {
+        if let Some(sig) = crate::interrupt::requested() {
+            m.interrupted = Some(sig);
+            return Ok(false);
+        }
+        check_balloon(balloon)?;
+        let k = m.results.len() + 1;
+        let neighbour = env.plan.busy_neighbour_runs.contains(&k);
+        let cell = &env.plan.cells[ci];
+        let stem = env.runs_dir.join(format!("{}-{round}", cell.name));
+        let (r, line) = run_cell(env, ci, round, &stem, neighbour, &mut m.baseline_text)?;
+        crate::say!(
+            "bench: [{k}] round {round} {}: {line} ({:.1} s){}",
+            cell.name,
+            r.wall_s,
+            if neighbour { " [busy neighbour]" } else { "" }
+        );
+        m.results.push(r);
+    }
+    Ok(true)
+}
+
+/// A probe step's progress line.
+fn probe_line(p: &RoundProbe) -> String {
+    let bw = p
+        .bound
+        .read_bytes_per_s
+        .iter()
+        .map(|(d, b)| format!("depth {d} {:.0} MiB/s", b / MIB))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{bw}; resident {:.2} tok/s ({:.1} s){}",
+        p.bound.resident_tok_s,
+        p.wall_s,
+        p.flags.iter().map(|f| format!("; {f}")).collect::<String>()
+    )
+}
+
+/// Fail when the balloon died: the remaining runs would not be under the limit.
+fn check_balloon(balloon: &mut Option<Balloon>) -> Result<(), BenchError> {
+    if balloon.as_mut().is_some_and(|b| !b.alive()) {
+        return Err(BenchError::Balloon(
+            "the balloon process died mid-matrix (OOM-killed?); the remaining runs \
+             would not be under the asked memory limit"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Flag every run whose conditions differ from its reference beyond the
+/// thresholds in [`host`]: a cell's reference is its round's baseline run;
+/// the baseline's runs, a cell whose round's baseline run is itself flagged,
+/// and the probe steps are held against the quietest baseline run.
+fn flag_conditions(results: &mut [RunResult], probes: &mut [RoundProbe]) {
+    let base: Vec<host::Conditions> = results
+        .iter()
+        .filter(|r| r.cell == 0)
+        .filter_map(|r| r.conditions)
+        .collect();
+    let Some(quiet) = host::quietest(&base) else {
+        return;
+    };
+    for r in results.iter_mut().filter(|r| r.cell == 0) {
+        if let Some(c) = r.conditions {
+            r.flags = host::flags(&c, &quiet);
+        }
+    }
+    for p in probes.iter_mut() {
+        p.flags.extend(host::flags(&p.conditions, &quiet));
+    }
+    let references: Vec<(u32, host::Conditions)> = results
+        .iter()
+        .filter(|b| b.cell == 0 && b.flags.is_empty())
+        .filter_map(|b| Some((b.run, b.conditions?)))
+        .collect();
+    for r in results.iter_mut().filter(|r| r.cell != 0) {
+        let reference = references
+            .iter()
+            .find(|b| b.0 == r.run)
+            .map_or(quiet, |b| b.1);
+        if let Some(c) = r.conditions {
+            r.flags = host::flags(&c, &reference);
+        }
+    }
+}
+
+/// Run one (cell, round) and judge it: the failure (if any), the CSV, whether
+/// its text equals the baseline's, the host's conditions while it ran; returns
+/// it with its progress line. With `neighbour`, a busy neighbour runs beside
+/// it (reaped after the second sample, so its CPU time counts as another's).
+fn run_cell(
+    env: &BenchEnv,
     ci: usize,
     run: u32,
-    prompt_path: &Path,
     stem: &Path,
+    neighbour: bool,
     baseline_text: &mut Option<Vec<u8>>,
 ) -> Result<(RunResult, String), BenchError> {
-    let (mut failure, wall_s) =
-        run_child(plan, &plan.cells[ci].args, prompt_path, plan.tokens, stem)?;
+    let plan = env.plan;
+    let busy = match neighbour {
+        true => Some(Neighbour::start(&plan.exe, plan.run_timeout.as_secs())?),
+        false => None,
+    };
+    let before = host::sample(env.device);
+    let args = &plan.cells[ci].args;
+    let (mut failure, wall_s) = run_child(plan, args, &env.prompt_path, plan.tokens, stem)?;
+    let after = host::sample(env.device);
+    drop(busy);
     let csv_path = stem.with_extension("csv");
     let csv = match RunCsv::open(&csv_path) {
         Ok(c) => Some(c),
@@ -387,6 +605,8 @@ fn run_cell(
         failure,
         same_text_as_baseline,
         wall_s,
+        conditions: Some(host::conditions(&before, &after)),
+        flags: Vec::new(),
     };
     Ok((result, line))
 }

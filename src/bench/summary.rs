@@ -4,8 +4,13 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::{BenchError, Bound, Cell};
+use super::bound::{of_round, RoundProbe};
+use super::host::Conditions;
+use super::ratio::{paired_ratio, PairedRatio};
+use super::{BenchError, Cell};
 use crate::compare::{self, RunCsv, RunFigures};
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// One finished (or failed) run of a cell.
 #[derive(Debug, Clone)]
@@ -20,6 +25,53 @@ pub struct RunResult {
     /// Whether its text equals the baseline's first run's text.
     pub same_text_as_baseline: Option<bool>,
     pub wall_s: f64,
+    /// The host while it ran (None: not sampled).
+    pub conditions: Option<Conditions>,
+    /// Why its conditions differ from its reference's (empty: not flagged).
+    pub flags: Vec<String>,
+}
+
+impl RunResult {
+    /// The run's figures, when it succeeded with a readable CSV.
+    fn figures(&self) -> Option<RunFigures> {
+        match (&self.failure, &self.csv) {
+            (None, Some(c)) => compare::figures(c).ok(),
+            _ => None,
+        }
+    }
+
+    /// The run's tok/s over its own round's bound (None: no bound or no figures).
+    pub fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
+        let f = self.figures()?;
+        let bound = self.bound_tok_s(probes, &f)?;
+        (bound > 0.0).then(|| f.rate.tok_s / bound)
+    }
+
+    fn bound_tok_s(&self, probes: &[RoundProbe], f: &RunFigures) -> Option<f64> {
+        let depth = self
+            .csv
+            .as_ref()?
+            .preamble
+            .get("io_threads")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let p = of_round(probes, self.run)?;
+        Some(p.bound.tok_s(depth, f.mib_per_token * MIB))
+    }
+}
+
+/// The paired ratio of cell `ci` to the baseline (cell 0) over the rounds in
+/// which both ran successfully; with `unflagged_only`, over the rounds in
+/// which neither was flagged.
+pub fn cell_ratio(results: &[RunResult], ci: usize, unflagged_only: bool) -> Option<PairedRatio> {
+    let rates = |cell: usize| -> Vec<(u32, f64)> {
+        results
+            .iter()
+            .filter(|r| r.cell == cell && !(unflagged_only && !r.flags.is_empty()))
+            .filter_map(|r| Some((r.run, r.figures()?.rate.tok_s)))
+            .collect()
+    };
+    paired_ratio(&rates(ci), &rates(0))
 }
 
 /// Per-cell figures pooled over its runs.
@@ -45,7 +97,10 @@ pub struct CellSummary {
     pub resident: bool,
     pub lossy: bool,
     pub io_depth: u32,
+    /// Mean over the runs of the bound of each run's own round.
     pub bound_tok_s: Option<f64>,
+    /// Mean over the runs of tok/s over that bound.
+    pub of_bound: Option<f64>,
     pub same_text: Option<bool>,
     /// The prompt's pass: mean seconds, and (streamed) bytes read over the
     /// distinct routed slices (1.0 is the floor).
@@ -61,6 +116,12 @@ fn mean(v: &[f64]) -> f64 {
     }
 }
 
+/// The mean of `v` (None when empty).
+fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = v.collect();
+    (!v.is_empty()).then(|| mean(&v))
+}
+
 fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
     csv.trailer.get(key).and_then(|v| v.parse::<f64>().ok())
 }
@@ -69,7 +130,7 @@ fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
 pub fn summarize(
     cells: &[Cell],
     results: &[RunResult],
-    bound: Option<&Bound>,
+    probes: &[RoundProbe],
 ) -> Result<Vec<CellSummary>, BenchError> {
     let mut out = Vec::new();
     for (ci, cell) in cells.iter().enumerate() {
@@ -155,10 +216,8 @@ pub fn summarize(
             resident,
             lossy: first.is_some_and(|c| c.lossy()),
             io_depth,
-            bound_tok_s: (!ok.is_empty())
-                .then_some(bound)
-                .flatten()
-                .map(|b| b.tok_s(io_depth, mib_per_token * 1024.0 * 1024.0)),
+            bound_tok_s: mean_of(ok.iter().filter_map(|x| x.0.bound_tok_s(probes, &x.2))),
+            of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
             same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
             prefill_s: trailer_mean("prefill_s"),
             prefill_read_multiple: trailer_mean("prefill_read_multiple"),
@@ -220,10 +279,8 @@ pub fn cells_table(s: &[CellSummary]) -> String {
             "—".into()
         };
         let of_bound = c
-            .bound_tok_s
-            .filter(|b| *b > 0.0)
-            .map(|b| format!("{:.0}%", c.mean_tok_s * 100.0 / b))
-            .unwrap_or_else(|| "—".into());
+            .of_bound
+            .map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0));
         let prefill_ratio = c
             .prefill_s
             .zip(base_prefill)
@@ -264,21 +321,116 @@ pub fn cells_table(s: &[CellSummary]) -> String {
     out
 }
 
-/// The probe table (markdown).
-pub fn bound_table(b: &Bound, slice_bytes: u64) -> String {
+/// The probe steps (markdown), one row per round: bandwidth per depth, the
+/// resident rate, the step's seconds, other processes' CPU and flags; then
+/// each column's spread.
+pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
+    let mut out = String::new();
+    let depths: Vec<u32> = probes
+        .first()
+        .map(|p| p.bound.read_bytes_per_s.iter().map(|x| x.0).collect())
+        .unwrap_or_default();
+    let head: String = depths.iter().map(|d| format!(" depth {d} MiB/s |")).collect();
+    let _ = writeln!(
+        out,
+        "| round |{head} resident tok/s | step s | other CPU cores | flags |"
+    );
+    let _ = writeln!(out, "|---:|{}---:|---:|---:|---|", "---:|".repeat(depths.len()));
+    for p in probes {
+        let bw: String = p
+            .bound
+            .read_bytes_per_s
+            .iter()
+            .map(|x| format!(" {:.1} |", x.1 / MIB))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} |{bw} {:.2} | {:.1} | {:.2} | {} |",
+            p.round,
+            p.bound.resident_tok_s,
+            p.wall_s,
+            p.conditions.other_cpu_cores,
+            flags_cell(&p.flags)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "
+Random {slice_bytes} B expert-slice reads, O_DIRECT, the engine's reader; resident \
+         rate: a 64-token `--resident` decode with the model in the page cache. Spread over \
+         the rounds (max / min − 1):"
+    );
+    for (i, d) in depths.iter().enumerate() {
+        let v: Vec<f64> = probes
+            .iter()
+            .filter_map(|p| p.bound.read_bytes_per_s.get(i).map(|x| x.1 / MIB))
+            .collect();
+        let _ = writeln!(out, "- depth {d}: {}", spread(&v, "MiB/s"));
+    }
+    let v: Vec<f64> = probes.iter().map(|p| p.bound.resident_tok_s).collect();
+    let _ = writeln!(out, "- resident: {}", spread(&v, "tok/s"));
+    out
+}
+
+/// `min–max unit (+x%)` of `v`.
+fn spread(v: &[f64], unit: &str) -> String {
+    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if v.is_empty() || lo <= 0.0 {
+        return "—".into();
+    }
+    format!("{lo:.1}–{hi:.1} {unit} (+{:.0}%)", (hi / lo - 1.0) * 100.0)
+}
+
+/// A flags list for a table cell (`—` when empty).
+pub fn flags_cell(flags: &[String]) -> String {
+    if flags.is_empty() {
+        "—".into()
+    } else {
+        flags.join("; ").replace('|', "/")
+    }
+}
+
+/// The ratios over all runs and over the unflagged ones (markdown): each
+/// cell's paired ratio to the baseline with its 95% interval, and its mean
+/// share of its rounds' bound.
+pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "resident compute rate: {:.2} tok/s (no memory pressure)\n",
-        b.resident_tok_s
+        "| cell | flagged runs | x baseline, all (rounds) | 95% CI | x baseline, unflagged (rounds) | \
+         95% CI | of bound, all | of bound, unflagged |"
     );
-    let _ = writeln!(
-        out,
-        "| queue depth | read MiB/s ({} B slices, O_DIRECT) |\n|---:|---:|",
-        slice_bytes
-    );
-    for (d, bw) in &b.read_bytes_per_s {
-        let _ = writeln!(out, "| {d} | {:.1} |", bw / (1024.0 * 1024.0));
+    let _ = writeln!(out, "|---|---:|---:|---|---:|---|---:|---:|");
+    let probe_flagged = |round: u32| of_round(probes, round).is_some_and(|p| !p.flags.is_empty());
+    for (ci, c) in cells.iter().enumerate() {
+        let runs: Vec<&RunResult> = results.iter().filter(|r| r.cell == ci).collect();
+        let flagged = runs.iter().filter(|r| !r.flags.is_empty()).count();
+        let ratio = |unflagged| match (ci, cell_ratio(results, ci, unflagged)) {
+            (0, _) => ("1 (baseline)".to_string(), "—".to_string()),
+            (_, None) => ("—".into(), "—".into()),
+            (_, Some(r)) => (
+                format!("{:.3}x ({})", r.ratio, r.n),
+                r.ci.map_or_else(|| "—".into(), |(lo, hi)| format!("{lo:.3}–{hi:.3}")),
+            ),
+        };
+        let of_bound = |unflagged: bool| {
+            let v = runs
+                .iter()
+                .filter(|r| !unflagged || (r.flags.is_empty() && !probe_flagged(r.run)))
+                .filter_map(|r| r.of_bound(probes));
+            mean_of(v).map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0))
+        };
+        let (all, all_ci) = ratio(false);
+        let (clean, clean_ci) = ratio(true);
+        let _ = writeln!(
+            out,
+            "| {} | {flagged} of {} | {all} | {all_ci} | {clean} | {clean_ci} | {} | {} |",
+            c.name,
+            runs.len(),
+            of_bound(false),
+            of_bound(true)
+        );
     }
     out
 }

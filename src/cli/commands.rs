@@ -23,6 +23,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
         return Err(UsageError("--probe-seconds must be > 0".into()).into());
     }
+    if let Some(w) = args.until_stable {
+        if !(w > 0.0 && w.is_finite()) {
+            return Err(UsageError(format!(
+                "--until-stable {w}: give the widest accepted 95% interval of a ratio, e.g. 0.1"
+            ))
+            .into());
+        }
+        if args.max_repeats < args.repeats {
+            return Err(UsageError(format!(
+                "--max-repeats {} is below --repeats {}: --until-stable runs at least --repeats rounds",
+                args.max_repeats, args.repeats
+            ))
+            .into());
+        }
+    }
     if args.ram_limit_mb == Some(0) {
         return Err(UsageError("--ram-limit-mb 0 leaves nothing to run in".into()).into());
     }
@@ -37,6 +52,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         .into());
     }
     let exe = std::env::current_exe().context("locate the bmoe binary to start the runs")?;
+    let depths = probe_depths(&args, &cells);
     let plan = runner::BenchPlan {
         exe,
         model,
@@ -49,15 +65,35 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         out_dir: args.out.clone(),
         ram_limit_mib: args.ram_limit_mb,
         probe: runner::ProbeSettings {
-            depths: args.probe_depths.clone(),
+            depths,
             seconds: args.probe_seconds,
             resident_tokens: 64,
         },
         run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        until_stable: args.until_stable.map(|width| runner::UntilStable {
+            width,
+            max_rounds: args.max_repeats,
+        }),
+        busy_neighbour_runs: args.busy_neighbour.clone(),
     };
     let outcome = runner::run_bench(&plan)?;
     bench_outcome(&outcome)
+}
+
+/// The probe's queue depths: `--probe-depths`, else the streamed cells'
+/// (`--io-threads`, else its default), else the default depth alone.
+fn probe_depths(args: &BenchArgs, cells: &[bmoe::bench::Cell]) -> Vec<u32> {
+    let default = bmoe::stream::StreamConfig::default().io_threads;
+    let depths = args
+        .probe_depths
+        .clone()
+        .unwrap_or_else(|| bmoe::bench::cell_depths(cells, default));
+    if depths.is_empty() {
+        vec![default]
+    } else {
+        depths
+    }
 }
 
 /// The cells (from --cells FILE, else a preset, `cache` by default) and

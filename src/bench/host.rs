@@ -1,0 +1,351 @@
+//! The host's conditions while a run ran, from the kernel's counters: CPU
+//! time other processes took and steal time (`/proc/stat` against the bench's
+//! own and its reaped children's time in `/proc/self/stat`), the model's
+//! device busy time and bytes other readers read (`/proc/diskstats` against
+//! `/proc/self/io`), and MemAvailable and the page cache (`/proc/meminfo`).
+//!
+//! A sample is taken before a run is started and after it is reaped; the
+//! difference is the run's [`Conditions`]. Anything the bench starts that must
+//! count as a neighbour (the busy-neighbour self-test) is reaped only after
+//! the second sample, so its time is not the bench's own.
+
+use std::path::Path;
+use std::time::Instant;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Where the flags' thresholds are set: a run is flagged when a disturbance
+/// exceeds its reference run's by more than this.
+pub const OTHER_CPU_CORES_LIMIT: f64 = 0.25;
+pub const STEAL_CORES_LIMIT: f64 = 0.10;
+pub const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
+/// MemAvailable at the start may differ from the reference's by this share of MemTotal.
+pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
+
+/// Cumulative counters at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSample {
+    pub at: Instant,
+    pub cpu: CpuTicks,
+    /// utime + stime + cutime + cstime of this process, in clock ticks.
+    pub own_ticks: u64,
+    /// `read_bytes` of `/proc/self/io` (includes reaped children's).
+    pub own_read_bytes: Option<u64>,
+    pub disk: Option<DiskCounters>,
+    pub mem_available_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    pub cached_bytes: Option<u64>,
+}
+
+/// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTicks {
+    /// user + nice + system + irq + softirq.
+    pub busy: u64,
+    /// idle + iowait.
+    pub idle: u64,
+    pub steal: u64,
+    /// The `cpuN` lines: the CPUs the aggregate sums over.
+    pub cpus: u32,
+}
+
+impl CpuTicks {
+    fn total(&self) -> u64 {
+        self.busy + self.idle + self.steal
+    }
+}
+
+/// One device's line of `/proc/diskstats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskCounters {
+    pub read_bytes: u64,
+    pub io_ticks_ms: u64,
+}
+
+/// What happened on the host between two samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Conditions {
+    pub wall_s: f64,
+    /// CPU other processes took, in cores (1.0 = one core busy all along).
+    pub other_cpu_cores: f64,
+    /// Time the hypervisor gave to others, in cores.
+    pub steal_cores: f64,
+    /// Share of the wall time the model's device was busy (None: device unknown).
+    pub disk_busy_share: Option<f64>,
+    /// Bytes per second read from the model's device by anyone but this bench
+    /// and its children.
+    pub other_read_mib_s: Option<f64>,
+    /// At the first sample.
+    pub mem_available_mib: Option<f64>,
+    pub cached_mib: Option<f64>,
+    pub mem_total_mib: Option<f64>,
+}
+
+/// Parse the aggregate `cpu` line of `/proc/stat`.
+pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    let cpus = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    // user nice system idle iowait irq softirq steal (guest is inside user).
+    Some(CpuTicks {
+        busy: at(0) + at(1) + at(2) + at(5) + at(6),
+        idle: at(3) + at(4),
+        steal: at(7),
+        cpus: u32::try_from(cpus).unwrap_or(u32::MAX).max(1),
+    })
+}
+
+/// utime + stime + cutime + cstime from `/proc/self/stat` (fields 14-17; the
+/// command name in parentheses may hold spaces, so fields count from its `)`).
+pub fn parse_self_stat_ticks(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ")": state is field 3, so field n is f[n - 3].
+    (14..=17).map(|n| f.get(n - 3)?.parse::<u64>().ok()).sum()
+}
+
+/// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
+/// meminfo are returned in bytes).
+pub fn parse_key(text: &str, key: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.split(':').next() == Some(key))?;
+    let mut it = line.split(':').nth(1)?.split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    Some(if it.next() == Some("kB") { n * 1024 } else { n })
+}
+
+/// The line of `/proc/diskstats` for device `major:minor`.
+pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
+        if num(0)? != u64::from(major) || num(1)? != u64::from(minor) {
+            return None;
+        }
+        Some(DiskCounters {
+            read_bytes: num(5)? * 512,
+            io_ticks_ms: num(12)?,
+        })
+    })
+}
+
+/// The device (major, minor) holding `path`.
+pub fn device_of(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    Some(split_dev(std::fs::metadata(path).ok()?.dev()))
+}
+
+/// Linux's encoding of a dev_t into (major, minor), as glibc's
+/// `gnu_dev_major` / `gnu_dev_minor` decode it.
+fn split_dev(dev: u64) -> (u32, u32) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    (major as u32, minor as u32)
+}
+
+/// Sample the counters now; `device` is the model's (major, minor).
+pub fn sample(device: Option<(u32, u32)>) -> HostSample {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let meminfo = read("/proc/meminfo");
+    HostSample {
+        at: Instant::now(),
+        cpu: parse_proc_stat(&read("/proc/stat")).unwrap_or_default(),
+        own_ticks: parse_self_stat_ticks(&read("/proc/self/stat")).unwrap_or(0),
+        own_read_bytes: parse_key(&read("/proc/self/io"), "read_bytes"),
+        disk: device.and_then(|(ma, mi)| parse_diskstats(&read("/proc/diskstats"), ma, mi)),
+        mem_available_bytes: parse_key(&meminfo, "MemAvailable"),
+        mem_total_bytes: parse_key(&meminfo, "MemTotal"),
+        cached_bytes: parse_key(&meminfo, "Cached"),
+    }
+}
+
+/// The conditions between `a` and a later sample `b`.
+pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
+    let n_cpus = b.cpu.cpus;
+    let wall_s = b.at.duration_since(a.at).as_secs_f64();
+    let total = b.cpu.total().saturating_sub(a.cpu.total());
+    // Ticks to cores: `total` ticks are n_cpus cores for the whole interval.
+    let cores = |ticks: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            ticks as f64 * f64::from(n_cpus) / total as f64
+        }
+    };
+    let busy = b.cpu.busy.saturating_sub(a.cpu.busy);
+    let own = b.own_ticks.saturating_sub(a.own_ticks);
+    let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let (disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
+        (Some(da), Some(db)) => {
+            let busy_s = db.io_ticks_ms.saturating_sub(da.io_ticks_ms) as f64 / 1e3;
+            let read = db.read_bytes.saturating_sub(da.read_bytes);
+            let own_read = b
+                .own_read_bytes
+                .zip(a.own_read_bytes)
+                .map_or(0, |(y, x)| y.saturating_sub(x));
+            let other = read.saturating_sub(own_read) as f64 / MIB;
+            (Some(per_s(busy_s).min(1.0)), Some(per_s(other)))
+        }
+        _ => (None, None),
+    };
+    let mib = |v: Option<u64>| v.map(|x| x as f64 / MIB);
+    Conditions {
+        wall_s,
+        other_cpu_cores: cores(busy.saturating_sub(own)),
+        steal_cores: cores(b.cpu.steal.saturating_sub(a.cpu.steal)),
+        disk_busy_share,
+        other_read_mib_s,
+        mem_available_mib: mib(a.mem_available_bytes),
+        cached_mib: mib(a.cached_bytes),
+        mem_total_mib: mib(a.mem_total_bytes),
+    }
+}
+
+/// Why `c` is flagged against the reference `r` (empty: not flagged).
+pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
+    let mut out = Vec::new();
+    if c.other_cpu_cores > r.other_cpu_cores + OTHER_CPU_CORES_LIMIT {
+        out.push(format!(
+            "other processes {:.2} cores (reference {:.2})",
+            c.other_cpu_cores, r.other_cpu_cores
+        ));
+    }
+    if c.steal_cores > r.steal_cores + STEAL_CORES_LIMIT {
+        out.push(format!(
+            "steal {:.2} cores (reference {:.2})",
+            c.steal_cores, r.steal_cores
+        ));
+    }
+    if let (Some(x), Some(y)) = (c.other_read_mib_s, r.other_read_mib_s) {
+        if x > y + OTHER_READ_MIB_S_LIMIT {
+            out.push(format!("other readers {x:.0} MiB/s (reference {y:.0})"));
+        }
+    }
+    if let (Some(x), Some(y), Some(t)) = (c.mem_available_mib, r.mem_available_mib, c.mem_total_mib)
+    {
+        if (x - y).abs() > MEM_AVAILABLE_SHARE_LIMIT * t {
+            out.push(format!("MemAvailable {x:.0} MiB (reference {y:.0})"));
+        }
+    }
+    out
+}
+
+/// The quietest of `cs`, metric by metric (the reference for the baseline's
+/// own runs): least other CPU, steal and other reading, median MemAvailable.
+pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
+    let first = *cs.first()?;
+    let min = |f: fn(&Conditions) -> f64| cs.iter().map(f).fold(f64::INFINITY, f64::min);
+    let min_opt = |f: fn(&Conditions) -> Option<f64>| {
+        cs.iter().filter_map(f).reduce(f64::min)
+    };
+    let mut avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
+    avail.sort_by(f64::total_cmp);
+    Some(Conditions {
+        other_cpu_cores: min(|c| c.other_cpu_cores),
+        steal_cores: min(|c| c.steal_cores),
+        other_read_mib_s: min_opt(|c| c.other_read_mib_s),
+        disk_busy_share: min_opt(|c| c.disk_busy_share),
+        mem_available_mib: avail.get(avail.len() / 2).copied(),
+        ..first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_kernel_counters() {
+        let stat = "cpu  100 5 20 300 40 1 2 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(
+            parse_proc_stat(stat),
+            Some(CpuTicks {
+                busy: 128,
+                idle: 340,
+                steal: 7,
+                cpus: 1
+            })
+        );
+        let own = "4242 (b m) oe) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17";
+        // utime..cstime are 11 12 13 14 (fields 14-17 counted from the pid).
+        assert_eq!(parse_self_stat_ticks(own), Some(50));
+        let io = "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n";
+        assert_eq!(parse_key(io, "read_bytes"), Some(4096));
+        let mem = "MemTotal:       1000 kB\nMemAvailable:    500 kB\nCached:  7 kB\n";
+        assert_eq!(parse_key(mem, "MemAvailable"), Some(500 * 1024));
+        assert_eq!(parse_key(mem, "Cached"), Some(7 * 1024));
+        assert_eq!(parse_key(mem, "SwapCached"), None);
+        let ds = "   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0\n 254       0 vda 10 0 2048 5 0 0 0 0 0 77 9\n";
+        assert_eq!(
+            parse_diskstats(ds, 254, 0),
+            Some(DiskCounters {
+                read_bytes: 2048 * 512,
+                io_ticks_ms: 77
+            })
+        );
+        assert_eq!(parse_diskstats(ds, 254, 1), None);
+    }
+
+    fn sample_at(at: Instant, busy: u64, idle: u64, own: u64, disk_read: u64) -> HostSample {
+        HostSample {
+            at,
+            cpu: CpuTicks {
+                busy,
+                idle,
+                steal: 0,
+                cpus: 2,
+            },
+            own_ticks: own,
+            own_read_bytes: Some(0),
+            disk: Some(DiskCounters {
+                read_bytes: disk_read,
+                io_ticks_ms: 0,
+            }),
+            mem_available_bytes: Some(1 << 30),
+            mem_total_bytes: Some(2 << 30),
+            cached_bytes: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_busy_neighbour_is_other_cpu_and_is_flagged() {
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_secs(10);
+        // 2 CPUs for 10 s at 100 Hz = 2000 ticks; we took 1000, someone else 900.
+        let quiet = conditions(
+            &sample_at(t0, 0, 0, 0, 0),
+            &sample_at(t1, 1000, 1000, 1000, 0),
+        );
+        let busy = conditions(
+            &sample_at(t0, 0, 0, 0, 0),
+            &sample_at(t1, 1900, 100, 1000, 320 * 1024 * 1024),
+        );
+        assert!(quiet.other_cpu_cores.abs() < 1e-9);
+        assert!((busy.other_cpu_cores - 0.9).abs() < 1e-9);
+        assert_eq!(busy.other_read_mib_s, Some(32.0));
+        assert!(flags(&quiet, &quiet).is_empty());
+        let why = flags(&busy, &quiet);
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].starts_with("other processes 0.90 cores"), "{why:?}");
+        // The quietest of both is the quiet one.
+        let q = quietest(&[busy, quiet]).unwrap();
+        assert_eq!(q.other_cpu_cores, quiet.other_cpu_cores);
+        assert_eq!(q.other_read_mib_s, Some(0.0));
+    }
+
+    #[test]
+    fn dev_t_splits_into_major_and_minor() {
+        assert_eq!(split_dev(0xfe00), (254, 0));
+        assert_eq!(split_dev(0x10301), (259, 1));
+        assert_eq!(split_dev(0x100800), (8, 256));
+    }
+}
