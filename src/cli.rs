@@ -134,8 +134,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
     pub run_timeout_s: u64,
     /// Keep adding rounds (at least --repeats, at least 2) until every cell's ratio
-    /// to the baseline has a 95% interval narrower than WIDTH (e.g. 0.1), or
-    /// --max-repeats rounds have run (said in the summary).
+    /// to the baseline has a 95% interval narrower than WIDTH relative to the
+    /// ratio (0.1: about ±5%), or --max-repeats rounds have run (said in the summary).
     #[arg(long, value_name = "WIDTH")]
     pub until_stable: Option<f64>,
     /// The most rounds --until-stable may run.

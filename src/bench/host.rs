@@ -115,9 +115,7 @@ pub fn parse_self_stat_ticks(text: &str) -> Option<u64> {
 /// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
 /// meminfo are returned in bytes).
 pub fn parse_key(text: &str, key: &str) -> Option<u64> {
-    let line = text
-        .lines()
-        .find(|l| l.split(':').next() == Some(key))?;
+    let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
     let mut it = line.split(':').nth(1)?.split_whitespace();
     let n: u64 = it.next()?.parse().ok()?;
     Some(if it.next() == Some("kB") { n * 1024 } else { n })
@@ -244,9 +242,7 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
 pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let first = *cs.first()?;
     let min = |f: fn(&Conditions) -> f64| cs.iter().map(f).fold(f64::INFINITY, f64::min);
-    let min_opt = |f: fn(&Conditions) -> Option<f64>| {
-        cs.iter().filter_map(f).reduce(f64::min)
-    };
+    let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);
     let mut avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
     avail.sort_by(f64::total_cmp);
     Some(Conditions {

@@ -1,5 +1,5 @@
 //! A busy neighbour for the bench's self-test of its conditions flags: a child
-//! process (`bmoe burn`, hidden) that keeps one core busy until it is killed
+//! process (`bmoe burn`, hidden) that keeps every core busy until it is killed
 //! or its deadline passes. `bmoe bench --busy-neighbour RUNS` starts one
 //! beside the listed runs; those runs must come out flagged.
 
@@ -36,16 +36,25 @@ impl Drop for Neighbour {
     }
 }
 
-/// The child's side: spin one core for at most `max_seconds`, or until the
+/// The child's side: spin every core for at most `max_seconds`, or until the
 /// parent goes away.
 pub fn burn(max_seconds: u64) {
     let parent = std::os::unix::process::parent_id();
     let deadline = Instant::now() + Duration::from_secs(max_seconds);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..cores {
+            s.spawn(|| spin_until(deadline, parent));
+        }
+    });
+}
+
+/// Busy work until `deadline` or until `parent` is no longer our parent.
+fn spin_until(deadline: Instant, parent: u32) {
     let mut x = 0u64;
     while Instant::now() < deadline && std::os::unix::process::parent_id() == parent {
         for _ in 0..1_000_000 {
             x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
         }
     }
-    std::hint::black_box(x);
 }

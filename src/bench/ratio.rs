@@ -15,9 +15,10 @@ pub struct PairedRatio {
 }
 
 impl PairedRatio {
-    /// hi − lo of the interval (None with a single round).
+    /// The interval's width relative to the ratio, (hi − lo) / ratio (None
+    /// with a single round): 0.1 is about ±5%.
     pub fn width(&self) -> Option<f64> {
-        self.ci.map(|(lo, hi)| hi - lo)
+        self.ci.map(|(lo, hi)| (hi - lo) / self.ratio)
     }
 }
 

@@ -57,7 +57,10 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
          text = baseline: the generated text equals the baseline's first run byte for byte.",
         compare::BOOTSTRAP_RESAMPLES
     );
-    let _ = writeln!(md, "\n## Ratios over all runs and over the unflagged ones\n");
+    let _ = writeln!(
+        md,
+        "\n## Ratios over all runs and over the unflagged ones\n"
+    );
     md.push_str(&ratios_table(&plan.cells, s.results, s.probes));
     let _ = writeln!(
         md,
@@ -140,7 +143,11 @@ fn overhead_line(probes: &[RoundProbe], results: &[RunResult]) -> String {
         "bench overhead: {} probe steps took {probe_s:.0} s ({per_probe:.1} s each, {:.0}% of \
          the {runs_s:.0} s of runs; a run took {per_run:.1} s on average)",
         probes.len(),
-        if runs_s > 0.0 { probe_s * 100.0 / runs_s } else { 0.0 }
+        if runs_s > 0.0 {
+            probe_s * 100.0 / runs_s
+        } else {
+            0.0
+        }
     )
 }
 
@@ -218,7 +225,8 @@ fn conditions_cells(c: Option<&host::Conditions>) -> String {
     let Some(c) = c else {
         return "— | — | — | — | — | —".into();
     };
-    let opt = |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
+    let opt =
+        |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
     format!(
         "{:.2} | {:.2} | {} | {} | {} | {}",
         c.other_cpu_cores,

@@ -64,7 +64,8 @@ pub struct BenchPlan {
 /// `--until-stable WIDTH --max-repeats N`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UntilStable {
-    /// The widest 95% interval (hi − lo of the ratio to the baseline) accepted.
+    /// The widest 95% interval of a ratio to the baseline accepted, relative
+    /// to the ratio ((hi − lo) / ratio).
     pub width: f64,
     pub max_rounds: u32,
 }
@@ -217,7 +218,10 @@ fn probe_round(
             Ok(r) => r,
             Err(BenchError::Interrupted(s)) => return Err(BenchError::Interrupted(s)),
             Err(e) => {
-                flags.push(format!("resident run failed ({e}); round {}'s rate used", p.round));
+                flags.push(format!(
+                    "resident run failed ({e}); round {}'s rate used",
+                    p.round
+                ));
                 p.bound.resident_tok_s
             }
         },
@@ -406,7 +410,10 @@ fn run_matrix(env: &BenchEnv, balloon: &mut Option<Balloon>) -> Result<Matrix, B
     }
     if let Some(s) = plan.until_stable {
         m.stability = stable_note(plan, &m, s, last, true);
-        crate::say!("bench: --until-stable: {}", m.stability.as_deref().unwrap_or(""));
+        crate::say!(
+            "bench: --until-stable: {}",
+            m.stability.as_deref().unwrap_or("")
+        );
     }
     run_round(env, &mut m, last + 1, 1, balloon)?;
     Ok(m)
@@ -432,13 +439,15 @@ fn stable_note(
         .collect();
     if wide.is_empty() {
         return Some(format!(
-            "every cell's ratio to the baseline had a 95% interval narrower than {} after {rounds} rounds",
+            "every cell's ratio to the baseline had a 95% interval narrower than {} (relative) \
+             after {rounds} rounds",
             s.width
         ));
     }
     at_end.then(|| {
         format!(
-            "LIMIT HIT: {rounds} rounds (--max-repeats) and still as wide as {} or wider: {}",
+            "LIMIT HIT: {rounds} rounds (--max-repeats) and still as wide as {} (relative) \
+             or wider: {}",
             s.width,
             wide.join(", ")
         )

@@ -67,7 +67,7 @@ pub fn cell_ratio(results: &[RunResult], ci: usize, unflagged_only: bool) -> Opt
     let rates = |cell: usize| -> Vec<(u32, f64)> {
         results
             .iter()
-            .filter(|r| r.cell == cell && !(unflagged_only && !r.flags.is_empty()))
+            .filter(|r| r.cell == cell && (!unflagged_only || r.flags.is_empty()))
             .filter_map(|r| Some((r.run, r.figures()?.rate.tok_s)))
             .collect()
     };
@@ -330,12 +330,19 @@ pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
         .first()
         .map(|p| p.bound.read_bytes_per_s.iter().map(|x| x.0).collect())
         .unwrap_or_default();
-    let head: String = depths.iter().map(|d| format!(" depth {d} MiB/s |")).collect();
+    let head: String = depths
+        .iter()
+        .map(|d| format!(" depth {d} MiB/s |"))
+        .collect();
     let _ = writeln!(
         out,
         "| round |{head} resident tok/s | step s | other CPU cores | flags |"
     );
-    let _ = writeln!(out, "|---:|{}---:|---:|---:|---|", "---:|".repeat(depths.len()));
+    let _ = writeln!(
+        out,
+        "|---:|{}---:|---:|---:|---|",
+        "---:|".repeat(depths.len())
+    );
     for p in probes {
         let bw: String = p
             .bound

@@ -57,13 +57,20 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     // Progress per run, in ABAB order with the baseline last again.
     let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("bench: [")).collect();
     assert_eq!(progress.len(), 4, "{err}");
-    for (line, want) in
-        progress
-            .iter()
-            .zip(["serial run 1", "half run 1", "res run 1", "serial run 2"])
-    {
+    for (line, want) in progress.iter().zip([
+        "round 1 serial:",
+        "round 1 half:",
+        "round 1 res:",
+        "round 2 serial:",
+    ]) {
         assert!(line.contains(want), "{line} should be {want}");
     }
+    // The bound is probed in each round, the baseline's extra run being a round of its own.
+    let probes = err
+        .lines()
+        .filter(|l| l.starts_with("bench: round "))
+        .count();
+    assert_eq!(probes, 2, "{err}");
     // Every run kept its CSV, and it parses.
     for stem in ["serial-1", "serial-2", "half-1", "res-1"] {
         let csv = out.join("runs").join(format!("{stem}.csv"));
@@ -78,8 +85,18 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     assert!(half.trailer["peak_rss_bytes"].parse::<u64>().unwrap() > 0);
 
     let summary = read(&out.join("summary.md"));
-    assert!(summary.contains("resident compute rate:"), "{summary}");
-    assert!(summary.contains("| 4 |"), "probe depth 4 row:\n{summary}");
+    assert!(
+        summary.contains("| round | depth 1 MiB/s | depth 4 MiB/s | resident tok/s |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("- resident: "),
+        "the probe's spread:\n{summary}"
+    );
+    assert!(
+        summary.contains("- bench overhead: 2 probe steps took"),
+        "{summary}"
+    );
     let serial = row(&summary, "serial (baseline)");
     // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound |
     // prefill s | prefill x baseline | prefill reads x distinct | text |
@@ -198,4 +215,128 @@ fn balloon_holds_its_memory_and_a_ram_limited_bench_cleans_it_up() {
             "a balloon outlived its bench"
         );
     }
+}
+
+/// The summary's runs-table rows, in the order the runs ran, split into cells.
+fn run_rows(summary: &str) -> Vec<Vec<&str>> {
+    let start = summary.find("## Runs, in the order they ran").unwrap();
+    summary[start..]
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.as_bytes().get(2).is_some_and(u8::is_ascii_digit))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect()
+}
+
+#[test]
+fn runs_beside_a_busy_neighbour_are_flagged_and_left_out_of_the_clean_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // Runs 2 (cell `b`, round 1) and 3 (the baseline, round 2) get a neighbour
+    // burning every core.
+    let o = bench_e8k2(
+        dir.path(),
+        "a: --cache-mb 0\nb: --cache-mb 50%\n",
+        &["-n", "8", "-r", "3", "--busy-neighbour", "2,3"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("[busy neighbour]").count(), 2, "{err}");
+    let summary = read(&out.join("summary.md"));
+    let rows = run_rows(&summary);
+    assert_eq!(
+        rows.len(),
+        7,
+        "3 rounds of 2 and the baseline again:\n{summary}"
+    );
+    // | # | cell | round | tok/s | MiB/token | other CPU | steal | busy % | other reads |
+    // MemAvailable | page cache | wall s | csv | status | flags |
+    for k in [2usize, 3] {
+        let r = &rows[k - 1];
+        let other: f64 = r[6].parse().unwrap();
+        assert!(other > 0.5, "run {k}: other CPU {other}:\n{summary}");
+        assert!(
+            r[15].contains("other processes"),
+            "run {k} not flagged:\n{summary}"
+        );
+    }
+    // Rounds 1 and 2 each had a flagged run: b's clean ratio has round 3 at most.
+    let ratios = &summary[summary.find("## Ratios over all runs").unwrap()..];
+    let ratio = ratios
+        .lines()
+        .find(|l| l.starts_with("| b | "))
+        .unwrap()
+        .split('|')
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    // | cell | flagged runs | all (rounds) | CI | unflagged (rounds) | CI | ...
+    assert!(
+        ratio[2].starts_with("1 of 3") || ratio[2].starts_with("2 of 3"),
+        "{ratio:?}"
+    );
+    assert!(ratio[3].ends_with("(3)"), "{ratio:?}");
+    assert!(ratio[5] == "—" || ratio[5].ends_with("(1)"), "{ratio:?}");
+    assert!(summary.contains("A run is flagged when"), "{summary}");
+}
+
+#[test]
+fn until_stable_adds_rounds_up_to_its_limit_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // No two runs agree to a millionth: the limit is reached and named.
+    let o = bench_e8k2(
+        dir.path(),
+        "a: --cache-mb 0\nb: --cache-mb 50%\n",
+        &[
+            "-n",
+            "4",
+            "--until-stable",
+            "0.000001",
+            "--max-repeats",
+            "3",
+        ],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let summary = read(&out.join("summary.md"));
+    assert_eq!(
+        run_rows(&summary).len(),
+        7,
+        "3 rounds and the baseline:\n{summary}"
+    );
+    let note = summary
+        .lines()
+        .find(|l| l.starts_with("- --until-stable:"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        note.contains("LIMIT HIT: 3 rounds") && note.contains("b ("),
+        "{note}"
+    );
+    // A width nothing misses stops at two rounds, the least that has an interval.
+    let out2 = dir.path().join("out2");
+    let cells = dir.path().join("cells.txt");
+    let o = bmoe_within(
+        &[
+            "bench",
+            "-m",
+            e8k2().to_str().unwrap(),
+            "--cells",
+            cells.to_str().unwrap(),
+            "-o",
+            out2.to_str().unwrap(),
+            "--probe-seconds",
+            "0.2",
+            "-n",
+            "4",
+            "--until-stable",
+            "1000",
+        ],
+        300,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = read(&out2.join("summary.md"));
+    assert_eq!(run_rows(&summary).len(), 5, "{summary}");
+    assert!(
+        summary.contains("narrower than 1000 (relative) after 2 rounds"),
+        "{summary}"
+    );
 }
