@@ -58,7 +58,10 @@ impl CpuTicks {
 /// One device's line of `/proc/diskstats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskCounters {
+    pub reads: u64,
     pub read_bytes: u64,
+    /// Milliseconds reads spent in the device's queue and service, summed.
+    pub read_ticks_ms: u64,
     pub io_ticks_ms: u64,
 }
 
@@ -72,6 +75,9 @@ pub struct Conditions {
     pub steal_cores: f64,
     /// Share of the wall time the model's device was busy (None: device unknown).
     pub disk_busy_share: Option<f64>,
+    /// Mean milliseconds per read on the model's device, everyone's reads
+    /// (None: device unknown or no read): how fast the device answered.
+    pub read_ms: Option<f64>,
     /// Bytes per second read from the model's device by anyone but this bench
     /// and its children.
     pub other_read_mib_s: Option<f64>,
@@ -130,7 +136,9 @@ pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounter
             return None;
         }
         Some(DiskCounters {
+            reads: num(3)?,
             read_bytes: num(5)? * 512,
+            read_ticks_ms: num(6)?,
             io_ticks_ms: num(12)?,
         })
     })
@@ -182,6 +190,10 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
     let busy = b.cpu.busy.saturating_sub(a.cpu.busy);
     let own = b.own_ticks.saturating_sub(a.own_ticks);
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let read_ms = a.disk.zip(b.disk).and_then(|(da, db)| {
+        let n = db.reads.saturating_sub(da.reads);
+        (n > 0).then(|| db.read_ticks_ms.saturating_sub(da.read_ticks_ms) as f64 / n as f64)
+    });
     let (disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
         (Some(da), Some(db)) => {
             let busy_s = db.io_ticks_ms.saturating_sub(da.io_ticks_ms) as f64 / 1e3;
@@ -201,6 +213,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         other_cpu_cores: cores(busy.saturating_sub(own)),
         steal_cores: cores(b.cpu.steal.saturating_sub(a.cpu.steal)),
         disk_busy_share,
+        read_ms,
         other_read_mib_s,
         mem_available_mib: mib(a.mem_available_bytes),
         cached_mib: mib(a.cached_bytes),
@@ -250,6 +263,7 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
         steal_cores: min(|c| c.steal_cores),
         other_read_mib_s: min_opt(|c| c.other_read_mib_s),
         disk_busy_share: min_opt(|c| c.disk_busy_share),
+        read_ms: min_opt(|c| c.read_ms),
         mem_available_mib: avail.get(avail.len() / 2).copied(),
         ..first
     })
@@ -284,7 +298,9 @@ mod tests {
         assert_eq!(
             parse_diskstats(ds, 254, 0),
             Some(DiskCounters {
+                reads: 10,
                 read_bytes: 2048 * 512,
+                read_ticks_ms: 5,
                 io_ticks_ms: 77
             })
         );
@@ -303,7 +319,9 @@ mod tests {
             own_ticks: own,
             own_read_bytes: Some(0),
             disk: Some(DiskCounters {
+                reads: disk_read / 4096,
                 read_bytes: disk_read,
+                read_ticks_ms: disk_read / (1 << 20),
                 io_ticks_ms: 0,
             }),
             mem_available_bytes: Some(1 << 30),
@@ -328,6 +346,9 @@ mod tests {
         assert!(quiet.other_cpu_cores.abs() < 1e-9);
         assert!((busy.other_cpu_cores - 0.9).abs() < 1e-9);
         assert_eq!(busy.other_read_mib_s, Some(32.0));
+        // 320 MiB in 4 KiB reads taking 320 ms in all.
+        assert_eq!(busy.read_ms, Some(320.0 / (320.0 * 256.0)));
+        assert_eq!(quiet.read_ms, None);
         assert!(flags(&quiet, &quiet).is_empty());
         let why = flags(&busy, &quiet);
         assert_eq!(why.len(), 2, "{why:?}");

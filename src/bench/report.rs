@@ -184,11 +184,12 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
     let _ = writeln!(
         md,
         "| # | cell | round | tok/s | MiB/token | other CPU cores | steal cores | disk busy % | \
-         other reads MiB/s | MemAvailable MiB | page cache MiB | wall s | csv | status | flags |"
+         device ms/read | other reads MiB/s | MemAvailable MiB | page cache MiB | wall s | csv | \
+         status | flags |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for (i, r) in results.iter().enumerate() {
         let f = r.csv.as_ref().map(compare::figures);

@@ -96,7 +96,6 @@ pub struct CellSummary {
     pub peak_rss_mib: Option<f64>,
     pub resident: bool,
     pub lossy: bool,
-    pub io_depth: u32,
     /// Mean over the runs of the bound of each run's own round.
     pub bound_tok_s: Option<f64>,
     /// Mean over the runs of tok/s over that bound.
@@ -158,7 +157,6 @@ pub fn summarize(
         let first = ok.first().map(|x| x.1);
         let pre = |k: &str| first.and_then(|c| c.preamble.get(k).cloned());
         let resident = pre("mode").as_deref() == Some("resident");
-        let io_depth = pre("io_threads").and_then(|v| v.parse().ok()).unwrap_or(0);
         let mib_per_token = avg(|f| f.mib_per_token);
         // Speculated runs only: emitted decode tokens per target decode.
         let spec_runs: Vec<&RunCsv> = ok
@@ -215,7 +213,6 @@ pub fn summarize(
             peak_rss_mib: rss.iter().cloned().reduce(f64::max),
             resident,
             lossy: first.is_some_and(|c| c.lossy()),
-            io_depth,
             bound_tok_s: mean_of(ok.iter().filter_map(|x| x.0.bound_tok_s(probes, &x.2))),
             of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
             same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
@@ -352,11 +349,14 @@ pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {} |{bw} {:.2} | {:.1} | {:.2} | {} |",
+            "| {} |{bw} {:.2} | {:.1} | {:.2} | {} | {} |",
             p.round,
             p.bound.resident_tok_s,
             p.wall_s,
             p.conditions.other_cpu_cores,
+            p.conditions
+                .read_ms
+                .map_or_else(|| "—".into(), |x| format!("{x:.2}")),
             flags_cell(&p.flags)
         );
     }

@@ -174,7 +174,7 @@ fn outputs_never_replace_inputs_or_a_file_before_the_run_measured() {
 
 #[test]
 fn numeric_flags_that_would_overflow_or_exhaust_memory_are_refused() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["run", "-p", "x", "--cache-mb", "17592186044416"],
             "does not fit in 64 bits",
@@ -204,6 +204,30 @@ fn numeric_flags_that_would_overflow_or_exhaust_memory_are_refused() {
             "1..=256",
         ),
         (&["probe", "--depths", "4,0"], "1..=256"),
+        (
+            &[
+                "bench",
+                "-o",
+                "/nonexistent-bmoe-out",
+                "--until-stable",
+                "0",
+            ],
+            "--until-stable 0: give the widest accepted",
+        ),
+        (
+            &[
+                "bench",
+                "-o",
+                "/nonexistent-bmoe-out",
+                "--until-stable",
+                "0.1",
+                "-r",
+                "5",
+                "--max-repeats",
+                "3",
+            ],
+            "--max-repeats 3 is below --repeats 5",
+        ),
     ];
     for (args, want) in cases {
         let o = bmoe(args);

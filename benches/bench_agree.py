@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Do two `bmoe bench` runs of the same matrix agree?
+
+Reads the "Ratios over all runs and over the unflagged ones" table of two
+summary.md files and prints, per cell, both runs' paired ratio to the baseline
+and fraction of bound, over all runs and over the unflagged ones, and whether
+they agree: the ratios within WIDTH of each other (relative to the first run's
+ratio; give the --until-stable width) and the fractions of bound within POINTS
+percentage points. Exit status 0 when every cell agrees over the unflagged runs.
+
+Usage: benches/bench_agree.py A/summary.md B/summary.md [--width 0.25] [--points 10]
+"""
+import argparse
+import re
+import sys
+
+
+def ratios(path):
+    text = open(path, encoding="utf-8").read()
+    start = text.index("## Ratios over all runs")
+    rows = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 8 or cells[0] in ("cell", "") or cells[0].startswith("---"):
+            continue
+        rows[cells[0]] = {
+            "flagged": cells[1],
+            "all": number(cells[2]),
+            "clean": number(cells[4]),
+            "bound_all": number(cells[6]),
+            "bound_clean": number(cells[7]),
+        }
+    return rows
+
+
+def number(cell):
+    if cell.startswith("1 (baseline)"):
+        return 1.0
+    m = re.match(r"([0-9.]+)", cell)
+    return float(m.group(1)) if m else None
+
+
+def agree(a, b, width, points, ratio_key, bound_key):
+    ra, rb = a[ratio_key], b[ratio_key]
+    ba, bb = a[bound_key], b[bound_key]
+    ok_ratio = ra is not None and rb is not None and abs(ra - rb) <= width * ra
+    ok_bound = ba is not None and bb is not None and abs(ba - bb) <= points
+    return ok_ratio, ok_bound
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--width", type=float, default=0.25)
+    p.add_argument("--points", type=float, default=10.0)
+    args = p.parse_args()
+    a, b = ratios(args.a), ratios(args.b)
+    fmt = lambda v, suffix: "—" if v is None else f"{v:.3f}{suffix}" if suffix == "x" else f"{v:.0f}{suffix}"
+    print("| cell | flagged A / B | x baseline A / B (all) | (unflagged) | of bound A / B (all) | (unflagged) | agree (all) | agree (unflagged) |")
+    print("|---|---|---|---|---|---|---|---|")
+    all_clean = True
+    for cell in a:
+        if cell not in b:
+            continue
+        x, y = a[cell], b[cell]
+        verdicts = []
+        for rk, bk in (("all", "bound_all"), ("clean", "bound_clean")):
+            r, bd = agree(x, y, args.width, args.points, rk, bk)
+            verdicts.append("yes" if r and bd else f"ratio {'ok' if r else 'NO'}, bound {'ok' if bd else 'NO'}")
+        all_clean &= verdicts[1] == "yes"
+        print(
+            f"| {cell} | {x['flagged']} / {y['flagged']} "
+            f"| {fmt(x['all'], 'x')} / {fmt(y['all'], 'x')} | {fmt(x['clean'], 'x')} / {fmt(y['clean'], 'x')} "
+            f"| {fmt(x['bound_all'], '%')} / {fmt(y['bound_all'], '%')} | {fmt(x['bound_clean'], '%')} / {fmt(y['bound_clean'], '%')} "
+            f"| {verdicts[0]} | {verdicts[1]} |"
+        )
+    sys.exit(0 if all_clean else 1)
+
+
+if __name__ == "__main__":
+    main()
