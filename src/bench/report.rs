@@ -224,15 +224,16 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
 /// The conditions columns of a runs-table row.
 fn conditions_cells(c: Option<&host::Conditions>) -> String {
     let Some(c) = c else {
-        return "— | — | — | — | — | —".into();
+        return "— | — | — | — | — | — | —".into();
     };
     let opt =
         |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
     format!(
-        "{:.2} | {:.2} | {} | {} | {} | {}",
+        "{:.2} | {:.2} | {} | {} | {} | {} | {}",
         c.other_cpu_cores,
         c.steal_cores,
         opt(c.disk_busy_share, 100.0),
+        c.read_ms.map_or_else(|| "—".into(), |x| format!("{x:.2}")),
         opt(c.other_read_mib_s, 1.0),
         opt(c.mem_available_mib, 1.0),
         opt(c.cached_mib, 1.0)

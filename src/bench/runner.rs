@@ -29,7 +29,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub struct ProbeSettings {
     pub depths: Vec<u32>,
     pub seconds: f64,
-    /// Tokens of the resident run that measures the compute rate.
+    /// Tokens of the resident run that measures the compute rate (the
+    /// bench's -n: a shorter run pays more of its first-touch faults per token).
     pub resident_tokens: u32,
 }
 

@@ -364,7 +364,7 @@ pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
         out,
         "
 Random {slice_bytes} B expert-slice reads, O_DIRECT, the engine's reader; resident \
-         rate: a 64-token `--resident` decode with the model in the page cache. Spread over \
+         rate: a `--resident` decode of the bench's -n tokens with the model in the page cache. Spread over \
          the rounds (max / min − 1):"
     );
     for (i, d) in depths.iter().enumerate() {

@@ -67,7 +67,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         probe: runner::ProbeSettings {
             depths,
             seconds: args.probe_seconds,
-            resident_tokens: 64,
+            resident_tokens: args.tokens,
         },
         run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),

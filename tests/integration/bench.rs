@@ -269,10 +269,8 @@ fn runs_beside_a_busy_neighbour_are_flagged_and_left_out_of_the_clean_ratios() {
         .map(str::trim)
         .collect::<Vec<_>>();
     // | cell | flagged runs | all (rounds) | CI | unflagged (rounds) | CI | ...
-    assert!(
-        ratio[2].starts_with("1 of 3") || ratio[2].starts_with("2 of 3"),
-        "{ratio:?}"
-    );
+    // Other tests running beside this one may flag more runs than the neighbour's.
+    assert!(!ratio[2].starts_with("0 of"), "{ratio:?}");
     assert!(ratio[3].ends_with("(3)"), "{ratio:?}");
     assert!(ratio[5] == "—" || ratio[5].ends_with("(1)"), "{ratio:?}");
     assert!(summary.contains("A run is flagged when"), "{summary}");
@@ -328,15 +326,13 @@ fn until_stable_adds_rounds_up_to_its_limit_and_says_so() {
             "-n",
             "4",
             "--until-stable",
-            "1000",
+            // Any interval at all: stops at two rounds, whatever the host did.
+            "1e300",
         ],
         300,
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let summary = read(&out2.join("summary.md"));
     assert_eq!(run_rows(&summary).len(), 5, "{summary}");
-    assert!(
-        summary.contains("narrower than 1000 (relative) after 2 rounds"),
-        "{summary}"
-    );
+    assert!(summary.contains("(relative) after 2 rounds"), "{summary}");
 }
