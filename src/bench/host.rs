@@ -21,6 +21,11 @@ pub const STEAL_CORES_LIMIT: f64 = 0.10;
 pub const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
 /// MemAvailable at the start may differ from the reference's by this share of MemTotal.
 pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
+/// The device's ms/read in a run may differ from the median of the same
+/// cell's runs by this factor, either way (same reads, so a different device).
+pub const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
+/// Fewer reads than this make ms/read too thin to judge.
+pub const DEVICE_MIN_READS: u64 = 256;
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +83,8 @@ pub struct Conditions {
     /// Mean milliseconds per read on the model's device, everyone's reads
     /// (None: device unknown or no read): how fast the device answered.
     pub read_ms: Option<f64>,
+    /// Reads the device completed (0: device unknown).
+    pub device_reads: u64,
     /// Bytes per second read from the model's device by anyone but this bench
     /// and its children.
     pub other_read_mib_s: Option<f64>,
@@ -190,9 +197,13 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
     let busy = b.cpu.busy.saturating_sub(a.cpu.busy);
     let own = b.own_ticks.saturating_sub(a.own_ticks);
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let device_reads = a
+        .disk
+        .zip(b.disk)
+        .map_or(0, |(da, db)| db.reads.saturating_sub(da.reads));
     let read_ms = a.disk.zip(b.disk).and_then(|(da, db)| {
-        let n = db.reads.saturating_sub(da.reads);
-        (n > 0).then(|| db.read_ticks_ms.saturating_sub(da.read_ticks_ms) as f64 / n as f64)
+        let ms = db.read_ticks_ms.saturating_sub(da.read_ticks_ms) as f64;
+        (device_reads > 0).then(|| ms / device_reads as f64)
     });
     let (disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
         (Some(da), Some(db)) => {
@@ -214,6 +225,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         steal_cores: cores(b.cpu.steal.saturating_sub(a.cpu.steal)),
         disk_busy_share,
         read_ms,
+        device_reads,
         other_read_mib_s,
         mem_available_mib: mib(a.mem_available_bytes),
         cached_mib: mib(a.cached_bytes),
@@ -248,6 +260,30 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
         }
     }
     out
+}
+
+/// Why a run's device speed is off the median of its cell's runs (`cell`:
+/// every run's conditions, this one's included); None when it is not, or
+/// when too few reads make either side thin.
+pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
+    let judged = |c: &Conditions| {
+        c.read_ms
+            .filter(|ms| *ms > 0.0 && c.device_reads >= DEVICE_MIN_READS)
+    };
+    let ms = judged(c)?;
+    let mut all: Vec<f64> = cell.iter().filter_map(judged).collect();
+    if all.len() < 3 {
+        return None;
+    }
+    all.sort_by(f64::total_cmp);
+    let median = all[all.len() / 2];
+    let factor = if ms > median {
+        ms / median
+    } else {
+        median / ms
+    };
+    (factor > DEVICE_MS_FACTOR_LIMIT)
+        .then(|| format!("device {ms:.2} ms/read ({factor:.1}x off the cell's median {median:.2})"))
 }
 
 /// The quietest of `cs`, metric by metric (the reference for the baseline's
@@ -357,6 +393,29 @@ mod tests {
         let q = quietest(&[busy, quiet]).unwrap();
         assert_eq!(q.other_cpu_cores, quiet.other_cpu_cores);
         assert_eq!(q.other_read_mib_s, Some(0.0));
+    }
+
+    #[test]
+    fn a_run_on_a_faster_device_is_off_its_cells_median() {
+        let at = |ms: f64, reads: u64| Conditions {
+            wall_s: 10.0,
+            other_cpu_cores: 0.0,
+            steal_cores: 0.0,
+            disk_busy_share: None,
+            read_ms: Some(ms),
+            device_reads: reads,
+            other_read_mib_s: None,
+            mem_available_mib: None,
+            cached_mib: None,
+            mem_total_mib: None,
+        };
+        let cell = [at(3.6, 900), at(3.7, 900), at(1.6, 900), at(3.5, 900)];
+        let why = device_flag(&cell[2], &cell).unwrap();
+        assert!(why.starts_with("device 1.60 ms/read (2.2x off"), "{why}");
+        assert_eq!(device_flag(&cell[0], &cell), None);
+        // Thin runs are not judged, nor is a cell with fewer than three judged runs.
+        assert_eq!(device_flag(&at(1.0, 10), &cell), None);
+        assert_eq!(device_flag(&cell[2], &cell[1..3]), None);
     }
 
     #[test]

@@ -158,11 +158,16 @@ fn flag_rule() -> String {
          baseline's runs, a cell whose round's baseline run is flagged, and the probe steps: \
          the quietest baseline run), other processes took more than {} cores more CPU, steal \
          was more than {} cores higher, other readers read more than {} MiB/s more from the \
-         model's device, or MemAvailable at its start differed by more than {:.0}% of MemTotal.",
+         model's device, or MemAvailable at its start differed by more than {:.0}% of MemTotal; \
+         or when the device's mean time per read was more than {}x off (either way) the median \
+         of the same cell's runs (a run with at least {} reads, a cell with at least three: the \
+         same cell reads the same slices, so a different speed is the device's).",
         host::OTHER_CPU_CORES_LIMIT,
         host::STEAL_CORES_LIMIT,
         host::OTHER_READ_MIB_S_LIMIT,
-        host::MEM_AVAILABLE_SHARE_LIMIT * 100.0
+        host::MEM_AVAILABLE_SHARE_LIMIT * 100.0,
+        host::DEVICE_MS_FACTOR_LIMIT,
+        host::DEVICE_MIN_READS
     )
 }
 

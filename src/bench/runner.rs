@@ -561,6 +561,25 @@ fn flag_conditions(results: &mut [RunResult], probes: &mut [RoundProbe]) {
             r.flags = host::flags(&c, &reference);
         }
     }
+    flag_device_speed(results);
+}
+
+/// Flag the runs whose device answered at a speed off their cell's median
+/// (the same cell reads the same slices: a different speed is the device's).
+fn flag_device_speed(results: &mut [RunResult]) {
+    let n_cells = results.iter().map(|r| r.cell + 1).max().unwrap_or(0);
+    for ci in 0..n_cells {
+        let cell: Vec<host::Conditions> = results
+            .iter()
+            .filter(|r| r.cell == ci)
+            .filter_map(|r| r.conditions)
+            .collect();
+        for r in results.iter_mut().filter(|r| r.cell == ci) {
+            if let Some(why) = r.conditions.and_then(|c| host::device_flag(&c, &cell)) {
+                r.flags.push(why);
+            }
+        }
+    }
 }
 
 /// Run one (cell, round) and judge it: the failure (if any), the CSV, whether

@@ -310,29 +310,15 @@ fn until_stable_adds_rounds_up_to_its_limit_and_says_so() {
         "{note}"
     );
     // A width nothing misses stops at two rounds, the least that has an interval.
-    let out2 = dir.path().join("out2");
-    let cells = dir.path().join("cells.txt");
-    let o = bmoe_within(
-        &[
-            "bench",
-            "-m",
-            e8k2().to_str().unwrap(),
-            "--cells",
-            cells.to_str().unwrap(),
-            "-o",
-            out2.to_str().unwrap(),
-            "--probe-seconds",
-            "0.2",
-            "-n",
-            "4",
-            "--until-stable",
-            // Any interval at all: stops at two rounds, whatever the host did.
-            "1e300",
-        ],
-        300,
+    let dir2 = tempfile::tempdir().unwrap();
+    let o = bench_e8k2(
+        dir2.path(),
+        "a: --cache-mb 0\nb: --cache-mb 50%\n",
+        // Any interval at all: stops at two rounds, whatever the host did.
+        &["-n", "4", "--until-stable", "1e300"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let summary = read(&out2.join("summary.md"));
+    let summary = read(&dir2.path().join("out/summary.md"));
     assert_eq!(run_rows(&summary).len(), 5, "{summary}");
     assert!(summary.contains("(relative) after 2 rounds"), "{summary}");
 }
