@@ -100,9 +100,9 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
         "- cells: {} ({}), {} round(s) interleaved, baseline `{}` run {} times",
         plan.cells.len(),
         plan.cells_source,
-        plan.repeats.max(1),
+        full_rounds(s.results, plan.cells.len()),
         plan.cells.first().map(|c| c.name.as_str()).unwrap_or("-"),
-        plan.repeats.max(1) + 1
+        s.results.iter().filter(|r| r.cell == 0).count()
     );
     let _ = writeln!(
         md,
@@ -130,6 +130,18 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
             "- INTERRUPTED by signal {sig} after {} runs",
             s.results.len()
         );
+    }
+}
+
+/// Rounds in which every cell ran: the last cell's runs (a lone baseline's,
+/// less its extra run).
+fn full_rounds(results: &[RunResult], n_cells: usize) -> usize {
+    let last = n_cells.saturating_sub(1);
+    let runs = results.iter().filter(|r| r.cell == last).count();
+    if last == 0 {
+        runs.saturating_sub(1)
+    } else {
+        runs
     }
 }
 

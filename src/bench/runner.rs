@@ -62,6 +62,15 @@ pub struct BenchPlan {
     pub busy_neighbour_runs: Vec<usize>,
 }
 
+impl BenchPlan {
+    /// The most rounds the matrix may run (the baseline's extra round aside).
+    pub fn max_rounds(&self) -> u32 {
+        let repeats = self.repeats.max(1);
+        self.until_stable
+            .map_or(repeats, |s| s.max_rounds.max(repeats))
+    }
+}
+
 /// `--until-stable WIDTH --max-repeats N`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UntilStable {
@@ -366,7 +375,7 @@ fn inflate_balloon(plan: &BenchPlan) -> Result<(Option<Balloon>, String), BenchE
     let max_s = plan
         .run_timeout
         .as_secs()
-        .saturating_mul((plan.cells.len() as u64 + 1) * (plan.repeats.max(1) as u64 + 1));
+        .saturating_mul((plan.cells.len() as u64 + 1) * (u64::from(plan.max_rounds()) + 1));
     let b = Balloon::inflate(&plan.exe, mib, max_s)?;
     let after = memory::mem_available_bytes().unwrap_or(0) as f64 / MIB;
     let note = format!(
@@ -395,7 +404,7 @@ struct Matrix {
 /// then the baseline once more in a round of its own; stops early on a signal.
 fn run_matrix(env: &BenchEnv, balloon: &mut Option<Balloon>) -> Result<Matrix, BenchError> {
     let plan = env.plan;
-    let rounds = plan.until_stable.map_or(plan.repeats, |s| s.max_rounds);
+    let rounds = plan.max_rounds();
     let mut m = Matrix::default();
     let mut last = 0;
     for round in 1..=rounds {
