@@ -7,8 +7,8 @@
 //! `&mut Context`, the actor drops it before it replies, and the call returns
 //! only after the reply. So the head reads the target's hidden states only while
 //! the verify thread waits, and only while the target is alive: the compiler
-//! checks the borrow, and one `unsafe` (the turn's lifetime erased to cross the
-//! channel, in `MtpActor::call`) rests on that wait alone.
+//! checks the borrow, and one unchecked step (the turn's lifetime erased to cross
+//! the channel, in `MtpActor::call`, with its SAFETY comment) rests on that wait alone.
 //!
 //! What runs concurrently, when the experts stream: once the actor has handed
 //! its drafts over, the verify decode runs on the other thread and the actor

@@ -197,16 +197,10 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
     let busy = b.cpu.busy.saturating_sub(a.cpu.busy);
     let own = b.own_ticks.saturating_sub(a.own_ticks);
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
-    let device_reads = a
-        .disk
-        .zip(b.disk)
-        .map_or(0, |(da, db)| db.reads.saturating_sub(da.reads));
-    let read_ms = a.disk.zip(b.disk).and_then(|(da, db)| {
-        let ms = db.read_ticks_ms.saturating_sub(da.read_ticks_ms) as f64;
-        (device_reads > 0).then(|| ms / device_reads as f64)
-    });
-    let (disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
+    let (device_reads, read_ms, disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
         (Some(da), Some(db)) => {
+            let reads = db.reads.saturating_sub(da.reads);
+            let read_ms = db.read_ticks_ms.saturating_sub(da.read_ticks_ms) as f64;
             let busy_s = db.io_ticks_ms.saturating_sub(da.io_ticks_ms) as f64 / 1e3;
             let read = db.read_bytes.saturating_sub(da.read_bytes);
             let own_read = b
@@ -214,9 +208,14 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
                 .zip(a.own_read_bytes)
                 .map_or(0, |(y, x)| y.saturating_sub(x));
             let other = read.saturating_sub(own_read) as f64 / MIB;
-            (Some(per_s(busy_s).min(1.0)), Some(per_s(other)))
+            (
+                reads,
+                (reads > 0).then(|| read_ms / reads as f64),
+                Some(per_s(busy_s).min(1.0)),
+                Some(per_s(other)),
+            )
         }
-        _ => (None, None),
+        _ => (0, None, None, None),
     };
     let mib = |v: Option<u64>| v.map(|x| x as f64 / MIB);
     Conditions {

@@ -150,10 +150,8 @@ pub fn summarize(
                 .map(|r| (r.lo, r.hi))
                 .unwrap_or((0.0, 0.0));
         let avg = |f: fn(&RunFigures) -> f64| mean(&ok.iter().map(|x| f(&x.2)).collect::<Vec<_>>());
-        let opt_avg = |f: fn(&RunFigures) -> Option<f64>| {
-            let v: Vec<f64> = ok.iter().filter_map(|x| f(&x.2)).collect();
-            (!v.is_empty()).then(|| mean(&v))
-        };
+        let opt_avg =
+            |f: fn(&RunFigures) -> Option<f64>| mean_of(ok.iter().filter_map(|x| f(&x.2)));
         let first = ok.first().map(|x| x.1);
         let pre = |k: &str| first.and_then(|c| c.preamble.get(k).cloned());
         let resident = pre("mode").as_deref() == Some("resident");
@@ -187,10 +185,7 @@ pub fn summarize(
             .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))
             .map(|b| b / (1024.0 * 1024.0))
             .collect();
-        let trailer_mean = |key: &str| {
-            let v: Vec<f64> = ok.iter().filter_map(|x| trailer_f64(x.1, key)).collect();
-            (!v.is_empty()).then(|| mean(&v))
-        };
+        let trailer_mean = |key: &str| mean_of(ok.iter().filter_map(|x| trailer_f64(x.1, key)));
         let texts: Vec<bool> = ok
             .iter()
             .filter_map(|x| x.0.same_text_as_baseline)
