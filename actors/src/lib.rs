@@ -7,6 +7,9 @@
 //! - [`output`]: output files written beside their target and renamed into place.
 //! - [`proj`]: the three projections of an expert, shared with the model layout.
 //! - [`metrics`]: what one decode's streaming cost, from the hook to the telemetry row.
+//! - [`cache`]: the expert cache's state machine and eviction policies.
+//! - [`route_trace`]: the route trace format (`--route-trace`).
+//! - [`replay`]: a route trace replayed through the cache, and the offline optimum.
 
 pub mod cache;
 pub mod flash;
@@ -14,6 +17,8 @@ pub mod metrics;
 pub mod ngram;
 pub mod output;
 pub mod proj;
+pub mod replay;
+pub mod route_trace;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;

@@ -233,7 +233,7 @@ impl Flash {
         let reader_desc = reader.describe();
         let o_direct = reader.direct();
         let mut state = Actor {
-            cache: ExpertCache::new(cfg.budget_bytes, slot_bytes.clone()),
+            cache: ExpertCache::with_policy(cfg.budget_bytes, slot_bytes.clone(), cfg.policy),
             n_expert,
             slot_bytes,
             arena: arena.clone(),

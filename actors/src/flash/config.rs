@@ -1,5 +1,7 @@
 //! Settings of the flash actor.
 
+use crate::cache::CachePolicy;
+
 /// Settings of the flash actor.
 #[derive(Debug, Clone)]
 pub struct FlashConfig {
@@ -17,6 +19,8 @@ pub struct FlashConfig {
     /// Remember a layer's demand for temporal prefetch only when it names at
     /// most this many experts (a single token's routing; 0: always).
     pub prefetch_max_experts: u32,
+    /// Which unpinned slot the cache gives up first (`--cache-policy`).
+    pub policy: CachePolicy,
 }
 
 impl Default for FlashConfig {
@@ -28,6 +32,7 @@ impl Default for FlashConfig {
             request_capacity: 16,
             prefetch_layers: 0,
             prefetch_max_experts: 0,
+            policy: CachePolicy::default(),
         }
     }
 }

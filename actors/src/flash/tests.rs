@@ -208,6 +208,7 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
             request_capacity: 8,
             prefetch_layers: 1,
             prefetch_max_experts: 2,
+            ..FlashConfig::default()
         },
     )
     .unwrap();

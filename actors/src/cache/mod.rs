@@ -1,8 +1,13 @@
 //! The expert cache's state machine: which (layer, expert) slices are resident,
-//! LRU order, a hard byte budget and per-requester pins. Pure policy: no memory,
-//! no I/O. The flash actor applies the plans it returns.
+//! their eviction order ([`CachePolicy`]), a hard byte budget and per-requester
+//! pins. Pure policy: no memory, no I/O. The flash actor applies the plans it
+//! returns; `bmoe replay` drives the same code from a route trace.
+
+mod policy;
 
 use std::collections::{BTreeMap, HashMap};
+
+pub use policy::{CachePolicy, UseCounts, AGE_PASSES};
 
 /// One cached unit: all projections of one expert of one layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,12 +56,15 @@ pub struct Plan {
     pub evict: Vec<SlotKey>,
 }
 
-/// LRU over expert slots with a byte budget. The slots pinned by requesters are
-/// never evicted; when the pinned working set alone exceeds the budget (e.g.
-/// budget 0), the cache holds exactly that working set and nothing else.
+/// Expert slots within a byte budget, evicted in the order of a
+/// [`CachePolicy`]. The slots pinned by requesters are never evicted; when the
+/// pinned working set alone exceeds the budget (e.g. budget 0), the cache holds
+/// exactly that working set and nothing else.
 #[derive(Debug)]
 pub struct ExpertCache {
     budget_bytes: u64,
+    policy: CachePolicy,
+    counts: UseCounts,
     /// Bytes of one slot, per layer.
     slot_bytes: Vec<u64>,
     entries: HashMap<SlotKey, Entry>,
@@ -74,9 +82,16 @@ pub struct ExpertCache {
 const TICK_BASE: u64 = 1 << 40;
 
 impl ExpertCache {
+    /// An LRU cache.
     pub fn new(budget_bytes: u64, slot_bytes: Vec<u64>) -> Self {
+        Self::with_policy(budget_bytes, slot_bytes, CachePolicy::Lru)
+    }
+
+    pub fn with_policy(budget_bytes: u64, slot_bytes: Vec<u64>, policy: CachePolicy) -> Self {
         Self {
             budget_bytes,
+            policy,
+            counts: UseCounts::default(),
             slot_bytes,
             entries: HashMap::new(),
             lru: BTreeMap::new(),
@@ -90,6 +105,10 @@ impl ExpertCache {
 
     pub fn budget_bytes(&self) -> u64 {
         self.budget_bytes
+    }
+
+    pub fn policy(&self) -> CachePolicy {
+        self.policy
     }
 
     pub fn resident_bytes(&self) -> u64 {
@@ -150,6 +169,14 @@ impl ExpertCache {
     /// window of layers). Same plan as [`request`](Self::request).
     pub fn request_more(&mut self, requester: Requester, keys: &[SlotKey]) -> Plan {
         let mut plan = Plan::default();
+        if requester != Requester::Prefetch {
+            if let (Requester::Verify, Some(first)) = (requester, keys.first()) {
+                self.counts.verify_layer(first.layer);
+            }
+            for &k in keys {
+                self.counts.used(k);
+            }
+        }
         for &k in keys {
             if self.pinned[requester.index()].contains(&k) {
                 continue;
@@ -306,200 +333,46 @@ impl ExpertCache {
         if self.resident_bytes <= target {
             return out;
         }
-        let candidates: Vec<(u64, SlotKey)> = self.lru.iter().map(|(t, k)| (*t, *k)).collect();
-        for (t, k) in candidates {
+        for k in self.eviction_order() {
             if self.resident_bytes <= target {
                 break;
             }
-            if self.entries.get(&k).is_some_and(|e| e.pins == 0) {
-                self.entries.remove(&k);
-                self.lru.remove(&t);
+            if let Some(e) = self.entries.remove(&k) {
+                self.lru.remove(&e.tick);
                 self.resident_bytes -= self.bytes(k);
                 out.push(k);
             }
         }
         out
     }
+
+    /// The unpinned slots, first to go first: demoted ones (the latest
+    /// demotion first), then the policy's order.
+    fn eviction_order(&self) -> Vec<SlotKey> {
+        let unpinned = self
+            .lru
+            .iter()
+            .filter(|(_, k)| self.entries.get(k).is_some_and(|e| e.pins == 0));
+        let (demoted, normal): (Vec<_>, Vec<_>) = unpinned.partition(|(t, _)| **t < TICK_BASE);
+        let mut order: Vec<SlotKey> = demoted.into_iter().map(|(_, k)| *k).collect();
+        let mut rest: Vec<SlotKey> = normal.into_iter().map(|(_, k)| *k).collect();
+        match self.policy {
+            CachePolicy::Lru => {}
+            // Stable sorts: equals keep their LRU order.
+            CachePolicy::Lfu => rest.sort_by_key(|k| self.counts.uses(*k)),
+            CachePolicy::Cycle => {
+                let n = self.slot_bytes.len() as u32;
+                let steps: HashMap<SlotKey, f64> = rest
+                    .iter()
+                    .map(|k| (*k, self.counts.steps_to_next_use(*k, n)))
+                    .collect();
+                rest.sort_by(|a, b| steps[b].total_cmp(&steps[a]));
+            }
+        }
+        order.extend(rest);
+        order
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn k(layer: u32, expert: u32) -> SlotKey {
-        SlotKey { layer, expert }
-    }
-
-    #[test]
-    fn hits_misses_and_lru_eviction_under_budget() {
-        let mut c = ExpertCache::new(300, vec![100; 4]);
-        let p = c.request(Requester::Verify, &[k(0, 1), k(0, 2)]);
-        assert_eq!(p.misses, vec![k(0, 1), k(0, 2)]);
-        assert!(p.hits.is_empty() && p.evict.is_empty());
-        let p = c.request(Requester::Verify, &[k(1, 1), k(1, 2)]);
-        assert_eq!(p.misses.len(), 2);
-        // 400 > 300: the least recently used unpinned slot goes.
-        assert_eq!(p.evict, vec![k(0, 1)]);
-        assert_eq!(c.resident_bytes(), 300);
-        let p = c.request(Requester::Verify, &[k(0, 2), k(1, 2)]);
-        assert_eq!(p.hits, vec![k(0, 2), k(1, 2)]);
-        assert!(p.misses.is_empty());
-    }
-
-    #[test]
-    fn a_smaller_budget_evicts_the_unpinned_down_to_it() {
-        let mut c = ExpertCache::new(400, vec![100; 4]);
-        c.request(Requester::Verify, &[k(0, 1), k(0, 2), k(1, 1)]);
-        c.release(Requester::Verify);
-        c.request(Requester::Verify, &[k(1, 1)]);
-        let evicted = c.set_budget(150);
-        assert_eq!(
-            evicted,
-            vec![k(0, 1), k(0, 2)],
-            "LRU order, the pinned slot stays"
-        );
-        assert_eq!(c.budget_bytes(), 150);
-        assert_eq!(c.resident_bytes(), 100);
-        assert!(c.set_budget(1000).is_empty());
-    }
-
-    #[test]
-    fn budget_zero_keeps_only_the_working_set() {
-        let mut c = ExpertCache::new(0, vec![100; 2]);
-        c.request(Requester::Verify, &[k(0, 0), k(0, 1)]);
-        assert_eq!(c.resident_bytes(), 200, "pinned working set stays");
-        let p = c.request(Requester::Verify, &[k(1, 0), k(1, 1)]);
-        assert_eq!(p.evict.len(), 2);
-        assert_eq!(c.resident_bytes(), 200);
-        let p = c.request(Requester::Verify, &[k(0, 0), k(0, 1)]);
-        assert_eq!(p.misses.len(), 2, "re-read every time");
-        assert_eq!(c.release(Requester::Verify).len(), 2);
-        assert_eq!(c.resident_bytes(), 0);
-    }
-
-    #[test]
-    fn another_requesters_pins_are_respected() {
-        let mut c = ExpertCache::new(100, vec![100; 2]);
-        c.request(Requester::Draft, &[k(1, 0)]);
-        let p = c.request(Requester::Verify, &[k(0, 0)]);
-        assert!(p.evict.is_empty(), "both pinned");
-        assert_eq!(c.resident_bytes(), 200);
-        let p = c.request(Requester::Draft, &[k(1, 1)]);
-        assert_eq!(p.evict, vec![k(1, 0)]);
-        assert!(c.contains(k(0, 0)));
-    }
-
-    #[test]
-    fn duplicates_in_a_request_count_once() {
-        let mut c = ExpertCache::new(1000, vec![100]);
-        let p = c.request(Requester::Verify, &[k(0, 3), k(0, 3), k(0, 3)]);
-        assert_eq!(p.misses, vec![k(0, 3)]);
-        assert_eq!(c.resident_bytes(), 100);
-    }
-
-    #[test]
-    fn prefetch_pins_accumulate_and_release_per_layer() {
-        let mut c = ExpertCache::new(0, vec![100; 3]);
-        c.request_more(Requester::Prefetch, &[k(1, 0)]);
-        c.request_more(Requester::Prefetch, &[k(2, 0), k(2, 1)]);
-        assert_eq!(c.resident_bytes(), 300, "pins of both layers kept");
-        // The verify demand for layer 1 hits the prefetched slot.
-        let p = c.request(Requester::Verify, &[k(1, 0), k(1, 1)]);
-        assert_eq!(p.hits, vec![k(1, 0)]);
-        assert_eq!(p.misses, vec![k(1, 1)]);
-        // Unpinning layer 1's prefetch keeps it (verify pins it), layer 2 stays pinned.
-        assert!(c.release_layer(Requester::Prefetch, 1).is_empty());
-        let p = c.request(Requester::Verify, &[k(2, 1)]);
-        assert_eq!(p.hits, vec![k(2, 1)]);
-        assert_eq!(p.evict.len(), 2, "layer 1 unpinned by everyone, budget 0");
-        assert_eq!(c.release_layer(Requester::Prefetch, 2), vec![k(2, 0)]);
-        assert!(c.contains(k(2, 1)));
-    }
-
-    #[test]
-    fn demoted_slots_are_evicted_first() {
-        let mut c = ExpertCache::new(300, vec![100; 2]);
-        c.request(Requester::Verify, &[k(0, 0), k(0, 1), k(0, 2)]);
-        c.release(Requester::Verify);
-        // k(0, 2) is the most recent; demoting it makes it the first to go.
-        c.demote(&[k(0, 2)]);
-        let p = c.request(Requester::Verify, &[k(1, 0)]);
-        assert_eq!(p.evict, vec![k(0, 2)]);
-        let p = c.request(Requester::Verify, &[k(1, 1)]);
-        assert_eq!(p.evict, vec![k(0, 0)], "then plain LRU order");
-    }
-
-    #[test]
-    fn admit_never_evicts() {
-        let mut c = ExpertCache::new(250, vec![100; 3]);
-        c.request(Requester::Verify, &[k(0, 0)]);
-        let a = c.admit(&[k(1, 0), k(2, 0)]);
-        assert_eq!(a, vec![k(1, 0)]);
-        assert_eq!(c.resident_bytes(), 200);
-    }
-
-    /// Property: over random request sequences, resident bytes never exceed
-    /// max(budget, pinned working set), and accounting matches the entries.
-    #[test]
-    fn never_exceeds_budget_over_random_sequences() {
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for trial in 0..50 {
-            let layers = 1 + (next() % 6) as u32;
-            let experts = 1 + (next() % 16) as u32;
-            let sizes: Vec<u64> = (0..layers).map(|_| 1 + next() % 500).collect();
-            let budget = next() % 3000;
-            let mut c = ExpertCache::new(budget, sizes.clone());
-            for _ in 0..400 {
-                let who = Requester::ALL[(next() % 3) as usize];
-                let layer = (next() % layers as u64) as u32;
-                let n = (next() % 5) as usize;
-                let keys: Vec<SlotKey> = (0..n)
-                    .map(|_| k(layer, (next() % experts as u64) as u32))
-                    .collect();
-                if next() % 10 == 0 {
-                    c.admit(&keys);
-                } else if next() % 17 == 0 {
-                    c.release(who);
-                } else if next() % 11 == 0 {
-                    c.demote(&keys);
-                } else if next() % 7 == 0 {
-                    let evicted = c.release_layer(who, layer);
-                    assert!(c.pinned(who).iter().all(|p| p.layer != layer));
-                    for e in &evicted {
-                        assert!(!c.contains(*e));
-                    }
-                } else if next() % 5 == 0 {
-                    let p = c.request_more(who, &keys);
-                    for e in &p.evict {
-                        assert!(!c.contains(*e));
-                        assert!(!c.pinned(who).contains(e), "never evict a pinned slot");
-                    }
-                    for key in &keys {
-                        assert!(c.contains(*key));
-                    }
-                } else {
-                    let p = c.request(who, &keys);
-                    for m in &p.misses {
-                        assert!(c.contains(*m));
-                    }
-                    for e in &p.evict {
-                        assert!(!c.contains(*e));
-                        assert!(!keys.contains(e), "never evict what was just asked for");
-                    }
-                }
-                let sum: u64 = c.entries.keys().map(|k| sizes[k.layer as usize]).sum();
-                assert_eq!(sum, c.resident_bytes(), "trial {trial}");
-                assert!(
-                    c.resident_bytes() <= c.limit_bytes(),
-                    "trial {trial}: over budget"
-                );
-            }
-        }
-    }
-}
+mod tests;

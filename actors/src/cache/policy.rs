@@ -1,0 +1,159 @@
+//! Which unpinned slot the cache gives up first ([`CachePolicy`]), and the
+//! per-slot use counts the frequency-aware policies rank by ([`UseCounts`]).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use super::SlotKey;
+
+/// The eviction order of the expert cache. Slots demoted by prefetch (guessed,
+/// then not used) go first under every policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Least recently used first.
+    #[default]
+    Lru,
+    /// Least often used first (counts halved every [`AGE_PASSES`] passes, so
+    /// old popularity fades), least recently used among equals.
+    Lfu,
+    /// Layers run in a fixed order, so a slot's next possible use is known up
+    /// to whether it is routed: the slot with the longest expected time to its
+    /// next use goes first. In layer steps from the current layer c, over n
+    /// layers, a slot of layer l used on a share p of passes is next needed
+    /// after d(l) + n (1/p - 1) steps, d(l) = (l - c - 1) mod n + 1.
+    Cycle,
+}
+
+impl CachePolicy {
+    pub const ALL: [CachePolicy; 3] = [CachePolicy::Lru, CachePolicy::Lfu, CachePolicy::Cycle];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Lru => "lru",
+            CachePolicy::Lfu => "lfu",
+            CachePolicy::Cycle => "cycle",
+        }
+    }
+}
+
+impl std::fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CachePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CachePolicy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown cache policy {s:?} (expected lru, lfu or cycle)"))
+    }
+}
+
+/// Passes (a decode's walk through the layers) between two halvings of the
+/// use counts: long enough to tell hot from cold, short enough that a topic
+/// change is followed within a few dozen tokens.
+pub const AGE_PASSES: u32 = 32;
+
+/// How often each slot was demanded (by verify and draft decodes), counted
+/// whether or not it is resident, with the passes that saw them.
+#[derive(Debug, Default, Clone)]
+pub struct UseCounts {
+    uses: HashMap<SlotKey, u32>,
+    passes: u32,
+    /// The layer of the last verify demand (the pass's position).
+    layer: Option<u32>,
+}
+
+impl UseCounts {
+    /// A verify demand of `layer`: a layer at or before the last one starts a pass.
+    pub fn verify_layer(&mut self, layer: u32) {
+        if self.layer.is_none_or(|last| layer <= last) {
+            self.passes += 1;
+            if self.passes.is_multiple_of(AGE_PASSES) {
+                self.age();
+            }
+        }
+        self.layer = Some(layer);
+    }
+
+    pub fn used(&mut self, key: SlotKey) {
+        *self.uses.entry(key).or_insert(0) += 1;
+    }
+
+    fn age(&mut self) {
+        self.uses.retain(|_, n| {
+            *n /= 2;
+            *n > 0
+        });
+        self.passes /= 2;
+    }
+
+    pub fn uses(&self, key: SlotKey) -> u32 {
+        self.uses.get(&key).copied().unwrap_or(0)
+    }
+
+    /// Expected layer steps until `key` is next demanded (the cycle policy's
+    /// rank: larger goes first), over `n_layers` layers.
+    pub fn steps_to_next_use(&self, key: SlotKey, n_layers: u32) -> f64 {
+        let n = n_layers.max(1);
+        let current = self.layer.unwrap_or(n - 1);
+        let d = (key.layer + n - current % n - 1) % n + 1;
+        let p = (f64::from(self.uses(key)) + 1.0) / (f64::from(self.passes) + 2.0);
+        f64::from(d) + f64::from(n) * (1.0 / p.min(1.0) - 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(layer: u32, expert: u32) -> SlotKey {
+        SlotKey { layer, expert }
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for p in CachePolicy::ALL {
+            assert_eq!(p.name().parse::<CachePolicy>(), Ok(p));
+        }
+        assert!("mru"
+            .parse::<CachePolicy>()
+            .unwrap_err()
+            .contains("lru, lfu or cycle"));
+    }
+
+    #[test]
+    fn the_layer_just_run_is_furthest_and_popular_slots_are_nearer() {
+        let mut u = UseCounts::default();
+        for _ in 0..4 {
+            for layer in 0..4 {
+                u.verify_layer(layer);
+                u.used(k(layer, 0));
+            }
+        }
+        // At layer 3: layer 0 runs next, layer 3 last.
+        assert_eq!(
+            u.steps_to_next_use(k(0, 0), 4),
+            1.0 + 4.0 * (6.0 / 5.0 - 1.0)
+        );
+        assert!(u.steps_to_next_use(k(3, 0), 4) > u.steps_to_next_use(k(0, 0), 4));
+        // An expert never used is far off whatever its layer.
+        assert!(u.steps_to_next_use(k(0, 1), 4) > u.steps_to_next_use(k(3, 0), 4));
+    }
+
+    #[test]
+    fn counts_age_every_few_dozen_passes() {
+        let mut u = UseCounts::default();
+        for _ in 0..AGE_PASSES - 1 {
+            u.verify_layer(0);
+            u.used(k(0, 0));
+        }
+        assert_eq!(u.uses(k(0, 0)), AGE_PASSES - 1);
+        u.verify_layer(0);
+        assert_eq!(u.uses(k(0, 0)), (AGE_PASSES - 1) / 2);
+        assert_eq!(u.passes, AGE_PASSES / 2);
+    }
+}

@@ -1,0 +1,342 @@
+//! The route trace (`bmoe run --route-trace FILE`): every expert demand of a
+//! run's verify decodes, in order, so `bmoe replay` can size the cache and
+//! compare policies without the model.
+//!
+//! Format (all integers little-endian):
+//!
+//! ```text
+//! header : "BMOERTR1" (8 bytes)
+//!          u32 n_expert        experts per MoE layer
+//!          u32 k               experts routed per token
+//!          u32 n_layers        layers with a slot size below (trunk + MTP head)
+//!          u64 slot_bytes[n_layers]   bytes of one expert of each layer (0: no experts)
+//!          u64 model_bytes     size of the model file(s)
+//!          u16 name_len, name[name_len]   the model's file name, UTF-8
+//! records: u8 tag, then
+//!          tag 1 (demand)     : u32 layer, u32 n_ids, u16 ids[n_ids]
+//!                               the routed ids of every row of the batch, row
+//!                               after row (k per row, so rows = n_ids / k)
+//!          tag 2 (decode end) : u32 rows (tokens the decode processed)
+//! ```
+//!
+//! The file ends after a whole record; anything else is [`TraceError::Truncated`].
+
+use std::io::{self, Read, Write};
+
+const MAGIC: &[u8; 8] = b"BMOERTR1";
+const TAG_DEMAND: u8 = 1;
+const TAG_DECODE_END: u8 = 2;
+/// Expert ids are stored as u16.
+pub const MAX_EXPERTS: u32 = u16::MAX as u32 + 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("route trace I/O: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a bmoe route trace (bad magic; expected {expected:?})", expected = String::from_utf8_lossy(MAGIC))]
+    BadMagic,
+    #[error("route trace truncated at byte {offset} (the run writing it stopped mid-record?)")]
+    Truncated { offset: u64 },
+    #[error("route trace record {index}: {what}")]
+    Corrupt { index: u64, what: String },
+    #[error("route trace header: {0}")]
+    Header(String),
+}
+
+/// What a replay needs to know about the model that made the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHeader {
+    pub n_expert: u32,
+    pub k: u32,
+    /// Bytes of one expert of each layer (0 where a layer has none).
+    pub slot_bytes: Vec<u64>,
+    pub model_bytes: u64,
+    pub model_name: String,
+}
+
+impl TraceHeader {
+    /// Bytes of every expert of every layer.
+    pub fn expert_bytes(&self) -> u64 {
+        self.slot_bytes
+            .iter()
+            .map(|b| b * u64::from(self.n_expert))
+            .sum()
+    }
+}
+
+/// One record of the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceRecord {
+    /// A layer's routing for every row of the batch (k ids per row).
+    Demand { layer: u32, ids: Vec<u16> },
+    /// A decode ended after processing `rows` tokens.
+    DecodeEnd { rows: u32 },
+}
+
+/// Appends records to a trace.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    header: TraceHeader,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Write the header; the model must fit the format (ids as u16).
+    pub fn new(mut out: W, header: TraceHeader) -> Result<Self, TraceError> {
+        if header.n_expert == 0 || header.n_expert > MAX_EXPERTS || header.k == 0 {
+            return Err(TraceError::Header(format!(
+                "{} experts, {} per token: a trace holds 1..={MAX_EXPERTS} experts and k >= 1",
+                header.n_expert, header.k
+            )));
+        }
+        let name = header.model_name.as_bytes();
+        let name = &name[..name.len().min(u16::MAX as usize)];
+        out.write_all(MAGIC)?;
+        out.write_all(&header.n_expert.to_le_bytes())?;
+        out.write_all(&header.k.to_le_bytes())?;
+        out.write_all(&(header.slot_bytes.len() as u32).to_le_bytes())?;
+        for b in &header.slot_bytes {
+            out.write_all(&b.to_le_bytes())?;
+        }
+        out.write_all(&header.model_bytes.to_le_bytes())?;
+        out.write_all(&(name.len() as u16).to_le_bytes())?;
+        out.write_all(name)?;
+        Ok(Self { out, header })
+    }
+
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// A layer's routed ids, every row of the batch (each id < n_expert).
+    pub fn demand(&mut self, layer: u32, ids: &[u32]) -> Result<(), TraceError> {
+        debug_assert!(ids.iter().all(|&e| e < self.header.n_expert));
+        self.out.write_all(&[TAG_DEMAND])?;
+        self.out.write_all(&layer.to_le_bytes())?;
+        self.out.write_all(&(ids.len() as u32).to_le_bytes())?;
+        for &e in ids {
+            self.out.write_all(&(e as u16).to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The decode ended after `rows` tokens; flushes.
+    pub fn decode_end(&mut self, rows: u32) -> Result<(), TraceError> {
+        self.out.write_all(&[TAG_DECODE_END])?;
+        self.out.write_all(&rows.to_le_bytes())?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// Reads a trace: the header, then records until the end.
+pub struct TraceReader<R: Read> {
+    input: R,
+    header: TraceHeader,
+    offset: u64,
+    index: u64,
+}
+
+impl<R: Read> TraceReader<R> {
+    pub fn new(mut input: R) -> Result<Self, TraceError> {
+        let mut offset = 0;
+        let mut magic = [0u8; 8];
+        read_exact(&mut input, &mut magic, &mut offset)?;
+        if &magic != MAGIC {
+            return Err(TraceError::BadMagic);
+        }
+        let n_expert = read_u32(&mut input, &mut offset)?;
+        let k = read_u32(&mut input, &mut offset)?;
+        let n_layers = read_u32(&mut input, &mut offset)?;
+        if n_expert == 0 || n_expert > MAX_EXPERTS || k == 0 || n_layers > 1 << 16 {
+            return Err(TraceError::Header(format!(
+                "{n_expert} experts, k {k}, {n_layers} layers"
+            )));
+        }
+        let slot_bytes = (0..n_layers)
+            .map(|_| read_u64(&mut input, &mut offset))
+            .collect::<Result<Vec<_>, _>>()?;
+        let model_bytes = read_u64(&mut input, &mut offset)?;
+        let mut len = [0u8; 2];
+        read_exact(&mut input, &mut len, &mut offset)?;
+        let mut name = vec![0u8; u16::from_le_bytes(len) as usize];
+        read_exact(&mut input, &mut name, &mut offset)?;
+        let header = TraceHeader {
+            n_expert,
+            k,
+            slot_bytes,
+            model_bytes,
+            model_name: String::from_utf8_lossy(&name).into_owned(),
+        };
+        Ok(Self {
+            input,
+            header,
+            offset,
+            index: 0,
+        })
+    }
+
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// The next record, or None at a clean end of the file.
+    pub fn next_record(&mut self) -> Result<Option<TraceRecord>, TraceError> {
+        let mut tag = [0u8; 1];
+        if self.input.read(&mut tag)? == 0 {
+            return Ok(None);
+        }
+        self.offset += 1;
+        let index = self.index;
+        self.index += 1;
+        let corrupt = |what: String| TraceError::Corrupt { index, what };
+        match tag[0] {
+            TAG_DEMAND => {
+                let layer = read_u32(&mut self.input, &mut self.offset)?;
+                let n = read_u32(&mut self.input, &mut self.offset)?;
+                if layer as usize >= self.header.slot_bytes.len() {
+                    return Err(corrupt(format!("layer {layer} beyond the header's layers")));
+                }
+                if n == 0 || n % self.header.k != 0 {
+                    return Err(corrupt(format!(
+                        "{n} ids is not whole rows of {}",
+                        self.header.k
+                    )));
+                }
+                let mut raw = vec![0u8; n as usize * 2];
+                read_exact(&mut self.input, &mut raw, &mut self.offset)?;
+                let ids: Vec<u16> = raw
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect();
+                if let Some(bad) = ids.iter().find(|&&e| u32::from(e) >= self.header.n_expert) {
+                    return Err(corrupt(format!("expert {bad} of {}", self.header.n_expert)));
+                }
+                Ok(Some(TraceRecord::Demand { layer, ids }))
+            }
+            TAG_DECODE_END => {
+                let rows = read_u32(&mut self.input, &mut self.offset)?;
+                Ok(Some(TraceRecord::DecodeEnd { rows }))
+            }
+            t => Err(corrupt(format!("unknown tag {t}"))),
+        }
+    }
+
+    /// Every remaining record.
+    pub fn records(mut self) -> Result<(TraceHeader, Vec<TraceRecord>), TraceError> {
+        let mut out = Vec::new();
+        while let Some(r) = self.next_record()? {
+            out.push(r);
+        }
+        Ok((self.header, out))
+    }
+}
+
+fn read_exact<R: Read>(r: &mut R, buf: &mut [u8], offset: &mut u64) -> Result<(), TraceError> {
+    match r.read_exact(buf) {
+        Ok(()) => {
+            *offset += buf.len() as u64;
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            Err(TraceError::Truncated { offset: *offset })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn read_u32<R: Read>(r: &mut R, offset: &mut u64) -> Result<u32, TraceError> {
+    let mut b = [0u8; 4];
+    read_exact(r, &mut b, offset)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+fn read_u64<R: Read>(r: &mut R, offset: &mut u64) -> Result<u64, TraceError> {
+    let mut b = [0u8; 8];
+    read_exact(r, &mut b, offset)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> TraceHeader {
+        TraceHeader {
+            n_expert: 8,
+            k: 2,
+            slot_bytes: vec![0, 100, 100],
+            model_bytes: 12345,
+            model_name: "tiny.gguf".into(),
+        }
+    }
+
+    fn sample() -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
+        w.demand(1, &[3, 5, 5, 7]).unwrap();
+        w.demand(2, &[0, 1, 2, 3]).unwrap();
+        w.decode_end(2).unwrap();
+        w.demand(1, &[7, 6]).unwrap();
+        w.decode_end(1).unwrap();
+        w.into_inner()
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let (h, recs) = TraceReader::new(&sample()[..]).unwrap().records().unwrap();
+        assert_eq!(h, header());
+        assert_eq!(h.expert_bytes(), 1600);
+        assert_eq!(recs.len(), 5);
+        assert_eq!(
+            recs[0],
+            TraceRecord::Demand {
+                layer: 1,
+                ids: vec![3, 5, 5, 7]
+            }
+        );
+        assert_eq!(recs[4], TraceRecord::DecodeEnd { rows: 1 });
+    }
+
+    #[test]
+    fn a_cut_file_is_truncated_not_garbage() {
+        let full = sample();
+        for cut in [3, 20, full.len() - 1, full.len() - 3, full.len() - 7] {
+            let res = TraceReader::new(&full[..cut]).and_then(|r| r.records());
+            assert!(
+                matches!(res, Err(TraceError::Truncated { .. })),
+                "cut at {cut}: {res:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_magic_tags_and_ids_are_refused() {
+        assert!(matches!(
+            TraceReader::new(&b"GGUF\0\0\0\0\0\0\0\0"[..]),
+            Err(TraceError::BadMagic)
+        ));
+        let mut bad_tag = sample();
+        bad_tag.push(9);
+        let res = TraceReader::new(&bad_tag[..]).unwrap().records();
+        assert!(
+            matches!(res, Err(TraceError::Corrupt { index: 5, .. })),
+            "{res:?}"
+        );
+        let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
+        w.demand(1, &[3]).unwrap();
+        let odd = w.into_inner();
+        let res = TraceReader::new(&odd[..]).unwrap().records();
+        assert!(
+            matches!(res, Err(TraceError::Corrupt { index: 0, .. })),
+            "{res:?}"
+        );
+        let too_many = TraceHeader {
+            n_expert: MAX_EXPERTS + 1,
+            ..header()
+        };
+        assert!(TraceWriter::new(Vec::new(), too_many).is_err());
+    }
+}
