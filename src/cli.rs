@@ -21,6 +21,7 @@ macro_rules! outln {
 pub mod checks;
 pub mod commands;
 pub mod graph;
+pub mod replay;
 pub mod run;
 
 #[derive(Debug, Parser)]
@@ -66,6 +67,10 @@ pub enum Command {
     /// baseline repeated), against this host's physical bound; writes each run's
     /// CSV and a summary.md. See docs/benchmarks.md.
     Bench(BenchArgs),
+    /// Replay a route trace (`bmoe run --route-trace FILE`) through the expert
+    /// cache at each budget and policy, beside the offline optimum: size the
+    /// cache in seconds instead of reruns. See docs/cache.md.
+    Replay(ReplayArgs),
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(FixtureCmd),
@@ -94,6 +99,28 @@ pub enum Command {
         #[arg(long, default_value_t = 3600)]
         max_seconds: u64,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The route trace (written by `bmoe run --route-trace FILE`).
+    pub trace: PathBuf,
+    /// Cache budgets: MiB or shares of the model's expert bytes, comma-separated.
+    #[arg(
+        long,
+        value_name = "MIB|P%,...",
+        value_delimiter = ',',
+        default_value = "10%,25%,50%"
+    )]
+    pub cache_mb: Vec<bmoe::stream::CacheSize>,
+    /// Policies to replay, comma-separated.
+    #[arg(
+        long,
+        value_name = "POLICY,...",
+        value_delimiter = ',',
+        default_value = "lru,lfu,cycle"
+    )]
+    pub policy: Vec<bmoe_actors::cache::CachePolicy>,
 }
 
 #[derive(Debug, Args)]
@@ -251,6 +278,16 @@ pub struct RunArgs {
     /// LOSSY: route each token to K experts instead of the model's count.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub n_expert_used: Option<u32>,
+    /// Which cached expert slot goes first when the cache is full: lru (least
+    /// recently used), lfu (least often used, counts aged) or cycle (longest
+    /// expected wait to its next use, from the fixed layer order and use counts).
+    /// `bmoe replay` compares them on a route trace.
+    #[arg(long, value_name = "POLICY", default_value = "lru")]
+    pub cache_policy: bmoe_actors::cache::CachePolicy,
+    /// Write every verify decode's routing (layer, routed ids of each row) to
+    /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.
+    #[arg(long, value_name = "FILE")]
+    pub route_trace: Option<PathBuf>,
     /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

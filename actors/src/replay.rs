@@ -12,10 +12,6 @@ use std::collections::{BTreeSet, HashMap};
 use crate::cache::{CachePolicy, ExpertCache, Requester, SlotKey};
 use crate::route_trace::{TraceHeader, TraceRecord};
 
-/// A verify decode is at most this many rows wide (the last token and up to
-/// 8 drafts); a wider decode is a prompt's.
-pub const MAX_VERIFY_ROWS: u32 = 9;
-
 /// One layer's demand: the distinct experts its batch routed to, and whether
 /// it belongs to a prompt decode.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,9 +30,9 @@ pub struct Demands {
     pub decodes: u64,
 }
 
-/// Each layer's union, per decode; a decode of more than [`MAX_VERIFY_ROWS`]
-/// rows is a prompt's. Demands after the last decode end (a run stopped
-/// mid-decode) count as generation.
+/// Each layer's union, per decode; a decode with rows whose logits were not
+/// computed is a prompt's (a verify decode computes every row's). Demands
+/// after the last decode end (a run stopped mid-decode) count as generation.
 pub fn demands(records: &[TraceRecord]) -> Demands {
     let mut out = Demands::default();
     let mut pending: Vec<Vec<SlotKey>> = Vec::new();
@@ -57,8 +53,8 @@ pub fn demands(records: &[TraceRecord]) -> Demands {
                 });
                 pending.push(keys.collect());
             }
-            TraceRecord::DecodeEnd { rows } => {
-                let prompt = *rows > MAX_VERIFY_ROWS;
+            TraceRecord::DecodeEnd { rows, outputs } => {
+                let prompt = outputs < rows;
                 close(&mut out, &mut pending, prompt);
                 out.decodes += 1;
                 match prompt {
@@ -228,7 +224,10 @@ mod tests {
                     ids: vec![route(t, l)],
                 });
             }
-            r.push(TraceRecord::DecodeEnd { rows: 1 });
+            r.push(TraceRecord::DecodeEnd {
+                rows: 1,
+                outputs: 1,
+            });
         }
         r
     }
@@ -240,7 +239,10 @@ mod tests {
                 layer: 0,
                 ids: vec![1; 20],
             },
-            TraceRecord::DecodeEnd { rows: 20 },
+            TraceRecord::DecodeEnd {
+                rows: 20,
+                outputs: 1,
+            },
         ];
         r.extend(trace(3, 1, |_, _| 2));
         let d = demands(&r);

@@ -16,7 +16,10 @@
 //!          tag 1 (demand)     : u32 layer, u32 n_ids, u16 ids[n_ids]
 //!                               the routed ids of every row of the batch, row
 //!                               after row (k per row, so rows = n_ids / k)
-//!          tag 2 (decode end) : u32 rows (tokens the decode processed)
+//!          tag 2 (decode end) : u32 rows (tokens the decode processed),
+//!                               u32 outputs (rows of its last demand: the rows
+//!                               whose logits were computed; fewer than rows
+//!                               in a prompt's decode, all of them in a verify)
 //! ```
 //!
 //! The file ends after a whole record; anything else is [`TraceError::Truncated`].
@@ -69,8 +72,8 @@ impl TraceHeader {
 pub enum TraceRecord {
     /// A layer's routing for every row of the batch (k ids per row).
     Demand { layer: u32, ids: Vec<u16> },
-    /// A decode ended after processing `rows` tokens.
-    DecodeEnd { rows: u32 },
+    /// A decode ended after processing `rows` tokens, `outputs` of them with logits.
+    DecodeEnd { rows: u32, outputs: u32 },
 }
 
 /// Appends records to a trace.
@@ -108,21 +111,26 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A layer's routed ids, every row of the batch (each id < n_expert).
-    pub fn demand(&mut self, layer: u32, ids: &[u32]) -> Result<(), TraceError> {
-        debug_assert!(ids.iter().all(|&e| e < self.header.n_expert));
+    pub fn demand(
+        &mut self,
+        layer: u32,
+        ids: impl ExactSizeIterator<Item = u32>,
+    ) -> Result<(), TraceError> {
         self.out.write_all(&[TAG_DEMAND])?;
         self.out.write_all(&layer.to_le_bytes())?;
         self.out.write_all(&(ids.len() as u32).to_le_bytes())?;
-        for &e in ids {
+        for e in ids {
+            debug_assert!(e < self.header.n_expert);
             self.out.write_all(&(e as u16).to_le_bytes())?;
         }
         Ok(())
     }
 
-    /// The decode ended after `rows` tokens; flushes.
-    pub fn decode_end(&mut self, rows: u32) -> Result<(), TraceError> {
+    /// The decode ended after `rows` tokens, `outputs` with logits; flushes.
+    pub fn decode_end(&mut self, rows: u32, outputs: u32) -> Result<(), TraceError> {
         self.out.write_all(&[TAG_DECODE_END])?;
         self.out.write_all(&rows.to_le_bytes())?;
+        self.out.write_all(&outputs.to_le_bytes())?;
         self.out.flush()?;
         Ok(())
     }
@@ -219,7 +227,11 @@ impl<R: Read> TraceReader<R> {
             }
             TAG_DECODE_END => {
                 let rows = read_u32(&mut self.input, &mut self.offset)?;
-                Ok(Some(TraceRecord::DecodeEnd { rows }))
+                let outputs = read_u32(&mut self.input, &mut self.offset)?;
+                if outputs > rows {
+                    return Err(corrupt(format!("{outputs} outputs of {rows} rows")));
+                }
+                Ok(Some(TraceRecord::DecodeEnd { rows, outputs }))
             }
             t => Err(corrupt(format!("unknown tag {t}"))),
         }
@@ -276,11 +288,11 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
-        w.demand(1, &[3, 5, 5, 7]).unwrap();
-        w.demand(2, &[0, 1, 2, 3]).unwrap();
-        w.decode_end(2).unwrap();
-        w.demand(1, &[7, 6]).unwrap();
-        w.decode_end(1).unwrap();
+        w.demand(1, [3, 5, 5, 7].into_iter()).unwrap();
+        w.demand(2, [0, 1, 2, 3].into_iter()).unwrap();
+        w.decode_end(2, 1).unwrap();
+        w.demand(1, [7, 6].into_iter()).unwrap();
+        w.decode_end(1, 1).unwrap();
         w.into_inner()
     }
 
@@ -297,13 +309,19 @@ mod tests {
                 ids: vec![3, 5, 5, 7]
             }
         );
-        assert_eq!(recs[4], TraceRecord::DecodeEnd { rows: 1 });
+        assert_eq!(
+            recs[4],
+            TraceRecord::DecodeEnd {
+                rows: 1,
+                outputs: 1
+            }
+        );
     }
 
     #[test]
     fn a_cut_file_is_truncated_not_garbage() {
         let full = sample();
-        for cut in [3, 20, full.len() - 1, full.len() - 3, full.len() - 7] {
+        for cut in [3, 20, full.len() - 1, full.len() - 3, full.len() - 10] {
             let res = TraceReader::new(&full[..cut]).and_then(|r| r.records());
             assert!(
                 matches!(res, Err(TraceError::Truncated { .. })),
@@ -326,7 +344,7 @@ mod tests {
             "{res:?}"
         );
         let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
-        w.demand(1, &[3]).unwrap();
+        w.demand(1, [3].into_iter()).unwrap();
         let odd = w.into_inner();
         let res = TraceReader::new(&odd[..]).unwrap().records();
         assert!(

@@ -75,6 +75,20 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     if args.ngram_min_match.is_some() && !args.ngram {
         return Err(UsageError("--ngram-min-match needs --ngram".into()));
     }
+    if args.route_trace.is_some() && args.resident {
+        return Err(UsageError(
+            "--route-trace records the streamed experts' demands; with --resident nothing is \
+             streamed: drop one of them"
+                .into(),
+        ));
+    }
+    if args.route_trace.is_some() && args.mtp {
+        return Err(UsageError(
+            "--route-trace records the verify decodes only, and with --mtp the head's demands \
+             share the cache, so a replay would not match the run: drop one of them"
+                .into(),
+        ));
+    }
     if args.head_predemand && args.resident {
         return Err(UsageError(
             "--head-predemand reads the MTP head's streamed experts early; with --resident \

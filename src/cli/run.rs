@@ -55,6 +55,9 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
     if let Some(csv) = args.csv.as_deref() {
         checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(args))?;
     }
+    if let Some(t) = &args.route_trace {
+        checks::refuse_output_over_input("--route-trace", t, &checks::run_inputs(args))?;
+    }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => checks::read_prompt_file(f)?,
@@ -118,6 +121,8 @@ fn mode_of(args: &RunArgs) -> Mode {
             predict_prefetch: args.predict_prefetch,
             drop_cold: args.drop_cold_experts,
             faults: args.inject_faults.clone(),
+            policy: args.cache_policy,
+            route_trace: args.route_trace.clone(),
         })
     }
 }

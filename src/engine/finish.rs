@@ -138,7 +138,20 @@ pub(super) fn report(
     }
     let generation = m.res?;
     let kernel1 = memory::io_read_bytes();
+    // The verify hook goes with the context: every decode's trace is flushed.
     drop(ctx);
+    if let Some(path) = backend
+        .streamer()
+        .map(|s| s.commit_route_trace())
+        .transpose()?
+        .flatten()
+    {
+        notes.push(format!(
+            "route trace: {} (size the cache from it: bmoe replay {} --cache-mb 10%,25%,50%)",
+            path.display(),
+            path.display()
+        ));
+    }
     let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
     let prefetch = match &backend {
         Backend::Stream { streamer, cfg: sc } => report::prefetch_report(streamer, sc, m.predicted),

@@ -7,19 +7,21 @@ mod fault;
 mod hook;
 pub mod memory;
 mod predict;
+mod trace;
 
 pub use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
 pub use predict::Predictor;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use bmoe_actors::cache::Requester;
+use bmoe_actors::cache::{CachePolicy, Requester};
 use bmoe_actors::flash::{
     open_faulty_reader, FaultCounts, FaultPlan, Flash, FlashConfig, FlashError, ShardFile,
     TensorSpec,
 };
+use bmoe_actors::output::PendingFile;
 
 pub use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
 use memory::FileMapping;
@@ -47,6 +49,8 @@ pub enum StreamError {
          --predict-prefetch for this model"
     )]
     PredictUnsupported(String),
+    #[error("--route-trace {path}: {reason}", path = path.display())]
+    RouteTrace { path: PathBuf, reason: String },
     #[error("--inject-faults reads one file; this model is split into shards")]
     FaultsOnSplit,
     #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
@@ -171,6 +175,10 @@ pub struct StreamConfig {
     pub drop_cold: f32,
     /// Test-only `--inject-faults`: read through a fault-injecting reader (io_uring or pread).
     pub faults: Option<FaultPlan>,
+    /// `--cache-policy`: the cache's eviction order.
+    pub policy: CachePolicy,
+    /// `--route-trace FILE`: record the verify decodes' routing there.
+    pub route_trace: Option<PathBuf>,
 }
 
 impl Default for StreamConfig {
@@ -186,6 +194,8 @@ impl Default for StreamConfig {
             predict_prefetch: false,
             drop_cold: 0.0,
             faults: None,
+            policy: CachePolicy::Lru,
+            route_trace: None,
         }
     }
 }
@@ -294,6 +304,10 @@ pub struct Streamer {
     pub faults: Option<Arc<FaultCounts>>,
     /// `--inject-faults observer_panic_at=N` (0: off).
     observer_panic_at: u64,
+    /// `--route-trace`: the writer, until the verify hook takes it, and the
+    /// file it writes, until the run's end moves it into place.
+    route_trace: Mutex<Option<trace::RouteTraceWriter>>,
+    route_trace_file: Mutex<Option<PendingFile>>,
 }
 
 impl Streamer {
@@ -317,6 +331,7 @@ impl Streamer {
             o_direct: cfg.o_direct,
             prefetch_layers: cfg.prefetch,
             prefetch_max_experts: k,
+            policy: cfg.policy,
             ..FlashConfig::default()
         };
         let mut fault_counts = None;
@@ -342,6 +357,13 @@ impl Streamer {
             }
         };
         let notes = flash.notes().to_vec();
+        let (route_trace, route_trace_file) = match &cfg.route_trace {
+            Some(p) => {
+                let (w, f) = trace::create(p, trace::header(model_path, layout, k))?;
+                (Some(w), Some(f))
+            }
+            None => (None, None),
+        };
         let predictor = if cfg.predict_prefetch {
             Some(Arc::new(Predictor::load(model_path, layout, k)?))
         } else {
@@ -362,7 +384,17 @@ impl Streamer {
             drop_cold: cfg.drop_cold,
             faults: fault_counts,
             observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
+            route_trace: Mutex::new(route_trace),
+            route_trace_file: Mutex::new(route_trace_file),
         })
+    }
+
+    /// Move the `--route-trace` file into place (the verify hook, and with it
+    /// the writer, must be gone: every decode it saw is flushed). Returns
+    /// where it is; None without `--route-trace`.
+    pub fn commit_route_trace(&self) -> Result<Option<PathBuf>, StreamError> {
+        let pending = self.route_trace_file.lock().ok().and_then(|mut f| f.take());
+        pending.map(trace::commit).transpose()
     }
 
     /// `--cache-mb auto`, once the model and every context exist: the budget
@@ -463,6 +495,7 @@ impl Streamer {
             drop_cold: self.drop_cold,
             route_log: false,
             anon,
+            route_trace: self.route_trace.lock().ok().and_then(|mut w| w.take()),
         };
         StreamHook::new(
             self.flash.client(Requester::Verify),

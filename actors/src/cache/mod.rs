@@ -355,21 +355,24 @@ impl ExpertCache {
             .filter(|(_, k)| self.entries.get(k).is_some_and(|e| e.pins == 0));
         let (demoted, normal): (Vec<_>, Vec<_>) = unpinned.partition(|(t, _)| **t < TICK_BASE);
         let mut order: Vec<SlotKey> = demoted.into_iter().map(|(_, k)| *k).collect();
-        let mut rest: Vec<SlotKey> = normal.into_iter().map(|(_, k)| *k).collect();
+        let rest = normal.into_iter().map(|(_, k)| *k);
+        // Stable sorts: equals keep their LRU order.
         match self.policy {
-            CachePolicy::Lru => {}
-            // Stable sorts: equals keep their LRU order.
-            CachePolicy::Lfu => rest.sort_by_key(|k| self.counts.uses(*k)),
+            CachePolicy::Lru => order.extend(rest),
+            CachePolicy::Lfu => {
+                let mut v: Vec<(u32, SlotKey)> = rest.map(|k| (self.counts.uses(k), k)).collect();
+                v.sort_by_key(|(uses, _)| *uses);
+                order.extend(v.into_iter().map(|(_, k)| k));
+            }
             CachePolicy::Cycle => {
                 let n = self.slot_bytes.len() as u32;
-                let steps: HashMap<SlotKey, f64> = rest
-                    .iter()
-                    .map(|k| (*k, self.counts.steps_to_next_use(*k, n)))
+                let mut v: Vec<(f64, SlotKey)> = rest
+                    .map(|k| (self.counts.steps_to_next_use(k, n), k))
                     .collect();
-                rest.sort_by(|a, b| steps[b].total_cmp(&steps[a]));
+                v.sort_by(|a, b| b.0.total_cmp(&a.0));
+                order.extend(v.into_iter().map(|(_, k)| k));
             }
         }
-        order.extend(rest);
         order
     }
 }

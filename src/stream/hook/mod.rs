@@ -70,6 +70,8 @@ pub struct HookOptions {
     /// copies made, shared with the MTP draft context's hook (rebinding a
     /// weight is seen by every context of the model, so both use one set).
     pub anon: Option<SharedAnon>,
+    /// `--route-trace`: every demand's routed ids and every decode's rows.
+    pub route_trace: Option<super::trace::RouteTraceWriter>,
 }
 
 pub struct StreamHook {
@@ -112,6 +114,10 @@ pub struct StreamHook {
     /// The (layer, expert) slices batches demanded since the last
     /// single-token decode (a prompt's distinct routed slices).
     seen: HashSet<(u32, u32)>,
+    /// The decode running now: its widest demand's rows (0 before its first
+    /// demand), and its last demand's (the rows whose logits it computes).
+    rows: u32,
+    last_rows: u32,
 }
 
 impl StreamHook {
@@ -158,6 +164,8 @@ impl StreamHook {
                 .collect(),
             n_layer: layout.n_layer,
             seen: HashSet::new(),
+            rows: 0,
+            last_rows: 0,
         }
     }
 
@@ -213,6 +221,7 @@ impl EvalObserver for StreamHook {
 
     fn decode_end(&mut self) {
         self.segment = None;
+        self.trace_decode_end();
         if let Some(c) = &self.opts.counters {
             let total = c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);
             let delta = total.saturating_sub(self.prefetch_bytes_seen);
@@ -232,6 +241,29 @@ impl EvalObserver for StreamHook {
 }
 
 impl StreamHook {
+    /// `--route-trace`: the routed ids of every row of the demand just served.
+    fn trace_demand(&mut self, layer: u32) {
+        self.last_rows = (self.ids.len() / self.k) as u32;
+        self.rows = self.rows.max(self.last_rows);
+        let Some(w) = self.opts.route_trace.as_mut() else {
+            return;
+        };
+        if let Err(e) = w.demand(layer, self.ids.iter().map(|&e| e as u32)) {
+            self.fail(format!("writing the route trace: {e}"));
+        }
+    }
+
+    /// `--route-trace`: the decode's end (and a flush), after its demands.
+    fn trace_decode_end(&mut self) {
+        let rows = std::mem::take(&mut self.rows);
+        let Some(w) = self.opts.route_trace.as_mut().filter(|_| rows > 0) else {
+            return;
+        };
+        if let Err(e) = w.decode_end(rows, self.last_rows) {
+            self.fail(format!("writing the route trace: {e}"));
+        }
+    }
+
     fn open_segment(&mut self, after: &str) {
         self.segments += 1;
         self.segment = Some(

@@ -182,6 +182,7 @@ impl StreamHook {
                     s.routed.push((layer, self.union.clone()));
                 }
                 self.current = Some(layer);
+                self.trace_demand(layer);
             }
             Err(e) => {
                 self.current = None;
