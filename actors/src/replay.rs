@@ -4,12 +4,15 @@
 //!
 //! The replay makes the verify requester's demands in the trace's order with
 //! the cache's own code, so with no prefetch or lossy drop it reproduces the
-//! live run's hits exactly at the same fixed budget (prefetch, `--cache-mb
-//! auto`'s resizing and the MTP head's demands are not in the trace).
+//! live run's hits exactly at the same fixed budget. A prompt's read-ahead of
+//! the next layer (a wide batch) is replayed as if every read finished before
+//! its layer's demand; live, some may not have, so a replay of a long prompt
+//! may count a few more hits than the run. `--prefetch`, `--predict-prefetch`,
+//! `--cache-mb auto`'s resizing and the MTP head's demands are not in the trace.
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::cache::{CachePolicy, ExpertCache, Requester, SlotKey};
+use crate::cache::{reads_whole_layer, CachePolicy, ExpertCache, Requester, SlotKey};
 use crate::route_trace::{TraceHeader, TraceRecord};
 
 /// One layer's demand: the distinct experts its batch routed to, and whether
@@ -17,6 +20,8 @@ use crate::route_trace::{TraceHeader, TraceRecord};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Demand {
     pub keys: Vec<SlotKey>,
+    /// Routed ids of every row (rows x k).
+    pub routed_ids: usize,
     pub prompt: bool,
 }
 
@@ -35,10 +40,14 @@ pub struct Demands {
 /// after the last decode end (a run stopped mid-decode) count as generation.
 pub fn demands(records: &[TraceRecord]) -> Demands {
     let mut out = Demands::default();
-    let mut pending: Vec<Vec<SlotKey>> = Vec::new();
-    let close = |out: &mut Demands, pending: &mut Vec<Vec<SlotKey>>, prompt: bool| {
-        for keys in pending.drain(..) {
-            out.demands.push(Demand { keys, prompt });
+    let mut pending: Vec<(Vec<SlotKey>, usize)> = Vec::new();
+    let close = |out: &mut Demands, pending: &mut Vec<(Vec<SlotKey>, usize)>, prompt: bool| {
+        for (keys, routed_ids) in pending.drain(..) {
+            out.demands.push(Demand {
+                keys,
+                routed_ids,
+                prompt,
+            });
         }
     };
     for r in records {
@@ -51,7 +60,7 @@ pub fn demands(records: &[TraceRecord]) -> Demands {
                     layer: *layer,
                     expert: u32::from(e),
                 });
-                pending.push(keys.collect());
+                pending.push((keys.collect(), ids.len()));
             }
             TraceRecord::DecodeEnd { rows, outputs } => {
                 let prompt = outputs < rows;
@@ -126,6 +135,8 @@ pub fn replay(
 ) -> ReplayStats {
     let mut cache = ExpertCache::with_policy(budget_bytes, header.slot_bytes.clone(), policy);
     let mut stats = ReplayStats::default();
+    // Slots the last prompt demand read ahead for the next layer.
+    let mut read_ahead: Vec<SlotKey> = Vec::new();
     for demand in &d.demands {
         let plan = cache.request(Requester::Verify, &demand.keys);
         let bytes: u64 = plan.misses.iter().map(|k| slot_bytes(header, *k)).sum();
@@ -135,8 +146,39 @@ pub fn replay(
             plan.misses.len() as u64,
             bytes,
         );
+        let layer = demand.keys.first().map_or(0, |k| k.layer);
+        if read_ahead.first().is_some_and(|k| k.layer == layer) {
+            // As the flash actor judges a read-ahead: unused slots go first.
+            read_ahead.retain(|k| demand.keys.binary_search(k).is_err());
+            cache.demote(&read_ahead);
+            cache.release_layer(Requester::Prefetch, layer);
+            read_ahead.clear();
+        }
+        if let Some(next) = whole_next_layer(header, demand) {
+            let absent: Vec<SlotKey> = next.into_iter().filter(|k| !cache.contains(*k)).collect();
+            read_ahead = cache.request_more(Requester::Prefetch, &absent).misses;
+            let bytes: u64 = read_ahead.iter().map(|k| slot_bytes(header, *k)).sum();
+            stats.count(demand.prompt, 0, 0, bytes);
+        }
     }
     stats
+}
+
+/// The next trunk layer's slots when `demand` is a prompt batch wide enough
+/// for the flash actor to read that layer whole while this one computes.
+fn whole_next_layer(header: &TraceHeader, demand: &Demand) -> Option<Vec<SlotKey>> {
+    let layer = demand.keys.first()?.layer;
+    let next = layer + 1;
+    let has_experts = header.slot_bytes.get(next as usize).is_some_and(|&b| b > 0);
+    let wide = reads_whole_layer(demand.routed_ids, header.n_expert);
+    (demand.prompt && next < header.trunk_layers && has_experts && wide).then(|| {
+        (0..header.n_expert)
+            .map(|expert| SlotKey {
+                layer: next,
+                expert,
+            })
+            .collect()
+    })
 }
 
 /// The offline optimum: on every miss over budget, give up the unpinned slots
@@ -208,6 +250,7 @@ mod tests {
         TraceHeader {
             n_expert,
             k: 1,
+            trunk_layers: layers as u32,
             slot_bytes: vec![10; layers],
             model_bytes: 0,
             model_name: "t".into(),

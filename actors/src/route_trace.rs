@@ -9,6 +9,7 @@
 //!          u32 n_expert        experts per MoE layer
 //!          u32 k               experts routed per token
 //!          u32 n_layers        layers with a slot size below (trunk + MTP head)
+//!          u32 trunk_layers    the trunk's layers (a prompt's batch runs through them)
 //!          u64 slot_bytes[n_layers]   bytes of one expert of each layer (0: no experts)
 //!          u64 model_bytes     size of the model file(s)
 //!          u16 name_len, name[name_len]   the model's file name, UTF-8
@@ -51,6 +52,8 @@ pub enum TraceError {
 pub struct TraceHeader {
     pub n_expert: u32,
     pub k: u32,
+    /// Layers of the trunk (the rest of `slot_bytes` are MTP head layers).
+    pub trunk_layers: u32,
     /// Bytes of one expert of each layer (0 where a layer has none).
     pub slot_bytes: Vec<u64>,
     pub model_bytes: u64,
@@ -97,6 +100,7 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&header.n_expert.to_le_bytes())?;
         out.write_all(&header.k.to_le_bytes())?;
         out.write_all(&(header.slot_bytes.len() as u32).to_le_bytes())?;
+        out.write_all(&header.trunk_layers.to_le_bytes())?;
         for b in &header.slot_bytes {
             out.write_all(&b.to_le_bytes())?;
         }
@@ -159,6 +163,7 @@ impl<R: Read> TraceReader<R> {
         let n_expert = read_u32(&mut input, &mut offset)?;
         let k = read_u32(&mut input, &mut offset)?;
         let n_layers = read_u32(&mut input, &mut offset)?;
+        let trunk_layers = read_u32(&mut input, &mut offset)?;
         if n_expert == 0 || n_expert > MAX_EXPERTS || k == 0 || n_layers > 1 << 16 {
             return Err(TraceError::Header(format!(
                 "{n_expert} experts, k {k}, {n_layers} layers"
@@ -175,6 +180,7 @@ impl<R: Read> TraceReader<R> {
         let header = TraceHeader {
             n_expert,
             k,
+            trunk_layers,
             slot_bytes,
             model_bytes,
             model_name: String::from_utf8_lossy(&name).into_owned(),
@@ -280,6 +286,7 @@ mod tests {
         TraceHeader {
             n_expert: 8,
             k: 2,
+            trunk_layers: 3,
             slot_bytes: vec![0, 100, 100],
             model_bytes: 12345,
             model_name: "tiny.gguf".into(),

@@ -164,6 +164,7 @@ mod tests {
         TraceHeader {
             n_expert: 4,
             k: 1,
+            trunk_layers: 2,
             slot_bytes: vec![1 << 20; 2],
             model_bytes: 0,
             model_name: "m.gguf".into(),

@@ -129,11 +129,15 @@ impl RunReport {
         let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
         let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
         let total = hits + misses;
+        let decode = self.rows.iter().filter(|r| !r.prefill);
+        let (dh, dm) = decode.fold((0, 0), |(h, m), r| (h + r.hits, m + r.misses));
         format!(
-            "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), evictions {evictions}, peak resident {:.1} MiB, \
+            "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), decode hit {:.1}% ({dh}/{}), evictions {evictions}, peak resident {:.1} MiB, \
              peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
             self.cache_budget_bytes as f64 / MIB,
             if total > 0 { hits as f64 * 100.0 / total as f64 } else { 0.0 },
+            if dh + dm > 0 { dh as f64 * 100.0 / (dh + dm) as f64 } else { 0.0 },
+            dh + dm,
             self.peak_resident_bytes as f64 / MIB,
             self.peak_rss_bytes as f64 / MIB,
             self.dense_bytes as f64 / MIB,
@@ -367,7 +371,9 @@ mod tests {
         assert!(v[2].contains("flash wait 37.5"), "{}", v[2]);
         assert_eq!(v[3], "moe-warm: 20.00 tok/s over the 1 decodes that needed no read (after warm-up; 1 tokens)");
         assert!(
-            v[4].starts_with("moe-cache: budget 64 MiB, hit 50.0% (12/24)"),
+            v[4].starts_with(
+                "moe-cache: budget 64 MiB, hit 50.0% (12/24), decode hit 75.0% (12/16)"
+            ),
             "{}",
             v[4]
         );

@@ -31,6 +31,7 @@ pub fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
     TraceHeader {
         n_expert: layout.n_expert,
         k,
+        trunk_layers: layout.n_layer,
         slot_bytes,
         model_bytes: layout.file_bytes,
         model_name: model

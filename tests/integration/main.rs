@@ -12,6 +12,7 @@ mod interrupts;
 mod load;
 mod prefetch;
 mod prefill;
+mod replay;
 mod run;
 mod speculation;
 mod split;

@@ -7,7 +7,7 @@ mod policy;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use policy::{CachePolicy, UseCounts, AGE_PASSES};
+pub use policy::{reads_whole_layer, CachePolicy, UseCounts, AGE_PASSES};
 
 /// One cached unit: all projections of one expert of one layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

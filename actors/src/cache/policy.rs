@@ -72,7 +72,7 @@ impl UseCounts {
     pub fn verify_layer(&mut self, layer: u32) {
         if self.layer.is_none_or(|last| layer <= last) {
             self.passes += 1;
-            if self.passes.is_multiple_of(AGE_PASSES) {
+            if self.passes % AGE_PASSES == 0 {
                 self.age();
             }
         }
@@ -106,12 +106,32 @@ impl UseCounts {
     }
 }
 
+/// Expected share of a layer's experts that `routed_ids` random picks leave
+/// out is about e^(-routed_ids / n_expert): at this many picks per expert it
+/// is under 10%, and a batch's next layer is read whole ahead of its routing.
+const WHOLE_LAYER_PICKS_PER_EXPERT: f64 = std::f64::consts::LN_10;
+
+/// Whether a batch routing `routed_ids` expert picks in a layer of
+/// `n_expert` will need (nearly) all of the next layer's experts.
+pub fn reads_whole_layer(routed_ids: usize, n_expert: u32) -> bool {
+    n_expert > 0 && routed_ids as f64 >= WHOLE_LAYER_PICKS_PER_EXPERT * f64::from(n_expert)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn k(layer: u32, expert: u32) -> SlotKey {
         SlotKey { layer, expert }
+    }
+
+    #[test]
+    fn a_batch_reads_the_next_layer_whole_once_it_picks_each_expert_about_twice() {
+        assert!(!reads_whole_layer(4, 64), "one token");
+        assert!(!reads_whole_layer(140, 64));
+        assert!(reads_whole_layer(148, 64));
+        assert!(reads_whole_layer(1384 * 4, 64), "a long prompt");
+        assert!(!reads_whole_layer(100, 0));
     }
 
     #[test]

@@ -4,20 +4,11 @@
 
 use std::time::Instant;
 
+use bmoe_actors::cache::reads_whole_layer;
+
 use super::{StreamHook, TOPK_PREFIX};
 use crate::layout::Proj;
 use crate::llama::NodeView;
-
-/// Expected share of a layer's experts that `routed_ids` random picks leave
-/// out is about e^(-routed_ids / n_expert): at this many picks per expert it
-/// is under 10%, and a batch's next layer is read whole ahead of its routing.
-const WHOLE_LAYER_PICKS_PER_EXPERT: f64 = std::f64::consts::LN_10;
-
-/// Whether a batch routing `routed_ids` expert picks in a layer of
-/// `n_expert` will need (nearly) all of the next layer's experts.
-pub(super) fn reads_whole_layer(routed_ids: usize, n_expert: u32) -> bool {
-    n_expert > 0 && routed_ids as f64 >= WHOLE_LAYER_PICKS_PER_EXPERT * f64::from(n_expert)
-}
 
 impl StreamHook {
     /// Count the bytes of the slices this batch demands for the first time
@@ -189,19 +180,5 @@ impl StreamHook {
                 self.fail(format!("expert read for layer {layer} failed: {e}"));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reads_whole_layer;
-
-    #[test]
-    fn a_batch_reads_the_next_layer_whole_once_it_picks_each_expert_about_twice() {
-        assert!(!reads_whole_layer(4, 64), "one token");
-        assert!(!reads_whole_layer(140, 64));
-        assert!(reads_whole_layer(148, 64));
-        assert!(reads_whole_layer(1384 * 4, 64), "a long prompt");
-        assert!(!reads_whole_layer(100, 0));
     }
 }

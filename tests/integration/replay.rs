@@ -1,0 +1,113 @@
+//! Route traces and their replay: a trace of a real run replays to the run's
+//! own hit rate under each policy, the policy never changes the text, and
+//! what is not a whole trace is refused or replayed up to its cut.
+
+use crate::common::{bmoe, e8k2, e8k2_cli, stderr, stdout, PROSE};
+
+/// (hits, total) after `key` on the `moe-cache:` line: `hit 59.4% (3631/6109)`.
+fn live_hits(err: &str, key: &str) -> (u64, u64) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("moe-cache:"))
+        .unwrap_or_else(|| panic!("no moe-cache line in\n{err}"));
+    let at = line.find(key).unwrap_or_else(|| panic!("{key} in {line}"));
+    let counts = line[at..]
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(')').next());
+    let (h, t) = counts.and_then(|c| c.split_once('/')).expect("hit counts");
+    (h.parse().unwrap(), t.parse().unwrap())
+}
+
+/// The replay table's hit % over all demands and over generation for `policy`.
+fn replayed_hits(out: &str, policy: &str) -> (String, f64) {
+    let row = out
+        .lines()
+        .find(|l| l.contains(&format!("| {policy} |")))
+        .unwrap_or_else(|| panic!("no {policy} row in\n{out}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    (cells[4].to_owned(), cells[5].parse().unwrap())
+}
+
+fn pct((hits, total): (u64, u64)) -> f64 {
+    hits as f64 * 100.0 / total as f64
+}
+
+/// A run with a trace at a 25% cache under `policy`; returns (stdout, stderr, replay's stdout).
+fn traced(prompt: &str, policy: &str, dir: &std::path::Path) -> (String, String, String) {
+    let trace = dir.join(format!("{policy}-{}.trace", prompt.len()));
+    let t = trace.to_str().unwrap();
+    let flags = [
+        "--cache-mb",
+        "25%",
+        "--cache-policy",
+        policy,
+        "--route-trace",
+        t,
+    ];
+    let o = e8k2_cli(prompt, 24, &flags);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("note: route trace: "), "{}", stderr(&o));
+    let r = bmoe(&["replay", t, "--cache-mb", "25%", "--policy", policy]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    (stdout(&o), stderr(&o), stdout(&r))
+}
+
+#[test]
+fn a_trace_replays_to_the_runs_own_hit_rate_under_each_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut texts = Vec::new();
+    for policy in ["lru", "cycle"] {
+        // A short prompt (its batch reads no layer ahead): the same hits exactly.
+        let (text, err, replay) = traced("The capital of France is", policy, dir.path());
+        let live = live_hits(&err, "hit ");
+        assert!(
+            live.0 > 0 && live.0 < live.1,
+            "a cache that both hits and misses"
+        );
+        let (all, _) = replayed_hits(&replay, policy);
+        assert_eq!(all, format!("{:.1}", pct(live)), "{replay}\n{err}");
+        assert!(replay.contains("24 decodes"), "{replay}");
+        assert!(replay.contains("prompt tokens, 23 generated"), "{replay}");
+        texts.push(text);
+        // A longer prompt reads layers ahead as fast as the disk allows: the
+        // generation's hit rate within 2 points.
+        let (_, err, replay) = traced(PROSE, policy, dir.path());
+        let (_, generation) = replayed_hits(&replay, policy);
+        let decode = pct(live_hits(&err, "decode hit "));
+        assert!((generation - decode).abs() <= 2.0, "{replay}\n{err}");
+    }
+    assert_eq!(texts[0], texts[1], "the policy never changes the text");
+}
+
+#[test]
+fn what_is_not_a_whole_trace_is_refused_or_replayed_to_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.trace");
+    let t = trace.to_str().unwrap();
+    let o = e8k2_cli(PROSE, 4, &["--cache-mb", "0", "--route-trace", t]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A model file is not a trace: exit 2 with the reason.
+    let r = bmoe(&["replay", e8k2().to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(
+        stderr(&r).contains("not a bmoe route trace"),
+        "{}",
+        stderr(&r)
+    );
+    let r = bmoe(&["replay", t, "--cache-mb", "auto"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(stderr(&r).contains("not auto"), "{}", stderr(&r));
+    // A trace cut mid-record replays what is whole, with a note.
+    let bytes = std::fs::read(&trace).unwrap();
+    let cut = dir.path().join("cut.trace");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let r = bmoe(&["replay", cut.to_str().unwrap(), "--cache-mb", "0"]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    assert!(stdout(&r).contains("ends mid-record"), "{}", stdout(&r));
+    assert!(stdout(&r).contains("| optimum |"), "{}", stdout(&r));
+    // Nothing is streamed with --resident: nothing to trace.
+    let o = e8k2_cli(PROSE, 2, &["--resident", "--route-trace", t]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--route-trace"), "{}", stderr(&o));
+}
