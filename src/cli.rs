@@ -344,6 +344,11 @@ pub enum FixtureCmd {
         /// Seed of the noise and the router.
         #[arg(long, default_value_t = 2)]
         seed: u64,
+        /// How tokens route: gaussian (seeded random weights, no specialisation) or
+        /// clustered (k-means centroids of the dense model's FFN inputs over a shipped
+        /// corpus: experts specialise by context, as in trained MoEs).
+        #[arg(long, value_enum, default_value_t = bmoe::fixture::upcycle::RouterKind::Gaussian)]
+        router: bmoe::fixture::upcycle::RouterKind,
         /// Output file (default: in the cache directory).
         #[arg(short, long)]
         output: Option<PathBuf>,

@@ -10,6 +10,7 @@
 //! - [`cache`]: the expert cache's state machine and eviction policies.
 //! - [`route_trace`]: the route trace format (`--route-trace`).
 //! - [`replay`]: a route trace replayed through the cache, and the offline optimum.
+//! - [`routing`]: a trace's load skew and token-to-token locality per layer.
 
 pub mod cache;
 pub mod flash;
@@ -19,6 +20,7 @@ pub mod output;
 pub mod proj;
 pub mod replay;
 pub mod route_trace;
+pub mod routing;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;

@@ -316,6 +316,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             top_k,
             sigma,
             seed,
+            router,
             output,
         } => {
             let params = upcycle::UpcycleParams {
@@ -323,6 +324,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 top_k,
                 sigma,
                 seed,
+                router,
                 ..Default::default()
             };
             let from = match from {

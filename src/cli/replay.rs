@@ -40,6 +40,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     if let Some(n) = note {
         outln!("note: {n}");
     }
+    outln!("{}", routing_line(&header, &d));
     out!("{}", table(&header, &d, &rows));
     outln!(
         "replayed {} budgets x {} policies + the optimum in {:.0} ms",
@@ -121,6 +122,42 @@ fn describe(h: &TraceHeader, d: &Demands, path: &Path) -> String {
         d.prompt_tokens,
         d.generation_tokens,
         d.demands.len()
+    )
+}
+
+/// The routing's skew and locality over the generation, as mean (min..max) over layers.
+fn routing_line(h: &TraceHeader, d: &Demands) -> String {
+    let layers = bmoe_actors::routing::layer_routing(d, h.n_expert);
+    if layers.is_empty() {
+        return "routing: no generation decodes to describe".into();
+    }
+    let spread = |f: &dyn Fn(&bmoe_actors::routing::LayerRouting) -> f64| {
+        let v: Vec<f64> = layers.iter().map(f).collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        format!(
+            "{:.0}% ({:.0}..{:.0})",
+            mean * 100.0,
+            lo * 100.0,
+            hi * 100.0
+        )
+    };
+    format!(
+        "routing over the generation, mean (min..max) of {} layers: the busiest tenth of the \
+         experts takes {} of the routings (10% if even); a token reuses {} of the previous \
+         token's experts ({:.0}% if independent); {:.0} of {} experts routed per layer",
+        layers.len(),
+        spread(&|l| l.top_decile_share),
+        spread(&|l| l.repeat_share),
+        f64::from(h.k) * 100.0 / f64::from(h.n_expert),
+        layers
+            .iter()
+            .map(|l| f64::from(l.experts_used))
+            .sum::<f64>()
+            / layers.len() as f64,
+        h.n_expert
     )
 }
 
