@@ -33,9 +33,14 @@ fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
 /// SmolLM2 upcycled to `experts`, top-`top_k` (default sigma and seed),
 /// built once into the fixture directory.
 fn upcycled(experts: u32, top_k: u32) -> PathBuf {
+    upcycled_with(experts, top_k, upcycle::RouterKind::Gaussian)
+}
+
+fn upcycled_with(experts: u32, top_k: u32, router: upcycle::RouterKind) -> PathBuf {
     let params = upcycle::UpcycleParams {
         experts,
         top_k,
+        router,
         ..Default::default()
     };
     build_once(&upcycle::default_file_name(&params), |p| {
@@ -47,6 +52,12 @@ fn upcycled(experts: u32, top_k: u32) -> PathBuf {
 pub fn e8k2() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| upcycled(8, 2))
+}
+
+/// E8K2 with the clustered router (experts specialise by context).
+pub fn e8k2_clustered() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| upcycled_with(8, 2, upcycle::RouterKind::Clustered))
 }
 
 /// SmolLM2 upcycled to 20 experts, top-2: enough experts per layer to ask
