@@ -333,7 +333,7 @@ impl ExpertCache {
         if self.resident_bytes <= target {
             return out;
         }
-        for k in self.eviction_order() {
+        for k in self.eviction_order(self.resident_bytes - target) {
             if self.resident_bytes <= target {
                 break;
             }
@@ -346,33 +346,42 @@ impl ExpertCache {
         out
     }
 
-    /// The unpinned slots, first to go first: demoted ones (the latest
-    /// demotion first), then the policy's order.
-    fn eviction_order(&self) -> Vec<SlotKey> {
+    /// Unpinned slots in the order they go, at least enough to free
+    /// `need_bytes` when there are that many: demoted ones (the latest
+    /// demotion first), then the policy's order (least recently used first
+    /// among equals).
+    fn eviction_order(&self, need_bytes: u64) -> Vec<SlotKey> {
         let unpinned = self
             .lru
             .iter()
             .filter(|(_, k)| self.entries.get(k).is_some_and(|e| e.pins == 0));
         let (demoted, normal): (Vec<_>, Vec<_>) = unpinned.partition(|(t, _)| **t < TICK_BASE);
         let mut order: Vec<SlotKey> = demoted.into_iter().map(|(_, k)| *k).collect();
-        let rest = normal.into_iter().map(|(_, k)| *k);
-        // Stable sorts: equals keep their LRU order.
-        match self.policy {
-            CachePolicy::Lru => order.extend(rest),
-            CachePolicy::Lfu => {
-                let mut v: Vec<(u32, SlotKey)> = rest.map(|k| (self.counts.uses(k), k)).collect();
-                v.sort_by_key(|(uses, _)| *uses);
-                order.extend(v.into_iter().map(|(_, k)| k));
+        let rest = normal.into_iter().map(|(t, k)| (*t, *k));
+        let n = self.slot_bytes.len() as u32;
+        // Smaller rank goes first; the tick breaks ties (least recent first).
+        let mut ranked: Vec<(f64, u64, SlotKey)> = match self.policy {
+            CachePolicy::Lru => {
+                order.extend(rest.map(|(_, k)| k));
+                return order;
             }
-            CachePolicy::Cycle => {
-                let n = self.slot_bytes.len() as u32;
-                let mut v: Vec<(f64, SlotKey)> = rest
-                    .map(|k| (self.counts.steps_to_next_use(k, n), k))
-                    .collect();
-                v.sort_by(|a, b| b.0.total_cmp(&a.0));
-                order.extend(v.into_iter().map(|(_, k)| k));
-            }
+            CachePolicy::Lfu => rest.map(|(t, k)| (f64::from(self.counts.uses(k)), t, k)).collect(),
+            CachePolicy::Cycle => rest
+                .map(|(t, k)| (-self.counts.steps_to_next_use(k, n), t, k))
+                .collect(),
+        };
+        let cmp = |a: &(f64, u64, SlotKey), b: &(f64, u64, SlotKey)| {
+            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+        };
+        // Only the first few are needed: select them, then order those.
+        let smallest = self.slot_bytes.iter().copied().filter(|&b| b > 0).min().unwrap_or(1);
+        let want = (need_bytes.div_ceil(smallest) as usize).clamp(1, ranked.len().max(1));
+        if want < ranked.len() {
+            ranked.select_nth_unstable_by(want - 1, cmp);
+            ranked.truncate(want);
         }
+        ranked.sort_unstable_by(cmp);
+        order.extend(ranked.into_iter().map(|(_, _, k)| k));
         order
     }
 }

@@ -55,7 +55,7 @@ impl FromStr for CachePolicy {
 /// Passes (a decode's walk through the layers) between two halvings of the
 /// use counts: long enough to tell hot from cold, short enough that a topic
 /// change is followed within a few dozen tokens.
-pub const AGE_PASSES: u32 = 32;
+pub const AGE_PASSES: u32 = 64;
 
 /// How often each slot was demanded (by verify and draft decodes), counted
 /// whether or not it is resident, with the passes that saw them.
