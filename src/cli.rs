@@ -214,7 +214,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub moe_stream: bool,
     /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
-    /// N keeps an LRU of (layer, expert) slices within N MiB, P% budgets P percent of the
+    /// N keeps (layer, expert) slices within N MiB (evicted by --cache-policy), P% budgets P percent of the
     /// model's expert bytes, auto sizes it from MemAvailable.
     #[arg(long, value_name = "MIB|P%|auto", default_value = "auto")]
     pub cache_mb: bmoe::stream::CacheSize,
@@ -281,8 +281,8 @@ pub struct RunArgs {
     /// Which cached expert slot goes first when the cache is full: lru (least
     /// recently used), lfu (least often used, counts aged) or cycle (longest
     /// expected wait to its next use, from the fixed layer order and use counts).
-    /// `bmoe replay` compares them on a route trace.
-    #[arg(long, value_name = "POLICY", default_value = "lru")]
+    /// `bmoe replay` compares them on a route trace (docs/cache.md).
+    #[arg(long, value_name = "POLICY", default_value = "cycle")]
     pub cache_policy: bmoe_actors::cache::CachePolicy,
     /// Write every verify decode's routing (layer, routed ids of each row) to
     /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.

@@ -194,7 +194,7 @@ impl Default for StreamConfig {
             predict_prefetch: false,
             drop_cold: 0.0,
             faults: None,
-            policy: CachePolicy::Lru,
+            policy: CachePolicy::default(),
             route_trace: None,
         }
     }

@@ -365,7 +365,9 @@ impl ExpertCache {
                 order.extend(rest.map(|(_, k)| k));
                 return order;
             }
-            CachePolicy::Lfu => rest.map(|(t, k)| (f64::from(self.counts.uses(k)), t, k)).collect(),
+            CachePolicy::Lfu => rest
+                .map(|(t, k)| (f64::from(self.counts.uses(k)), t, k))
+                .collect(),
             CachePolicy::Cycle => rest
                 .map(|(t, k)| (-self.counts.steps_to_next_use(k, n), t, k))
                 .collect(),
@@ -374,7 +376,13 @@ impl ExpertCache {
             a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
         };
         // Only the first few are needed: select them, then order those.
-        let smallest = self.slot_bytes.iter().copied().filter(|&b| b > 0).min().unwrap_or(1);
+        let smallest = self
+            .slot_bytes
+            .iter()
+            .copied()
+            .filter(|&b| b > 0)
+            .min()
+            .unwrap_or(1);
         let want = (need_bytes.div_ceil(smallest) as usize).clamp(1, ranked.len().max(1));
         if want < ranked.len() {
             ranked.select_nth_unstable_by(want - 1, cmp);
