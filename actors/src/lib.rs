@@ -11,6 +11,7 @@
 //! - [`route_trace`]: the route trace format (`--route-trace`).
 //! - [`replay`]: a route trace replayed through the cache, and the offline optimum.
 //! - [`routing`]: a trace's load skew and token-to-token locality per layer.
+//! - [`xorshift`]: a tiny seeded generator for the probe and property tests.
 
 pub mod cache;
 pub mod flash;
@@ -24,3 +25,4 @@ pub mod routing;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;
+pub mod xorshift;

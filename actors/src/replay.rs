@@ -328,13 +328,8 @@ mod tests {
     /// and every policy's hits + misses are the demanded slots.
     #[test]
     fn no_policy_beats_belady() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::xorshift::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for _ in 0..30 {
             let layers = 1 + (next() % 5) as u32;
             let experts = 2 + (next() % 10) as u32;

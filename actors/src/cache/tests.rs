@@ -118,13 +118,8 @@ fn admit_never_evicts() {
 /// max(budget, pinned working set), and accounting matches the entries.
 #[test]
 fn never_exceeds_budget_over_random_sequences() {
-    let mut state = 0x1234_5678_9abc_def0u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = crate::xorshift::XorShift::new(0x1234_5678_9abc_def0);
+    let mut next = || rng.next_u64();
     for trial in 0..50 {
         let layers = 1 + (next() % 6) as u32;
         let experts = 1 + (next() % 16) as u32;

@@ -68,13 +68,8 @@ pub fn probe_read_bandwidth(
         }
         bufs.push(Aligned { ptr, layout });
     }
-    let mut state = seed | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = crate::xorshift::XorShift::new(seed);
+    let mut next = || rng.next_u64();
     let mut res = ProbeResult {
         queue_depth,
         direct: reader.direct(),
