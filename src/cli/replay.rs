@@ -78,14 +78,16 @@ fn budgets(sizes: &[CacheSize], header: &TraceHeader) -> Result<Vec<u64>, UsageE
     let experts = header.expert_bytes();
     sizes
         .iter()
-        .map(|s| match *s {
-            CacheSize::Mib(mb) => Ok(mb.saturating_mul(1 << 20).min(experts)),
-            CacheSize::Percent(p) => Ok((experts as f64 * p / 100.0) as u64),
-            CacheSize::Auto => Err(UsageError(
-                "replay --cache-mb takes MiB or a share (25%), not auto: auto depends on the \
-                 host at run time"
-                    .into(),
-            )),
+        .map(|s| {
+            s.asked_bytes(experts)
+                .map(|b| b.min(experts))
+                .ok_or_else(|| {
+                    UsageError(
+                        "replay --cache-mb takes MiB or a share (25%), not auto: auto depends on \
+                     the host at run time"
+                            .into(),
+                    )
+                })
         })
         .collect()
 }

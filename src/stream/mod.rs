@@ -105,6 +105,18 @@ pub enum CacheSize {
     Auto,
 }
 
+impl CacheSize {
+    /// The bytes a fixed size asks for out of `expert_bytes` (None for
+    /// `auto`, which depends on the host once the model is loaded).
+    pub fn asked_bytes(self, expert_bytes: u64) -> Option<u64> {
+        match self {
+            CacheSize::Mib(mb) => Some(mb.saturating_mul(MIB)),
+            CacheSize::Percent(p) => Some((expert_bytes as f64 * p / 100.0) as u64),
+            CacheSize::Auto => None,
+        }
+    }
+}
+
 impl std::str::FromStr for CacheSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -213,10 +225,8 @@ pub fn resolve_cache_bytes(
     let fits = available
         .map(|a| a.saturating_sub(dense + HEADROOM_BYTES))
         .unwrap_or(u64::MAX);
-    let asked = match cfg.cache {
-        CacheSize::Auto => return Ok(0),
-        CacheSize::Mib(mb) => mb.saturating_mul(MIB),
-        CacheSize::Percent(p) => (experts as f64 * p / 100.0) as u64,
+    let Some(asked) = cfg.cache.asked_bytes(experts) else {
+        return Ok(0);
     };
     if asked.min(experts) > fits {
         return Err(StreamError::CacheTooLarge {
