@@ -27,8 +27,7 @@ pub struct DecodeMetrics {
     /// Routed experts skipped by `--drop-cold-experts`.
     pub dropped: u64,
     /// Predictive prefetch: experts guessed, and how many the real routing used.
-    pub predicted: u64,
-    pub predicted_used: u64,
+    pub predicted: PredictorTally,
     /// Every demand's layer and experts, in order (only from a hook that logs
     /// its routing: the MTP head's, whose drafting pass predicts its catch-up).
     pub routed: Vec<(u32, Vec<u32>)>,
@@ -50,8 +49,7 @@ impl DecodeMetrics {
         self.demands += other.demands;
         self.prefetch_bytes += other.prefetch_bytes;
         self.dropped += other.dropped;
-        self.predicted += other.predicted;
-        self.predicted_used += other.predicted_used;
+        self.predicted.merge(&other.predicted);
         self.routed.extend(other.routed);
         self.first_seen_bytes += other.first_seen_bytes;
     }
@@ -67,6 +65,55 @@ impl DecodeMetrics {
         union.sort_unstable();
         union.dedup();
         union
+    }
+}
+
+/// Predictive prefetch's record, per layer: experts guessed for the layer
+/// and how many of them its routing used.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct PredictorTally {
+    /// Index: the layer guessed. (guessed, used).
+    pub by_layer: Vec<(u64, u64)>,
+}
+
+impl PredictorTally {
+    /// `guessed` experts were guessed for `layer`, `used` of them routed.
+    pub fn add(&mut self, layer: u32, guessed: u64, used: u64) {
+        debug_assert!(used <= guessed);
+        let i = layer as usize;
+        if self.by_layer.len() <= i {
+            self.by_layer.resize(i + 1, (0, 0));
+        }
+        self.by_layer[i].0 += guessed;
+        self.by_layer[i].1 += used;
+    }
+
+    pub fn merge(&mut self, other: &PredictorTally) {
+        for (l, &(g, u)) in other.by_layer.iter().enumerate() {
+            if g > 0 {
+                self.add(l as u32, g, u);
+            }
+        }
+    }
+
+    /// (guessed, used) over every layer.
+    pub fn total(&self) -> (u64, u64) {
+        self.by_layer
+            .iter()
+            .fold((0, 0), |(g, u), &(lg, lu)| (g + lg, u + lu))
+    }
+
+    /// Accuracy per guessed layer: "L1 81% L2 77% ..." (layers never guessed
+    /// left out).
+    pub fn per_layer_line(&self) -> String {
+        let cells: Vec<String> = self
+            .by_layer
+            .iter()
+            .enumerate()
+            .filter(|(_, &(g, _))| g > 0)
+            .map(|(l, &(g, u))| format!("L{l} {:.0}%", u as f64 * 100.0 / g as f64))
+            .collect();
+        cells.join(" ")
     }
 }
 
@@ -92,8 +139,9 @@ mod tests {
             demands: 4,
             prefetch_bytes: 5,
             dropped: 1,
-            predicted: 8,
-            predicted_used: 6,
+            predicted: PredictorTally {
+                by_layer: vec![(0, 0), (8, 6)],
+            },
             hits: 2,
             routed: vec![(3, vec![1, 7]), (4, vec![0])],
             first_seen_bytes: 9,
@@ -106,13 +154,28 @@ mod tests {
             (15, 3, 2, 1, 4)
         );
         assert_eq!(
-            (a.prefetch_bytes, a.dropped, a.predicted, a.predicted_used),
-            (5, 1, 8, 6)
+            (a.prefetch_bytes, a.dropped, a.predicted.total()),
+            (5, 1, (8, 6))
         );
         assert_eq!(a.routed.len(), 3);
         assert_eq!(a.first_seen_bytes, 9);
         assert_eq!(a.experts_at(3), vec![1, 5, 7]);
         assert_eq!(a.experts_at(4), vec![0]);
         assert!(a.experts_at(9).is_empty());
+    }
+
+    #[test]
+    fn predictor_tally_keeps_layers_apart_and_totals_them() {
+        let mut t = PredictorTally::default();
+        t.add(2, 4, 3);
+        t.add(1, 4, 1);
+        t.add(2, 4, 4);
+        let mut u = PredictorTally::default();
+        u.add(3, 8, 2);
+        t.merge(&u);
+        assert_eq!(t.total(), (20, 10));
+        assert_eq!(t.by_layer[2], (8, 7));
+        assert_eq!(t.per_layer_line(), "L1 25% L2 88% L3 25%");
+        assert_eq!(PredictorTally::default().per_layer_line(), "");
     }
 }

@@ -10,6 +10,7 @@ use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
 use crate::llama::{Context, LlamaError};
 use crate::stream::{memory, StreamError};
+use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::{self, Row, Telemetry, TelemetryError};
 
 mod assemble;
@@ -144,9 +145,8 @@ pub struct PrefetchReport {
     pub wasted_bytes: u64,
     pub hints_dropped: u64,
     pub errors: u64,
-    /// Predictive: experts guessed and how many the real routing used.
-    pub predicted: u64,
-    pub predicted_used: u64,
+    /// Predictive: experts guessed and how many the real routing used, per layer.
+    pub predicted: PredictorTally,
 }
 
 impl PrefetchReport {
@@ -226,7 +226,7 @@ pub(super) struct Metered {
     /// From the first token to the last kept one (see [`decode_rate`]).
     decode_span: Duration,
     /// Predictive prefetch: experts guessed and guesses the routing used.
-    predicted: (u64, u64),
+    predicted: PredictorTally,
     /// When the prefill started.
     started: Instant,
     /// Kernel-reported storage reads of the process when generation started.
@@ -285,7 +285,7 @@ fn generate_metered(
     }
     sink.flush();
     let decode_span = sink.decode_span();
-    let predicted = (sink.predicted, sink.predicted_used);
+    let predicted = std::mem::take(&mut sink.predicted);
     let prefill_distinct_bytes = sink.prefill_distinct_bytes;
     drop(sink);
     Metered {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bmoe_actors::cache::Requester;
+use bmoe_actors::metrics::PredictorTally;
 
 use super::{PrefetchReport, RunReport, TokenRow};
 use crate::draft::HeadReport;
@@ -63,7 +64,7 @@ pub(super) fn flash_facts(streamer: Option<&Streamer>) -> (String, u64, u64, u64
 pub(super) fn prefetch_report(
     s: &Streamer,
     sc: &StreamConfig,
-    predicted: (u64, u64),
+    predicted: PredictorTally,
 ) -> PrefetchReport {
     let c = s.flash.counters();
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -75,8 +76,7 @@ pub(super) fn prefetch_report(
         wasted_bytes: ld(&c.prefetch_wasted_bytes),
         hints_dropped: ld(&c.prefetch_hints_dropped),
         errors: ld(&c.prefetch_errors),
-        predicted: predicted.0,
-        predicted_used: predicted.1,
+        predicted,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::Telemetry;
 
 use super::TokenRow;
@@ -25,8 +26,7 @@ pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) pending_done: Option<Instant>,
     pub(super) kept_done: Option<Instant>,
     /// Predictive prefetch: experts guessed and guesses the routing used.
-    pub(super) predicted: u64,
-    pub(super) predicted_used: u64,
+    pub(super) predicted: PredictorTally,
     /// Speculation is on (the mtp_* columns are filled).
     pub(super) speculating: bool,
     /// Bytes of the distinct expert slices the prefill's decodes routed to.
@@ -51,8 +51,7 @@ impl<'a, F: FnMut(&str)> Sink<'a, F> {
             prefill_done: None,
             pending_done: None,
             kept_done: None,
-            predicted: 0,
-            predicted_used: 0,
+            predicted: PredictorTally::default(),
             speculating,
             prefill_distinct_bytes: 0,
         }
@@ -107,8 +106,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
         let u = memory::usage();
         let row = decode_row(&step, &u, &self.usage, self.speculating);
         let s = &step.metrics;
-        self.predicted += s.predicted;
-        self.predicted_used += s.predicted_used;
+        self.predicted.merge(&s.predicted);
         self.usage = u;
         let now = Instant::now();
         if step.prefill {

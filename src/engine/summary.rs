@@ -25,6 +25,7 @@ impl RunReport {
         if self.mode == RunMode::Stream {
             v.extend(self.stream_lines(&t));
             v.extend(self.prefetch_line());
+            v.extend(self.predict_line());
         }
         v.extend(self.drop_line());
         if self.speculation != Speculation::Off {
@@ -167,12 +168,11 @@ impl RunReport {
             if judged > 0 { p.wasted_bytes as f64 * 100.0 / judged as f64 } else { 0.0 },
         );
         if p.predictive {
+            let (guessed, used) = p.predicted.total();
             line.push_str(&format!(
-                "; predictor: {} of {} guessed experts routed ({:.1}%)",
-                p.predicted_used,
-                p.predicted,
-                if p.predicted > 0 {
-                    p.predicted_used as f64 * 100.0 / p.predicted as f64
+                "; predictor: {used} of {guessed} guessed experts routed ({:.1}%)",
+                if guessed > 0 {
+                    used as f64 * 100.0 / guessed as f64
                 } else {
                     0.0
                 }
@@ -185,6 +185,17 @@ impl RunReport {
             ));
         }
         Some(line)
+    }
+
+    /// `moe-predict:` (`--predict-prefetch` guessed): accuracy per layer.
+    fn predict_line(&self) -> Option<String> {
+        let t = &self.prefetch.predicted;
+        (t.total().0 > 0).then(|| {
+            format!(
+                "moe-predict: guessed experts routed, per layer: {}",
+                t.per_layer_line()
+            )
+        })
     }
 
     /// `moe-drop:` (a lossy knob on).

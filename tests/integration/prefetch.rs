@@ -59,10 +59,17 @@ fn prefetch_and_prediction_keep_every_token() {
             "{name}"
         );
         if name.contains("predict") {
-            assert!(p.predicted > 0, "{name}: no guesses");
-            assert!(p.predicted_used <= p.predicted);
+            let (guessed, used) = p.predicted.total();
+            assert!(guessed > 0, "{name}: no guesses");
+            assert!(used <= guessed);
+            // Layer 0 is never guessed (no layer before it); every later one is.
+            assert_eq!(p.predicted.by_layer.first().map_or(0, |l| l.0), 0);
             assert!(
-                p.predicted_used * 4 > p.predicted,
+                p.predicted.by_layer.iter().skip(1).all(|l| l.0 > 0),
+                "{p:?}"
+            );
+            assert!(
+                used * 4 > guessed,
                 "{name}: the router guess is no better than chance (1 in 4 for top-2 of 8): {p:?}"
             );
         }

@@ -126,9 +126,9 @@ impl StreamHook {
         if single {
             if let Some(guess) = self.predicted.remove(&layer) {
                 let used = guess.iter().filter(|e| self.union.contains(e)).count();
-                let s = &mut self.metrics;
-                s.predicted += guess.len() as u64;
-                s.predicted_used += used as u64;
+                self.metrics
+                    .predicted
+                    .add(layer, guess.len() as u64, used as u64);
             }
         }
         let droppable = if single && self.opts.drop_cold > 0.0 {
