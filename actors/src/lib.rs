@@ -25,4 +25,5 @@ pub mod routing;
 pub mod sampling;
 pub mod telemetry;
 pub mod text;
+pub mod warm;
 pub mod xorshift;

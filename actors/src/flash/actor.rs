@@ -1,7 +1,7 @@
 //! The flash actor's state and loop: serve messages in order, demands
 //! first, and read the misses of each demand into the arena.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -37,6 +37,10 @@ pub(super) struct Actor {
     /// next misses, so a read never lands on fresh pages (a fault per page).
     pub(super) spares: VecDeque<SlotKey>,
     pub(super) spare_cap: usize,
+    /// Warm-start work, hottest first (after every other read).
+    pub(super) warm: VecDeque<SlotKey>,
+    /// Read by warm start and not hit by a demand yet.
+    pub(super) warm_unused: HashSet<SlotKey>,
     /// The model file's identity at start, checked before demands.
     /// The model's files, watched for replacement or truncation.
     pub(super) watch: Vec<FileWatch>,
@@ -49,7 +53,10 @@ impl Actor {
     /// once the actor's state is dropped) or when every sender is gone.
     pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<Sender<()>> {
         let done = loop {
-            let msg = if self.queue.is_empty() && self.background.is_empty() {
+            let idle_work = !self.queue.is_empty()
+                || !self.background.is_empty()
+                || !self.warm.is_empty();
+            let msg = if !idle_work {
                 match rx.recv() {
                     Ok(m) => m,
                     Err(_) => break None,
@@ -58,10 +65,12 @@ impl Actor {
                 match rx.try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Empty) => {
-                        if self.background.is_empty() {
+                        if !self.background.is_empty() {
+                            self.background_step();
+                        } else if !self.queue.is_empty() {
                             self.prefetch_step();
                         } else {
-                            self.background_step();
+                            self.warm_step();
                         }
                         continue;
                     }
@@ -123,6 +132,17 @@ impl Actor {
                     }
                 }
             }
+            Msg::Warm(keys) => {
+                let known = |k: &SlotKey| {
+                    k.expert < self.n_expert.get(k.layer as usize).copied().unwrap_or(0)
+                };
+                let (n, before) = (keys.len(), self.warm.len());
+                self.warm.extend(keys.into_iter().filter(known));
+                let unknown = (n - (self.warm.len() - before)) as u64;
+                let c = &self.counters;
+                c.warm_queued_slots.fetch_sub(unknown, Ordering::Relaxed);
+                c.warm_skipped_slots.fetch_add(unknown, Ordering::Relaxed);
+            }
             Msg::Release(r) => {
                 let evicted = self.cache.release(r);
                 self.evict(&evicted);
@@ -173,6 +193,9 @@ impl Actor {
         // and is still queued is read now if it needs it, else not at all.
         self.background.retain(|(r, _)| *r != requester);
         let plan = self.cache.request(requester, &keys);
+        if requester == Requester::Verify {
+            self.note_demand_hits(layer, experts, &plan.hits);
+        }
         self.make_room(&plan.evict, &plan.misses);
         let phases: &[&[Proj]] = if split {
             &[&GATE_UP, &[DOWN]]

@@ -1,7 +1,7 @@
 //! The owner's handle ([`Flash`]: spawns the actor, hands out clients, shuts
 //! it down) and a requester's connection to the actor ([`FlashClient`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::{
     open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ShardFile,
     SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
 };
-use crate::cache::{ExpertCache, Requester};
+use crate::cache::{ExpertCache, Requester, SlotKey};
 
 /// Owner's handle: spawns the actor, hands out clients, shuts it down.
 pub struct Flash {
@@ -228,7 +228,8 @@ impl Flash {
             slot_bytes[s.layer as usize] += s.slice_bytes;
             n_expert[s.layer as usize] = n_expert[s.layer as usize].max(s.n_expert);
         }
-        let counters = Arc::new(FlashCounters::default());
+        let widest = n_expert.iter().copied().max().unwrap_or(0) as usize;
+        let counters = Arc::new(FlashCounters::with_slots(n_layer, widest));
         let (tx, rx) = bounded::<Msg>(cfg.request_capacity.max(1));
         let reader_desc = reader.describe();
         let o_direct = reader.direct();
@@ -249,6 +250,8 @@ impl Flash {
             prefetched: HashMap::new(),
             spares: VecDeque::new(),
             spare_cap: 0,
+            warm: VecDeque::new(),
+            warm_unused: HashSet::new(),
             watch,
         };
         let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
@@ -300,6 +303,23 @@ impl Flash {
         if let Some(tx) = &self.tx {
             let _ = tx.send(Msg::SetBudget(bytes));
         }
+    }
+
+    /// Warm start: read `keys` (hottest first) when the actor is idle, after
+    /// demands and read-ahead, only into free budget. False when the request
+    /// channel is full (nothing queued).
+    pub fn warm(&self, keys: Vec<SlotKey>) -> bool {
+        let n = keys.len() as u64;
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(Msg::Warm(keys)).is_ok());
+        if sent {
+            self.counters
+                .warm_queued_slots
+                .fetch_add(n, Ordering::Relaxed);
+        }
+        sent
     }
 
     pub fn arena(&self) -> &Arc<Arena> {

@@ -16,8 +16,9 @@ pub struct FlashConfig {
     /// Temporal prefetch (`--prefetch K`): after serving layer L, read on idle
     /// queue slots what layers L+1..L+K used the last time they were asked.
     pub prefetch_layers: u32,
-    /// Remember a layer's demand for temporal prefetch only when it names at
-    /// most this many experts (a single token's routing; 0: always).
+    /// A verify demand naming at most this many experts is a single token's
+    /// routing: only those are remembered for temporal prefetch and counted
+    /// for the warm-start profile (0: every demand is remembered, none counted).
     pub prefetch_max_experts: u32,
     /// Which unpinned slot the cache gives up first (`--cache-policy`).
     pub policy: CachePolicy,

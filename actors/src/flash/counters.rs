@@ -1,6 +1,6 @@
 //! The flash actor's counters, shared with its clients as atomics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::Requester;
 
@@ -30,13 +30,54 @@ pub struct FlashCounters {
     /// ([`FlashClient::background`](super::FlashClient::background)), also
     /// in their requester's `read_bytes`.
     pub background_read_bytes: AtomicU64,
+    /// Warm start ([`Flash::warm`](super::Flash::warm)): slots read, their
+    /// bytes, those a demand then hit (used), those planned but resident or
+    /// without room (skipped), and those still queued.
+    pub warm_read_slots: AtomicU64,
+    pub warm_read_bytes: AtomicU64,
+    pub warm_used_slots: AtomicU64,
+    pub warm_skipped_slots: AtomicU64,
+    pub warm_queued_slots: AtomicU64,
+    /// Per (layer, expert), layer-major with [`uses_stride`](Self::uses_stride):
+    /// how many single-token verify demands routed to it (the warm-start profile).
+    pub decode_uses: Vec<AtomicU32>,
+    pub uses_stride: usize,
 }
 
 impl FlashCounters {
+    /// Counters with a [`decode_uses`](Self::decode_uses) cell per slot.
+    pub fn with_slots(n_layer: usize, n_expert: usize) -> Self {
+        Self {
+            decode_uses: (0..n_layer * n_expert).map(|_| AtomicU32::new(0)).collect(),
+            uses_stride: n_expert,
+            ..Self::default()
+        }
+    }
+
+    /// Count one single-token demand of `experts` at `layer`.
+    pub fn count_decode_uses(&self, layer: u32, experts: &[u32]) {
+        for &e in experts {
+            let i = layer as usize * self.uses_stride + e as usize;
+            if let Some(c) = self.decode_uses.get(i) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// [`decode_uses`](Self::decode_uses) as plain numbers.
+    pub fn decode_uses_snapshot(&self) -> Vec<u32> {
+        self.decode_uses
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Every byte read: each requester's and warm start's.
     pub fn read_bytes_total(&self) -> u64 {
         self.read_bytes
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
-            .sum()
+            .sum::<u64>()
+            + self.warm_read_bytes.load(Ordering::Relaxed)
     }
 }

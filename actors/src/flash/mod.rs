@@ -16,6 +16,7 @@ mod readahead;
 mod recycle;
 mod shards;
 mod uring;
+mod warm;
 mod watch;
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use super::FlashError;
-use crate::cache::Requester;
+use crate::cache::{Requester, SlotKey};
 use crate::proj::Proj;
 
 /// The answer to one demand request.
@@ -44,6 +44,9 @@ pub(super) enum Msg {
         layer: u32,
         experts: Vec<u32>,
     },
+    /// Warm start: read these on idle slots, after every other read, only
+    /// into free budget (nothing is evicted for them), unpinned.
+    Warm(Vec<SlotKey>),
     Release(Requester),
     /// A new byte budget for the cache.
     SetBudget(u64),

@@ -17,6 +17,7 @@ pub const SPARE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 impl Actor {
     pub(super) fn evict(&mut self, keys: &[SlotKey]) {
         self.note_evicted(keys);
+        self.forget_warm(keys);
         // Keep the pages for the next misses; release what exceeds the cap.
         for k in keys {
             if !self.spares.contains(k) {
@@ -50,6 +51,7 @@ impl Actor {
             0
         };
         self.note_evicted(&evict[..pairs]);
+        self.forget_warm(&evict[..pairs]);
         for (e, m) in evict.iter().zip(misses).take(pairs) {
             self.spares.retain(|s| s != e && s != m);
             self.move_pages(*e, *m);

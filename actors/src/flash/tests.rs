@@ -297,6 +297,57 @@ fn prefetch_hints_and_cold_drops() {
 }
 
 #[test]
+fn warm_start_fills_free_budget_only_counts_use_and_decode_routing() {
+    let slice = 8192u64;
+    let slot = 3 * slice;
+    let (f, specs) = layered_specs(3, slice);
+    let flash = Flash::spawn(
+        &one_file(f.path()),
+        specs,
+        FlashConfig {
+            // Room for four slots.
+            budget_bytes: 4 * slot,
+            request_capacity: 8,
+            prefetch_max_experts: 2,
+            ..FlashConfig::default()
+        },
+    )
+    .unwrap();
+    let c = flash.counters().clone();
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut verify = flash.client(Requester::Verify);
+    // A single token's routing at layer 0: counted for the profile.
+    assert_eq!(verify.demand(0, &[0, 1]).unwrap().misses, 2);
+    let key = |layer, expert| crate::cache::SlotKey { layer, expert };
+    // Planned: one resident already (skipped), two that fit, then no room.
+    assert!(flash.warm(vec![key(0, 1), key(1, 2), key(2, 3), key(2, 0), key(9, 9)]));
+    wait_for("warm reads", || ld(&c.warm_queued_slots) == 0);
+    assert_eq!(ld(&c.warm_read_slots), 2);
+    assert_eq!(ld(&c.warm_read_bytes), 2 * slot);
+    assert_eq!(
+        ld(&c.warm_skipped_slots),
+        3,
+        "no such slot, resident first, then no room"
+    );
+    assert_eq!(ld(&c.read_bytes[Requester::Verify.index()]), 2 * slot);
+    assert_eq!(c.read_bytes_total(), 4 * slot);
+    // A demand hitting a warm slot uses it; a second hit is not counted again.
+    let r = verify.demand(1, &[2, 3]).unwrap();
+    assert_eq!((r.hits, r.misses), (1, 1));
+    assert_eq!(verify.demand(1, &[2]).unwrap().hits, 1);
+    assert_eq!(ld(&c.warm_used_slots), 1);
+    // A prompt batch (wider than k) is not a token's routing: not counted.
+    verify.demand(2, &[0, 1, 2, 3]).unwrap();
+    let uses = c.decode_uses_snapshot();
+    assert_eq!(c.uses_stride, 4);
+    assert_eq!(&uses[0..4], &[1, 1, 0, 0]);
+    assert_eq!(&uses[4..8], &[0, 0, 2, 1]);
+    assert_eq!(&uses[8..12], &[0, 0, 0, 0]);
+    drop(verify);
+    assert!(flash.shutdown(Duration::from_secs(5)));
+}
+
+#[test]
 fn background_reads_are_pinned_for_their_requester_and_counted_as_its_bytes() {
     let slice = 8192u64;
     let (_f, flash) = small_flash(slice);

@@ -1,0 +1,92 @@
+//! Warm start in the flash actor: the slots a profile of earlier runs names
+//! are read when nothing else waits, only into free budget, at the cold end
+//! of the eviction order; a demand hitting one counts it used. Single-token
+//! verify demands are counted per slot for the next run's profile.
+
+use std::sync::atomic::Ordering;
+
+use super::actor::Actor;
+use super::protocol::ALL_PROJ;
+use crate::cache::SlotKey;
+
+impl Actor {
+    /// A verify demand of `experts` at `layer` hit `hits`: count the warm
+    /// slots used, and a single token's routing for the profile.
+    pub(super) fn note_demand_hits(&mut self, layer: u32, experts: &[u32], hits: &[SlotKey]) {
+        let single = self.prefetch_max_experts > 0
+            && experts.len() <= self.prefetch_max_experts as usize;
+        if single {
+            self.counters.count_decode_uses(layer, experts);
+        }
+        if self.warm_unused.is_empty() {
+            return;
+        }
+        let used = hits.iter().filter(|k| self.warm_unused.remove(k)).count();
+        self.counters
+            .warm_used_slots
+            .fetch_add(used as u64, Ordering::Relaxed);
+    }
+
+    /// Evicted warm slots were never used.
+    pub(super) fn forget_warm(&mut self, keys: &[SlotKey]) {
+        if self.warm_unused.is_empty() {
+            return;
+        }
+        for k in keys {
+            self.warm_unused.remove(k);
+        }
+    }
+
+    /// Read one chunk of the warm-start plan into free budget. Slots already
+    /// resident are skipped; when the budget has no room left, so is the rest.
+    pub(super) fn warm_step(&mut self) {
+        let c = self.counters.clone();
+        let mut keys = Vec::with_capacity(self.prefetch_chunk);
+        let mut skipped = 0u64;
+        while keys.len() < self.prefetch_chunk {
+            let Some(k) = self.warm.pop_front() else {
+                break;
+            };
+            c.warm_queued_slots.fetch_sub(1, Ordering::Relaxed);
+            if self.cache.contains(k) {
+                skipped += 1;
+            } else {
+                keys.push(k);
+            }
+        }
+        let admitted = self.cache.admit(&keys);
+        if admitted.len() < keys.len() {
+            let rest = self.warm.len() as u64;
+            skipped += (keys.len() - admitted.len()) as u64 + rest;
+            c.warm_queued_slots.fetch_sub(rest, Ordering::Relaxed);
+            self.warm.clear();
+        }
+        c.warm_skipped_slots.fetch_add(skipped, Ordering::Relaxed);
+        if admitted.is_empty() {
+            return;
+        }
+        // Unused warm slots go before anything a demand used; the plan is
+        // hottest first and the latest demotion goes first, so the coldest do.
+        self.cache.demote(&admitted);
+        self.make_room(&[], &admitted);
+        let span = tracing::debug_span!("flash.warm", n = admitted.len());
+        let _g = span.enter();
+        match self.read_misses(&admitted, &ALL_PROJ) {
+            Ok(stats) => {
+                c.warm_read_bytes
+                    .fetch_add(stats.device_bytes, Ordering::Relaxed);
+                c.warm_read_slots
+                    .fetch_add(admitted.len() as u64, Ordering::Relaxed);
+                c.resident_bytes
+                    .store(self.cache.resident_bytes(), Ordering::Relaxed);
+                c.peak_resident_bytes
+                    .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+                self.warm_unused.extend(admitted);
+            }
+            Err(e) => {
+                tracing::debug!("warm read failed (dropped, a demand will retry): {e}");
+                c.prefetch_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
