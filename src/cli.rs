@@ -288,6 +288,14 @@ pub struct RunArgs {
     /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.
     #[arg(long, value_name = "FILE")]
     pub route_trace: Option<PathBuf>,
+    /// Start the expert cache warm: read the hottest experts of earlier runs
+    /// (a profile of their single-token routing) while the prompt is
+    /// prefilled, and fold this run's routing into the profile at the end.
+    /// auto: the profile kept for this model in the cache directory; FILE:
+    /// that profile (refused when it is another model's); off. Streaming with
+    /// a cache budget only; never changes the output (docs/cache.md).
+    #[arg(long, value_name = "auto|off|FILE", default_value = "off")]
+    pub cache_warm: bmoe::stream::WarmSource,
     /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

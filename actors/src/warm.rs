@@ -171,6 +171,25 @@ impl WarmProfile {
         out
     }
 
+    /// Every slot's routings per decoded token (at most 1), where it has any.
+    pub fn rates(&self) -> Vec<(SlotKey, f32)> {
+        let n = self.shape.n_expert as usize;
+        if n == 0 || self.tokens <= 0.0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (layer, row) in self.counts.chunks(n).enumerate() {
+            for (expert, &c) in row.iter().enumerate().filter(|(_, &c)| c > 0.0) {
+                let key = SlotKey {
+                    layer: layer as u32,
+                    expert: expert as u32,
+                };
+                out.push((key, (f64::from(c) / self.tokens).min(1.0) as f32));
+            }
+        }
+        out
+    }
+
     pub fn to_bytes(&self) -> Vec<u8> {
         let s = &self.shape;
         let mut v = Vec::with_capacity(48 + 8 * s.n_layer() + 4 * self.counts.len());

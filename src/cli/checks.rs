@@ -89,6 +89,13 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
                 .into(),
         ));
     }
+    if args.cache_warm != bmoe::stream::WarmSource::Off && args.resident {
+        return Err(UsageError(
+            "--cache-warm fills the streamed experts' cache; with --resident there is none: \
+             drop one of them"
+                .into(),
+        ));
+    }
     if args.head_predemand && args.resident {
         return Err(UsageError(
             "--head-predemand reads the MTP head's streamed experts early; with --resident \

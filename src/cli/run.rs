@@ -58,6 +58,9 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
     if let Some(t) = &args.route_trace {
         checks::refuse_output_over_input("--route-trace", t, &checks::run_inputs(args))?;
     }
+    if let bmoe::stream::WarmSource::File(f) = &args.cache_warm {
+        checks::refuse_output_over_input("--cache-warm", f, &checks::run_inputs(args))?;
+    }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => checks::read_prompt_file(f)?,
@@ -123,6 +126,7 @@ fn mode_of(args: &RunArgs) -> Mode {
             faults: args.inject_faults.clone(),
             policy: args.cache_policy,
             route_trace: args.route_trace.clone(),
+            warm: args.cache_warm.clone(),
         })
     }
 }

@@ -74,6 +74,14 @@ impl Backend {
         streamer.settle_auto(cfg, compute).map(|t| t.line())
     }
 
+    /// `--cache-warm`, once the budget is settled (see [`Streamer::start_warm`]).
+    pub(super) fn start_warm(&mut self) -> Result<(), crate::stream::StreamError> {
+        match self {
+            Backend::Resident => Ok(()),
+            Backend::Stream { streamer, cfg } => streamer.start_warm(cfg),
+        }
+    }
+
     /// `--drop-cold-experts` (0 when off or resident).
     pub(super) fn drop_cold(&self) -> f32 {
         match self {

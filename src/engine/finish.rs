@@ -152,6 +152,11 @@ pub(super) fn report(
             path.display()
         ));
     }
+    let warm_lines = backend
+        .streamer()
+        .and_then(|s| s.finish_warm())
+        .map(|(line, saved)| vec![line, format!("moe-warm: {saved}")])
+        .unwrap_or_default();
     let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
     let prefetch = match &backend {
         Backend::Stream { streamer, cfg: sc } => report::prefetch_report(streamer, sc, m.predicted),
@@ -177,6 +182,7 @@ pub(super) fn report(
             .map(|(a, b)| b.saturating_sub(a)),
         peak_resident_bytes: peak_resident,
         prefetch,
+        warm_lines,
         experts_used: k,
         experts_used_model: layout.n_expert_used,
         drop_cold: backend.drop_cold(),

@@ -87,6 +87,8 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     /// Read-ahead: settings and the flash actor's verdicts.
     pub prefetch: PrefetchReport,
+    /// `--cache-warm`: what was read ahead and used, and the profile saved.
+    pub warm_lines: Vec<String>,
     /// Experts routed per token (after `--n-expert-used`) and the model's own count.
     pub experts_used: u32,
     pub experts_used_model: u32,
@@ -183,6 +185,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         None => None,
     };
     notes.extend(backend.settle_auto(&model, ctx.n_ctx(), prefill.ubatch, mtp.is_some()));
+    backend.start_warm()?;
     let reader = backend.streamer().map(config::ReaderFacts::of);
     let mut startup = Startup {
         load: t_load.elapsed(),

@@ -26,6 +26,7 @@ impl RunReport {
             v.extend(self.stream_lines(&t));
             v.extend(self.prefetch_line());
             v.extend(self.predict_line());
+            v.extend(self.warm_lines.iter().cloned());
         }
         v.extend(self.drop_line());
         if self.speculation != Speculation::Off {
@@ -342,6 +343,7 @@ mod tests {
             peak_resident_bytes: 0,
             peak_rss_bytes: 0,
             prefetch: PrefetchReport::default(),
+            warm_lines: Vec::new(),
             experts_used: 2,
             experts_used_model: 2,
             drop_cold: 0.0,

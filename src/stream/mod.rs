@@ -8,9 +8,11 @@ mod hook;
 pub mod memory;
 mod predict;
 mod trace;
+mod warm;
 
 pub use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
 pub use predict::Predictor;
+pub use warm::{WarmSession, WarmSource};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -51,6 +53,8 @@ pub enum StreamError {
     PredictUnsupported(String),
     #[error("--route-trace {path}: {reason}", path = path.display())]
     RouteTrace { path: PathBuf, reason: String },
+    #[error("--cache-warm {0}")]
+    Warm(String),
     #[error("--inject-faults reads one file; this model is split into shards")]
     FaultsOnSplit,
     #[error("cannot find llama.cpp's mapping of {0} in /proc/self/maps")]
@@ -191,6 +195,8 @@ pub struct StreamConfig {
     pub policy: CachePolicy,
     /// `--route-trace FILE`: record the verify decodes' routing there.
     pub route_trace: Option<PathBuf>,
+    /// `--cache-warm`: start the cache from earlier runs' hottest experts.
+    pub warm: WarmSource,
 }
 
 impl Default for StreamConfig {
@@ -208,6 +214,7 @@ impl Default for StreamConfig {
             faults: None,
             policy: CachePolicy::default(),
             route_trace: None,
+            warm: WarmSource::Off,
         }
     }
 }
@@ -318,6 +325,9 @@ pub struct Streamer {
     /// file it writes, until the run's end moves it into place.
     route_trace: Mutex<Option<trace::RouteTraceWriter>>,
     route_trace_file: Mutex<Option<PendingFile>>,
+    /// `--cache-warm` (None when off), from [`Streamer::start_warm`].
+    warm: Option<WarmSession>,
+    model_path: PathBuf,
 }
 
 impl Streamer {
@@ -396,7 +406,41 @@ impl Streamer {
             observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
             route_trace: Mutex::new(route_trace),
             route_trace_file: Mutex::new(route_trace_file),
+            warm: None,
+            model_path: model_path.to_path_buf(),
         })
+    }
+
+    /// `--cache-warm`, once the budget is settled: find the profile and queue
+    /// its hottest slots for the flash actor (read while the prompt is
+    /// prefilled, after every demand).
+    pub fn start_warm(&mut self, cfg: &StreamConfig) -> Result<(), StreamError> {
+        if cfg.warm == WarmSource::Off {
+            return Ok(());
+        }
+        let shape = warm::model_shape(&self.layout, self.k)?;
+        if let Some((session, plan)) =
+            WarmSession::open(&cfg.warm, &self.model_path, shape, self.budget_bytes)?
+        {
+            let empty = plan.keys.is_empty() && plan.rates.is_empty();
+            if !empty && !self.flash.warm(plan.keys, plan.rates) {
+                self.notes
+                    .push("--cache-warm: the flash actor was busy; nothing read ahead".into());
+            }
+            self.warm = Some(session);
+        }
+        Ok(())
+    }
+
+    /// `--cache-warm`: the summary line, and the profile saved with this
+    /// run's routing (a failed save is said, not fatal). None when off.
+    pub fn finish_warm(&self) -> Option<(String, String)> {
+        let session = self.warm.as_ref()?;
+        let c = self.flash.counters();
+        let saved = session
+            .save(c)
+            .unwrap_or_else(|e| format!("profile not saved: {e}"));
+        Some((session.line(c), saved))
     }
 
     /// Move the `--route-trace` file into place (the verify hook, and with it

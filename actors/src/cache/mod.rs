@@ -225,6 +225,12 @@ impl ExpertCache {
         }
     }
 
+    /// Start the frequency-aware policies from an earlier run's routing rates
+    /// (see [`UseCounts::seed`]).
+    pub fn seed_counts(&mut self, passes: u32, rates: &[(SlotKey, f32)]) {
+        self.counts.seed(passes, rates);
+    }
+
     /// Keys `requester` has pinned.
     pub fn pinned(&self, requester: Requester) -> &[SlotKey] {
         &self.pinned[requester.index()]

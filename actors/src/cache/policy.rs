@@ -80,6 +80,19 @@ impl UseCounts {
         self.layer = Some(layer);
     }
 
+    /// Start from an earlier run's routing: as if `passes` passes had routed
+    /// each slot at its rate (uses per pass, at most 1). Aging fades them like
+    /// any count.
+    pub fn seed(&mut self, passes: u32, rates: &[(SlotKey, f32)]) {
+        self.passes += passes;
+        for &(k, r) in rates {
+            let n = (f64::from(r.clamp(0.0, 1.0)) * f64::from(passes)).round() as u32;
+            if n > 0 {
+                *self.uses.entry(k).or_insert(0) += n;
+            }
+        }
+    }
+
     pub fn used(&mut self, key: SlotKey) {
         *self.uses.entry(key).or_insert(0) += 1;
     }
@@ -163,6 +176,15 @@ mod tests {
         assert!(u.steps_to_next_use(k(3, 0), 4) > u.steps_to_next_use(k(0, 0), 4));
         // An expert never used is far off whatever its layer.
         assert!(u.steps_to_next_use(k(0, 1), 4) > u.steps_to_next_use(k(3, 0), 4));
+    }
+
+    #[test]
+    fn a_seed_counts_as_passes_at_the_given_rates() {
+        let mut u = UseCounts::default();
+        u.seed(32, &[(k(0, 1), 0.5), (k(1, 2), 2.0), (k(1, 3), 0.001)]);
+        assert_eq!((u.passes, u.uses(k(0, 1)), u.uses(k(1, 2))), (32, 16, 32));
+        assert_eq!(u.uses(k(1, 3)), 0);
+        assert!(u.steps_to_next_use(k(0, 1), 2) < u.steps_to_next_use(k(0, 0), 2));
     }
 
     #[test]

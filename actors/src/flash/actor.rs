@@ -10,6 +10,10 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
 use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader};
 use crate::cache::{ExpertCache, Requester, SlotKey};
+
+/// Passes a warm-start profile counts as in the cache's use counts: half an
+/// aging period, so the run's own routing outweighs it within a few dozen tokens.
+pub(super) const WARM_SEED_PASSES: u32 = crate::cache::AGE_PASSES / 2;
 use crate::proj::Proj;
 
 pub(super) struct Actor {
@@ -53,9 +57,8 @@ impl Actor {
     /// once the actor's state is dropped) or when every sender is gone.
     pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<Sender<()>> {
         let done = loop {
-            let idle_work = !self.queue.is_empty()
-                || !self.background.is_empty()
-                || !self.warm.is_empty();
+            let idle_work =
+                !self.queue.is_empty() || !self.background.is_empty() || !self.warm.is_empty();
             let msg = if !idle_work {
                 match rx.recv() {
                     Ok(m) => m,
@@ -132,7 +135,8 @@ impl Actor {
                     }
                 }
             }
-            Msg::Warm(keys) => {
+            Msg::Warm { keys, rates } => {
+                self.cache.seed_counts(WARM_SEED_PASSES, &rates);
                 let known = |k: &SlotKey| {
                     k.expert < self.n_expert.get(k.layer as usize).copied().unwrap_or(0)
                 };

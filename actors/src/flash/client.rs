@@ -305,15 +305,16 @@ impl Flash {
         }
     }
 
-    /// Warm start: read `keys` (hottest first) when the actor is idle, after
-    /// demands and read-ahead, only into free budget. False when the request
-    /// channel is full (nothing queued).
-    pub fn warm(&self, keys: Vec<SlotKey>) -> bool {
+    /// Warm start: seed the cache policy's use counts with `rates` (an
+    /// earlier run's uses per pass), and read `keys` (hottest first) when the
+    /// actor is idle, after demands and read-ahead, only into free budget.
+    /// False when the request channel is full (nothing done).
+    pub fn warm(&self, keys: Vec<SlotKey>, rates: Vec<(SlotKey, f32)>) -> bool {
         let n = keys.len() as u64;
         let sent = self
             .tx
             .as_ref()
-            .is_some_and(|tx| tx.try_send(Msg::Warm(keys)).is_ok());
+            .is_some_and(|tx| tx.try_send(Msg::Warm { keys, rates }).is_ok());
         if sent {
             self.counters
                 .warm_queued_slots

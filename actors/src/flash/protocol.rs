@@ -44,9 +44,13 @@ pub(super) enum Msg {
         layer: u32,
         experts: Vec<u32>,
     },
-    /// Warm start: read these on idle slots, after every other read, only
+    /// Warm start: seed the policy's use counts with `rates` (uses per
+    /// pass), then read `keys` on idle slots, after every other read, only
     /// into free budget (nothing is evicted for them), unpinned.
-    Warm(Vec<SlotKey>),
+    Warm {
+        keys: Vec<SlotKey>,
+        rates: Vec<(SlotKey, f32)>,
+    },
     Release(Requester),
     /// A new byte budget for the cache.
     SetBudget(u64),

@@ -320,7 +320,8 @@ fn warm_start_fills_free_budget_only_counts_use_and_decode_routing() {
     assert_eq!(verify.demand(0, &[0, 1]).unwrap().misses, 2);
     let key = |layer, expert| crate::cache::SlotKey { layer, expert };
     // Planned: one resident already (skipped), two that fit, then no room.
-    assert!(flash.warm(vec![key(0, 1), key(1, 2), key(2, 3), key(2, 0), key(9, 9)]));
+    let keys = vec![key(0, 1), key(1, 2), key(2, 3), key(2, 0), key(9, 9)];
+    assert!(flash.warm(keys, vec![(key(1, 2), 0.5)]));
     wait_for("warm reads", || ld(&c.warm_queued_slots) == 0);
     assert_eq!(ld(&c.warm_read_slots), 2);
     assert_eq!(ld(&c.warm_read_bytes), 2 * slot);

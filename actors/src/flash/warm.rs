@@ -13,8 +13,8 @@ impl Actor {
     /// A verify demand of `experts` at `layer` hit `hits`: count the warm
     /// slots used, and a single token's routing for the profile.
     pub(super) fn note_demand_hits(&mut self, layer: u32, experts: &[u32], hits: &[SlotKey]) {
-        let single = self.prefetch_max_experts > 0
-            && experts.len() <= self.prefetch_max_experts as usize;
+        let single =
+            self.prefetch_max_experts > 0 && experts.len() <= self.prefetch_max_experts as usize;
         if single {
             self.counters.count_decode_uses(layer, experts);
         }
@@ -65,9 +65,6 @@ impl Actor {
         if admitted.is_empty() {
             return;
         }
-        // Unused warm slots go before anything a demand used; the plan is
-        // hottest first and the latest demotion goes first, so the coldest do.
-        self.cache.demote(&admitted);
         self.make_room(&[], &admitted);
         let span = tracing::debug_span!("flash.warm", n = admitted.len());
         let _g = span.enter();

@@ -51,11 +51,17 @@ fn another_model_is_named_as_such() {
     let mut other = shape();
     other.identity = 1;
     let e = WarmProfile::for_model(&p.to_bytes(), &other).unwrap_err();
-    assert!(matches!(e, WarmError::Mismatch(ref why) if why.contains("identity")), "{e}");
+    assert!(
+        matches!(e, WarmError::Mismatch(ref why) if why.contains("identity")),
+        "{e}"
+    );
     let mut wider = shape();
     wider.n_expert = 8;
     let e = WarmProfile::for_model(&p.to_bytes(), &wider).unwrap_err();
-    assert!(matches!(e, WarmError::Mismatch(ref why) if why.contains("x 8")), "{e}");
+    assert!(
+        matches!(e, WarmError::Mismatch(ref why) if why.contains("x 8")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -91,10 +97,7 @@ fn the_plan_takes_hot_slots_of_skewed_layers_hottest_first_within_half_the_budge
 
 #[test]
 fn tokens_are_routings_over_k_per_moe_layer() {
-    let s = ModelShape {
-        k: 2,
-        ..shape()
-    };
+    let s = ModelShape { k: 2, ..shape() };
     // Two MoE layers, k 2: 4 routings per token.
     assert_eq!(run_tokens(&s, &[2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1]), 2.0);
 }
