@@ -174,7 +174,8 @@ fn usage_errors(
         Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
         | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
         | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. }))
-        | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_))) => {
+        | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_)))
+        | Err(EngineError::Stream(e @ StreamError::Warm(_))) => {
             Err(UsageError(e.to_string()).into())
         }
         Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {

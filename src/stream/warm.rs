@@ -154,12 +154,17 @@ impl WarmSession {
                 WarmProfile::empty(shape.clone()),
                 "no profile yet; this run's is saved".into(),
             ),
-            Err(source) => {
-                return Err(StreamError::Io {
-                    what: format!("--cache-warm: read {}", path.display()),
-                    source,
-                })
+            Err(e) if strict => {
+                return Err(StreamError::Warm(format!(
+                    "{}: cannot read it ({e}); name a profile file (created when missing) or use \
+                     --cache-warm auto",
+                    path.display()
+                )))
             }
+            Err(e) => (
+                WarmProfile::empty(shape.clone()),
+                format!("profile not read ({e}); this run's replaces it"),
+            ),
         };
         let (keys, rates) = if prior.is_mature() {
             (prior.plan(budget_bytes), prior.rates())

@@ -19,4 +19,5 @@ mod split;
 mod stream;
 mod telemetry;
 mod tracing;
+mod warm;
 mod zoo;

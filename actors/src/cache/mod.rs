@@ -258,6 +258,40 @@ impl ExpertCache {
         admitted
     }
 
+    /// Insert unpinned `keys` (warm start, hottest first): into free budget,
+    /// else in place of the policy's next victims when each was demanded less
+    /// often than the key (use counts, seeded or counted). Stops at the first
+    /// key that finds neither. Returns (admitted, evicted).
+    pub fn admit_replacing(&mut self, keys: &[SlotKey]) -> (Vec<SlotKey>, Vec<SlotKey>) {
+        let (mut admitted, mut evicted) = (Vec::new(), Vec::new());
+        'keys: for &k in keys {
+            if self.entries.contains_key(&k) {
+                continue;
+            }
+            let b = self.bytes(k);
+            while self.resident_bytes + b > self.budget_bytes {
+                let victim = self.eviction_order(b).into_iter().next();
+                match victim {
+                    Some(v) if self.counts.uses(v) < self.counts.uses(k) => {
+                        if let Some(e) = self.entries.remove(&v) {
+                            self.lru.remove(&e.tick);
+                            self.resident_bytes -= self.bytes(v);
+                            evicted.push(v);
+                        }
+                    }
+                    _ => break 'keys,
+                }
+            }
+            self.entries.insert(k, Entry { tick: 0, pins: 0 });
+            self.resident_bytes += b;
+            self.touch(k);
+            admitted.push(k);
+        }
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        debug_assert!(self.accounting_holds(), "{self:?}");
+        (admitted, evicted)
+    }
+
     /// Drop slots that could not be loaded (a failed read): they are not resident.
     pub fn forget(&mut self, keys: &[SlotKey]) {
         for k in keys {

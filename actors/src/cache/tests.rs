@@ -173,3 +173,27 @@ fn never_exceeds_budget_over_random_sequences() {
         }
     }
 }
+
+#[test]
+fn warm_slots_replace_only_slots_demanded_less_often() {
+    let mut c = ExpertCache::with_policy(300, vec![100; 4], CachePolicy::Cycle);
+    c.seed_counts(32, &[(k(2, 0), 0.5), (k(2, 1), 0.25), (k(0, 1), 0.25)]);
+    // Free room for one: (2, 0) goes in without evicting anything.
+    let (a, e) = c.admit_replacing(&[k(2, 0)]);
+    assert_eq!((a, e), (vec![k(2, 0)], vec![]));
+    // A prompt's demand fills the rest; (0, 1) was routed often, (0, 2) never.
+    c.request(Requester::Verify, &[k(0, 1), k(0, 2)]);
+    c.release(Requester::Verify);
+    // (2, 1) takes the place of (0, 2) (used once), not of (0, 1) or (2, 0);
+    // (2, 2) was never routed: it replaces nothing and the rest is not tried.
+    let (a, e) = c.admit_replacing(&[k(2, 1), k(2, 2), k(2, 3)]);
+    assert_eq!((a, e), (vec![k(2, 1)], vec![k(0, 2)]));
+    assert!(c.contains(k(0, 1)) && c.contains(k(2, 0)));
+    assert_eq!(c.resident_bytes(), 300);
+    // Pinned slots are never replaced.
+    c.request(Requester::Verify, &[k(1, 0)]);
+    let mut c2 = ExpertCache::new(100, vec![100; 4]);
+    c2.request(Requester::Verify, &[k(1, 0)]);
+    c2.seed_counts(32, &[(k(3, 3), 1.0)]);
+    assert_eq!(c2.admit_replacing(&[k(3, 3)]), (vec![], vec![]));
+}

@@ -37,8 +37,9 @@ impl Actor {
         }
     }
 
-    /// Read one chunk of the warm-start plan into free budget. Slots already
-    /// resident are skipped; when the budget has no room left, so is the rest.
+    /// Read one chunk of the warm-start plan into free budget or in place of
+    /// slots demanded less often (see `ExpertCache::admit_replacing`). Slots
+    /// already resident are skipped; once a slot finds no room, so is the rest.
     pub(super) fn warm_step(&mut self) {
         let c = self.counters.clone();
         let mut keys = Vec::with_capacity(self.prefetch_chunk);
@@ -54,7 +55,7 @@ impl Actor {
                 keys.push(k);
             }
         }
-        let admitted = self.cache.admit(&keys);
+        let (admitted, evicted) = self.cache.admit_replacing(&keys);
         if admitted.len() < keys.len() {
             let rest = self.warm.len() as u64;
             skipped += (keys.len() - admitted.len()) as u64 + rest;
@@ -65,7 +66,7 @@ impl Actor {
         if admitted.is_empty() {
             return;
         }
-        self.make_room(&[], &admitted);
+        self.make_room(&evicted, &admitted);
         let span = tracing::debug_span!("flash.warm", n = admitted.len());
         let _g = span.enter();
         match self.read_misses(&admitted, &ALL_PROJ) {
