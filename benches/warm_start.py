@@ -14,6 +14,7 @@ first 16 and with its 65-80 (what a cold cache reaches only after 64 tokens).
 
 import argparse
 import csv
+import math
 import os
 import shutil
 import statistics
@@ -38,7 +39,7 @@ def run(bmoe, model, prompt, n, cache, warm, csv_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    return [l for l in p.stderr.splitlines() if l.startswith("moe-warm:")]
+    return [l for l in p.stderr.splitlines() if l.startswith("moe-cache-warm:")]
 
 
 def decode_rows(csv_path):
@@ -48,13 +49,14 @@ def decode_rows(csv_path):
 
 
 def window(rows, a, b):
-    """Hit % and tok/s over decode tokens a..b (1-based, inclusive)."""
+    """Hit %, tok/s and MiB read per token over decode tokens a..b (1-based, inclusive)."""
     w = rows[a - 1:b]
     hits = sum(int(r["cache_hits"]) for r in w)
     misses = sum(int(r["cache_misses"]) for r in w)
     ms = sum(float(r["wall_ms"]) for r in w)
+    mib = sum(int(r["read_bytes"]) for r in w) / 2**20 / max(1, len(w))
     hit = 100.0 * hits / max(1, hits + misses)
-    return hit, 1000.0 * len(w) / ms if ms > 0 else 0.0
+    return hit, 1000.0 * len(w) / ms if ms > 0 else 0.0, mib
 
 
 def main():
@@ -97,6 +99,10 @@ def main():
     write_summary(out, a, results)
 
 
+def geo(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs and min(xs) > 0 else 0.0
+
+
 def write_summary(out, a, results):
     med = statistics.median
     lines = [
@@ -104,8 +110,9 @@ def write_summary(out, a, results):
         "",
         f"Command: benches/warm_start.py -m {a.model} --cache-mb {a.cache_mb} -n {a.n} --rounds {a.rounds}",
         "",
-        "| round | prompt | cold hit 1-16 | cold hit 65-80 | warm hit 1-16 | cold tok/s 1-16 | warm tok/s 1-16 | warm/cold |",
-        "|---|---|---|---|---|---|---|---|",
+        "| round | prompt | cold hit 1-16 | cold hit 65-80 | warm hit 1-16 | MiB/token 1-16 cold | warm "
+        "| cold tok/s 1-16 | warm tok/s 1-16 | warm/cold |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = []
     for c in results:
@@ -113,14 +120,16 @@ def write_summary(out, a, results):
         ratio = wf[1] / cf[1] if cf[1] else 0.0
         ratios.append(ratio)
         lines.append(f"| {c['round']} | {c['prompt']} | {cf[0]:.1f}% | {cl[0]:.1f}% | {wf[0]:.1f}% | "
-                     f"{cf[1]:.2f} | {wf[1]:.2f} | {ratio:.2f}x |")
+                     f"{cf[2]:.1f} | {wf[2]:.1f} | {cf[1]:.2f} | {wf[1]:.2f} | {ratio:.2f}x |")
     col = lambda k, w, i: [c[k][w][i] for c in results]
     lines += [
         "",
         f"Medians: cold hit 1-16 {med(col('cold', 'first', 0)):.1f}%, cold hit 65-80 "
         f"{med(col('cold', 'late', 0)):.1f}%, warm hit 1-16 {med(col('warm', 'first', 0)):.1f}%; "
         f"tok/s 1-16 cold {med(col('cold', 'first', 1)):.2f}, warm {med(col('warm', 'first', 1)):.2f}, "
-        f"warm/cold {med(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x).",
+        f"warm/cold {med(ratios):.2f}x (geometric mean {geo(ratios):.2f}x, min {min(ratios):.2f}x, "
+        f"max {max(ratios):.2f}x); MiB/token 1-16 cold {med(col('cold', 'first', 2)):.1f}, "
+        f"warm {med(col('warm', 'first', 2)):.1f}.",
         "",
         "Warm runs' own lines (first cell):",
         "",

@@ -155,7 +155,7 @@ pub(super) fn report(
     let warm_lines = backend
         .streamer()
         .and_then(|s| s.finish_warm())
-        .map(|(line, saved)| vec![line, format!("moe-warm: {saved}")])
+        .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
         .unwrap_or_default();
     let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
     let prefetch = match &backend {

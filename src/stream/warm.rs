@@ -197,7 +197,7 @@ impl WarmSession {
         let read = ld(&c.warm_read_slots);
         let used = ld(&c.warm_used_slots);
         format!(
-            "moe-warm: {} ({}): planned {} slots {:.1} MiB, read {} ({:.1} MiB), used {} of {} \
+            "moe-cache-warm: {} ({}): planned {} slots {:.1} MiB, read {} ({:.1} MiB), used {} of {} \
              ({:.0}%), skipped {} (resident first or no room)",
             self.path.display(),
             self.found,

@@ -26,12 +26,12 @@ fn run_warm(model: &Path, prompt: &str, n: u32, warm: &str, cache_dir: &Path) ->
         .expect("start bmoe")
 }
 
-/// The number after `key` on the first `moe-warm:` line (`read 12 (`).
+/// The number after `key` on the first `moe-cache-warm:` line (`read 12 (`).
 fn warm_number(err: &str, key: &str) -> u64 {
     let line = err
         .lines()
-        .find(|l| l.starts_with("moe-warm:"))
-        .unwrap_or_else(|| panic!("no moe-warm line in\n{err}"));
+        .find(|l| l.starts_with("moe-cache-warm:"))
+        .unwrap_or_else(|| panic!("no moe-cache-warm line in\n{err}"));
     let at = line.find(key).unwrap_or_else(|| panic!("{key} in {line}"));
     line[at + key.len()..]
         .split(|c: char| !c.is_ascii_digit())
@@ -51,13 +51,13 @@ fn a_profile_warms_the_next_run_of_another_prompt_and_never_changes_its_text() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("no profile yet"), "{err}");
     assert!(
-        err.contains("moe-warm: profile saved: 39 tokens over 1 run(s)"),
+        err.contains("moe-cache-warm: profile saved: 39 tokens over 1 run(s)"),
         "{err}"
     );
     let prompt = "The capital of France is";
     let cold = run_warm(model, prompt, 16, "off", dir.path());
     assert!(cold.status.success(), "{}", stderr(&cold));
-    assert!(!stderr(&cold).contains("moe-warm"), "off says nothing");
+    assert!(!stderr(&cold).contains("moe-cache-warm"), "off says nothing");
     let warm = run_warm(model, prompt, 16, p, dir.path());
     let err = stderr(&warm);
     assert!(warm.status.success(), "{err}");
