@@ -9,7 +9,7 @@ decode hit rate over tokens 1-16 and over 65-80, and the decode rate of tokens
 1-16. The summary compares the warm run's first 16 tokens with the cold run's
 first 16 and with its 65-80 (what a cold cache reaches only after 64 tokens).
 
-    benches/warm_start.py -m MODEL [--cache-mb 25%] [-n 80] [--rounds 3] [-o DIR]
+    benches/warm_start.py -m MODEL [--cache-mb 25%] [-n 80] [--rounds 3] [-o NEW_DIR]
 """
 
 import argparse
@@ -20,7 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
+import time
 
 TRAIN = [
     "Write a short story about a dragon who learns to bake bread.",
@@ -66,12 +66,13 @@ def main():
     ap.add_argument("-n", type=int, default=80)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bmoe", default="target/debug/bmoe")
-    ap.add_argument("-o", "--out", default=None, help="run directory (default: a new one under /tmp)")
+    ap.add_argument("-o", "--out", default=None,
+                    help="run directory, must not exist (default: target/bench-results/warm-DATE-TIME)")
     a = ap.parse_args()
     if a.n < 80:
         sys.exit("-n must be at least 80 (tokens 65-80 are compared)")
-    out = a.out or tempfile.mkdtemp(prefix="bmoe-warm-")
-    os.makedirs(out, exist_ok=False if a.out else True)
+    out = a.out or time.strftime("target/bench-results/warm-%Y%m%d-%H%M%S")
+    os.makedirs(out, exist_ok=False)
     profile = os.path.join(out, "trained.bmws")
     for i, p in enumerate(TRAIN):
         lines = run(a.bmoe, a.model, p, a.n, a.cache_mb, profile, os.path.join(out, f"train{i}.csv"))
