@@ -13,6 +13,7 @@
 pub mod balloon;
 mod bound;
 mod cells;
+mod child;
 pub mod host;
 pub mod neighbour;
 mod ratio;

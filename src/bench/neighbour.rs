@@ -18,7 +18,7 @@ pub struct Neighbour {
 impl Neighbour {
     /// Start `exe burn --max-seconds T`.
     pub fn start(exe: &Path, max_seconds: u64) -> Result<Self, BenchError> {
-        let child = Command::new(exe)
+        let child = super::child::dies_with_parent(&mut Command::new(exe))
             .args(["burn", "--max-seconds", &max_seconds.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::balloon::{self, Balloon};
 use super::bound::RoundProbe;
+use super::child;
 use super::host;
 use super::neighbour::Neighbour;
 use super::report::{summary_md, SummaryInputs};
@@ -120,7 +121,7 @@ fn run_child(
     let out = stem.with_extension("out");
     let err = stem.with_extension("err");
     let t0 = Instant::now();
-    let mut child = Command::new(&plan.exe)
+    let mut child = child::dies_with_parent(&mut Command::new(&plan.exe))
         .arg("run")
         .arg("-m")
         .arg(&plan.model)

@@ -57,7 +57,10 @@ fn a_profile_warms_the_next_run_of_another_prompt_and_never_changes_its_text() {
     let prompt = "The capital of France is";
     let cold = run_warm(model, prompt, 16, "off", dir.path());
     assert!(cold.status.success(), "{}", stderr(&cold));
-    assert!(!stderr(&cold).contains("moe-cache-warm"), "off says nothing");
+    assert!(
+        !stderr(&cold).contains("moe-cache-warm"),
+        "off says nothing"
+    );
     let warm = run_warm(model, prompt, 16, p, dir.path());
     let err = stderr(&warm);
     assert!(warm.status.success(), "{err}");
