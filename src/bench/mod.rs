@@ -20,6 +20,7 @@ mod ratio;
 mod report;
 pub mod runner;
 mod summary;
+mod traced;
 mod workload;
 
 use std::path::PathBuf;

@@ -19,6 +19,8 @@ pub(super) struct SummaryInputs<'a> {
     pub layout: &'a MoeLayout,
     /// Every round's probe step.
     pub probes: &'a [RoundProbe],
+    /// What the read probe read.
+    pub probe_what: &'a str,
     pub cells: &'a [CellSummary],
     pub results: &'a [RunResult],
     /// When the bench started (`utc_now`).
@@ -42,6 +44,7 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
     md.push_str(&probes_table(
         s.probes,
         s.layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
+        s.probe_what,
     ));
     let _ = writeln!(md, "\n## Cells\n");
     md.push_str(&cells_table(s.cells));

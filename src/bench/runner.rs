@@ -18,6 +18,7 @@ use super::child;
 use super::host;
 use super::neighbour::Neighbour;
 use super::report::{summary_md, SummaryInputs};
+use super::traced::{self, ProbeSlices};
 use super::{summarize, BenchError, Bound, Cell, CellSummary, RunResult};
 use crate::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
@@ -110,7 +111,7 @@ fn last_line(path: &Path) -> String {
 }
 
 /// Start one `bmoe run` and wait for it (at most `timeout`).
-fn run_child(
+pub(super) fn run_child(
     plan: &BenchPlan,
     args: &[String],
     prompt_path: &Path,
@@ -165,13 +166,12 @@ fn run_child(
 
 /// Read bandwidth per queue depth on the model's expert slices (O_DIRECT,
 /// the engine's own reader).
-fn probe_bandwidth(plan: &BenchPlan, layout: &MoeLayout) -> Result<Vec<(u32, f64)>, BenchError> {
-    let (file, slices) = crate::stream::probe_slices(layout);
+fn probe_bandwidth(plan: &BenchPlan, probe: &ProbeSlices) -> Result<Vec<(u32, f64)>, BenchError> {
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
-            &file,
-            &slices,
+            &probe.file,
+            &probe.slices,
             d.max(1),
             true,
             Duration::from_secs_f64(plan.probe.seconds),
@@ -219,7 +219,7 @@ fn probe_round(
 ) -> Result<RoundProbe, BenchError> {
     let plan = env.plan;
     let before = host::sample(env.device);
-    let read = probe_bandwidth(plan, &env.layout)?;
+    let read = probe_bandwidth(plan, &env.probe)?;
     let stem = env.runs_dir.join(format!("probe-resident-{round}"));
     let mut flags = Vec::new();
     let resident = match (env.fixed_resident_tok_s, previous) {
@@ -282,6 +282,8 @@ struct BenchEnv<'a> {
     runs_dir: PathBuf,
     prompt_path: PathBuf,
     layout: MoeLayout,
+    /// What the read probe reads (the workload's routed slices when traced).
+    probe: ProbeSlices,
     device: Option<(u32, u32)>,
     /// Measured once before the balloon: under it the page cache cannot hold
     /// the model and a resident run would be a disk measurement.
@@ -293,11 +295,19 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     let started = utc_now();
     let (runs_dir, prompt_path, layout) = prepare(plan)?;
     let avail0 = memory::mem_available_bytes();
+    crate::say!("bench: tracing the workload's routed experts (one unmeasured streamed run)");
+    let context: Vec<String> = super::cells::widest_context(&plan.cells)
+        .into_iter()
+        .flatten()
+        .collect();
+    let stem = runs_dir.join("workload-trace");
+    let probe = traced::workload(plan, &layout, (&prompt_path, &stem), &context)?;
     let mut env = BenchEnv {
         plan,
         runs_dir,
         prompt_path,
         layout,
+        probe,
         device: host::device_of(&plan.model),
         fixed_resident_tok_s: None,
     };
@@ -320,6 +330,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         plan,
         layout: &env.layout,
         probes: &m.probes,
+        probe_what: &env.probe.what,
         cells: &cells,
         results: &m.results,
         started: &started,

@@ -316,7 +316,7 @@ pub fn cells_table(s: &[CellSummary]) -> String {
 /// The probe steps (markdown), one row per round: bandwidth per depth, the
 /// resident rate, the step's seconds, other processes' CPU and flags; then
 /// each column's spread.
-pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
+pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64, what: &str) -> String {
     let mut out = String::new();
     let depths: Vec<u32> = probes
         .first()
@@ -358,7 +358,7 @@ pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64) -> String {
     let _ = writeln!(
         out,
         "
-Random {slice_bytes} B expert-slice reads, O_DIRECT, the engine's reader; resident \
+Random {slice_bytes} B reads of {what}, O_DIRECT, the engine's reader; resident \
          rate: a `--resident` decode of the bench's -n tokens with the model in the page cache. Spread over \
          the rounds (max / min − 1):"
     );

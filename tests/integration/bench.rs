@@ -97,6 +97,22 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
         summary.contains("- bench overhead: 2 probe steps took"),
         "{summary}"
     );
+    // The probe reads what the workload routes to: a subset of the file's
+    // slices, traced by a run that is not one of the cells'.
+    let layout_slices = 3 * 8 * bmoe::layout::MoeLayout::open(e8k2()).unwrap().n_layer as usize;
+    let what = summary
+        .lines()
+        .find(|l| l.starts_with("Random "))
+        .expect("the probe's description");
+    let n: usize = what
+        .split("reads of the ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("workload slices in {what}"));
+    assert!(n > 0 && n < layout_slices, "{what}");
+    assert!(what.contains("the workload routes to"), "{what}");
+    assert!(out.join("runs/workload-trace.trace").exists());
     let serial = row(&summary, "serial (baseline)");
     // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound |
     // prefill s | prefill x baseline | prefill reads x distinct | text |
