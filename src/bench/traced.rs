@@ -56,12 +56,13 @@ pub fn workload(
     Ok(match pairs {
         Ok(p) if !p.is_empty() => {
             let slices = slices_of(layout, &all.file, &p);
+            let name = stem.file_name().map(|n| n.to_string_lossy().into_owned());
             let what = format!(
                 "the {} expert slices ({} layer-expert pairs) the workload routes to, traced by \
-                 `{}`",
+                 one unmeasured `--cache-mb 0` run (runs/{}.*)",
                 slices.len(),
                 p.len(),
-                stem.with_extension("err").display()
+                name.unwrap_or_default()
             );
             ProbeSlices {
                 file: all.file,
