@@ -26,6 +26,16 @@ pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
 pub const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
 /// Fewer reads than this make ms/read too thin to judge.
 pub const DEVICE_MIN_READS: u64 = 256;
+/// A run whose CPU kernel (timed just before it) is this factor slower or
+/// faster than its reference's is flagged: the counters above miss a CPU
+/// that runs at another speed (a host's frequency or a neighbour on the
+/// same physical core).
+pub const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
+/// Steps of the CPU kernel's dependent multiply-add chain (a few ms).
+const CPU_KERNEL_STEPS: u32 = 2_000_000;
+/// The kernel is timed this many times; the fastest counts (a preemption
+/// inside one repeat is left out).
+const CPU_KERNEL_REPEATS: usize = 5;
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +50,8 @@ pub struct HostSample {
     pub mem_available_bytes: Option<u64>,
     pub mem_total_bytes: Option<u64>,
     pub cached_bytes: Option<u64>,
+    /// The CPU kernel's time just before this sample ([`sample_timed`]).
+    pub cpu_kernel_ms: Option<f64>,
 }
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
@@ -92,6 +104,8 @@ pub struct Conditions {
     pub mem_available_mib: Option<f64>,
     pub cached_mib: Option<f64>,
     pub mem_total_mib: Option<f64>,
+    /// The CPU kernel's milliseconds just before the first sample (None: not timed).
+    pub cpu_kernel_ms: Option<f64>,
 }
 
 /// Parse the aggregate `cpu` line of `/proc/stat`.
@@ -178,7 +192,33 @@ pub fn sample(device: Option<(u32, u32)>) -> HostSample {
         mem_available_bytes: parse_key(&meminfo, "MemAvailable"),
         mem_total_bytes: parse_key(&meminfo, "MemTotal"),
         cached_bytes: parse_key(&meminfo, "Cached"),
+        cpu_kernel_ms: None,
     }
+}
+
+/// [`sample`], after timing the CPU kernel ([`time_cpu_kernel`]).
+pub fn sample_timed(device: Option<(u32, u32)>) -> HostSample {
+    let ms = time_cpu_kernel();
+    HostSample {
+        cpu_kernel_ms: Some(ms),
+        ..sample(device)
+    }
+}
+
+/// Milliseconds of a fixed single-threaded dependent multiply-add chain, the
+/// fastest of a few repeats: how fast one core runs now.
+pub fn time_cpu_kernel() -> f64 {
+    (0..CPU_KERNEL_REPEATS)
+        .map(|_| {
+            let t0 = Instant::now();
+            let mut x = std::hint::black_box(1.0f64);
+            for i in 0..CPU_KERNEL_STEPS {
+                x = x.mul_add(0.999_999_9, f64::from(i & 7) * 1e-9);
+            }
+            std::hint::black_box(x);
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// The conditions between `a` and a later sample `b`.
@@ -229,6 +269,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         mem_available_mib: mib(a.mem_available_bytes),
         cached_mib: mib(a.cached_bytes),
         mem_total_mib: mib(a.mem_total_bytes),
+        cpu_kernel_ms: a.cpu_kernel_ms,
     }
 }
 
@@ -256,6 +297,15 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
     {
         if (x - y).abs() > MEM_AVAILABLE_SHARE_LIMIT * t {
             out.push(format!("MemAvailable {x:.0} MiB (reference {y:.0})"));
+        }
+    }
+    if let (Some(x), Some(y)) = (c.cpu_kernel_ms, r.cpu_kernel_ms) {
+        if x > 0.0 && y > 0.0 && (x / y).max(y / x) > CPU_KERNEL_FACTOR_LIMIT {
+            let how = if x > y { "slower" } else { "faster" };
+            out.push(format!(
+                "CPU {:.0}% {how} (kernel {x:.2} ms, reference {y:.2})",
+                ((x / y).max(y / x) - 1.0) * 100.0
+            ));
         }
     }
     out
@@ -293,6 +343,8 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);
     let mut avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
     avail.sort_by(f64::total_cmp);
+    let mut kernel: Vec<f64> = cs.iter().filter_map(|c| c.cpu_kernel_ms).collect();
+    kernel.sort_by(f64::total_cmp);
     Some(Conditions {
         other_cpu_cores: min(|c| c.other_cpu_cores),
         steal_cores: min(|c| c.steal_cores),
@@ -300,6 +352,7 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
         disk_busy_share: min_opt(|c| c.disk_busy_share),
         read_ms: min_opt(|c| c.read_ms),
         mem_available_mib: avail.get(avail.len() / 2).copied(),
+        cpu_kernel_ms: kernel.get(kernel.len() / 2).copied(),
         ..first
     })
 }
@@ -360,6 +413,7 @@ mod tests {
                 io_ticks_ms: 0,
             }),
             mem_available_bytes: Some(1 << 30),
+            cpu_kernel_ms: None,
             mem_total_bytes: Some(2 << 30),
             cached_bytes: Some(0),
         }
@@ -395,6 +449,31 @@ mod tests {
     }
 
     #[test]
+    fn a_cpu_at_another_speed_is_flagged_both_ways() {
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_secs(10);
+        let timed = |ms: f64| HostSample {
+            cpu_kernel_ms: Some(ms),
+            ..sample_at(t0, 0, 0, 0, 0)
+        };
+        let run = |ms: f64| conditions(&timed(ms), &sample_at(t1, 1000, 1000, 1000, 0));
+        let reference = quietest(&[run(4.0), run(5.0), run(4.2)]).unwrap();
+        assert_eq!(reference.cpu_kernel_ms, Some(4.2), "the median");
+        assert!(flags(&run(4.5), &reference).is_empty(), "within 10%");
+        let slow = flags(&run(5.0), &reference);
+        assert_eq!(slow.len(), 1, "{slow:?}");
+        assert!(
+            slow[0].starts_with("CPU 19% slower (kernel 5.00 ms"),
+            "{slow:?}"
+        );
+        assert!(flags(&run(3.5), &reference)[0].starts_with("CPU 20% faster"));
+        // Not timed: not judged.
+        let untimed = conditions(&sample_at(t0, 0, 0, 0, 0), &sample_at(t1, 1, 1, 1, 0));
+        assert!(flags(&untimed, &reference).is_empty());
+        assert!(time_cpu_kernel() > 0.0);
+    }
+
+    #[test]
     fn a_run_on_a_faster_device_is_off_its_cells_median() {
         let at = |ms: f64, reads: u64| Conditions {
             wall_s: 10.0,
@@ -407,6 +486,7 @@ mod tests {
             mem_available_mib: None,
             cached_mib: None,
             mem_total_mib: None,
+            cpu_kernel_ms: None,
         };
         let cell = [at(3.6, 900), at(3.7, 900), at(1.6, 900), at(3.5, 900)];
         let why = device_flag(&cell[2], &cell).unwrap();

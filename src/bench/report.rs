@@ -173,7 +173,9 @@ fn flag_rule() -> String {
          baseline's runs, a cell whose round's baseline run is flagged, and the probe steps: \
          the quietest baseline run), other processes took more than {} cores more CPU, steal \
          was more than {} cores higher, other readers read more than {} MiB/s more from the \
-         model's device, or MemAvailable at its start differed by more than {:.0}% of MemTotal; \
+         model's device, MemAvailable at its start differed by more than {:.0}% of MemTotal, \
+         or a single-threaded CPU kernel timed just before it (the CPU kernel ms column; the \
+         reference is the baseline runs' median) was more than {}x slower or faster; \
          or when the device's mean time per read was more than {}x off (either way) the median \
          of the same cell's runs (a run with at least {} reads, a cell with at least three: the \
          same cell reads the same slices, so a different speed is the device's).",
@@ -181,6 +183,7 @@ fn flag_rule() -> String {
         host::STEAL_CORES_LIMIT,
         host::OTHER_READ_MIB_S_LIMIT,
         host::MEM_AVAILABLE_SHARE_LIMIT * 100.0,
+        host::CPU_KERNEL_FACTOR_LIMIT,
         host::DEVICE_MS_FACTOR_LIMIT,
         host::DEVICE_MIN_READS
     )
@@ -204,12 +207,12 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
     let _ = writeln!(
         md,
         "| # | cell | round | tok/s | MiB/token | other CPU cores | steal cores | disk busy % | \
-         device ms/read | other reads MiB/s | MemAvailable MiB | page cache MiB | wall s | csv | \
-         status | flags |"
+         device ms/read | other reads MiB/s | MemAvailable MiB | page cache MiB | CPU kernel ms | \
+         wall s | csv | status | flags |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for (i, r) in results.iter().enumerate() {
         let f = r.csv.as_ref().map(compare::figures);
@@ -244,19 +247,21 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
 /// The conditions columns of a runs-table row.
 fn conditions_cells(c: Option<&host::Conditions>) -> String {
     let Some(c) = c else {
-        return "— | — | — | — | — | — | —".into();
+        return "— | — | — | — | — | — | — | —".into();
     };
     let opt =
         |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
     format!(
-        "{:.2} | {:.2} | {} | {} | {} | {} | {}",
+        "{:.2} | {:.2} | {} | {} | {} | {} | {} | {}",
         c.other_cpu_cores,
         c.steal_cores,
         opt(c.disk_busy_share, 100.0),
         c.read_ms.map_or_else(|| "—".into(), |x| format!("{x:.2}")),
         opt(c.other_read_mib_s, 1.0),
         opt(c.mem_available_mib, 1.0),
-        opt(c.cached_mib, 1.0)
+        opt(c.cached_mib, 1.0),
+        c.cpu_kernel_ms
+            .map_or_else(|| "—".into(), |x| format!("{x:.2}"))
     )
 }
 

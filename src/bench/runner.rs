@@ -218,7 +218,7 @@ fn probe_round(
     previous: Option<&RoundProbe>,
 ) -> Result<RoundProbe, BenchError> {
     let plan = env.plan;
-    let before = host::sample(env.device);
+    let before = host::sample_timed(env.device);
     let read = probe_bandwidth(plan, &env.probe)?;
     let stem = env.runs_dir.join(format!("probe-resident-{round}"));
     let mut flags = Vec::new();
@@ -620,7 +620,7 @@ fn run_cell(
         true => Some(Neighbour::start(&plan.exe, plan.run_timeout.as_secs())?),
         false => None,
     };
-    let before = host::sample(env.device);
+    let before = host::sample_timed(env.device);
     let args = &plan.cells[ci].args;
     let (mut failure, wall_s) = run_child(plan, args, &env.prompt_path, plan.tokens, stem)?;
     let after = host::sample(env.device);
