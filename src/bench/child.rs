@@ -12,9 +12,10 @@ use std::process::Command;
 pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     let arm = move || {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid take no pointers and
-        // are async-signal-safe, as code between fork and exec must be; the
+        // prctl(PR_SET_PDEATHSIG) and getppid take no pointers and are
+        // async-signal-safe, as code between fork and exec must be; the
         // closure allocates nothing before it returns Ok.
+        // SAFETY: as the comment above says.
         let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
@@ -26,7 +27,8 @@ pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
         }
         Ok(())
     };
-    // SAFETY: the hook runs in the forked child before exec and only calls
+    // The hook runs in the forked child before exec and only calls
     // async-signal-safe functions (see `arm`).
+    // SAFETY: as the comment above says.
     unsafe { cmd.pre_exec(arm) }
 }

@@ -10,7 +10,7 @@
 //! the second sample, so its time is not the bench's own.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -26,16 +26,16 @@ pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
 pub const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
 /// Fewer reads than this make ms/read too thin to judge.
 pub const DEVICE_MIN_READS: u64 = 256;
-/// A run whose CPU kernel (timed just before it) is this factor slower or
+/// A run whose CPU kernel (sampled while it ran) is this factor slower or
 /// faster than its reference's is flagged: the counters above miss a CPU
 /// that runs at another speed (a host's frequency or a neighbour on the
 /// same physical core).
 pub const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
-/// Steps of the CPU kernel's dependent multiply-add chain (a few ms).
-const CPU_KERNEL_STEPS: u32 = 2_000_000;
-/// The kernel is timed this many times; the fastest counts (a preemption
-/// inside one repeat is left out).
-const CPU_KERNEL_REPEATS: usize = 5;
+/// Steps of one CPU kernel sample: a dependent multiply-add chain of about
+/// 2 ms on this host.
+const CPU_KERNEL_STEPS: u32 = 500_000;
+/// Time between two samples: 2 ms in 250 take under 1% of one core from the run.
+const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,8 +50,6 @@ pub struct HostSample {
     pub mem_available_bytes: Option<u64>,
     pub mem_total_bytes: Option<u64>,
     pub cached_bytes: Option<u64>,
-    /// The CPU kernel's time just before this sample ([`sample_timed`]).
-    pub cpu_kernel_ms: Option<f64>,
 }
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
@@ -104,7 +102,8 @@ pub struct Conditions {
     pub mem_available_mib: Option<f64>,
     pub cached_mib: Option<f64>,
     pub mem_total_mib: Option<f64>,
-    /// The CPU kernel's milliseconds just before the first sample (None: not timed).
+    /// Median milliseconds of the CPU kernel sampled during the interval
+    /// ([`with_cpu_samples`]; None: not sampled).
     pub cpu_kernel_ms: Option<f64>,
 }
 
@@ -192,33 +191,43 @@ pub fn sample(device: Option<(u32, u32)>) -> HostSample {
         mem_available_bytes: parse_key(&meminfo, "MemAvailable"),
         mem_total_bytes: parse_key(&meminfo, "MemTotal"),
         cached_bytes: parse_key(&meminfo, "Cached"),
-        cpu_kernel_ms: None,
     }
 }
 
-/// [`sample`], after timing the CPU kernel ([`time_cpu_kernel`]).
-pub fn sample_timed(device: Option<(u32, u32)>) -> HostSample {
-    let ms = time_cpu_kernel();
-    HostSample {
-        cpu_kernel_ms: Some(ms),
-        ..sample(device)
-    }
-}
-
-/// Milliseconds of a fixed single-threaded dependent multiply-add chain, the
-/// fastest of a few repeats: how fast one core runs now.
+/// Milliseconds of one fixed single-threaded dependent multiply-add chain:
+/// how fast a core runs now.
 pub fn time_cpu_kernel() -> f64 {
-    (0..CPU_KERNEL_REPEATS)
-        .map(|_| {
-            let t0 = Instant::now();
-            let mut x = std::hint::black_box(1.0f64);
-            for i in 0..CPU_KERNEL_STEPS {
-                x = x.mul_add(0.999_999_9, f64::from(i & 7) * 1e-9);
+    let t0 = Instant::now();
+    let mut x = std::hint::black_box(1.0f64);
+    for i in 0..CPU_KERNEL_STEPS {
+        x = x.mul_add(0.999_999_9, f64::from(i & 7) * 1e-9);
+    }
+    std::hint::black_box(x);
+    t0.elapsed().as_secs_f64() * 1e3
+}
+
+/// Run `work` while a thread beside it times the CPU kernel every
+/// [`CPU_SAMPLE_INTERVAL`]; returns its result and the samples' median (None
+/// when it ended before the first sample). The core's speed moves within
+/// seconds on a shared host, so it is sampled across the run, not before it.
+pub fn with_cpu_samples<T>(work: impl FnOnce() -> T) -> (T, Option<f64>) {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let sampler = s.spawn(move || {
+            let mut ms = Vec::new();
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(CPU_SAMPLE_INTERVAL)
+            {
+                ms.push(time_cpu_kernel());
             }
-            std::hint::black_box(x);
-            t0.elapsed().as_secs_f64() * 1e3
-        })
-        .fold(f64::INFINITY, f64::min)
+            ms
+        });
+        let out = work();
+        drop(stop);
+        let mut ms = sampler.join().unwrap_or_default();
+        ms.sort_by(f64::total_cmp);
+        (out, ms.get(ms.len() / 2).copied())
+    })
 }
 
 /// The conditions between `a` and a later sample `b`.
@@ -269,7 +278,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         mem_available_mib: mib(a.mem_available_bytes),
         cached_mib: mib(a.cached_bytes),
         mem_total_mib: mib(a.mem_total_bytes),
-        cpu_kernel_ms: a.cpu_kernel_ms,
+        cpu_kernel_ms: None,
     }
 }
 
@@ -413,7 +422,6 @@ mod tests {
                 io_ticks_ms: 0,
             }),
             mem_available_bytes: Some(1 << 30),
-            cpu_kernel_ms: None,
             mem_total_bytes: Some(2 << 30),
             cached_bytes: Some(0),
         }
@@ -452,11 +460,13 @@ mod tests {
     fn a_cpu_at_another_speed_is_flagged_both_ways() {
         let t0 = Instant::now();
         let t1 = t0 + std::time::Duration::from_secs(10);
-        let timed = |ms: f64| HostSample {
+        let run = |ms: f64| Conditions {
             cpu_kernel_ms: Some(ms),
-            ..sample_at(t0, 0, 0, 0, 0)
+            ..conditions(
+                &sample_at(t0, 0, 0, 0, 0),
+                &sample_at(t1, 1000, 1000, 1000, 0),
+            )
         };
-        let run = |ms: f64| conditions(&timed(ms), &sample_at(t1, 1000, 1000, 1000, 0));
         let reference = quietest(&[run(4.0), run(5.0), run(4.2)]).unwrap();
         assert_eq!(reference.cpu_kernel_ms, Some(4.2), "the median");
         assert!(flags(&run(4.5), &reference).is_empty(), "within 10%");
@@ -470,7 +480,15 @@ mod tests {
         // Not timed: not judged.
         let untimed = conditions(&sample_at(t0, 0, 0, 0, 0), &sample_at(t1, 1, 1, 1, 0));
         assert!(flags(&untimed, &reference).is_empty());
-        assert!(time_cpu_kernel() > 0.0);
+        let (v, ms) =
+            with_cpu_samples(|| std::thread::sleep(std::time::Duration::from_millis(600)));
+        assert_eq!(v, ());
+        assert!(ms.is_some_and(|m| m > 0.0), "{ms:?}");
+        assert_eq!(
+            with_cpu_samples(|| 7).1,
+            None,
+            "ended before the first sample"
+        );
     }
 
     #[test]

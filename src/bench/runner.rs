@@ -218,8 +218,9 @@ fn probe_round(
     previous: Option<&RoundProbe>,
 ) -> Result<RoundProbe, BenchError> {
     let plan = env.plan;
-    let before = host::sample_timed(env.device);
-    let read = probe_bandwidth(plan, &env.probe)?;
+    let before = host::sample(env.device);
+    let (read, cpu_ms) = host::with_cpu_samples(|| probe_bandwidth(plan, &env.probe));
+    let read = read?;
     let stem = env.runs_dir.join(format!("probe-resident-{round}"));
     let mut flags = Vec::new();
     let resident = match (env.fixed_resident_tok_s, previous) {
@@ -245,7 +246,10 @@ fn probe_round(
             read_bytes_per_s: read,
         },
         wall_s: after.at.duration_since(before.at).as_secs_f64(),
-        conditions: host::conditions(&before, &after),
+        conditions: host::Conditions {
+            cpu_kernel_ms: cpu_ms,
+            ..host::conditions(&before, &after)
+        },
         flags,
     })
 }
@@ -620,9 +624,11 @@ fn run_cell(
         true => Some(Neighbour::start(&plan.exe, plan.run_timeout.as_secs())?),
         false => None,
     };
-    let before = host::sample_timed(env.device);
+    let before = host::sample(env.device);
     let args = &plan.cells[ci].args;
-    let (mut failure, wall_s) = run_child(plan, args, &env.prompt_path, plan.tokens, stem)?;
+    let (res, cpu_ms) =
+        host::with_cpu_samples(|| run_child(plan, args, &env.prompt_path, plan.tokens, stem));
+    let (mut failure, wall_s) = res?;
     let after = host::sample(env.device);
     drop(busy);
     let csv_path = stem.with_extension("csv");
@@ -655,7 +661,10 @@ fn run_cell(
         failure,
         same_text_as_baseline,
         wall_s,
-        conditions: Some(host::conditions(&before, &after)),
+        conditions: Some(host::Conditions {
+            cpu_kernel_ms: cpu_ms,
+            ..host::conditions(&before, &after)
+        }),
         flags: Vec::new(),
     };
     Ok((result, line))
