@@ -239,23 +239,7 @@ impl ExpertCache {
     /// Insert unpinned slots (prefetch) only where the budget has room without
     /// evicting anything; returns the ones admitted (to be read).
     pub fn admit(&mut self, keys: &[SlotKey]) -> Vec<SlotKey> {
-        let mut admitted = Vec::new();
-        for &k in keys {
-            if self.entries.contains_key(&k) {
-                continue;
-            }
-            let b = self.bytes(k);
-            if self.resident_bytes + b > self.budget_bytes {
-                break;
-            }
-            self.entries.insert(k, Entry { tick: 0, pins: 0 });
-            self.resident_bytes += b;
-            self.touch(k);
-            admitted.push(k);
-        }
-        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-        debug_assert!(self.accounting_holds(), "{self:?}");
-        admitted
+        self.admit_with(keys, false).0
     }
 
     /// Insert unpinned `keys` (warm start, hottest first): into free budget,
@@ -263,6 +247,11 @@ impl ExpertCache {
     /// often than the key (use counts, seeded or counted). Stops at the first
     /// key that finds neither. Returns (admitted, evicted).
     pub fn admit_replacing(&mut self, keys: &[SlotKey]) -> (Vec<SlotKey>, Vec<SlotKey>) {
+        self.admit_with(keys, true)
+    }
+
+    /// [`admit`](Self::admit), and with `replace` [`admit_replacing`](Self::admit_replacing).
+    fn admit_with(&mut self, keys: &[SlotKey], replace: bool) -> (Vec<SlotKey>, Vec<SlotKey>) {
         let (mut admitted, mut evicted) = (Vec::new(), Vec::new());
         'keys: for &k in keys {
             if self.entries.contains_key(&k) {
@@ -270,7 +259,10 @@ impl ExpertCache {
             }
             let b = self.bytes(k);
             while self.resident_bytes + b > self.budget_bytes {
-                let victim = self.eviction_order(b).into_iter().next();
+                let victim = match replace {
+                    true => self.eviction_order(b).into_iter().next(),
+                    false => None,
+                };
                 match victim {
                     Some(v) if self.counts.uses(v) < self.counts.uses(k) => {
                         if let Some(e) = self.entries.remove(&v) {
