@@ -12,7 +12,7 @@ use std::process::Command;
 pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     let arm = move || {
-        // prctl(PR_SET_PDEATHSIG) and getppid take no pointers and are
+        // prctl(PR_SET_PDEATHSIG) takes no pointers and is
         // async-signal-safe, as code between fork and exec must be; the
         // closure allocates nothing before it returns Ok.
         // SAFETY: as the comment above says.
@@ -20,8 +20,8 @@ pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: as above.
-        if unsafe { libc::getppid() } as u32 != parent {
+        // parent_id is getppid(2): async-signal-safe too.
+        if std::os::unix::process::parent_id() != parent {
             // The parent died before the signal was armed.
             return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         }
