@@ -133,6 +133,34 @@ pub fn replay(
     budget_bytes: u64,
     policy: CachePolicy,
 ) -> ReplayStats {
+    replay_observed(header, d, (budget_bytes, policy), &mut |_, _| {})
+}
+
+/// The slots a generation decode missed, in the order it missed them (a slot
+/// missed twice is there twice): what a run at that budget reads per token.
+pub fn generation_misses(
+    header: &TraceHeader,
+    d: &Demands,
+    budget_bytes: u64,
+    policy: CachePolicy,
+) -> Vec<SlotKey> {
+    let mut out = Vec::new();
+    replay_observed(header, d, (budget_bytes, policy), &mut |prompt, key| {
+        if !prompt {
+            out.push(key);
+        }
+    });
+    out
+}
+
+/// [`replay`], telling `missed` of every demanded slot that missed (with
+/// whether its demand was a prompt's).
+fn replay_observed(
+    header: &TraceHeader,
+    d: &Demands,
+    (budget_bytes, policy): (u64, CachePolicy),
+    missed: &mut dyn FnMut(bool, SlotKey),
+) -> ReplayStats {
     let mut cache = ExpertCache::with_policy(budget_bytes, header.slot_bytes.clone(), policy);
     let mut stats = ReplayStats::default();
     // Slots the last prompt demand read ahead for the next layer.
@@ -140,6 +168,9 @@ pub fn replay(
     for demand in &d.demands {
         let plan = cache.request(Requester::Verify, &demand.keys);
         let bytes: u64 = plan.misses.iter().map(|k| slot_bytes(header, *k)).sum();
+        for &k in &plan.misses {
+            missed(demand.prompt, k);
+        }
         stats.count(
             demand.prompt,
             plan.hits.len() as u64,
@@ -295,6 +326,37 @@ mod tests {
         );
         assert_eq!(d.demands[0].keys.len(), 1, "the union of the rows");
         assert!(d.demands[0].prompt && !d.demands[1].prompt);
+    }
+
+    #[test]
+    fn generation_misses_are_the_reads_of_generation_in_order() {
+        // A prompt routes to 5; generation loops a b c a b d a (room for 2, LRU).
+        let mut r = vec![
+            TraceRecord::Demand {
+                layer: 0,
+                ids: vec![5; 20],
+            },
+            TraceRecord::DecodeEnd {
+                rows: 20,
+                outputs: 1,
+            },
+        ];
+        let seq = [0u16, 1, 2, 0, 1, 3, 0];
+        r.extend(trace(seq.len() as u32, 1, |t, _| seq[t as usize]));
+        let (h, d) = (header(1, 8), demands(&r));
+        let misses = generation_misses(&h, &d, 20, CachePolicy::Lru);
+        let experts: Vec<u32> = misses.iter().map(|k| k.expert).collect();
+        assert_eq!(
+            experts,
+            seq.map(u32::from),
+            "LRU misses every one, the prompt's 5 left out"
+        );
+        let s = replay(&h, &d, 20, CachePolicy::Lru);
+        assert_eq!(misses.len() as u64, s.generation_misses);
+        assert!(
+            generation_misses(&h, &d, 80, CachePolicy::Lru).len() == 4,
+            "a b c d once each"
+        );
     }
 
     #[test]

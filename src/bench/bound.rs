@@ -9,34 +9,30 @@ use super::host::Conditions;
 pub struct Bound {
     /// Decode tok/s of a resident run without memory pressure (compute bound).
     pub resident_tok_s: f64,
-    /// Random expert-slice read bandwidth, bytes/s, per queue depth.
-    pub read_bytes_per_s: Vec<(u32, f64)>,
+    /// Random expert-slice read bandwidth, bytes/s, per queue depth, for each
+    /// probe set (the slices a group of cells reads).
+    pub read_bytes_per_s: Vec<Vec<(u32, f64)>>,
 }
 
 impl Bound {
-    /// The best probed bandwidth at a queue depth not above `depth` (a reader
-    /// at depth d can do what it did at any shallower depth; the shallowest
-    /// probed depth when all are deeper).
-    pub fn bandwidth_at(&self, depth: u32) -> Option<f64> {
-        let within = self
-            .read_bytes_per_s
+    /// The best bandwidth probed on `set` at a queue depth not above `depth`
+    /// (a reader at depth d can do what it did at any shallower depth; the
+    /// shallowest probed depth when all are deeper).
+    pub fn bandwidth_at(&self, set: usize, depth: u32) -> Option<f64> {
+        let probed = self.read_bytes_per_s.get(set)?;
+        let within = probed
             .iter()
             .filter(|p| p.0 <= depth)
             .map(|p| p.1)
             .reduce(f64::max);
-        within.or_else(|| {
-            self.read_bytes_per_s
-                .iter()
-                .min_by_key(|p| p.0)
-                .map(|p| p.1)
-        })
+        within.or_else(|| probed.iter().min_by_key(|p| p.0).map(|p| p.1))
     }
 
     /// The overlapped bound for a run reading `bytes_per_token` at queue depth
-    /// `depth`: min(resident rate, bandwidth / bytes per token). A run that
-    /// reads nothing is bound by compute alone.
-    pub fn tok_s(&self, depth: u32, bytes_per_token: f64) -> f64 {
-        match self.bandwidth_at(depth) {
+    /// `depth` from probe set `set`: min(resident rate, bandwidth / bytes per
+    /// token). A run that reads nothing is bound by compute alone.
+    pub fn tok_s(&self, set: usize, depth: u32, bytes_per_token: f64) -> f64 {
+        match self.bandwidth_at(set, depth) {
             Some(bw) if bytes_per_token > 0.0 => self.resident_tok_s.min(bw / bytes_per_token),
             _ => self.resident_tok_s,
         }
@@ -71,22 +67,29 @@ mod tests {
         let b = Bound {
             resident_tok_s: 30.0,
             read_bytes_per_s: vec![
-                (1, 500.0 * mib),
-                (2, 1700.0 * mib),
-                (4, 1600.0 * mib),
-                (16, 2000.0 * mib),
+                vec![
+                    (1, 500.0 * mib),
+                    (2, 1700.0 * mib),
+                    (4, 1600.0 * mib),
+                    (16, 2000.0 * mib),
+                ],
+                vec![(4, 3400.0 * mib)],
             ],
         };
         // The best at or below the depth (probe noise can make depth 4 < depth 2).
-        assert_eq!(b.bandwidth_at(4), Some(1700.0 * mib));
-        assert_eq!(b.bandwidth_at(8), Some(1700.0 * mib));
-        assert_eq!(b.bandwidth_at(32), Some(2000.0 * mib));
+        assert_eq!(b.bandwidth_at(0, 4), Some(1700.0 * mib));
+        assert_eq!(b.bandwidth_at(0, 8), Some(1700.0 * mib));
+        assert_eq!(b.bandwidth_at(0, 32), Some(2000.0 * mib));
         // Deeper than any probed depth is not assumed: depth 0 (resident) maps to the shallowest.
-        assert_eq!(b.bandwidth_at(0), Some(500.0 * mib));
+        assert_eq!(b.bandwidth_at(0, 0), Some(500.0 * mib));
         // 170 MiB/token at 1700 MiB/s -> 10 tok/s, below compute.
-        assert!((b.tok_s(4, 170.0 * mib) - 10.0).abs() < 1e-9);
+        assert!((b.tok_s(0, 4, 170.0 * mib) - 10.0).abs() < 1e-9);
+        // Another set's slices read faster: its own bandwidth bounds it.
+        assert!((b.tok_s(1, 4, 170.0 * mib) - 20.0).abs() < 1e-9);
+        // A set not probed bounds nothing but compute.
+        assert_eq!(b.tok_s(2, 4, 170.0 * mib), 30.0);
         // Little read -> compute bound.
-        assert_eq!(b.tok_s(4, 1.0 * mib), 30.0);
-        assert_eq!(b.tok_s(4, 0.0), 30.0);
+        assert_eq!(b.tok_s(0, 4, 1.0 * mib), 30.0);
+        assert_eq!(b.tok_s(0, 4, 0.0), 30.0);
     }
 }

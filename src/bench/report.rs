@@ -19,8 +19,8 @@ pub(super) struct SummaryInputs<'a> {
     pub layout: &'a MoeLayout,
     /// Every round's probe step.
     pub probes: &'a [RoundProbe],
-    /// What the read probe read.
-    pub probe_what: &'a str,
+    /// What each probe set reads (the sets of the probe table's columns).
+    pub probe_sets: &'a [super::traced::ProbeSlices],
     pub cells: &'a [CellSummary],
     pub results: &'a [RunResult],
     /// When the bench started (`utc_now`).
@@ -43,8 +43,8 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
     let _ = writeln!(md, "\n## Physical bound, probed in every round\n");
     md.push_str(&probes_table(
         s.probes,
+        s.probe_sets,
         s.layout.slice_bytes(crate::layout::Proj::Gate).unwrap_or(0),
-        s.probe_what,
     ));
     let _ = writeln!(md, "\n## Cells\n");
     md.push_str(&cells_table(s.cells));
@@ -54,7 +54,8 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
          95% CI: two-level percentile bootstrap ({} draws, fixed seed) that resamples the \
          cell's runs, then the per-token times within each (with one run it covers only the \
          token-to-token noise; from two runs on, also the drift between runs); bound: \
-         min(resident rate, read bandwidth at the cell's queue depth / its bytes per token), \
+         min(resident rate, read bandwidth of the probe set of the cell's cache size (the slices \
+         it misses on) at its queue depth / its bytes per token), \
          from the probe of each run's own round, mean over the runs; of bound: mean over the \
          runs of tok/s over that bound; x baseline: ratio of means to the first cell; \
          text = baseline: the generated text equals the baseline's first run byte for byte.",

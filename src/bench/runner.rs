@@ -18,7 +18,7 @@ use super::child;
 use super::host;
 use super::neighbour::Neighbour;
 use super::report::{summary_md, SummaryInputs};
-use super::traced::{self, ProbeSlices};
+use super::traced::{self, ProbePlan};
 use super::{summarize, BenchError, Bound, Cell, CellSummary, RunResult};
 use crate::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
@@ -164,14 +164,30 @@ pub(super) fn run_child(
     Ok((failure, wall))
 }
 
-/// Read bandwidth per queue depth on the model's expert slices (O_DIRECT,
-/// the engine's own reader).
-fn probe_bandwidth(plan: &BenchPlan, probe: &ProbeSlices) -> Result<Vec<(u32, f64)>, BenchError> {
+/// Read bandwidth per probe set and queue depth on the model's expert slices
+/// (O_DIRECT, the engine's own reader).
+fn probe_bandwidth(
+    plan: &BenchPlan,
+    probe: &ProbePlan,
+) -> Result<Vec<Vec<(u32, f64)>>, BenchError> {
+    probe
+        .sets
+        .iter()
+        .map(|set| probe_set(plan, &probe.file, &set.slices))
+        .collect()
+}
+
+/// Read bandwidth per queue depth on `slices` of `file`.
+fn probe_set(
+    plan: &BenchPlan,
+    file: &Path,
+    slices: &[(u64, u64)],
+) -> Result<Vec<(u32, f64)>, BenchError> {
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
-            &probe.file,
-            &probe.slices,
+            file,
+            slices,
             d.max(1),
             true,
             Duration::from_secs_f64(plan.probe.seconds),
@@ -286,8 +302,9 @@ struct BenchEnv<'a> {
     runs_dir: PathBuf,
     prompt_path: PathBuf,
     layout: MoeLayout,
-    /// What the read probe reads (the workload's routed slices when traced).
-    probe: ProbeSlices,
+    /// What the read probe reads (the workload's routed slices, and per cache
+    /// size the slices it misses on, when traced) and which set bounds each cell.
+    probe: ProbePlan,
     device: Option<(u32, u32)>,
     /// Measured once before the balloon: under it the page cache cannot hold
     /// the model and a resident run would be a disk measurement.
@@ -334,7 +351,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         plan,
         layout: &env.layout,
         probes: &m.probes,
-        probe_what: &env.probe.what,
+        probe_sets: &env.probe.sets,
         cells: &cells,
         results: &m.results,
         started: &started,
@@ -528,7 +545,11 @@ fn probe_line(p: &RoundProbe) -> String {
         .bound
         .read_bytes_per_s
         .iter()
-        .map(|(d, b)| format!("depth {d} {:.0} MiB/s", b / MIB))
+        .enumerate()
+        .flat_map(|(s, v)| {
+            v.iter()
+                .map(move |(d, b)| format!("set {s} depth {d} {:.0} MiB/s", b / MIB))
+        })
         .collect::<Vec<_>>()
         .join(", ");
     format!(
@@ -590,20 +611,29 @@ fn flag_conditions(results: &mut [RunResult], probes: &mut [RoundProbe]) {
 }
 
 /// Flag the runs whose device answered at a speed off their cell's median
-/// (the same cell reads the same slices: a different speed is the device's).
+/// (the same cell reads the same slices: a different speed is the device's),
+/// or off the median of their round's runs of the same probe set (cells of one
+/// cache size miss on the same slices: a cell slow in every round is seen).
 fn flag_device_speed(results: &mut [RunResult]) {
-    let n_cells = results.iter().map(|r| r.cell + 1).max().unwrap_or(0);
-    for ci in 0..n_cells {
-        let cell: Vec<host::Conditions> = results
+    let conditions = |f: &dyn Fn(&RunResult) -> bool| -> Vec<host::Conditions> {
+        results
             .iter()
-            .filter(|r| r.cell == ci)
+            .filter(|r| f(r))
             .filter_map(|r| r.conditions)
-            .collect();
-        for r in results.iter_mut().filter(|r| r.cell == ci) {
-            if let Some(why) = r.conditions.and_then(|c| host::device_flag(&c, &cell)) {
-                r.flags.push(why);
-            }
-        }
+            .collect()
+    };
+    let flags: Vec<Option<String>> = results
+        .iter()
+        .map(|r| {
+            let c = r.conditions?;
+            let cell = conditions(&|x| x.cell == r.cell);
+            let peers = conditions(&|x| x.run == r.run && x.probe_set == r.probe_set);
+            host::device_flag(&c, &cell, "the cell's")
+                .or_else(|| host::device_flag(&c, &peers, "its round's runs of the same slices'"))
+        })
+        .collect();
+    for (r, f) in results.iter_mut().zip(flags) {
+        r.flags.extend(f);
     }
 }
 
@@ -666,6 +696,7 @@ fn run_cell(
             ..host::conditions(&before, &after)
         }),
         flags: Vec::new(),
+        probe_set: env.probe.cell_sets.get(ci).copied().unwrap_or(0),
     };
     Ok((result, line))
 }
@@ -698,5 +729,57 @@ mod tests {
         assert_eq!(s.len(), "2026-11-30 07:00:00 UTC".len(), "{s}");
         assert!(s.starts_with("20"), "{s}");
         assert!(s.ends_with(" UTC"));
+    }
+
+    fn run(cell: usize, round: u32, set: usize, ms: f64) -> super::RunResult {
+        super::RunResult {
+            cell,
+            run: round,
+            csv_path: "x.csv".into(),
+            csv: None,
+            failure: None,
+            same_text_as_baseline: None,
+            wall_s: 10.0,
+            conditions: Some(super::host::Conditions {
+                wall_s: 10.0,
+                other_cpu_cores: 0.0,
+                steal_cores: 0.0,
+                disk_busy_share: None,
+                read_ms: Some(ms),
+                device_reads: 5000,
+                other_read_mib_s: None,
+                mem_available_mib: None,
+                cached_mib: None,
+                mem_total_mib: None,
+                cpu_kernel_ms: None,
+            }),
+            flags: Vec::new(),
+            probe_set: set,
+        }
+    }
+
+    #[test]
+    fn a_cell_slow_in_every_round_is_flagged_against_its_rounds_peers() {
+        // Cells 0-2 miss on set 1 (one cache size); cell 1's device is 1.8x
+        // slower in every round, so its own median cannot see it. Cell 3 reads
+        // set 2 at its own, legitimately different, speed.
+        let mut rs = Vec::new();
+        for round in 1..=3 {
+            rs.push(run(0, round, 1, 1.0));
+            rs.push(run(1, round, 1, 1.8));
+            rs.push(run(2, round, 1, 0.95));
+            rs.push(run(3, round, 2, 3.0));
+        }
+        super::flag_device_speed(&mut rs);
+        for r in &rs {
+            match r.cell {
+                1 => assert!(
+                    r.flags.len() == 1 && r.flags[0].contains("1.8x off its round's runs"),
+                    "{:?}",
+                    r.flags
+                ),
+                _ => assert!(r.flags.is_empty(), "cell {}: {:?}", r.cell, r.flags),
+            }
+        }
     }
 }

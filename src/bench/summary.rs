@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::bound::{of_round, RoundProbe};
 use super::host::Conditions;
 use super::ratio::{paired_ratio, PairedRatio};
+use super::traced::ProbeSlices;
 use super::{BenchError, Cell};
 use crate::compare::{self, RunCsv, RunFigures};
 
@@ -29,6 +30,8 @@ pub struct RunResult {
     pub conditions: Option<Conditions>,
     /// Why its conditions differ from its reference's (empty: not flagged).
     pub flags: Vec<String>,
+    /// The probe set whose bandwidth bounds it (the slices its cache misses on).
+    pub probe_set: usize,
 }
 
 impl RunResult {
@@ -56,7 +59,7 @@ impl RunResult {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let p = of_round(probes, self.run)?;
-        Some(p.bound.tok_s(depth, f.mib_per_token * MIB))
+        Some(p.bound.tok_s(self.probe_set, depth, f.mib_per_token * MIB))
     }
 }
 
@@ -313,38 +316,50 @@ pub fn cells_table(s: &[CellSummary]) -> String {
     out
 }
 
-/// The probe steps (markdown), one row per round: bandwidth per depth, the
-/// resident rate, the step's seconds, other processes' CPU and flags; then
-/// each column's spread.
-pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64, what: &str) -> String {
+/// The probe steps (markdown), one row per round: bandwidth per probe set
+/// and depth, the resident rate, the step's seconds, other processes' CPU,
+/// the device's time per read and flags; then what each set reads and each
+/// column's spread.
+pub fn probes_table(probes: &[RoundProbe], sets: &[ProbeSlices], slice_bytes: u64) -> String {
     let mut out = String::new();
-    let depths: Vec<u32> = probes
+    let columns: Vec<(usize, u32)> = probes
         .first()
-        .map(|p| p.bound.read_bytes_per_s.iter().map(|x| x.0).collect())
+        .map(|p| {
+            let per_set = p.bound.read_bytes_per_s.iter().enumerate();
+            per_set
+                .flat_map(|(s, v)| v.iter().map(move |x| (s, x.0)))
+                .collect()
+        })
         .unwrap_or_default();
-    let head: String = depths
+    let name = |s: usize| sets.get(s).map_or("?", |x| x.name.as_str());
+    let head: String = columns
         .iter()
-        .map(|d| format!(" depth {d} MiB/s |"))
+        .map(|&(s, d)| format!(" {} d{d} MiB/s |", name(s)))
         .collect();
     let _ = writeln!(
         out,
-        "| round |{head} resident tok/s | step s | other CPU cores | flags |"
+        "| round |{head} resident tok/s | step s | other CPU cores | device ms/read | flags |"
     );
     let _ = writeln!(
         out,
-        "|---:|{}---:|---:|---:|---|",
-        "---:|".repeat(depths.len())
+        "|---:|{}---:|---:|---:|---:|---|",
+        "---:|".repeat(columns.len())
     );
+    let bw = |p: &RoundProbe, (s, i): (usize, usize)| {
+        let v = p.bound.read_bytes_per_s.get(s)?;
+        v.get(i).map(|x| x.1 / MIB)
+    };
+    let index = |k: usize| {
+        let (s, _) = columns[k];
+        (s, columns[..k].iter().filter(|c| c.0 == s).count())
+    };
     for p in probes {
-        let bw: String = p
-            .bound
-            .read_bytes_per_s
-            .iter()
-            .map(|x| format!(" {:.1} |", x.1 / MIB))
+        let cells: String = (0..columns.len())
+            .map(|k| bw(p, index(k)).map_or(" — |".into(), |x| format!(" {x:.1} |")))
             .collect();
         let _ = writeln!(
             out,
-            "| {} |{bw} {:.2} | {:.1} | {:.2} | {} | {} |",
+            "| {} |{cells} {:.2} | {:.1} | {:.2} | {} | {} |",
             p.round,
             p.bound.resident_tok_s,
             p.wall_s,
@@ -357,17 +372,17 @@ pub fn probes_table(probes: &[RoundProbe], slice_bytes: u64, what: &str) -> Stri
     }
     let _ = writeln!(
         out,
-        "
-Random {slice_bytes} B reads of {what}, O_DIRECT, the engine's reader; resident \
-         rate: a `--resident` decode of the bench's -n tokens with the model in the page cache. Spread over \
-         the rounds (max / min − 1):"
+        "\nRandom reads (O_DIRECT, the engine's reader; {slice_bytes} B per expert slice) \
+         drawn from each set's list; resident rate: a `--resident` decode of the bench's -n \
+         tokens with the model in the page cache. The sets:"
     );
-    for (i, d) in depths.iter().enumerate() {
-        let v: Vec<f64> = probes
-            .iter()
-            .filter_map(|p| p.bound.read_bytes_per_s.get(i).map(|x| x.1 / MIB))
-            .collect();
-        let _ = writeln!(out, "- depth {d}: {}", spread(&v, "MiB/s"));
+    for s in sets {
+        let _ = writeln!(out, "- {}: {}", s.name, s.what);
+    }
+    let _ = writeln!(out, "\nSpread over the rounds (max / min − 1):");
+    for (k, &(s, d)) in columns.iter().enumerate() {
+        let v: Vec<f64> = probes.iter().filter_map(|p| bw(p, index(k))).collect();
+        let _ = writeln!(out, "- {} depth {d}: {}", name(s), spread(&v, "MiB/s"));
     }
     let v: Vec<f64> = probes.iter().map(|p| p.bound.resident_tok_s).collect();
     let _ = writeln!(out, "- resident: {}", spread(&v, "tok/s"));

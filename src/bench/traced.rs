@@ -1,44 +1,69 @@
 //! What the read probe reads: the expert slices the bench's own workload
-//! routes to, traced by one unmeasured streamed run before the first round.
-//! Read-bound cells re-read exactly those slices, so a probe over them sees
-//! what they see of the caches below the guest (a probe over the whole file
-//! sees less of it, and the cells' "of bound" then passes 100%).
+//! routes to, traced by one unmeasured streamed run before the first round,
+//! and per cache size the slices a run at that size misses on (the trace
+//! replayed through the cache code). Read-bound cells re-read exactly those
+//! slices, so a probe over them sees what they see of the caches below the
+//! guest (a probe over the whole file sees less of it, and a probe over every
+//! routed slice more of it than a cell whose misses are few and cold).
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use bmoe_actors::route_trace::{TraceReader, TraceRecord};
+use bmoe_actors::cache::{CachePolicy, SlotKey};
+use bmoe_actors::replay;
+use bmoe_actors::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
+use super::cells::Cell;
 use super::runner::{run_child, BenchPlan};
 use super::BenchError;
 use crate::layout::MoeLayout;
+use crate::stream::CacheSize;
 
-/// The probe's slices: the file they are in, its (offset, bytes) slices, and
-/// what they are, for the summary.
+/// One probe set: the (offset, bytes) slices it reads (a slice read twice as
+/// often by the cells is listed twice: the probe picks uniformly from the
+/// list), a short name for tables and what it is, for the summary.
 #[derive(Debug, Clone)]
 pub struct ProbeSlices {
-    pub file: std::path::PathBuf,
+    pub name: String,
     pub slices: Vec<(u64, u64)>,
     pub what: String,
 }
 
-/// Every expert slice of the file holding most expert bytes.
-pub fn whole_file(layout: &MoeLayout) -> ProbeSlices {
+/// The probe sets and which one bounds each cell (cells' order).
+#[derive(Debug, Clone)]
+pub struct ProbePlan {
+    /// The file every set's slices are in.
+    pub file: PathBuf,
+    /// Set 0 is every routed slice (or the whole file when not traced).
+    pub sets: Vec<ProbeSlices>,
+    pub cell_sets: Vec<usize>,
+}
+
+/// Every expert slice of the file holding most expert bytes, for every cell.
+pub fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
     let (file, slices) = crate::stream::probe_slices(layout);
     let what = format!("all {} expert slices of the file", slices.len());
-    ProbeSlices { file, slices, what }
+    let set = ProbeSlices {
+        name: "file".into(),
+        slices,
+        what,
+    };
+    ProbePlan {
+        file,
+        sets: vec![set],
+        cell_sets: vec![0; cells],
+    }
 }
 
 /// Trace the workload (`--cache-mb 0 --route-trace`, the bench's prompt and
-/// tokens, `extra` flags such as the cells' widest context) and keep the
-/// slices of the (layer, expert) pairs it demanded. Falls back to the whole
-/// file, saying why, when the run or its trace fails.
+/// tokens, `extra` flags such as the cells' widest context) and derive the
+/// probe sets from it. Falls back to the whole file, saying why, when the run
+/// or its trace fails.
 pub fn workload(
     plan: &BenchPlan,
     layout: &MoeLayout,
     (prompt_path, stem): (&Path, &Path),
     extra: &[String],
-) -> Result<ProbeSlices, BenchError> {
+) -> Result<ProbePlan, BenchError> {
     let trace = stem.with_extension("trace");
     let mut args = vec![
         "--cache-mb".to_string(),
@@ -48,64 +73,201 @@ pub fn workload(
     ];
     args.extend_from_slice(extra);
     let (failure, _) = run_child(plan, &args, prompt_path, plan.tokens, stem)?;
-    let pairs = match failure {
+    let all = whole_file(layout, plan.cells.len());
+    let read = match failure {
         Some(f) => Err(format!("the traced run failed ({f})")),
-        None => demanded_pairs(&trace),
+        None => read_trace(&trace),
     };
-    let all = whole_file(layout);
-    Ok(match pairs {
-        Ok(p) if !p.is_empty() => {
-            let slices = slices_of(layout, &all.file, &p);
-            let name = stem.file_name().map(|n| n.to_string_lossy().into_owned());
-            let what = format!(
-                "the {} expert slices ({} layer-expert pairs) the workload routes to, traced by \
-                 one unmeasured `--cache-mb 0` run (runs/{}.*)",
-                slices.len(),
-                p.len(),
-                name.unwrap_or_default()
-            );
-            ProbeSlices {
-                file: all.file,
-                slices,
-                what,
+    let name = stem.file_name().map(|n| n.to_string_lossy().into_owned());
+    Ok(match read {
+        Ok((header, records)) => {
+            let d = replay::demands(&records);
+            let sets = SetBuilder {
+                layout,
+                file: &all.file,
+                header: &header,
+                demands: &d,
+                trace_name: name.unwrap_or_default(),
+            };
+            match sets.plan(&plan.cells) {
+                Some(p) => p,
+                None => with_reason(all, "the traced run demanded nothing in generation"),
             }
         }
-        Ok(_) => with_reason(all, "the traced run demanded nothing"),
         Err(why) => with_reason(all, &why),
     })
 }
 
-fn with_reason(mut all: ProbeSlices, why: &str) -> ProbeSlices {
+fn with_reason(mut all: ProbePlan, why: &str) -> ProbePlan {
     crate::say!("bench: the probe reads every expert slice: {why}");
-    all.what = format!("{} ({why})", all.what);
+    all.sets[0].what = format!("{} ({why})", all.sets[0].what);
     all
 }
 
-/// The distinct (layer, expert) pairs a route trace demanded.
-fn demanded_pairs(trace: &Path) -> Result<BTreeSet<(u32, u32)>, String> {
+fn read_trace(trace: &Path) -> Result<(TraceHeader, Vec<TraceRecord>), String> {
     let f = std::fs::File::open(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
     let mut r = TraceReader::new(std::io::BufReader::new(f)).map_err(|e| e.to_string())?;
-    let mut pairs = BTreeSet::new();
+    let mut records = Vec::new();
     while let Some(rec) = r.next_record().map_err(|e| e.to_string())? {
-        if let TraceRecord::Demand { layer, ids } = rec {
-            pairs.extend(ids.iter().map(|&e| (layer, u32::from(e))));
-        }
+        records.push(rec);
     }
-    Ok(pairs)
+    Ok((r.header().clone(), records))
 }
 
-/// The slices of `pairs` that lie in `file` (a split model's other shards
-/// are not probed, as for the whole-file probe).
-fn slices_of(layout: &MoeLayout, file: &Path, pairs: &BTreeSet<(u32, u32)>) -> Vec<(u64, u64)> {
-    layout
+/// What a cell's expert cache is: its `--cache-mb` (default auto) and
+/// `--cache-policy` (default the engine's); None for a resident cell.
+pub fn cell_cache(cell: &Cell) -> Option<(CacheSize, CachePolicy)> {
+    let value = |flag: &str| -> Option<&str> {
+        let a = &cell.args;
+        a.iter().enumerate().rev().find_map(|(i, x)| {
+            let eq = x.strip_prefix(flag).and_then(|r| r.strip_prefix('='));
+            eq.or_else(|| (x == flag).then(|| a.get(i + 1).map(String::as_str))?)
+        })
+    };
+    if cell.args.iter().any(|a| a == "--resident") {
+        return None;
+    }
+    let size = value("--cache-mb").map_or(Ok(CacheSize::Auto), str::parse);
+    let policy = value("--cache-policy").map_or(Ok(CachePolicy::default()), str::parse);
+    Some((size.ok()?, policy.ok()?))
+}
+
+/// Builds the probe sets from a replayed trace.
+struct SetBuilder<'a> {
+    layout: &'a MoeLayout,
+    file: &'a Path,
+    header: &'a TraceHeader,
+    demands: &'a replay::Demands,
+    trace_name: String,
+}
+
+impl SetBuilder<'_> {
+    /// Set 0: every generation demand (cache 0, `auto`, resident cells and
+    /// cells whose cache holds all they read); then one set per other cache
+    /// size and policy with misses. None when generation demanded nothing.
+    fn plan(&self, cells: &[Cell]) -> Option<ProbePlan> {
+        let all = self.misses(0, CachePolicy::default());
+        if all.is_empty() {
+            return None;
+        }
+        let mut sets = vec![self.set("routed".into(), &all, "the workload routes to")];
+        let mut keys: Vec<(u64, CachePolicy)> = Vec::new();
+        let mut cell_sets = Vec::with_capacity(cells.len());
+        let experts = self.header.expert_bytes();
+        for cell in cells {
+            let budget = cell_cache(cell).and_then(|(s, p)| Some((s.asked_bytes(experts)?, p)));
+            let set = match budget {
+                Some((b, p)) if b > 0 => {
+                    match keys.iter().position(|k| *k == (b.min(experts), p)) {
+                        Some(i) => i + 1,
+                        None => {
+                            keys.push((b.min(experts), p));
+                            let misses = self.misses(b.min(experts), p);
+                            let name = format!("cache {} {p}", cache_label(cell));
+                            let what = format!("a {} {p} cache misses on", cache_label(cell));
+                            sets.push(self.set(name, &misses, &what));
+                            sets.len() - 1
+                        }
+                    }
+                }
+                _ => 0,
+            };
+            cell_sets.push(set);
+        }
+        // A cache that held everything generation read has nothing to probe.
+        let empty: Vec<usize> = (1..sets.len())
+            .filter(|&i| sets[i].slices.is_empty())
+            .collect();
+        for c in cell_sets.iter_mut() {
+            if empty.contains(c) {
+                *c = 0;
+            }
+        }
+        Some(ProbePlan {
+            file: self.file.to_path_buf(),
+            sets,
+            cell_sets,
+        })
+    }
+
+    fn misses(&self, budget: u64, policy: CachePolicy) -> Vec<SlotKey> {
+        replay::generation_misses(self.header, self.demands, budget, policy)
+    }
+
+    fn set(&self, name: String, keys: &[SlotKey], what: &str) -> ProbeSlices {
+        let slices = slices_of(self.layout, self.file, keys);
+        let distinct = {
+            let mut k = keys.to_vec();
+            k.sort_unstable_by_key(|k| (k.layer, k.expert));
+            k.dedup();
+            k.len()
+        };
+        let what = format!(
+            "{} reads of expert slices ({distinct} distinct layer-expert pairs) {what}, from a \
+             route trace of one unmeasured `--cache-mb 0` run (runs/{}.*)",
+            slices.len(),
+            self.trace_name
+        );
+        ProbeSlices { name, slices, what }
+    }
+}
+
+/// The cell's `--cache-mb` value as written (`25%`, `512`), for a set's name.
+fn cache_label(cell: &Cell) -> String {
+    let i = cell.args.iter().position(|a| a.starts_with("--cache-mb"));
+    let v = i.and_then(|i| match cell.args[i].split_once('=') {
+        Some((_, v)) => Some(v.to_string()),
+        None => cell.args.get(i + 1).cloned(),
+    });
+    v.unwrap_or_else(|| "auto".into())
+}
+
+/// The slices of `keys` (in order, repeats kept) that lie in `file` (a split
+/// model's other shards are not probed, as for the whole-file probe).
+fn slices_of(layout: &MoeLayout, file: &Path, keys: &[SlotKey]) -> Vec<(u64, u64)> {
+    let in_file: Vec<_> = layout
         .experts
         .iter()
         .filter(|e| layout.shards.get(e.shard).is_some_and(|s| s.path == file))
-        .flat_map(|e| {
-            pairs
+        .collect();
+    keys.iter()
+        .flat_map(|k| {
+            in_file
                 .iter()
-                .filter(move |(l, x)| *l == e.layer && *x < e.n_expert)
-                .map(move |&(_, x)| (e.slice_offset(x), e.slice_bytes))
+                .filter(move |e| e.layer == k.layer && k.expert < e.n_expert)
+                .map(move |e| (e.slice_offset(k.expert), e.slice_bytes))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(args: &str) -> Cell {
+        Cell {
+            name: "c".into(),
+            args: super::super::cells::split_args(args).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_cells_cache_is_read_from_its_flags() {
+        assert_eq!(
+            cell_cache(&cell("--cache-mb 25% --overlap")),
+            Some((CacheSize::Percent(25.0), CachePolicy::default()))
+        );
+        assert_eq!(
+            cell_cache(&cell("--cache-mb=512 --cache-policy lru")),
+            Some((CacheSize::Mib(512), CachePolicy::Lru))
+        );
+        assert_eq!(
+            cell_cache(&cell("--overlap")),
+            Some((CacheSize::Auto, CachePolicy::default()))
+        );
+        assert_eq!(cell_cache(&cell("--resident")), None);
+        assert_eq!(cache_label(&cell("--cache-mb 10% --overlap")), "10%");
+        assert_eq!(cache_label(&cell("--cache-mb=0")), "0");
+        assert_eq!(cache_label(&cell("--overlap")), "auto");
+    }
 }

@@ -86,8 +86,11 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
 
     let summary = read(&out.join("summary.md"));
     assert!(
-        summary.contains("| round | depth 1 MiB/s | depth 4 MiB/s | resident tok/s |"),
-        "{summary}"
+        summary.contains(
+            "| round | routed d1 MiB/s | routed d4 MiB/s | cache 50% cycle d1 MiB/s | \
+             cache 50% cycle d4 MiB/s | resident tok/s |"
+        ),
+        "a probe per set and depth:\n{summary}"
     );
     assert!(
         summary.contains("- resident: "),
@@ -97,21 +100,27 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
         summary.contains("- bench overhead: 2 probe steps took"),
         "{summary}"
     );
-    // The probe reads what the workload routes to: a subset of the file's
-    // slices, traced by a run that is not one of the cells'.
-    let layout_slices = 3 * 8 * bmoe::layout::MoeLayout::open(e8k2()).unwrap().n_layer as usize;
-    let what = summary
-        .lines()
-        .find(|l| l.starts_with("Random "))
-        .expect("the probe's description");
-    let n: usize = what
-        .split("reads of the ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("workload slices in {what}"));
-    assert!(n > 0 && n < layout_slices, "{what}");
-    assert!(what.contains("the workload routes to"), "{what}");
+    // The probe reads what the workload routes to (a subset of the file's
+    // slices, traced by a run that is not one of the cells'), and for the
+    // 50% cell the fewer slices its cache misses on.
+    let pairs = 8 * bmoe::layout::MoeLayout::open(e8k2()).unwrap().n_layer as usize;
+    let set = |name: &str| -> (usize, usize) {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("- {name}: ")))
+            .unwrap_or_else(|| panic!("no probe set {name} in\n{summary}"));
+        let num = |after: &str| -> usize {
+            let rest = line.split(after).nth(1).unwrap_or("");
+            let word = rest.split([' ', '(']).find(|w| !w.is_empty()).unwrap_or("");
+            word.parse().unwrap_or_else(|_| panic!("{after} in {line}"))
+        };
+        (num(": "), num("reads of expert slices ("))
+    };
+    let (routed_reads, routed_pairs) = set("routed");
+    assert!(routed_pairs > 0 && routed_pairs < pairs, "{summary}");
+    let (half_reads, _) = set("cache 50% cycle");
+    assert!(half_reads < routed_reads, "{summary}");
+    assert!(summary.contains("the workload routes to"), "{summary}");
     assert!(out.join("runs/workload-trace.trace").exists());
     let serial = row(&summary, "serial (baseline)");
     // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound |
