@@ -174,8 +174,28 @@ pub struct BenchArgs {
     pub busy_neighbour: Vec<usize>,
 }
 
+/// `--spec`'s draft source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpecSource {
+    Ngram,
+    Mtp,
+    Off,
+}
+
+impl RunArgs {
+    /// N-gram drafts, ungated (`--ngram`) or gated (`--spec ngram`).
+    pub fn uses_ngram(&self) -> bool {
+        self.ngram || self.spec == Some(SpecSource::Ngram)
+    }
+
+    /// MTP drafts, ungated (`--mtp`) or gated (`--spec mtp`).
+    pub fn uses_mtp(&self) -> bool {
+        self.mtp || self.spec == Some(SpecSource::Mtp)
+    }
+}
+
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("speculation").args(["ngram", "mtp"])))]
+#[command(group(clap::ArgGroup::new("speculation").args(["ngram", "mtp", "spec"])))]
 pub struct RunArgs {
     /// Model gguf. Default: SmolLM2 upcycled to 64 experts / top-4, built into the cache if missing.
     #[arg(short, long)]
@@ -268,6 +288,13 @@ pub struct RunArgs {
     /// a 2-core host it costs the verify decode about what it saves the head.
     #[arg(long, requires = "mtp")]
     pub head_predemand: bool,
+    /// Speculation behind a cost gate: before each step, verify only as many
+    /// of the source's drafts (0..=--draft) as maximise the expected tokens per
+    /// second, from the acceptance, decode cost per batch width and drafting
+    /// cost measured so far in this run. ngram or mtp as with --ngram/--mtp
+    /// (which verify every draft); off: no speculation (docs/speculation.md).
+    #[arg(long, value_name = "ngram|mtp|off")]
+    pub spec: Option<SpecSource>,
     /// Draft width: tokens verified per decode with speculation (1..=8).
     #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
     pub draft: u32,

@@ -11,6 +11,7 @@
 //! - [`route_trace`]: the route trace format (`--route-trace`).
 //! - [`replay`]: a route trace replayed through the cache, and the offline optimum.
 //! - [`routing`]: a trace's load skew and token-to-token locality per layer.
+//! - [`spec_gate`]: the speculation gate (how far to draft this step, from measured costs).
 //! - [`xorshift`]: a tiny seeded generator for the probe and property tests.
 
 pub mod cache;
@@ -23,6 +24,7 @@ pub mod replay;
 pub mod route_trace;
 pub mod routing;
 pub mod sampling;
+pub mod spec_gate;
 pub mod telemetry;
 pub mod text;
 pub mod warm;

@@ -68,12 +68,14 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
         ("--head-predemand", args.head_predemand),
     ];
     for (flag, given) in mtp_only {
-        if given && !args.mtp {
+        if given && !args.uses_mtp() {
             return Err(UsageError(format!("{flag} needs --mtp")));
         }
     }
-    if args.ngram_min_match.is_some() && !args.ngram {
-        return Err(UsageError("--ngram-min-match needs --ngram".into()));
+    if args.ngram_min_match.is_some() && !args.uses_ngram() {
+        return Err(UsageError(
+            "--ngram-min-match needs --ngram or --spec ngram".into(),
+        ));
     }
     if args.route_trace.is_some() && args.resident {
         return Err(UsageError(
@@ -82,7 +84,7 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
                 .into(),
         ));
     }
-    if args.route_trace.is_some() && args.mtp {
+    if args.route_trace.is_some() && args.uses_mtp() {
         return Err(UsageError(
             "--route-trace records the verify decodes only, and with --mtp the head's demands \
              share the cache, so a replay would not match the run: drop one of them"

@@ -261,6 +261,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         n_expert_used: None,
         speculation: engine::Speculation::Off,
         draft_max: 0,
+        spec_gate: false,
         ubatch: engine::Ubatch::Auto,
     };
     // With the file in the page cache, so this measures compute, not the disk.

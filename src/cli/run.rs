@@ -104,6 +104,7 @@ fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> RunConfig {
         n_expert_used: args.n_expert_used,
         speculation: speculation_of(args),
         draft_max: args.draft,
+        spec_gate: args.spec.is_some(),
         ubatch: args.ubatch,
     }
 }
@@ -131,9 +132,10 @@ fn mode_of(args: &RunArgs) -> Mode {
     }
 }
 
-/// N-gram or MTP speculation, or none (--ngram wins over --mtp).
+/// N-gram or MTP speculation, or none (--ngram wins over --mtp; `--spec`
+/// names one of them, gated).
 fn speculation_of(args: &RunArgs) -> engine::Speculation {
-    match (args.ngram, args.mtp) {
+    match (args.uses_ngram(), args.uses_mtp()) {
         (true, _) => engine::Speculation::Ngram {
             min_match: args
                 .ngram_min_match

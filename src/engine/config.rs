@@ -77,6 +77,9 @@ pub struct RunConfig {
     /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
     pub speculation: Speculation,
     pub draft_max: u32,
+    /// `--spec`: the speculation gate chooses each step how many drafts to
+    /// verify (bmoe-actors `spec_gate`); `--ngram`/`--mtp` verify them all.
+    pub spec_gate: bool,
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
     pub ubatch: super::Ubatch,
 }
@@ -236,6 +239,8 @@ pub(super) fn preamble(
     kv("drop_cold_frac", drop.to_string());
     kv("lossy", (cfg.lossy(layout) as u8).to_string());
     kv("spec", cfg.speculation.name().into());
+    let gated = cfg.spec_gate && cfg.speculation != Speculation::Off;
+    kv("spec_gate", (gated as u8).to_string());
     let (draft_max, min_match, p_min) = match cfg.speculation {
         Speculation::Off => (0, 0, 0.0),
         Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
@@ -295,6 +300,7 @@ mod tests {
             n_expert_used: None,
             speculation: Speculation::Ngram { min_match: 3 },
             draft_max: 4,
+            spec_gate: false,
             ubatch: super::super::Ubatch::Auto,
         }
     }

@@ -265,20 +265,36 @@ fn generate_metered(
         (None, Some(d)) => Some(d as &mut dyn generate::Drafter),
         (None, None) => None,
     };
+    let source = match cfg.speculation {
+        Speculation::Mtp { .. } => bmoe_actors::spec_gate::Source::Mtp,
+        _ => bmoe_actors::spec_gate::Source::Ngram,
+    };
     let t0 = Instant::now();
     let limit = generate::Limit {
         n_predict: cfg.n_predict,
         ignore_eos: cfg.ignore_eos,
     };
-    let res = generate::generate_with(
-        ctx,
-        tokens,
-        limit,
-        ubatch as usize,
-        &mut sink,
-        drafter,
-        cfg.draft_max as usize,
-    );
+    let mut run = |d: Option<&mut dyn generate::Drafter>| {
+        generate::generate_with(
+            ctx,
+            tokens,
+            limit,
+            ubatch as usize,
+            &mut sink,
+            d,
+            cfg.draft_max as usize,
+        )
+    };
+    let res = match drafter {
+        Some(d) if cfg.spec_gate => {
+            let mut g = generate::GatedDrafter::new(d, source, cfg.draft_max as usize);
+            run(Some(&mut g)).map(|mut r| {
+                r.spec.gate = Some(g.stats);
+                r
+            })
+        }
+        d => run(d),
+    };
     if let Ok(g) = &res {
         if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {
             // The last decode produced the end-of-text token, which is not

@@ -113,6 +113,7 @@ impl Totals<'_> {
         let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
         let sum = |f: fn(&TokenRow) -> u64| rows.iter().map(f).sum::<u64>();
         let tok_s = decode_rate(self.generated.saturating_sub(1), self.decode_span);
+        let per_token = self.generated.max(1) as f64;
         let compute_tok_s = 1e3 / mean(decode_ms, decode.len()).max(f64::MIN_POSITIVE);
         let compute_tok_s = if decode.is_empty() {
             0.0
@@ -160,6 +161,19 @@ impl Totals<'_> {
                     "{:.6}",
                     spec.draft.as_secs_f64() / (rows.len().max(1) as f64)
                 ),
+            ),
+            // The same per generated token, under the reference engine's names.
+            (
+                "mtp_draft_s_tok".into(),
+                format!("{:.6}", spec.draft.as_secs_f64() / per_token),
+            ),
+            (
+                "loop_overhead_s".into(),
+                format!("{:.6}", spec.loop_overhead.as_secs_f64()),
+            ),
+            (
+                "loop_overhead_s_tok".into(),
+                format!("{:.6}", spec.loop_overhead.as_secs_f64() / per_token),
             ),
             ("aborted".into(), (self.aborted as u8).to_string()),
             ("dropped_events".into(), self.dropped_events.to_string()),

@@ -166,6 +166,10 @@ fn decode_row(
             0
         },
         mtp_draft_ms: step.draft.as_secs_f64() * 1e3,
+        loop_overhead_ms: step.loop_overhead.as_secs_f64() * 1e3,
+        gate_available: step.gate.map_or(0, |g| g.available as u64),
+        gate_k: step.gate.map_or(0, |g| g.choice.k as u64),
+        gate_predicted_ms: step.gate.map_or(0.0, |g| g.choice.predicted_s * 1e3),
         ..TokenRow::default()
     }
 }
@@ -182,6 +186,8 @@ mod tests {
             prefill: false,
             elapsed: Duration::from_millis(40),
             draft: Duration::from_millis(5),
+            loop_overhead: Duration::from_micros(250),
+            gate: None,
             metrics: DecodeMetrics {
                 stall: Duration::from_millis(12),
                 io: Duration::from_millis(9),
@@ -212,6 +218,7 @@ mod tests {
         );
         assert_eq!((r.majflt, r.minflt, r.cpu_ms), (3, 50, 30.0));
         assert_eq!((r.batch, r.mtp_batch, r.mtp_draft_ms), (3, 3, 5.0));
+        assert_eq!(r.loop_overhead_ms, 0.25);
         assert_eq!((r.prefetch_bytes, r.dropped_experts), (1024, 1));
         assert!(!r.prefill);
         let plain = decode_row(&step, &now, &before, false);

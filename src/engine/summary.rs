@@ -253,6 +253,7 @@ impl RunReport {
                 draft_ms / emitted.max(1.0)
             ),
         ];
+        v.extend(sp.gate.map(|g| gate_line(&g)));
         if self.mode == RunMode::Stream && matches!(self.speculation, Speculation::Mtp { .. }) {
             v.extend(self.mtp_stream_lines(sp));
         }
@@ -290,6 +291,26 @@ impl RunReport {
             ),
         ]
     }
+}
+
+/// `spec-gate:` how often the gate drafted, and why it held back.
+fn gate_line(g: &crate::generate::GateStats) -> String {
+    let mean_k = match g.drafted_steps {
+        0 => 0.0,
+        n => g.drafted as f64 / n as f64,
+    };
+    format!(
+        "spec-gate: verified drafts on {} of {} steps ({mean_k:.2} per drafted step, {} of them \
+         exploring); held back on {}: {} with nothing to draft, {} where fewer drafts paid more \
+         ({} to a plain decode)",
+        g.drafted_steps,
+        g.steps,
+        g.explored,
+        g.no_draft + g.shortened,
+        g.no_draft,
+        g.shortened,
+        g.held_to_plain
+    )
 }
 
 #[cfg(test)]

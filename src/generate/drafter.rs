@@ -37,14 +37,26 @@ pub trait Drafter {
     fn accepted(&mut self, _target: &mut Context, _step: Accepted) -> Result<(), GenerateError> {
         Ok(())
     }
+    /// How sure the source was of each token of its last draft (the n-gram
+    /// match length; empty: nothing to say).
+    fn evidence(&self) -> Vec<f32> {
+        Vec::new()
+    }
+    /// What the speculation gate decided for the last draft (gated sources).
+    fn gate_step(&self) -> Option<super::GateStep> {
+        None
+    }
 }
 
-/// What a verify step kept: `accepted` of `drafted` drafts, the next token at `n_past`.
+/// What a verify step kept: `accepted` of `drafted` drafts, the next token at
+/// `n_past`; and what it cost: the verify decode and the drafting before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accepted {
     pub drafted: usize,
     pub accepted: usize,
     pub n_past: i32,
+    pub verify: std::time::Duration,
+    pub draft: std::time::Duration,
 }
 
 /// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
@@ -151,6 +163,8 @@ pub struct NgramDrafter {
     pub max_match: usize,
     /// The corpus as the matcher's ids (grown as tokens are confirmed).
     ids: Vec<u32>,
+    /// The last draft's match length and token count.
+    last: (usize, usize),
 }
 
 impl NgramDrafter {
@@ -159,6 +173,7 @@ impl NgramDrafter {
             min_match,
             max_match: bmoe_actors::ngram::DEFAULT_MAX_MATCH,
             ids: Vec::new(),
+            last: (0, 0),
         }
     }
 }
@@ -185,8 +200,15 @@ impl Drafter for NgramDrafter {
             max_match: self.max_match,
             max_draft: max,
         };
-        Ok(bmoe_actors::ngram::draft(&self.ids, &cfg)
-            .map(|d| d.tokens.into_iter().map(|t| t as Token).collect())
-            .unwrap_or_default())
+        let d = bmoe_actors::ngram::draft(&self.ids, &cfg);
+        self.last = d.as_ref().map_or((0, 0), |d| (d.match_len, d.tokens.len()));
+        Ok(
+            d.map(|d| d.tokens.into_iter().map(|t| t as Token).collect())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn evidence(&self) -> Vec<f32> {
+        vec![self.last.0 as f32; self.last.1]
     }
 }

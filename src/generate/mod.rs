@@ -3,6 +3,7 @@
 //! target: the types here, the loop in `verify`, the draft sources in `drafter`.
 
 mod drafter;
+mod gated;
 mod verify;
 
 use std::time::Duration;
@@ -12,6 +13,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafter, MtpDrafter, NgramDrafter};
+pub use gated::{GateStats, GateStep, GatedDrafter};
 pub use verify::generate_with;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,10 @@ pub struct SpecStats {
     pub accepted: u64,
     /// Time spent drafting, the drafter's catch-up on each verify step included.
     pub draft: Duration,
+    /// Verify-loop time outside decodes and drafting (see [`DecodeStep`]).
+    pub loop_overhead: Duration,
+    /// What the speculation gate decided (gated runs only).
+    pub gate: Option<GateStats>,
 }
 
 /// One `llama_decode` call as seen by a [`GenerationSink`].
@@ -81,6 +87,12 @@ pub struct DecodeStep {
     pub elapsed: Duration,
     /// Speculation: time spent drafting this decode's batch (zero otherwise).
     pub draft: Duration,
+    /// Verify-loop time since the previous decode ended that was neither
+    /// drafting nor a decode (picking and emitting tokens, the sink's own work,
+    /// trimming the KV cache); zero for the prompt's decodes and the first.
+    pub loop_overhead: Duration,
+    /// What the speculation gate decided for this decode (gated runs only).
+    pub gate: Option<GateStep>,
     /// What the decode's expert streaming cost (zeros on a resident context).
     pub metrics: DecodeMetrics,
 }

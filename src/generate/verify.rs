@@ -61,6 +61,8 @@ pub fn generate_with(
         text: String::new(),
         spec: SpecStats::default(),
         catch_up: Duration::ZERO,
+        decode_end: None,
+        costs: (Duration::ZERO, Duration::ZERO),
     };
     let stop = run.until_stop(vec![first])?;
     Ok(run.finish(prompt.len(), stop, prefill_time, t1.elapsed()))
@@ -117,6 +119,10 @@ struct Loop<'c, 's, 'd> {
     spec: SpecStats,
     /// The drafter's catch-up on the previous verify step (drafting cost).
     catch_up: Duration,
+    /// When the previous decode returned (the loop's overhead starts there).
+    decode_end: Option<Instant>,
+    /// The last verify decode's time and the drafting before it.
+    costs: (Duration, Duration),
 }
 
 impl Loop<'_, '_, '_> {
@@ -178,6 +184,9 @@ impl Loop<'_, '_, '_> {
             self.batch.push(d, self.pos + 1 + i as i32, true);
         }
         let td = Instant::now();
+        let loop_overhead = self
+            .decode_end
+            .map_or(Duration::ZERO, |e| (td - e).saturating_sub(draft_time));
         let (pos, rows) = (self.pos, self.batch.len());
         let decoded = tracing::debug_span!("verify.decode", pos, rows, prefill = false)
             .in_scope(|| self.ctx.decode(&self.batch));
@@ -185,13 +194,19 @@ impl Loop<'_, '_, '_> {
             return Ok(None);
         }
         decoded?;
+        let elapsed = td.elapsed();
+        self.decode_end = Some(td + elapsed);
         self.sink.decoded(DecodeStep {
             n_tokens: rows,
             prefill: false,
-            elapsed: td.elapsed(),
+            elapsed,
             draft: draft_time,
+            loop_overhead,
+            gate: self.drafter.as_deref().and_then(|d| d.gate_step()),
             metrics: self.ctx.take_metrics(),
         });
+        self.spec.loop_overhead += loop_overhead;
+        self.costs = (elapsed, draft_time);
         self.spec.steps += 1;
         self.spec.draft += draft_time;
         let ready = self.accept(&draft)?;
@@ -258,6 +273,8 @@ impl Loop<'_, '_, '_> {
                 drafted: draft.len(),
                 accepted,
                 n_past: self.pos,
+                verify: self.costs.0,
+                draft: self.costs.1,
             };
             d.accepted(self.ctx, step)?;
             self.catch_up = tc.elapsed();
@@ -327,6 +344,8 @@ fn prefill<'d>(
             prefill: true,
             elapsed: td.elapsed(),
             draft: Duration::ZERO,
+            loop_overhead: Duration::ZERO,
+            gate: None,
             metrics: ctx.take_metrics(),
         });
         if let Some(d) = drafter.as_deref_mut() {

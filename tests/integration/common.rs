@@ -221,6 +221,7 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         n_expert_used: None,
         speculation: bmoe::engine::Speculation::Off,
         draft_max: 0,
+        spec_gate: false,
         ubatch: bmoe::engine::Ubatch::Auto,
     }
 }

@@ -30,6 +30,15 @@ pub struct Row {
     pub mtp_batch: u64,
     /// Speculation: time spent drafting before that verify decode (group's first row).
     pub mtp_draft_ms: f64,
+    /// Verify-loop time before this decode outside decodes and drafting
+    /// (group's first row).
+    pub loop_overhead_ms: f64,
+    /// The speculation gate (`--spec`, group's first row; zeros otherwise):
+    /// drafts the source had, drafts it verified, and the verify decode plus
+    /// drafting it predicted (measured: `wall_ms` + `mtp_draft_ms`).
+    pub gate_available: u64,
+    pub gate_k: u64,
+    pub gate_predicted_ms: f64,
     /// Text this token completed (may be empty inside a multi-byte character).
     pub text: String,
 }
@@ -56,7 +65,7 @@ impl Row {
 }
 
 /// The CSV columns, in order.
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 21] = [
     "step",
     "wall_ms",
     "stall_ms",
@@ -74,13 +83,17 @@ pub const COLUMNS: [&str; 17] = [
     "dropped_experts",
     "mtp_batch",
     "mtp_draft_ms",
+    "loop_overhead_ms",
+    "gate_available",
+    "gate_k",
+    "gate_predicted_ms",
 ];
 
 impl Row {
     /// The CSV row, in [`COLUMNS`] order.
     pub(super) fn csv(&self) -> String {
         format!(
-            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3}",
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{:.3},{},{},{:.3}",
             self.step,
             self.wall_ms,
             self.stall_ms,
@@ -97,7 +110,11 @@ impl Row {
             self.prefetch_bytes,
             self.dropped_experts,
             self.mtp_batch,
-            self.mtp_draft_ms
+            self.mtp_draft_ms,
+            self.loop_overhead_ms,
+            self.gate_available,
+            self.gate_k,
+            self.gate_predicted_ms
         )
     }
 

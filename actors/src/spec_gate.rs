@@ -1,0 +1,245 @@
+//! The speculation gate: before each verify step, the draft length k in
+//! `0..=available` that maximises expected tokens per second,
+//!
+//! ```text
+//! kept(k) / (verify(k + 1) + draft(k)),   kept(k) = 1 + sum_{i<=k} prod_{j<=i} p_j
+//! ```
+//!
+//! where `p_j` is the chance that draft j is kept given drafts `1..j` were,
+//! `verify(w)` the wall time of a target decode of width w on this host now
+//! (with streaming, the extra expert bytes a wider batch reads are in it) and
+//! `draft(k)` what drafting k tokens costs. k = 0 is the plain decode. Every
+//! input is a running estimate from the steps already taken ([`Gate::observe`]),
+//! so the same code holds back on a host where a wide batch is dear and drafts
+//! far where it is cheap. Pure policy: no model, no clock.
+
+/// Where a draft came from: each source keeps its own acceptance estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Ngram = 0,
+    Mtp = 1,
+}
+
+/// How sure a source is of a drafted token, in a few buckets: the n-gram
+/// match length, or the MTP head's probability of the token.
+pub fn bucket(source: Source, evidence: f32) -> usize {
+    let edges: &[f32] = match source {
+        Source::Ngram => &[4.0, 6.0, 10.0],
+        Source::Mtp => &[0.5, 0.8, 0.95],
+    };
+    edges.iter().take_while(|&&e| evidence >= e).count()
+}
+
+/// Buckets per source and position.
+pub const BUCKETS: usize = 4;
+/// Weight of the newest observation in a running cost.
+const COST_ALPHA: f64 = 0.2;
+/// Prior on an acceptance: worth two observations, of mean 0.5 for the first
+/// draft and of the previous position's estimate for a later one (a source
+/// good at one depth is likely good at the next).
+const PRIOR_MEAN: f64 = 0.5;
+const PRIOR_SEEN: f64 = 2.0;
+/// A width not measured yet is assumed to cost this much more per extra row
+/// than width 1 (corrected by the first decode of that width).
+const UNSEEN_ROW_COST: f64 = 0.25;
+/// After this many steps without a draft, one draft token is verified even
+/// when the estimates say it does not pay, so that estimates made in other
+/// conditions (a colder cache, another kind of text) can recover.
+pub const EXPLORE_EVERY: u32 = 32;
+
+/// Kept/seen counts of one (source, position, bucket).
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    kept: f64,
+    seen: f64,
+}
+
+impl Counts {
+    fn p(&self, prior: f64) -> f64 {
+        (self.kept + prior * PRIOR_SEEN) / (self.seen + PRIOR_SEEN)
+    }
+}
+
+/// The gate's decision for one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    /// Drafts to verify (0: a plain decode).
+    pub k: usize,
+    /// Expected tokens this step keeps.
+    pub expected_kept: f64,
+    /// Predicted seconds of the verify decode plus drafting.
+    pub predicted_s: f64,
+    /// Why fewer than the available drafts (None: all of them).
+    pub held_back: Option<HeldBack>,
+    /// A one-token draft taken against the estimates, to refresh them.
+    pub explore: bool,
+}
+
+/// Why the gate verified fewer drafts than it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBack {
+    /// The source had nothing to draft.
+    NoDraft,
+    /// A shorter draft (maybe none) had the higher expected rate.
+    NotWorthIt,
+}
+
+/// The running estimates and the choice made from them.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    max_draft: usize,
+    /// [source][position 0..max_draft][bucket].
+    acceptance: [Vec<[Counts; BUCKETS]>; 2],
+    /// Running wall seconds of a decode of width w + 1, when measured.
+    verify_s: Vec<Option<f64>>,
+    /// Running drafting seconds per drafted token, per source.
+    draft_s_per_token: [Option<f64>; 2],
+    /// Steps since the last one that verified a draft.
+    since_draft: u32,
+}
+
+impl Gate {
+    pub fn new(max_draft: usize) -> Self {
+        let per_position = || vec![[Counts::default(); BUCKETS]; max_draft];
+        Self {
+            max_draft,
+            acceptance: [per_position(), per_position()],
+            verify_s: vec![None; max_draft + 1],
+            draft_s_per_token: [None, None],
+            since_draft: 0,
+        }
+    }
+
+    /// The estimated chance that draft `i` (0-based) is kept given the ones
+    /// before it were, for a token in `bucket`.
+    pub fn p_keep(&self, source: Source, i: usize, bucket: usize) -> f64 {
+        let table = &self.acceptance[source as usize];
+        let b = bucket.min(BUCKETS - 1);
+        table
+            .iter()
+            .take(i + 1)
+            .fold(PRIOR_MEAN, |prior, position| position[b].p(prior))
+    }
+
+    /// The estimated wall seconds of a decode of `width` rows (None before any
+    /// decode was measured).
+    pub fn verify_cost_s(&self, width: usize) -> Option<f64> {
+        let w = width.clamp(1, self.max_draft + 1);
+        if let Some(s) = self.verify_s[w - 1] {
+            return Some(s);
+        }
+        // Unmeasured: from the nearest measured narrower width, at the cost
+        // per extra row seen between it and the next measured one below it
+        // (a fixed share when there is none), so that each width gets tried
+        // once when the widths below it were cheap.
+        let measured = |below: usize| {
+            (1..below)
+                .rev()
+                .find_map(|v| self.verify_s[v - 1].map(|s| (v, s)))
+        };
+        let (base_w, base) = measured(w)?;
+        let per_row = match measured(base_w) {
+            Some((v, s)) if s > 0.0 => ((base / s - 1.0) / (base_w - v) as f64).max(0.0),
+            _ => UNSEEN_ROW_COST,
+        };
+        Some(base * (1.0 + per_row * (w - base_w) as f64))
+    }
+
+    /// The best k for a draft whose tokens fall in `buckets` (one per drafted
+    /// token, `buckets.len()` drafts available).
+    pub fn choose(&self, source: Source, buckets: &[usize]) -> Choice {
+        let available = buckets.len().min(self.max_draft);
+        let draft_per_token = self.draft_s_per_token[source as usize].unwrap_or(0.0);
+        let mut best = Choice {
+            k: 0,
+            expected_kept: 1.0,
+            predicted_s: self.verify_cost_s(1).unwrap_or(0.0),
+            held_back: Some(HeldBack::NoDraft),
+            explore: false,
+        };
+        let Some(plain) = self.verify_cost_s(1).filter(|&s| s > 0.0) else {
+            // No plain decode measured yet: take one, every cost is judged by it.
+            if available > 0 {
+                best.held_back = Some(HeldBack::NotWorthIt);
+            }
+            return best;
+        };
+        let mut best_rate = 1.0 / plain;
+        let (mut kept, mut chain) = (1.0, 1.0);
+        for (i, &b) in buckets.iter().take(available).enumerate() {
+            chain *= self.p_keep(source, i, b);
+            kept += chain;
+            let k = i + 1;
+            let cost = self.verify_cost_s(k + 1).unwrap_or(plain) + draft_per_token * k as f64;
+            if kept / cost > best_rate {
+                best_rate = kept / cost;
+                best = Choice {
+                    k,
+                    expected_kept: kept,
+                    predicted_s: cost,
+                    held_back: None,
+                    explore: false,
+                };
+            }
+        }
+        if available > 0 && best.k < available {
+            best.held_back = Some(HeldBack::NotWorthIt);
+        }
+        if available > 0 && best.k == 0 && self.since_draft >= EXPLORE_EVERY {
+            let p = self.p_keep(source, 0, buckets[0]);
+            let cost = self.verify_cost_s(2).unwrap_or(plain) + draft_per_token;
+            best = Choice {
+                k: 1,
+                expected_kept: 1.0 + p,
+                predicted_s: cost,
+                held_back: Some(HeldBack::NotWorthIt).filter(|_| available > 1),
+                explore: true,
+            };
+        }
+        best
+    }
+
+    /// What a step cost and kept: the decode of `width` rows took `verify_s`,
+    /// drafting `k = buckets.len()` tokens took `draft_s`, and `kept` of them
+    /// were confirmed by the target.
+    pub fn observe(&mut self, source: Source, buckets: &[usize], kept: usize, cost: StepCost) {
+        let width = buckets.len() + 1;
+        self.since_draft = match buckets.is_empty() {
+            true => self.since_draft.saturating_add(1),
+            false => 0,
+        };
+        if let Some(slot) = self.verify_s.get_mut(width - 1) {
+            *slot = Some(running(*slot, cost.verify_s));
+        }
+        if !buckets.is_empty() {
+            let per_token = cost.draft_s / buckets.len() as f64;
+            let d = &mut self.draft_s_per_token[source as usize];
+            *d = Some(running(*d, per_token));
+        }
+        let table = &mut self.acceptance[source as usize];
+        // Positions up to the first rejection were seen; the ones after were not.
+        for (i, &b) in buckets.iter().enumerate().take(kept + 1) {
+            if let Some(c) = table.get_mut(i).map(|t| &mut t[b.min(BUCKETS - 1)]) {
+                c.seen += 1.0;
+                c.kept += f64::from(u8::from(i < kept));
+            }
+        }
+    }
+}
+
+/// The measured cost of one verify step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepCost {
+    pub verify_s: f64,
+    pub draft_s: f64,
+}
+
+fn running(old: Option<f64>, new: f64) -> f64 {
+    match old {
+        Some(o) => o + COST_ALPHA * (new - o),
+        None => new,
+    }
+}
+
+#[cfg(test)]
+mod tests;
