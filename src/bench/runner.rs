@@ -173,7 +173,7 @@ fn probe_bandwidth(
     probe
         .sets
         .iter()
-        .map(|set| probe_set(plan, &probe.file, &set.slices))
+        .map(|set| probe_set(plan, &probe.file, &set.slices, probe.order))
         .collect()
 }
 
@@ -182,16 +182,16 @@ fn probe_set(
     plan: &BenchPlan,
     file: &Path,
     slices: &[(u64, u64)],
+    order: bmoe_actors::flash::ProbeOrder,
 ) -> Result<Vec<(u32, f64)>, BenchError> {
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
         let r = bmoe_actors::flash::probe_read_bandwidth(
             file,
             slices,
-            d.max(1),
-            true,
+            (d.max(1), true),
             Duration::from_secs_f64(plan.probe.seconds),
-            0x5eed,
+            order,
             &|| crate::interrupt::requested().is_some(),
         )
         .map_err(|e| BenchError::Config(format!("read probe at depth {d}: {e}")))?;
@@ -611,25 +611,21 @@ fn flag_conditions(results: &mut [RunResult], probes: &mut [RoundProbe]) {
 }
 
 /// Flag the runs whose device answered at a speed off their cell's median
-/// (the same cell reads the same slices: a different speed is the device's),
-/// or off the median of their round's runs of the same probe set (cells of one
-/// cache size miss on the same slices: a cell slow in every round is seen).
+/// (the same cell reads the same slices: a different speed is the device's).
+/// Not against the round's other cells: cells of one cache size miss on the
+/// same slices, but their time per read moves with how they queue (cache 0 in
+/// one round: serial 3.3 ms, overlap with prediction 1.5 ms); a cell slow in
+/// every run of a bench is for the comparison of two benches to show.
 fn flag_device_speed(results: &mut [RunResult]) {
-    let conditions = |f: &dyn Fn(&RunResult) -> bool| -> Vec<host::Conditions> {
-        results
-            .iter()
-            .filter(|r| f(r))
-            .filter_map(|r| r.conditions)
-            .collect()
-    };
     let flags: Vec<Option<String>> = results
         .iter()
         .map(|r| {
-            let c = r.conditions?;
-            let cell = conditions(&|x| x.cell == r.cell);
-            let peers = conditions(&|x| x.run == r.run && x.probe_set == r.probe_set);
-            host::device_flag(&c, &cell, "the cell's")
-                .or_else(|| host::device_flag(&c, &peers, "its round's runs of the same slices'"))
+            let cell: Vec<host::Conditions> = results
+                .iter()
+                .filter(|x| x.cell == r.cell)
+                .filter_map(|x| x.conditions)
+                .collect();
+            host::device_flag(&r.conditions?, &cell, "the cell's")
         })
         .collect();
     for (r, f) in results.iter_mut().zip(flags) {
@@ -729,57 +725,5 @@ mod tests {
         assert_eq!(s.len(), "2026-11-30 07:00:00 UTC".len(), "{s}");
         assert!(s.starts_with("20"), "{s}");
         assert!(s.ends_with(" UTC"));
-    }
-
-    fn run(cell: usize, round: u32, set: usize, ms: f64) -> super::RunResult {
-        super::RunResult {
-            cell,
-            run: round,
-            csv_path: "x.csv".into(),
-            csv: None,
-            failure: None,
-            same_text_as_baseline: None,
-            wall_s: 10.0,
-            conditions: Some(super::host::Conditions {
-                wall_s: 10.0,
-                other_cpu_cores: 0.0,
-                steal_cores: 0.0,
-                disk_busy_share: None,
-                read_ms: Some(ms),
-                device_reads: 5000,
-                other_read_mib_s: None,
-                mem_available_mib: None,
-                cached_mib: None,
-                mem_total_mib: None,
-                cpu_kernel_ms: None,
-            }),
-            flags: Vec::new(),
-            probe_set: set,
-        }
-    }
-
-    #[test]
-    fn a_cell_slow_in_every_round_is_flagged_against_its_rounds_peers() {
-        // Cells 0-2 miss on set 1 (one cache size); cell 1's device is 1.8x
-        // slower in every round, so its own median cannot see it. Cell 3 reads
-        // set 2 at its own, legitimately different, speed.
-        let mut rs = Vec::new();
-        for round in 1..=3 {
-            rs.push(run(0, round, 1, 1.0));
-            rs.push(run(1, round, 1, 1.8));
-            rs.push(run(2, round, 1, 0.95));
-            rs.push(run(3, round, 2, 3.0));
-        }
-        super::flag_device_speed(&mut rs);
-        for r in &rs {
-            match r.cell {
-                1 => assert!(
-                    r.flags.len() == 1 && r.flags[0].contains("1.8x off its round's runs"),
-                    "{:?}",
-                    r.flags
-                ),
-                _ => assert!(r.flags.is_empty(), "cell {}: {:?}", r.cell, r.flags),
-            }
-        }
     }
 }

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use bmoe_actors::cache::{CachePolicy, SlotKey};
+use bmoe_actors::flash::ProbeOrder;
 use bmoe_actors::replay;
 use bmoe_actors::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
@@ -18,9 +19,9 @@ use super::BenchError;
 use crate::layout::MoeLayout;
 use crate::stream::CacheSize;
 
-/// One probe set: the (offset, bytes) slices it reads (a slice read twice as
-/// often by the cells is listed twice: the probe picks uniformly from the
-/// list), a short name for tables and what it is, for the summary.
+/// One probe set: the (offset, bytes) slices it reads, in the order the run's
+/// generation read them (a slice read twice is listed twice), a short name
+/// for tables and what it is, for the summary.
 #[derive(Debug, Clone)]
 pub struct ProbeSlices {
     pub name: String,
@@ -36,6 +37,10 @@ pub struct ProbePlan {
     /// Set 0 is every routed slice (or the whole file when not traced).
     pub sets: Vec<ProbeSlices>,
     pub cell_sets: Vec<usize>,
+    /// Traced sets are read in the order the run read them (re-reads as
+    /// close together as they were: what the caches below the guest see);
+    /// the whole file at random.
+    pub order: ProbeOrder,
 }
 
 /// Every expert slice of the file holding most expert bytes, for every cell.
@@ -51,6 +56,7 @@ pub fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
         file,
         sets: vec![set],
         cell_sets: vec![0; cells],
+        order: ProbeOrder::Random { seed: 0x5eed },
     }
 }
 
@@ -187,6 +193,7 @@ impl SetBuilder<'_> {
             file: self.file.to_path_buf(),
             sets,
             cell_sets,
+            order: ProbeOrder::InOrder,
         })
     }
 

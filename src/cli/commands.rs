@@ -219,10 +219,9 @@ fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
         let r = bmoe_actors::flash::probe_read_bandwidth(
             &file,
             &slices,
-            d.max(1),
-            !args.no_odirect,
+            (d.max(1), !args.no_odirect),
             std::time::Duration::from_secs_f64(args.seconds),
-            0x5eed,
+            bmoe_actors::flash::ProbeOrder::Random { seed: 0x5eed },
             &|| bmoe::interrupt::requested().is_some(),
         )?;
         if bmoe::interrupt::requested().is_some() {

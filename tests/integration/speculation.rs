@@ -254,6 +254,60 @@ fn ngram_on_the_cli_reports_acceptance_and_keeps_the_text() {
 }
 
 #[test]
+fn the_gated_ngram_keeps_the_text_and_says_what_it_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = e8k2_cli(copy_prompt(), 64, &["--resident"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for mode in ["--resident", "--cache-mb=0"] {
+        let csv = dir.path().join(format!("gate{mode}.csv"));
+        let args = [mode, "--spec", "ngram", "--draft", "3", "--csv"];
+        let mut args = args.to_vec();
+        args.push(csv.to_str().unwrap());
+        let o = e8k2_cli(copy_prompt(), 64, &args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(
+            stdout(&o),
+            stdout(&plain),
+            "{mode}: the gate never changes the text"
+        );
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("spec-gate: verified drafts on "))
+            .unwrap_or_else(|| panic!("no spec-gate line: {err}"));
+        let c = RunCsv::open(&csv).unwrap();
+        assert_eq!(
+            (&*c.preamble["spec"], &*c.preamble["spec_gate"]),
+            ("ngram", "1")
+        );
+        let t = |k: &str| c.trailer[k].parse::<f64>().unwrap();
+        let (avail, k) = (c.decode_series("gate_available"), c.decode_series("gate_k"));
+        assert!(
+            avail.iter().zip(&k).all(|(a, k)| k <= a && *k <= 3.0),
+            "{line}"
+        );
+        assert_eq!(
+            k.iter().sum::<f64>(),
+            t("mtp_drafted"),
+            "the rows' choices are what was drafted"
+        );
+        assert_eq!(
+            k[0], 0.0,
+            "the first decode is plain: the gate measures it first"
+        );
+        assert!(
+            t("mtp_accepted") > 0.0,
+            "the copy prompt repeats itself: {line}"
+        );
+        let overhead = c.decode_series("loop_overhead_ms");
+        assert!(overhead.iter().all(|x| *x >= 0.0) && overhead.iter().any(|x| *x > 0.0));
+        let per_token = t("loop_overhead_s") / t("tokens");
+        assert!((t("loop_overhead_s_tok") - per_token).abs() < 1e-5);
+        assert!(t("mtp_draft_s_tok") >= 0.0);
+    }
+}
+
+#[test]
 fn speculation_flags_are_checked() {
     for (args, want) in [
         (vec!["--ngram", "--draft", "0"], "--draft"),
@@ -268,6 +322,12 @@ fn speculation_flags_are_checked() {
         (vec!["--mtp", "--ngram-min-match", "2"], "needs --ngram"),
         (vec!["--ngram", "--mtp-p-min", "0.5"], "needs --mtp"),
         (vec!["--ngram", "--head-predemand"], "needs --mtp"),
+        (vec!["--spec", "ngram", "--mtp"], "--spec"),
+        (
+            vec!["--spec", "mtp", "--ngram-min-match", "2"],
+            "needs --ngram",
+        ),
+        (vec!["--spec", "sometimes"], "--spec"),
     ] {
         let o = e8k2_cli("hi", 4, &args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -318,6 +378,16 @@ fn mtp_head_set_up_to_agree_is_accepted_and_keeps_the_text() {
     assert_eq!(c.preamble["spec"], "mtp");
     assert!(err.contains("mtp: draft 3: acceptance"), "{err}");
     assert!(err.contains("mtp-cost: drafting"), "{err}");
+    // Behind the gate, the head's drafts keep the text too.
+    let gated = tiny_cli(&model, &["--spec", "mtp", "--draft", "3"]);
+    let err = stderr(&gated);
+    assert!(gated.status.success(), "{err}");
+    assert_eq!(
+        stdout(&gated),
+        stdout(&plain),
+        "gated MTP text = plain text"
+    );
+    assert!(err.contains("spec-gate: verified drafts on "), "{err}");
 }
 
 #[test]

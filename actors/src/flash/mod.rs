@@ -28,7 +28,7 @@ pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
-pub use probe::{probe_read_bandwidth, ProbeResult};
+pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult};
 pub use protocol::DemandReply;
 pub use recycle::SPARE_MAX_BYTES;
 pub use shards::{open_files, ShardFile, ShardedReader};

@@ -38,17 +38,25 @@ impl Drop for Aligned {
     }
 }
 
-/// Read randomly chosen `slices` (file offset, length) for about `duration`,
-/// keeping `queue_depth` reads in flight. `seed` makes the choice reproducible.
-/// `stop` is asked between batches of reads: true ends the probe early (the
-/// result then covers what was read).
+/// Which slice the probe reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeOrder {
+    /// Uniformly drawn from the list (the seed makes it reproducible).
+    Random { seed: u64 },
+    /// The list in order, from the start again at its end: a recorded read
+    /// sequence, with its re-reads as close together as the run had them.
+    InOrder,
+}
+
+/// Read `slices` (file offset, length) in `order` for about `duration`,
+/// keeping `queue_depth` reads in flight. `stop` is asked between batches of
+/// reads: true ends the probe early (the result then covers what was read).
 pub fn probe_read_bandwidth(
     path: &Path,
     slices: &[(u64, u64)],
-    queue_depth: u32,
-    o_direct: bool,
+    (queue_depth, o_direct): (u32, bool),
     duration: Duration,
-    seed: u64,
+    order: ProbeOrder,
     stop: &dyn Fn() -> bool,
 ) -> Result<ProbeResult, FlashError> {
     if slices.is_empty() {
@@ -68,8 +76,7 @@ pub fn probe_read_bandwidth(
         }
         bufs.push(Aligned { ptr, layout });
     }
-    let mut rng = crate::xorshift::XorShift::new(seed);
-    let mut next = || rng.next_u64();
+    let mut next = picks(order, slices.len());
     let mut res = ProbeResult {
         queue_depth,
         direct: reader.direct(),
@@ -82,7 +89,7 @@ pub fn probe_read_bandwidth(
         let ops: Vec<ReadOp> = bufs
             .iter()
             .map(|b| {
-                let (off, len) = slices[(next() % slices.len() as u64) as usize];
+                let (off, len) = slices[next()];
                 ReadOp {
                     dst: b.ptr,
                     file_offset: off,
@@ -97,4 +104,37 @@ pub fn probe_read_bandwidth(
     }
     res.elapsed = t0.elapsed();
     Ok(res)
+}
+
+/// The indices into a list of `n` slices that `order` reads, one per call.
+fn picks(order: ProbeOrder, n: usize) -> impl FnMut() -> usize {
+    let mut rng = crate::xorshift::XorShift::new(match order {
+        ProbeOrder::Random { seed } => seed,
+        ProbeOrder::InOrder => 0,
+    });
+    let mut at = 0usize;
+    move || match order {
+        ProbeOrder::Random { .. } => (rng.next_u64() % n as u64) as usize,
+        ProbeOrder::InOrder => {
+            let i = at;
+            at = (at + 1) % n;
+            i
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_order_replays_the_list_and_random_stays_in_it() {
+        let mut next = picks(ProbeOrder::InOrder, 3);
+        let v: Vec<usize> = (0..7).map(|_| next()).collect();
+        assert_eq!(v, [0, 1, 2, 0, 1, 2, 0]);
+        let mut next = picks(ProbeOrder::Random { seed: 7 }, 5);
+        let v: Vec<usize> = (0..200).map(|_| next()).collect();
+        assert!(v.iter().all(|&i| i < 5));
+        assert!((0..5).all(|i| v.contains(&i)), "every slice drawn");
+    }
 }
