@@ -7,6 +7,11 @@ and fraction of bound, over all runs and over the unflagged ones, and whether
 they agree: the ratios within WIDTH of each other (relative to the first run's
 ratio; give the --until-stable width) and the fractions of bound within POINTS
 percentage points. Exit status 0 when every cell agrees over the unflagged runs.
+For a cell that does not agree, the last column says what the two benches'
+recorded conditions show for it and for the baseline (the ratio's other side):
+the medians of the runs table's device ms/read (more than 1.5x apart, the
+bench's own device threshold), CPU kernel ms (1.10x) and other CPU cores (0.25
+apart); "none recorded" when none of them moved.
 
 Usage: benches/bench_agree.py A/summary.md B/summary.md [--width 0.25] [--points 10]
 """
@@ -35,6 +40,49 @@ def ratios(path):
     return rows
 
 
+RUN_COLUMNS = {"cell": 1, "device": 8, "other_cpu": 5, "kernel": 12}
+
+
+def runs(path):
+    """Per cell, the runs table's values: {cell: {column: [values]}}."""
+    text = open(path, encoding="utf-8").read()
+    start = text.index("## Runs, in the order they ran")
+    out = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 13 or not cells[0].isdigit():
+            continue
+        row = out.setdefault(cells[1], {k: [] for k in RUN_COLUMNS if k != "cell"})
+        for key, i in RUN_COLUMNS.items():
+            if key != "cell":
+                v = number(cells[i])
+                if v is not None:
+                    row[key].append(v)
+    return out
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if v else None
+
+
+def moved(name, a, b):
+    """What moved between bench A's and bench B's runs of one cell."""
+    why = []
+    tests = (
+        ("device", "device {:.2} / {:.2} ms/read", lambda x, y: max(x, y) / min(x, y) > 1.5),
+        ("kernel", "CPU kernel {:.2} / {:.2} ms", lambda x, y: max(x, y) / min(x, y) > 1.10),
+        ("other_cpu", "other CPU {:.2} / {:.2} cores", lambda x, y: abs(x - y) > 0.25),
+    )
+    for key, text, off in tests:
+        x, y = median(a.get(key, [])), median(b.get(key, []))
+        if x and y and off(x, y):
+            why.append(f"{name}: " + text.format(x, y))
+    return why
+
+
 def number(cell):
     if cell.startswith("1 (baseline)"):
         return 1.0
@@ -58,9 +106,11 @@ def main():
     p.add_argument("--points", type=float, default=10.0)
     args = p.parse_args()
     a, b = ratios(args.a), ratios(args.b)
+    runs_a, runs_b = runs(args.a), runs(args.b)
+    baseline = next(iter(a), None)
     fmt = lambda v, suffix: "—" if v is None else f"{v:.3f}{suffix}" if suffix == "x" else f"{v:.0f}{suffix}"
-    print("| cell | flagged A / B | x baseline A / B (all) | (unflagged) | of bound A / B (all) | (unflagged) | agree (all) | agree (unflagged) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| cell | flagged A / B | x baseline A / B (all) | (unflagged) | of bound A / B (all) | (unflagged) | agree (all) | agree (unflagged) | what moved (medians A / B) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     all_clean = True
     for cell in a:
         if cell not in b:
@@ -71,11 +121,17 @@ def main():
             r, bd = agree(x, y, args.width, args.points, rk, bk)
             verdicts.append("yes" if r and bd else f"ratio {'ok' if r else 'NO'}, bound {'ok' if bd else 'NO'}")
         all_clean &= verdicts[1] == "yes"
+        why = "—"
+        if verdicts[0] != "yes":
+            found = moved(cell, runs_a.get(cell, {}), runs_b.get(cell, {}))
+            if cell != baseline:
+                found += moved("baseline", runs_a.get(baseline, {}), runs_b.get(baseline, {}))
+            why = "; ".join(found) or "none recorded"
         print(
             f"| {cell} | {x['flagged']} / {y['flagged']} "
             f"| {fmt(x['all'], 'x')} / {fmt(y['all'], 'x')} | {fmt(x['clean'], 'x')} / {fmt(y['clean'], 'x')} "
             f"| {fmt(x['bound_all'], '%')} / {fmt(y['bound_all'], '%')} | {fmt(x['bound_clean'], '%')} / {fmt(y['bound_clean'], '%')} "
-            f"| {verdicts[0]} | {verdicts[1]} |"
+            f"| {verdicts[0]} | {verdicts[1]} | {why} |"
         )
     sys.exit(0 if all_clean else 1)
 

@@ -175,8 +175,9 @@ fn flag_rule() -> String {
          the quietest baseline run), other processes took more than {} cores more CPU, steal \
          was more than {} cores higher, other readers read more than {} MiB/s more from the \
          model's device, MemAvailable at its start differed by more than {:.0}% of MemTotal, \
-         or a single-threaded CPU kernel timed just before it (the CPU kernel ms column; the \
-         reference is the baseline runs' median) was more than {}x slower or faster; \
+         or a single-threaded CPU kernel timed every 250 ms while it ran (the median is the CPU \
+         kernel ms column; the reference is the baseline runs' median) was more than {}x slower \
+         or faster; \
          or when the device's mean time per read was more than {}x off (either way) the median \
          of the same cell's runs (a run with at least {} reads, a cell with at least three: the \
          same cell reads the same slices, so a different speed is the device's).",
