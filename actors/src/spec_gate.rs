@@ -32,8 +32,15 @@ pub fn bucket(source: Source, evidence: f32) -> usize {
 
 /// Buckets per source and position.
 pub const BUCKETS: usize = 4;
-/// Weight of the newest observation in a running cost.
+/// Weight of the newest observation in a running drafting cost.
 const COST_ALPHA: f64 = 0.2;
+/// Decode times kept per width; the estimate is their median (a decode at a
+/// new width can be several times slower once, while llama.cpp builds its
+/// graph, and must not hold the width back for the rest of the run).
+const COST_SAMPLES: usize = 9;
+/// Below this many samples a width's cost is the lower of its median and the
+/// estimate from the narrower widths (optimism while it is still unknown).
+const TRUSTED_SAMPLES: usize = 3;
 /// Prior on an acceptance: worth two observations, of mean 0.5 for the first
 /// draft and of the previous position's estimate for a later one (a source
 /// good at one depth is likely good at the next).
@@ -90,8 +97,9 @@ pub struct Gate {
     max_draft: usize,
     /// [source][position 0..max_draft][bucket].
     acceptance: [Vec<[Counts; BUCKETS]>; 2],
-    /// Running wall seconds of a decode of width w + 1, when measured.
-    verify_s: Vec<Option<f64>>,
+    /// The last decodes of width w + 1 (newest last): seconds for width 1,
+    /// the ratio to width 1's median at the time for the wider ones.
+    verify_s: Vec<std::collections::VecDeque<f64>>,
     /// Running drafting seconds per drafted token, per source.
     draft_s_per_token: [Option<f64>; 2],
     /// Steps since the last one that verified a draft.
@@ -104,7 +112,7 @@ impl Gate {
         Self {
             max_draft,
             acceptance: [per_position(), per_position()],
-            verify_s: vec![None; max_draft + 1],
+            verify_s: vec![std::collections::VecDeque::new(); max_draft + 1],
             draft_s_per_token: [None, None],
             since_draft: 0,
         }
@@ -112,37 +120,77 @@ impl Gate {
 
     /// The estimated chance that draft `i` (0-based) is kept given the ones
     /// before it were, for a token in `bucket`.
+    /// A bucket's prior is its position's estimate over every bucket, whose
+    /// own prior is the previous position's.
     pub fn p_keep(&self, source: Source, i: usize, bucket: usize) -> f64 {
         let table = &self.acceptance[source as usize];
         let b = bucket.min(BUCKETS - 1);
-        table
-            .iter()
-            .take(i + 1)
-            .fold(PRIOR_MEAN, |prior, position| position[b].p(prior))
+        let (mut prior, mut p) = (PRIOR_MEAN, PRIOR_MEAN);
+        for position in table.iter().take(i + 1) {
+            let pooled = position.iter().fold(Counts::default(), |a, c| Counts {
+                kept: a.kept + c.kept,
+                seen: a.seen + c.seen,
+            });
+            prior = pooled.p(prior);
+            p = position[b].p(prior);
+        }
+        p
+    }
+
+    /// The median of the decode times measured at `width` (None: none yet),
+    /// with how many there are.
+    ///
+    /// A wider decode is kept as its ratio to the plain decode's median at the
+    /// time, and estimated as that ratio's median times the plain median now:
+    /// the plain decode is measured on most steps, so as the expert cache warms
+    /// or the host drifts, a width measured earlier follows.
+    fn measured_s(&self, width: usize) -> Option<(f64, usize)> {
+        let median = |samples: &std::collections::VecDeque<f64>| {
+            let mut v: Vec<f64> = samples.iter().copied().collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).map(|&m| (m, v.len()))
+        };
+        let plain = median(&self.verify_s[0]);
+        match width {
+            0 => None,
+            1 => plain,
+            w => {
+                let (ratio, n) = median(self.verify_s.get(w - 1)?)?;
+                Some((ratio * plain?.0, n))
+            }
+        }
     }
 
     /// The estimated wall seconds of a decode of `width` rows (None before any
     /// decode was measured).
     pub fn verify_cost_s(&self, width: usize) -> Option<f64> {
         let w = width.clamp(1, self.max_draft + 1);
-        if let Some(s) = self.verify_s[w - 1] {
+        let own = self.measured_s(w);
+        if let Some((s, n)) = own.filter(|o| o.1 >= TRUSTED_SAMPLES) {
+            debug_assert!(n <= COST_SAMPLES);
             return Some(s);
         }
-        // Unmeasured: from the nearest measured narrower width, at the cost
+        // Not known yet: from the nearest measured narrower width, at the cost
         // per extra row seen between it and the next measured one below it
         // (a fixed share when there is none), so that each width gets tried
-        // once when the widths below it were cheap.
+        // when the widths below it were cheap.
         let measured = |below: usize| {
             (1..below)
                 .rev()
-                .find_map(|v| self.verify_s[v - 1].map(|s| (v, s)))
+                .find_map(|v| self.measured_s(v).map(|(s, _)| (v, s)))
         };
-        let (base_w, base) = measured(w)?;
-        let per_row = match measured(base_w) {
-            Some((v, s)) if s > 0.0 => ((base / s - 1.0) / (base_w - v) as f64).max(0.0),
-            _ => UNSEEN_ROW_COST,
-        };
-        Some(base * (1.0 + per_row * (w - base_w) as f64))
+        let guess = measured(w).map(|(base_w, base)| {
+            let per_row_s = match measured(base_w) {
+                Some((v, s)) => ((base - s) / (base_w - v) as f64).max(0.0),
+                None => UNSEEN_ROW_COST * base,
+            };
+            base + per_row_s * (w - base_w) as f64
+        });
+        match (own, guess) {
+            (Some((s, _)), Some(g)) => Some(s.min(g)),
+            (Some((s, _)), None) => Some(s),
+            (None, g) => g,
+        }
     }
 
     /// The best k for a draft whose tokens fall in `buckets` (one per drafted
@@ -208,8 +256,17 @@ impl Gate {
             true => self.since_draft.saturating_add(1),
             false => 0,
         };
-        if let Some(slot) = self.verify_s.get_mut(width - 1) {
-            *slot = Some(running(*slot, cost.verify_s));
+        let plain = self.measured_s(1).map(|p| p.0).filter(|&p| p > 0.0);
+        let sample = match (width, plain) {
+            (1, _) => Some(cost.verify_s),
+            (_, Some(p)) => Some(cost.verify_s / p),
+            (_, None) => None,
+        };
+        if let (Some(samples), Some(x)) = (self.verify_s.get_mut(width - 1), sample) {
+            if samples.len() == COST_SAMPLES {
+                samples.pop_front();
+            }
+            samples.push_back(x);
         }
         if !buckets.is_empty() {
             let per_token = cost.draft_s / buckets.len() as f64;

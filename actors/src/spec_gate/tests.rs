@@ -59,13 +59,12 @@ fn a_rejection_counts_as_seen_and_the_positions_after_it_are_not() {
     let p = |i| g.p_keep(Source::Mtp, i, 1);
     assert!(p(0) > 0.5, "position 0 was kept");
     assert!(p(1) < p(0), "position 1 was rejected");
-    // Position 2 was never judged: its estimate is position 1's, its prior.
-    assert_eq!(p(2), p(1));
-    assert_eq!(
-        g.p_keep(Source::Mtp, 0, 2),
-        0.5,
-        "buckets keep their own counts"
-    );
+    // Position 2 was never judged: its estimate is position 1's over all
+    // buckets (the prior position 1's bucket was drawn toward too).
+    assert!(p(1) < p(2) && p(2) < p(0), "{} {} {}", p(0), p(1), p(2));
+    // Bucket 2 has no counts: it takes its position's estimate over all buckets.
+    let other = g.p_keep(Source::Mtp, 0, 2);
+    assert!(0.5 < other && other < p(0), "{other}");
     assert_eq!(
         g.p_keep(Source::Ngram, 0, 1),
         0.5,
@@ -183,4 +182,37 @@ fn a_source_held_back_is_tried_again_now_and_then() {
         explored, 3,
         "one exploring draft every {EXPLORE_EVERY} steps"
     );
+}
+
+#[test]
+fn one_slow_first_decode_at_a_width_does_not_hold_it_back() {
+    // Resident-like: width 2 costs 5% more than plain, but its first decode
+    // took 4x (llama.cpp building the graph for a new batch size).
+    let mut g = Gate::new(1);
+    g.observe(Source::Ngram, &[], 0, cost(0.1, 0.0));
+    g.observe(Source::Ngram, &[0], 1, cost(0.4, 0.0));
+    let mut drafted = 0;
+    for _ in 0..40 {
+        let c = g.choose(Source::Ngram, &[0]);
+        drafted += c.k;
+        let w = if c.k == 1 { 0.105 } else { 0.1 };
+        g.observe(Source::Ngram, &vec![0; c.k], c.k, cost(w, 0.0));
+    }
+    assert!(drafted >= 35, "drafted on {drafted} of 40 steps");
+    assert!((g.verify_cost_s(2).unwrap() - 0.105).abs() < 1e-9);
+}
+
+#[test]
+fn a_width_measured_on_a_cold_cache_follows_the_plain_decode_as_it_warms() {
+    // Streaming: every decode gets 4x cheaper as the cache warms; width 2
+    // stays at 1.2x plain throughout. Measured cold, then only plain decodes.
+    let mut g = Gate::new(1);
+    for _ in 0..3 {
+        g.observe(Source::Ngram, &[], 0, cost(0.4, 0.0));
+        g.observe(Source::Ngram, &[0], 1, cost(0.48, 0.0));
+    }
+    for _ in 0..9 {
+        g.observe(Source::Ngram, &[], 0, cost(0.1, 0.0));
+    }
+    assert!((g.verify_cost_s(2).unwrap() - 0.12).abs() < 1e-9);
 }
