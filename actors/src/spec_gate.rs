@@ -41,11 +41,11 @@ const COST_SAMPLES: usize = 9;
 /// Below this many samples a width's cost is the lower of its median and the
 /// estimate from the narrower widths (optimism while it is still unknown).
 const TRUSTED_SAMPLES: usize = 3;
-/// Prior on an acceptance: worth two observations, of mean 0.5 for the first
+/// Prior on an acceptance: worth one observation, of mean 0.5 for the first
 /// draft and of the previous position's estimate for a later one (a source
 /// good at one depth is likely good at the next).
 const PRIOR_MEAN: f64 = 0.5;
-const PRIOR_SEEN: f64 = 2.0;
+const PRIOR_SEEN: f64 = 1.0;
 /// A width not measured yet is assumed to cost this much more per extra row
 /// than width 1 (corrected by the first decode of that width).
 const UNSEEN_ROW_COST: f64 = 0.25;
@@ -180,8 +180,10 @@ impl Gate {
                 .find_map(|v| self.measured_s(v).map(|(s, _)| (v, s)))
         };
         let guess = measured(w).map(|(base_w, base)| {
+            // Half the slope seen below: optimistic while unknown, so a
+            // width that may pay is decoded a few times and then judged.
             let per_row_s = match measured(base_w) {
-                Some((v, s)) => ((base - s) / (base_w - v) as f64).max(0.0),
+                Some((v, s)) => (0.5 * (base - s) / (base_w - v) as f64).max(0.0),
                 None => UNSEEN_ROW_COST * base,
             };
             base + per_row_s * (w - base_w) as f64
