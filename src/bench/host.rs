@@ -320,17 +320,16 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
     out
 }
 
-/// Why a run's device speed is off the median of a group of runs that read
-/// the same slices (`group`, this one's included, at least 3 with enough
-/// reads; `whose` names the group in the reason); None when it is not, or
+/// Why a run's device speed is off the median of its cell's runs (`cell`:
+/// every run's conditions, this one's included); None when it is not, or
 /// when too few reads make either side thin.
-pub fn device_flag(c: &Conditions, group: &[Conditions], whose: &str) -> Option<String> {
+pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
     let judged = |c: &Conditions| {
         c.read_ms
             .filter(|ms| *ms > 0.0 && c.device_reads >= DEVICE_MIN_READS)
     };
     let ms = judged(c)?;
-    let mut all: Vec<f64> = group.iter().filter_map(judged).collect();
+    let mut all: Vec<f64> = cell.iter().filter_map(judged).collect();
     if all.len() < 3 {
         return None;
     }
@@ -342,7 +341,7 @@ pub fn device_flag(c: &Conditions, group: &[Conditions], whose: &str) -> Option<
         median / ms
     };
     (factor > DEVICE_MS_FACTOR_LIMIT)
-        .then(|| format!("device {ms:.2} ms/read ({factor:.1}x off {whose} median {median:.2})"))
+        .then(|| format!("device {ms:.2} ms/read ({factor:.1}x off the cell's median {median:.2})"))
 }
 
 /// The quietest of `cs`, metric by metric (the reference for the baseline's
@@ -508,15 +507,15 @@ mod tests {
             cpu_kernel_ms: None,
         };
         let cell = [at(3.6, 900), at(3.7, 900), at(1.6, 900), at(3.5, 900)];
-        let why = device_flag(&cell[2], &cell, "the cell's").unwrap();
+        let why = device_flag(&cell[2], &cell).unwrap();
         assert!(
             why.starts_with("device 1.60 ms/read (2.2x off the cell's"),
             "{why}"
         );
-        assert_eq!(device_flag(&cell[0], &cell, "the cell's"), None);
+        assert_eq!(device_flag(&cell[0], &cell), None);
         // Thin runs are not judged, nor is a cell with fewer than three judged runs.
-        assert_eq!(device_flag(&at(1.0, 10), &cell, "x"), None);
-        assert_eq!(device_flag(&cell[2], &cell[1..3], "x"), None);
+        assert_eq!(device_flag(&at(1.0, 10), &cell), None);
+        assert_eq!(device_flag(&cell[2], &cell[1..3]), None);
     }
 
     #[test]

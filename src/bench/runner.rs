@@ -625,7 +625,7 @@ fn flag_device_speed(results: &mut [RunResult]) {
                 .filter(|x| x.cell == r.cell)
                 .filter_map(|x| x.conditions)
                 .collect();
-            host::device_flag(&r.conditions?, &cell, "the cell's")
+            host::device_flag(&r.conditions?, &cell)
         })
         .collect();
     for (r, f) in results.iter_mut().zip(flags) {

@@ -123,18 +123,11 @@ fn read_trace(trace: &Path) -> Result<(TraceHeader, Vec<TraceRecord>), String> {
 /// What a cell's expert cache is: its `--cache-mb` (default auto) and
 /// `--cache-policy` (default the engine's); None for a resident cell.
 pub fn cell_cache(cell: &Cell) -> Option<(CacheSize, CachePolicy)> {
-    let value = |flag: &str| -> Option<&str> {
-        let a = &cell.args;
-        a.iter().enumerate().rev().find_map(|(i, x)| {
-            let eq = x.strip_prefix(flag).and_then(|r| r.strip_prefix('='));
-            eq.or_else(|| (x == flag).then(|| a.get(i + 1).map(String::as_str))?)
-        })
-    };
     if cell.args.iter().any(|a| a == "--resident") {
         return None;
     }
-    let size = value("--cache-mb").map_or(Ok(CacheSize::Auto), str::parse);
-    let policy = value("--cache-policy").map_or(Ok(CachePolicy::default()), str::parse);
+    let size = flag_value(cell, "--cache-mb").map_or(Ok(CacheSize::Auto), str::parse);
+    let policy = flag_value(cell, "--cache-policy").map_or(Ok(CachePolicy::default()), str::parse);
     Some((size.ok()?, policy.ok()?))
 }
 
@@ -157,38 +150,44 @@ impl SetBuilder<'_> {
             return None;
         }
         let mut sets = vec![self.set("routed".into(), &all, "the workload routes to")];
-        let mut keys: Vec<(u64, CachePolicy)> = Vec::new();
+        // Each cache size and policy, and the set that bounds it (0 when its
+        // cache held everything generation read: nothing of its own to probe).
+        let mut keys: Vec<((u64, CachePolicy), usize)> = Vec::new();
         let mut cell_sets = Vec::with_capacity(cells.len());
         let experts = self.header.expert_bytes();
         for cell in cells {
             let budget = cell_cache(cell).and_then(|(s, p)| Some((s.asked_bytes(experts)?, p)));
-            let set = match budget {
-                Some((b, p)) if b > 0 => {
-                    match keys.iter().position(|k| *k == (b.min(experts), p)) {
-                        Some(i) => i + 1,
-                        None => {
-                            keys.push((b.min(experts), p));
-                            let misses = self.misses(b.min(experts), p);
-                            let name = format!("cache {} {p}", cache_label(cell));
-                            let what = format!("a {} {p} cache misses on", cache_label(cell));
+            let key = match budget {
+                Some((b, p)) if b > 0 => (b.min(experts), p),
+                _ => {
+                    cell_sets.push(0);
+                    continue;
+                }
+            };
+            let set = match keys.iter().find(|k| k.0 == key) {
+                Some(&(_, set)) => set,
+                None => {
+                    let misses = self.misses(key.0, key.1);
+                    let set = match misses.is_empty() {
+                        true => 0,
+                        false => {
+                            let (label, p) = (cache_label(cell), key.1);
+                            let name = format!("cache {label} {p}");
+                            let what = format!("a {label} {p} cache misses on");
                             sets.push(self.set(name, &misses, &what));
                             sets.len() - 1
                         }
-                    }
+                    };
+                    keys.push((key, set));
+                    set
                 }
-                _ => 0,
             };
             cell_sets.push(set);
         }
-        // A cache that held everything generation read has nothing to probe.
-        let empty: Vec<usize> = (1..sets.len())
-            .filter(|&i| sets[i].slices.is_empty())
-            .collect();
-        for c in cell_sets.iter_mut() {
-            if empty.contains(c) {
-                *c = 0;
-            }
-        }
+        debug_assert!(
+            sets.iter().all(|s| !s.slices.is_empty()),
+            "no set without reads"
+        );
         Some(ProbePlan {
             file: self.file.to_path_buf(),
             sets,
@@ -219,14 +218,18 @@ impl SetBuilder<'_> {
     }
 }
 
+/// The last value a cell gives `flag` (`--flag V` or `--flag=V`).
+fn flag_value<'a>(cell: &'a Cell, flag: &str) -> Option<&'a str> {
+    let a = &cell.args;
+    a.iter().enumerate().rev().find_map(|(i, x)| {
+        let eq = x.strip_prefix(flag).and_then(|r| r.strip_prefix('='));
+        eq.or_else(|| (x == flag).then(|| a.get(i + 1).map(String::as_str))?)
+    })
+}
+
 /// The cell's `--cache-mb` value as written (`25%`, `512`), for a set's name.
-fn cache_label(cell: &Cell) -> String {
-    let i = cell.args.iter().position(|a| a.starts_with("--cache-mb"));
-    let v = i.and_then(|i| match cell.args[i].split_once('=') {
-        Some((_, v)) => Some(v.to_string()),
-        None => cell.args.get(i + 1).cloned(),
-    });
-    v.unwrap_or_else(|| "auto".into())
+fn cache_label(cell: &Cell) -> &str {
+    flag_value(cell, "--cache-mb").unwrap_or("auto")
 }
 
 /// The slices of `keys` (in order, repeats kept) that lie in `file` (a split
