@@ -23,6 +23,7 @@ pub mod commands;
 pub mod graph;
 pub mod replay;
 pub mod run;
+pub mod sampling;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,7 +45,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Generate text greedily, streaming it to stdout.
+    /// Generate text (greedy unless --temp), streaming it to stdout.
     Run(RunArgs),
     /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes.
     Inspect {
@@ -209,6 +210,8 @@ pub struct RunArgs {
     /// Tokens to generate (at least 1).
     #[arg(short = 'n', long = "n-predict", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub n_predict: u32,
+    #[command(flatten)]
+    pub sampling: sampling::SamplingArgs,
     /// Never stop at the end of text: end-of-generation tokens are not chosen
     /// (the best other token is), so exactly -n tokens are generated.
     #[arg(long)]

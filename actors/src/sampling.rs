@@ -1,4 +1,8 @@
-//! Greedy token selection.
+//! Token selection: greedy over a logits row here, the sampled mode's settings in [`params`].
+
+mod params;
+
+pub use params::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 
 /// Index of the largest logit; ties go to the lowest index (llama.cpp's greedy
 /// sampler does the same), NaN never wins. `None` for an empty row.

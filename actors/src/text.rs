@@ -1,4 +1,8 @@
-//! Turning a stream of token byte pieces into printable text.
+//! Turning a stream of token byte pieces into printable text, cut at stop strings.
+
+mod stop;
+
+pub use stop::{StopStrings, Stopped};
 
 /// Reassembles UTF-8 across token boundaries: a multi-byte character may be
 /// split over two tokens, so bytes are held back until they form whole characters.

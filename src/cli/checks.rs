@@ -54,6 +54,9 @@ pub fn refuse_output_over_input(
 /// The flag values and pairings of `bmoe run` that clap cannot check: called
 /// for a run, and for every bench cell before anything is measured.
 pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
+    args.sampling.params()?;
+    args.sampling
+        .check_speculation(args.uses_ngram() || args.uses_mtp())?;
     if !(args.drop_cold_experts.is_finite() && (0.0..=1.0).contains(&args.drop_cold_experts)) {
         return Err(UsageError(format!(
             "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \

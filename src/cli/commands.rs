@@ -262,6 +262,8 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         draft_max: 0,
         spec_gate: false,
         ubatch: engine::Ubatch::Auto,
+        sampling: Default::default(),
+        stop: Vec::new(),
     };
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::bench::warm_page_cache(model)

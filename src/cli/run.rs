@@ -18,7 +18,7 @@ use super::RunArgs;
 pub fn run(args: RunArgs) -> Result<()> {
     let prompt = checked_prompt(&args)?;
     let model = model_of(&args)?;
-    let cfg = run_config(&args, model, prompt);
+    let cfg = run_config(&args, model, prompt)?;
     let progress = args.progress;
     // A failed write stops generation at the next token (the engine checks).
     let res = engine::run(&cfg, |s| {
@@ -85,8 +85,9 @@ fn model_of(args: &RunArgs) -> Result<PathBuf> {
 }
 
 /// The engine's configuration from the arguments.
-fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> RunConfig {
-    RunConfig {
+fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> Result<RunConfig, UsageError> {
+    let sampling = args.sampling.params()?;
+    Ok(RunConfig {
         model,
         prompt,
         chat: args.chat,
@@ -106,7 +107,9 @@ fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> RunConfig {
         draft_max: args.draft,
         spec_gate: args.spec.is_some(),
         ubatch: args.ubatch,
-    }
+        sampling,
+        stop: args.sampling.stop.clone(),
+    })
 }
 
 /// Resident, or streamed with the cache and I/O flags.

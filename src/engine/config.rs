@@ -82,6 +82,10 @@ pub struct RunConfig {
     pub spec_gate: bool,
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
     pub ubatch: super::Ubatch,
+    /// `--temp` and the other sampling flags (greedy by default).
+    pub sampling: bmoe_actors::sampling::SamplingParams,
+    /// `--stop`: text that ends generation.
+    pub stop: Vec<String>,
 }
 
 impl RunConfig {
@@ -241,6 +245,8 @@ pub(super) fn preamble(
     kv("spec", cfg.speculation.name().into());
     let gated = cfg.spec_gate && cfg.speculation != Speculation::Off;
     kv("spec_gate", (gated as u8).to_string());
+    kv("temp", cfg.sampling.temperature.to_string());
+    kv("seed", cfg.sampling.seed.to_string());
     let (draft_max, min_match, p_min) = match cfg.speculation {
         Speculation::Off => (0, 0, 0.0),
         Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
@@ -301,6 +307,8 @@ mod tests {
             speculation: Speculation::Ngram { min_match: 3 },
             draft_max: 4,
             spec_gate: false,
+            sampling: Default::default(),
+            stop: Vec::new(),
             ubatch: super::super::Ubatch::Auto,
         }
     }

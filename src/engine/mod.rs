@@ -270,21 +270,19 @@ fn generate_metered(
         _ => bmoe_actors::spec_gate::Source::Ngram,
     };
     let t0 = Instant::now();
-    let limit = generate::Limit {
-        n_predict: cfg.n_predict,
-        ignore_eos: cfg.ignore_eos,
+    let opts = generate::Options {
+        limit: generate::Limit {
+            n_predict: cfg.n_predict,
+            ignore_eos: cfg.ignore_eos,
+        },
+        n_batch: ubatch as usize,
+        sampling: cfg.sampling.clone(),
+        stop: cfg.stop.clone(),
+        draft_max: cfg.draft_max as usize,
+        cached: 0,
     };
-    let mut run = |d: Option<&mut dyn generate::Drafter>| {
-        generate::generate_with(
-            ctx,
-            tokens,
-            limit,
-            ubatch as usize,
-            &mut sink,
-            d,
-            cfg.draft_max as usize,
-        )
-    };
+    let mut run =
+        |d: Option<&mut dyn generate::Drafter>| generate::generate_opts(ctx, tokens, &opts, &mut sink, d);
     let res = match drafter {
         Some(d) if cfg.spec_gate => {
             let mut g = generate::GatedDrafter::new(d, source, cfg.draft_max as usize);

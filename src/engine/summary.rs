@@ -59,6 +59,7 @@ impl RunReport {
             StopReason::Limit => "token limit",
             StopReason::ContextFull => "context full",
             StopReason::Interrupted => "interrupted",
+            StopReason::StopString => "stop string",
         };
         vec![
             format!(

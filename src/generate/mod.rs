@@ -9,12 +9,13 @@ mod verify;
 use std::time::Duration;
 
 use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_actors::sampling::SamplingParams;
 
 use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafter, MtpDrafter, NgramDrafter};
 pub use gated::{GateStats, GateStep, GatedDrafter};
-pub use verify::generate_with;
+pub use verify::{generate_opts, generate_with};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
@@ -28,6 +29,8 @@ pub enum GenerateError {
     NoLogits,
     #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
     Rollback { pos: i32 },
+    #[error("drafts are verified against greedy picks on a prompt prefilled from its start: speculation needs temperature 0 and no reused prefix")]
+    DraftNeedsGreedy,
     #[error("MTP draft actor: {0}")]
     DraftActor(String),
 }
@@ -41,6 +44,8 @@ pub enum StopReason {
     Limit,
     /// The context is full.
     ContextFull,
+    /// The text reached one of the stop strings (which is not part of it).
+    StopString,
     /// The sink asked to stop (an interrupt).
     Interrupted,
 }
@@ -142,6 +147,42 @@ pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>
 pub struct Limit {
     pub n_predict: u32,
     pub ignore_eos: bool,
+}
+
+impl Default for Limit {
+    fn default() -> Self {
+        Self::from(u32::MAX)
+    }
+}
+
+/// How one generation picks tokens and ends.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub limit: Limit,
+    /// Tokens per prefill decode.
+    pub n_batch: usize,
+    /// Greedy (the default) or a seeded draw.
+    pub sampling: SamplingParams,
+    /// Text that ends generation where it first appears (and is left out).
+    pub stop: Vec<String>,
+    /// Drafted tokens per verify step at most.
+    pub draft_max: usize,
+    /// How many of the prompt's first tokens the context's KV cache already
+    /// holds from the previous generation (they are not decoded again).
+    pub cached: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            limit: Limit::default(),
+            n_batch: 512,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            draft_max: 0,
+            cached: 0,
+        }
+    }
 }
 
 impl From<u32> for Limit {

@@ -4,14 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use bmoe_actors::sampling::{argmax, argmax_where};
-use bmoe_actors::text::Utf8Stream;
+use bmoe_actors::sampling::{argmax, argmax_where, SamplingParams};
+use bmoe_actors::text::{StopStrings, Utf8Stream};
 
 use super::{
-    Accepted, DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, SpecStats,
-    StopReason,
+    Accepted, DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, Options,
+    SpecStats, StopReason,
 };
-use crate::llama::{Batch, Context, LlamaError, Model, Token};
+use crate::llama::{Batch, Context, LlamaError, Model, Sampler, Token};
 
 /// [`generate`](super::generate) with an optional drafter: each step drafts up
 /// to `draft_max` tokens, decodes [last, d1..dN] in one batch with logits on
@@ -24,16 +24,41 @@ pub fn generate_with(
     limit: impl Into<Limit>,
     n_batch: usize,
     sink: &mut dyn GenerationSink,
-    mut drafter: Option<&mut dyn Drafter>,
+    drafter: Option<&mut dyn Drafter>,
     draft_max: usize,
 ) -> Result<Generation, GenerateError> {
-    let limit = limit.into();
+    let opts = Options {
+        limit: limit.into(),
+        n_batch,
+        draft_max,
+        ..Options::default()
+    };
+    generate_opts(ctx, prompt, &opts, sink, drafter)
+}
+
+/// [`generate_with`] under [`Options`]: sampled or greedy, cut at stop
+/// strings, after a prompt whose first `opts.cached` tokens are already in
+/// the KV cache (the rest of the cache is dropped, only the new tokens are
+/// prefilled). Drafts need greedy picks and a prompt prefilled from its start.
+pub fn generate_opts(
+    ctx: &mut Context,
+    prompt: &[Token],
+    opts: &Options,
+    sink: &mut dyn GenerationSink,
+    mut drafter: Option<&mut dyn Drafter>,
+) -> Result<Generation, GenerateError> {
+    let limit = opts.limit;
     check_prompt(ctx, prompt)?;
-    let n_batch = n_batch.clamp(1, ctx.n_batch().max(1) as usize);
+    if drafter.is_some() && (!opts.sampling.is_greedy() || opts.cached > 0) {
+        return Err(GenerateError::DraftNeedsGreedy);
+    }
+    let cached = reuse_prefix(ctx, prompt, opts.cached)?;
+    let n_batch = opts.n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
-    let greedy = Greedy::new(ctx.model(), limit.ignore_eos);
+    let mut picker = Picker::new(ctx.model(), limit.ignore_eos, &opts.sampling, prompt)?;
     let t0 = Instant::now();
-    if !prefill(ctx, prompt, &mut batch, sink, drafter.as_deref_mut())? {
+    let fresh = (&prompt[cached..], cached as i32);
+    if !prefill(ctx, fresh, &mut batch, sink, drafter.as_deref_mut())? {
         return Ok(Generation::interrupted_in_prefill(
             prompt.len(),
             t0.elapsed(),
@@ -44,11 +69,12 @@ pub fn generate_with(
     }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let first = greedy.pick(ctx, (batch.len() - 1) as i32)?;
+    let first = picker.pick(ctx, (batch.len() - 1) as i32)?;
+    let draft_max = opts.draft_max;
     let mut run = Loop {
         model: ctx.model().clone(),
         ctx,
-        greedy,
+        picker,
         batch,
         sink,
         drafter,
@@ -58,6 +84,7 @@ pub fn generate_with(
         tokens: Vec::new(),
         corpus: prompt.to_vec(),
         utf8: Utf8Stream::new(),
+        stops: StopStrings::new(&opts.stop),
         text: String::new(),
         spec: SpecStats::default(),
         catch_up: Duration::ZERO,
@@ -66,6 +93,19 @@ pub fn generate_with(
     };
     let stop = run.until_stop(vec![first])?;
     Ok(run.finish(prompt.len(), stop, prefill_time, t1.elapsed()))
+}
+
+/// Keep the first `cached` prompt tokens' KV entries and drop the rest; at
+/// least the last prompt token is decoded again (its logits start the
+/// generation). How many were kept.
+fn reuse_prefix(ctx: &mut Context, prompt: &[Token], cached: usize) -> Result<usize, GenerateError> {
+    let cached = cached.min(prompt.len() - 1);
+    if cached == 0 {
+        ctx.clear();
+    } else if !ctx.trim(cached as i32, -1) {
+        return Err(GenerateError::Rollback { pos: cached as i32 });
+    }
+    Ok(cached)
 }
 
 /// A prompt the context can take: not empty, shorter than the context.
@@ -102,7 +142,7 @@ impl Generation {
 struct Loop<'c, 's, 'd> {
     ctx: &'c mut Context,
     model: std::sync::Arc<Model>,
-    greedy: Greedy,
+    picker: Picker,
     batch: Batch,
     sink: &'s mut dyn GenerationSink,
     drafter: Option<&'d mut dyn Drafter>,
@@ -115,6 +155,7 @@ struct Loop<'c, 's, 'd> {
     /// The prompt and every confirmed token (the drafters' corpus).
     corpus: Vec<Token>,
     utf8: Utf8Stream,
+    stops: StopStrings,
     text: String,
     spec: SpecStats,
     /// The drafter's catch-up on the previous verify step (drafting cost).
@@ -158,15 +199,27 @@ impl Loop<'_, '_, '_> {
             self.tokens.push(t);
             self.corpus.push(t);
             let piece = self.utf8.push(&self.model.token_bytes(t));
-            if !piece.is_empty() {
-                self.sink.text(&piece);
-                self.text.push_str(&piece);
+            if self.hand_out(&piece) {
+                return Some(StopReason::StopString);
             }
             if self.tokens.len() >= self.limit.n_predict as usize {
                 return Some(StopReason::Limit);
             }
         }
         None
+    }
+
+    /// Pass text through the stop strings to the sink; true when one was hit.
+    fn hand_out(&mut self, piece: &str) -> bool {
+        if piece.is_empty() {
+            return false;
+        }
+        let out = self.stops.push(piece);
+        if !out.text.is_empty() {
+            self.sink.text(&out.text);
+            self.text.push_str(&out.text);
+        }
+        out.hit
     }
 
     /// One verify step: draft, decode `[last, drafts..]`, keep what the target
@@ -239,7 +292,7 @@ impl Loop<'_, '_, '_> {
         let mut ready = Vec::with_capacity(draft.len() + 1);
         let mut accepted = 0usize;
         loop {
-            let t = self.greedy.pick(self.ctx, accepted as i32)?;
+            let t = self.picker.pick(self.ctx, accepted as i32)?;
             ready.push(t);
             if accepted < draft.len() && draft[accepted] == t {
                 accepted += 1;
@@ -248,10 +301,11 @@ impl Loop<'_, '_, '_> {
             }
         }
         debug_assert!(
-            ready
-                .iter()
-                .enumerate()
-                .all(|(i, &t)| self.greedy.pick(self.ctx, i as i32).ok() == Some(t)),
+            self.picker.sampler.is_some()
+                || ready
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &t)| self.picker.pick(self.ctx, i as i32).ok() == Some(t)),
             "every kept token is the argmax of the verify row that produced it"
         );
         self.pos += 1 + accepted as i32;
@@ -293,9 +347,12 @@ impl Loop<'_, '_, '_> {
     ) -> Generation {
         self.spec.draft += self.catch_up;
         let rest = self.utf8.finish();
-        if !rest.is_empty() {
-            self.sink.text(&rest);
-            self.text.push_str(&rest);
+        if stop != StopReason::StopString {
+            let rest = self.stops.push(&rest).text + &self.stops.finish();
+            if !rest.is_empty() {
+                self.sink.text(&rest);
+                self.text.push_str(&rest);
+            }
         }
         Generation {
             prompt_tokens,
@@ -314,13 +371,12 @@ impl Loop<'_, '_, '_> {
 /// (between batches, or inside one through the context's abort callback).
 fn prefill<'d>(
     ctx: &mut Context,
-    prompt: &[Token],
+    (prompt, mut pos): (&[Token], i32),
     batch: &mut Batch,
     sink: &mut dyn GenerationSink,
     mut drafter: Option<&mut (dyn Drafter + 'd)>,
 ) -> Result<bool, GenerateError> {
     let n_batch = batch.capacity();
-    let mut pos = 0i32;
     for (ci, chunk) in prompt.chunks(n_batch).enumerate() {
         if sink.should_stop() {
             return Ok(false);
@@ -355,15 +411,22 @@ fn prefill<'d>(
     Ok(true)
 }
 
-/// The greedy choice from a row of logits, never an end-of-generation token
-/// under `--ignore-eos`.
-struct Greedy {
+/// The choice from a row of logits: the argmax, or a draw through
+/// llama.cpp's sampler chain; never an end-of-generation token under `--ignore-eos`.
+struct Picker {
     /// End-of-generation tokens, sorted (empty unless they are banned).
     banned: Vec<Token>,
+    /// The sampled mode's chain (None: greedy).
+    sampler: Option<Sampler>,
 }
 
-impl Greedy {
-    fn new(model: &Model, ignore_eos: bool) -> Self {
+impl Picker {
+    fn new(
+        model: &Model,
+        ignore_eos: bool,
+        sampling: &SamplingParams,
+        prompt: &[Token],
+    ) -> Result<Self, GenerateError> {
         let banned = if ignore_eos {
             (0..model.n_vocab() as Token)
                 .filter(|&t| model.is_eog(t))
@@ -371,12 +434,24 @@ impl Greedy {
         } else {
             Vec::new()
         };
-        Self { banned }
+        let sampler = if sampling.is_greedy() {
+            None
+        } else {
+            let mut s = Sampler::new(model.n_vocab(), sampling)?;
+            // The penalties see the prompt's last tokens, as llama.cpp's own tools do.
+            let window = prompt.len().saturating_sub(sampling.repeat_last_n as usize);
+            prompt[window..].iter().for_each(|&t| s.accept(t));
+            Some(s)
+        };
+        Ok(Self { banned, sampler })
     }
 
-    /// The argmax of logits row `i` of the last decode (among allowed tokens).
-    fn pick(&self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
+    /// The token for logits row `i` of the last decode (among allowed tokens).
+    fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
         let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+        if let Some(s) = self.sampler.as_mut() {
+            return s.sample(logits, &self.banned).ok_or(GenerateError::NoLogits);
+        }
         let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
         if self.banned.binary_search(&best).is_err() {
             return Ok(best);

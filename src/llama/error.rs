@@ -55,6 +55,8 @@ pub enum LlamaError {
     ObserverPanicked(String),
     #[error("tokenization failed: {0}")]
     Tokenize(String),
+    #[error("sampler: {0}")]
+    Sampler(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),
     #[error("gguf: {0}")]

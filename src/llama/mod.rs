@@ -14,6 +14,7 @@ mod header;
 mod model;
 mod mtp;
 mod populate;
+mod sampler;
 pub mod quant;
 
 pub use backend::init_backend;
@@ -24,6 +25,7 @@ pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
 pub use mtp::{MtpHead, TargetTurn};
 pub use populate::Armed as UnpopulatedLoad;
+pub use sampler::Sampler;
 
 /// A vocabulary token id, as llama.cpp numbers them.
 pub type Token = i32;

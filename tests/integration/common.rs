@@ -223,6 +223,8 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         draft_max: 0,
         spec_gate: false,
         ubatch: bmoe::engine::Ubatch::Auto,
+        sampling: Default::default(),
+        stop: Vec::new(),
     }
 }
 

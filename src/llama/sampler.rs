@@ -1,0 +1,137 @@
+//! llama.cpp's sampler chain for sampled (non-greedy) generation: penalties,
+//! top-k, top-p, min-p, temperature and a seeded draw, in llama.cpp's own
+//! order, applied to a logits row the caller hands in.
+
+use std::ptr::NonNull;
+
+use bmoe_actors::sampling::SamplingParams;
+use llama_cpp_sys_2 as sys;
+
+use super::{LlamaError, Token};
+
+/// A sampler chain and the scratch array it works on.
+pub struct Sampler {
+    chain: NonNull<sys::llama_sampler>,
+    /// One entry per vocabulary token, refilled from each logits row.
+    candidates: Vec<sys::llama_token_data>,
+}
+
+impl Sampler {
+    /// The chain for `p` over a vocabulary of `n_vocab` tokens (`p` checked by
+    /// [`SamplingParams::check`]; a greedy `p` still draws, at temperature 0
+    /// llama.cpp's chain picks the argmax).
+    pub fn new(n_vocab: usize, p: &SamplingParams) -> Result<Self, LlamaError> {
+        let failed = || LlamaError::Sampler("llama.cpp could not create a sampler".into());
+        // SAFETY: plain constructor; the params struct is returned by value.
+        let params = unsafe { sys::llama_sampler_chain_default_params() };
+        // SAFETY: creates a new chain, owned by the returned Sampler.
+        let chain = NonNull::new(unsafe { sys::llama_sampler_chain_init(params) }).ok_or_else(failed)?;
+        let sampler = Self {
+            chain,
+            candidates: Vec::with_capacity(n_vocab),
+        };
+        for stage in stages(p) {
+            let stage = NonNull::new(create(stage, n_vocab, p)).ok_or_else(failed)?;
+            // SAFETY: the chain takes ownership of the stage and frees it with
+            // itself (in Drop).
+            unsafe { sys::llama_sampler_chain_add(sampler.chain.as_ptr(), stage.as_ptr()) };
+        }
+        Ok(sampler)
+    }
+
+    /// Tell the penalties about a token of the text (prompt or generated).
+    pub fn accept(&mut self, token: Token) {
+        // SAFETY: valid chain; accept only updates its state.
+        unsafe { sys::llama_sampler_accept(self.chain.as_ptr(), token) }
+    }
+
+    /// Draw a token from `logits` with every token in `banned` (sorted) left
+    /// out, and accept it. `None` when nothing can be drawn.
+    pub fn sample(&mut self, logits: &[f32], banned: &[Token]) -> Option<Token> {
+        self.candidates.clear();
+        self.candidates
+            .extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data {
+                id: i as Token,
+                logit: if banned.binary_search(&(i as Token)).is_ok() {
+                    f32::NEG_INFINITY
+                } else {
+                    l
+                },
+                p: 0.0,
+            }));
+        let mut array = sys::llama_token_data_array {
+            data: self.candidates.as_mut_ptr(),
+            size: self.candidates.len(),
+            selected: -1,
+            sorted: false,
+        };
+        // SAFETY: `array` points at `self.candidates`, alive and not otherwise
+        // borrowed for the call; the chain may reorder and shrink it in place.
+        unsafe { sys::llama_sampler_apply(self.chain.as_ptr(), &mut array) };
+        let picked = usize::try_from(array.selected)
+            .ok()
+            .filter(|&i| i < array.size)
+            // SAFETY: `i` is within the array the chain left, inside `candidates`.
+            .map(|i| unsafe { (*array.data.add(i)).id })?;
+        if banned.binary_search(&picked).is_ok() {
+            return None;
+        }
+        self.accept(picked);
+        Some(picked)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // SAFETY: the chain was created by `llama_sampler_chain_init`, freed
+        // once here with every stage it owns.
+        unsafe { sys::llama_sampler_free(self.chain.as_ptr()) }
+    }
+}
+
+/// One stage of the chain.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    Penalties,
+    TopK,
+    TopP,
+    MinP,
+    Temperature,
+    Draw,
+}
+
+/// The chain's stages in llama.cpp's default order: the penalties, top-k,
+/// top-p, min-p, temperature, the draw (the ones `p` switches off left out).
+fn stages(p: &SamplingParams) -> Vec<Stage> {
+    let on = [
+        (Stage::Penalties, p.has_penalties()),
+        (Stage::TopK, p.top_k > 0),
+        (Stage::TopP, p.top_p < 1.0),
+        (Stage::MinP, p.min_p > 0.0),
+        (Stage::Temperature, true),
+        (Stage::Draw, true),
+    ];
+    on.into_iter().filter(|(_, on)| *on).map(|(s, _)| s).collect()
+}
+
+/// A new sampler for `stage` (ownership passes to the caller; null on failure).
+fn create(stage: Stage, n_vocab: usize, p: &SamplingParams) -> *mut sys::llama_sampler {
+    // SAFETY: plain constructors of new samplers with checked, finite
+    // arguments; none keeps a pointer to its arguments.
+    unsafe {
+        match stage {
+            Stage::Penalties => sys::llama_sampler_init_penalties(
+                n_vocab as i32,
+                p.repeat_last_n as i32,
+                p.repeat_penalty,
+                p.frequency_penalty,
+                p.presence_penalty,
+            ),
+            Stage::TopK => sys::llama_sampler_init_top_k(p.top_k as i32),
+            Stage::TopP => sys::llama_sampler_init_top_p(p.top_p, 1),
+            Stage::MinP => sys::llama_sampler_init_min_p(p.min_p, 1),
+            Stage::Temperature => sys::llama_sampler_init_temp(p.temperature),
+            Stage::Draw => sys::llama_sampler_init_dist(p.seed),
+        }
+    }
+}
