@@ -7,6 +7,7 @@
 //! `bmoe-actors` crate.
 
 pub mod bench;
+pub mod chat;
 pub mod chrome_trace;
 pub mod compare;
 pub mod draft;

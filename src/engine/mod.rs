@@ -19,6 +19,7 @@ mod finish;
 pub mod graph_check;
 mod prefill;
 mod report;
+mod session;
 mod sink;
 mod startup;
 mod summary;
@@ -28,6 +29,7 @@ pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBA
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
 pub use report::decode_rate;
 use sink::Sink;
+pub use session::{Session, Turn, TurnFigures};
 pub use startup::Startup;
 
 #[derive(Debug, thiserror::Error)]

@@ -348,6 +348,11 @@ impl Model {
 
     /// The bytes one token stands for (may be part of a UTF-8 sequence).
     pub fn token_bytes(&self, token: Token) -> Vec<u8> {
+        self.piece_bytes(token, false)
+    }
+
+    /// A token's bytes; `special`: control tokens as their text, not empty.
+    fn piece_bytes(&self, token: Token, special: bool) -> Vec<u8> {
         let mut buf = vec![0u8; 64];
         for _ in 0..2 {
             // `buf` is writable for `buf.len()` bytes; the call does not
@@ -360,7 +365,7 @@ impl Model {
                     buf.as_mut_ptr() as *mut c_char,
                     buf.len() as i32,
                     0,
-                    false,
+                    special,
                 )
             };
             if n >= 0 {
@@ -376,6 +381,26 @@ impl Model {
     pub fn detokenize(&self, tokens: &[Token]) -> String {
         let bytes: Vec<u8> = tokens.iter().flat_map(|&t| self.token_bytes(t)).collect();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The text of the beginning- and end-of-sequence tokens (empty when the
+    /// vocabulary has none), as chat templates name them.
+    pub fn bos_eos_text(&self) -> (String, String) {
+        // SAFETY: valid vocabulary; plain getters (-1 when the token is absent).
+        let (bos, eos) = unsafe {
+            (
+                sys::llama_vocab_bos(self.vocab()),
+                sys::llama_vocab_eos(self.vocab()),
+            )
+        };
+        let text = |t: Token| {
+            if t < 0 {
+                String::new()
+            } else {
+                String::from_utf8_lossy(&self.piece_bytes(t, true)).into_owned()
+            }
+        };
+        (text(bos), text(eos))
     }
 
     /// The model's own chat template, if its gguf carries one.

@@ -1,0 +1,251 @@
+//! A model loaded once for many generations (`bmoe chat`, `bmoe serve`): one
+//! context whose KV cache keeps the previous turn's tokens, so a prompt that
+//! shares their prefix decodes only the rest, and whose expert cache stays warm.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bmoe_actors::metrics::DecodeMetrics;
+
+use super::assemble::{self, Backend};
+use super::{EngineError, RunConfig, Speculation};
+use crate::generate::{self, DecodeStep, Generation, GenerationSink, Options};
+use crate::layout::MoeLayout;
+use crate::llama::{Context, Model, Token};
+
+/// The loaded model and its one context. Fields drop in order: the context
+/// (and the verify hook with it) before the model and the streamer.
+pub struct Session {
+    ctx: Context,
+    model: Arc<Model>,
+    backend: Backend,
+    layout: MoeLayout,
+    /// The tokens whose KV entries the context holds, from position 0.
+    kv: Vec<Token>,
+    ubatch: u32,
+    /// What loading decided (cache size, context rounding), for the caller to show.
+    pub notes: Vec<String>,
+    /// Every turn's figures added up.
+    pub totals: TurnFigures,
+}
+
+/// What one turn (or a session's turns together) decoded and read.
+#[derive(Debug, Clone, Default)]
+pub struct TurnFigures {
+    pub turns: u64,
+    /// Prompt tokens whose KV entries were reused, and those decoded.
+    pub reused_tokens: u64,
+    pub prefilled_tokens: u64,
+    pub generated_tokens: u64,
+    pub prefill: Duration,
+    pub decode: Duration,
+    /// The decodes' streaming counters (zeros when resident).
+    pub metrics: DecodeMetrics,
+}
+
+impl TurnFigures {
+    /// Generated tokens per second of decoding.
+    pub fn decode_tok_s(&self) -> f64 {
+        let s = self.decode.as_secs_f64();
+        if s > 0.0 {
+            self.generated_tokens as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// Expert cache hits among hits and misses, in percent (None when nothing streamed).
+    pub fn hit_pct(&self) -> Option<f64> {
+        let (h, m) = (self.metrics.hits, self.metrics.misses);
+        (h + m > 0).then(|| 100.0 * h as f64 / (h + m) as f64)
+    }
+
+    /// Streamed MiB per generated token.
+    pub fn mib_per_token(&self) -> f64 {
+        self.metrics.read_bytes as f64 / (1 << 20) as f64 / self.generated_tokens.max(1) as f64
+    }
+
+    fn add(&mut self, o: &TurnFigures) {
+        self.turns += o.turns;
+        self.reused_tokens += o.reused_tokens;
+        self.prefilled_tokens += o.prefilled_tokens;
+        self.generated_tokens += o.generated_tokens;
+        self.prefill += o.prefill;
+        self.decode += o.decode;
+        self.metrics.add(o.metrics.clone());
+    }
+}
+
+/// One turn's generation and figures.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub generation: Generation,
+    pub figures: TurnFigures,
+}
+
+impl Session {
+    /// Load `cfg.model` as `run` would (its prompt, `-n`, speculation and
+    /// telemetry are not used: each turn brings its own).
+    pub fn open(cfg: &RunConfig) -> Result<Self, EngineError> {
+        let cfg = RunConfig {
+            speculation: Speculation::Off,
+            ..cfg.clone()
+        };
+        let layout = MoeLayout::open(&cfg.model)?;
+        let (mode, mut notes) = cfg.check_against(&layout)?;
+        let k = cfg.experts_used(&layout);
+        let mut backend = Backend::start(&cfg, &layout, mode, k)?;
+        let model = assemble::load_model(&cfg, &layout, &backend)?;
+        // The micro-batch for the longest prompt the context takes.
+        let facts = assemble::prefill_facts(&cfg, &model, &layout, &backend, cfg.n_ctx as usize);
+        let abort = Arc::new(AtomicBool::new(false));
+        let (ctx, _) =
+            assemble::target_context(&cfg, &model, &backend, &abort, facts.ubatch, &mut notes)?;
+        notes.extend(backend.settle_auto(&model, ctx.n_ctx(), facts.ubatch, false));
+        backend.start_warm()?;
+        Ok(Self {
+            ctx,
+            model,
+            backend,
+            layout,
+            kv: Vec::new(),
+            ubatch: facts.ubatch,
+            notes,
+            totals: TurnFigures::default(),
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn layout(&self) -> &MoeLayout {
+        &self.layout
+    }
+
+    /// The context's size in tokens (prompt and reply together).
+    pub fn n_ctx(&self) -> u32 {
+        self.ctx.n_ctx()
+    }
+
+    /// Whether experts stream (false: resident).
+    pub fn streamed(&self) -> bool {
+        self.backend.streamer().is_some()
+    }
+
+    /// How many of `prompt`'s first tokens the KV cache holds now.
+    pub fn reusable(&self, prompt: &[Token]) -> usize {
+        common_prefix(&self.kv, prompt)
+    }
+
+    /// Forget the KV cache (the next turn prefills its whole prompt).
+    pub fn reset(&mut self) {
+        self.kv.clear();
+        self.ctx.clear();
+    }
+
+    /// Generate after `prompt` under `opts` (its `cached` is set here from the
+    /// KV cache; its `n_batch` is the session's), reusing the longest prefix
+    /// the previous turns left in the KV cache.
+    pub fn generate(
+        &mut self,
+        prompt: &[Token],
+        opts: &Options,
+        sink: &mut dyn GenerationSink,
+    ) -> Result<Turn, EngineError> {
+        let cached = self.reusable(prompt);
+        let opts = Options {
+            cached,
+            n_batch: self.ubatch as usize,
+            ..opts.clone()
+        };
+        let mut metering = Metering {
+            inner: sink,
+            metrics: DecodeMetrics::default(),
+        };
+        let t0 = Instant::now();
+        let res = generate::generate_opts(&mut self.ctx, prompt, &opts, &mut metering, None);
+        let g = match res {
+            Ok(g) => g,
+            Err(e) => {
+                // What the KV cache holds after a failed decode is unknown.
+                self.reset();
+                return Err(e.into());
+            }
+        };
+        let reused = cached.min(prompt.len() - 1);
+        self.kv = kept_tokens(prompt, reused, &g.tokens);
+        let figures = TurnFigures {
+            turns: 1,
+            reused_tokens: reused as u64,
+            prefilled_tokens: (prompt.len() - reused) as u64,
+            generated_tokens: g.tokens.len() as u64,
+            prefill: g.prefill,
+            decode: t0.elapsed().saturating_sub(g.prefill),
+            metrics: metering.metrics,
+        };
+        self.totals.add(&figures);
+        Ok(Turn {
+            generation: g,
+            figures,
+        })
+    }
+}
+
+/// The tokens certainly in the KV cache after a generation that reused
+/// `reused` prompt tokens: the prompt and every generated token but the last
+/// (which was picked, never decoded; after an end of text it was, but one
+/// token re-decoded costs little). Nothing generated: the prefill may have
+/// been stopped, so only the reused part counts.
+fn kept_tokens(prompt: &[Token], reused: usize, generated: &[Token]) -> Vec<Token> {
+    let Some((_, decoded)) = generated.split_last() else {
+        return prompt[..reused].to_vec();
+    };
+    let mut kv = prompt.to_vec();
+    kv.extend_from_slice(decoded);
+    kv
+}
+
+/// The length of the longest common prefix.
+fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Passes everything to the caller's sink and adds up the decodes' counters.
+struct Metering<'a> {
+    inner: &'a mut dyn GenerationSink,
+    metrics: DecodeMetrics,
+}
+
+impl GenerationSink for Metering<'_> {
+    fn text(&mut self, piece: &str) {
+        self.inner.text(piece)
+    }
+
+    fn decoded(&mut self, step: DecodeStep) {
+        self.metrics.add(step.metrics.clone());
+        self.inner.decoded(step)
+    }
+
+    fn next_token(&mut self) {
+        self.inner.next_token()
+    }
+
+    fn should_stop(&mut self) -> bool {
+        self.inner.should_stop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_generated_token_is_not_counted_as_cached() {
+        assert_eq!(kept_tokens(&[1, 2, 3], 1, &[]), vec![1]);
+        assert_eq!(kept_tokens(&[1, 2], 0, &[3, 4, 5]), vec![1, 2, 3, 4]);
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
+        assert_eq!(common_prefix(&[], &[1]), 0);
+    }
+}
