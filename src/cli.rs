@@ -24,6 +24,7 @@ pub mod graph;
 pub mod replay;
 pub mod run;
 pub mod sampling;
+pub mod serve;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,6 +48,11 @@ pub struct Cli {
 pub enum Command {
     /// Generate text (greedy unless --temp), streaming it to stdout.
     Run(RunArgs),
+    /// Serve an OpenAI-compatible API (chat and text completions, streamed or
+    /// whole) from one loaded model whose KV and expert caches stay warm
+    /// between requests (docs/serving.md). Takes run's model, cache and
+    /// sampling flags (the sampling ones as the requests' defaults).
+    Serve(serve::ServeArgs),
     /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes.
     Inspect {
         /// The gguf file.
@@ -202,7 +208,7 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub model: Option<PathBuf>,
     /// Prompt text.
-    #[arg(short, long, conflicts_with = "file", required_unless_present = "file")]
+    #[arg(short, long, conflicts_with = "file")]
     pub prompt: Option<String>,
     /// Read the prompt from a file.
     #[arg(short, long)]

@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod layout;
 pub mod llama;
+pub mod serve;
 pub mod stdio;
 pub mod stream;
 

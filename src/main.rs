@@ -59,6 +59,8 @@ fn main() -> ExitCode {
         }
     };
     bmoe::interrupt::install();
+    // A server stopped by SIGINT/SIGTERM has done its job: exit 0.
+    let serving = matches!(cli.command, Command::Serve(_));
     let mut res = dispatch(cli);
     if let Some(t) = trace {
         match t.finish() {
@@ -71,8 +73,8 @@ fn main() -> ExitCode {
     }
     match res {
         Ok(()) => match bmoe::interrupt::requested() {
-            Some(sig) => ExitCode::from(bmoe::interrupt::exit_code(sig)),
-            None => ExitCode::SUCCESS,
+            Some(sig) if !serving => ExitCode::from(bmoe::interrupt::exit_code(sig)),
+            _ => ExitCode::SUCCESS,
         },
         Err(e) => {
             let _ = std::io::stdout().flush();
@@ -173,6 +175,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cli::run::run(args),
+        Command::Serve(args) => cli::serve::serve(args),
         Command::Inspect { model } => {
             let layout =
                 MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;

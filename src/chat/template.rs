@@ -99,7 +99,8 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template("chat", source).map_err(|e| e.to_string())?;
+        env.add_template("chat", source)
+            .map_err(|e| e.to_string())?;
         let msgs: Vec<Message> = messages
             .iter()
             .map(|m| Message {

@@ -85,7 +85,11 @@ fn model_of(args: &RunArgs) -> Result<PathBuf> {
 }
 
 /// The engine's configuration from the arguments.
-fn run_config(args: &RunArgs, model: PathBuf, prompt: String) -> Result<RunConfig, UsageError> {
+pub(super) fn run_config(
+    args: &RunArgs,
+    model: PathBuf,
+    prompt: String,
+) -> Result<RunConfig, UsageError> {
     let sampling = args.sampling.params()?;
     Ok(RunConfig {
         model,

@@ -31,10 +31,20 @@ pub struct SamplingArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_REPEAT_LAST_N)]
     pub repeat_last_n: u32,
     /// Subtract F from the logit of every recently seen token (-2..=2, 0 = off).
-    #[arg(long, value_name = "F", default_value_t = 0.0, allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.0,
+        allow_hyphen_values = true
+    )]
     pub presence_penalty: f32,
     /// Subtract F x its count from each recently seen token's logit (-2..=2, 0 = off).
-    #[arg(long, value_name = "F", default_value_t = 0.0, allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.0,
+        allow_hyphen_values = true
+    )]
     pub frequency_penalty: f32,
     /// Seed of the draw: the same seed, prompt and settings give the same text.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]

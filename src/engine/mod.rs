@@ -28,8 +28,8 @@ use config::preamble;
 pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
 pub use report::decode_rate;
-use sink::Sink;
 pub use session::{Session, Turn, TurnFigures};
+use sink::Sink;
 pub use startup::Startup;
 
 #[derive(Debug, thiserror::Error)]
@@ -283,8 +283,9 @@ fn generate_metered(
         draft_max: cfg.draft_max as usize,
         cached: 0,
     };
-    let mut run =
-        |d: Option<&mut dyn generate::Drafter>| generate::generate_opts(ctx, tokens, &opts, &mut sink, d);
+    let mut run = |d: Option<&mut dyn generate::Drafter>| {
+        generate::generate_opts(ctx, tokens, &opts, &mut sink, d)
+    };
     let res = match drafter {
         Some(d) if cfg.spec_gate => {
             let mut g = generate::GatedDrafter::new(d, source, cfg.draft_max as usize);

@@ -98,7 +98,11 @@ pub fn generate_opts(
 /// Keep the first `cached` prompt tokens' KV entries and drop the rest; at
 /// least the last prompt token is decoded again (its logits start the
 /// generation). How many were kept.
-fn reuse_prefix(ctx: &mut Context, prompt: &[Token], cached: usize) -> Result<usize, GenerateError> {
+fn reuse_prefix(
+    ctx: &mut Context,
+    prompt: &[Token],
+    cached: usize,
+) -> Result<usize, GenerateError> {
     let cached = cached.min(prompt.len() - 1);
     if cached == 0 {
         ctx.clear();
@@ -302,10 +306,11 @@ impl Loop<'_, '_, '_> {
         }
         debug_assert!(
             self.picker.sampler.is_some()
-                || ready
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &t)| self.picker.pick(self.ctx, i as i32).ok() == Some(t)),
+                || ready.iter().enumerate().all(|(i, &t)| self
+                    .picker
+                    .pick(self.ctx, i as i32)
+                    .ok()
+                    == Some(t)),
             "every kept token is the argmax of the verify row that produced it"
         );
         self.pos += 1 + accepted as i32;
@@ -450,7 +455,9 @@ impl Picker {
     fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
         let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
         if let Some(s) = self.sampler.as_mut() {
-            return s.sample(logits, &self.banned).ok_or(GenerateError::NoLogits);
+            return s
+                .sample(logits, &self.banned)
+                .ok_or(GenerateError::NoLogits);
         }
         let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
         if self.banned.binary_search(&best).is_err() {

@@ -14,8 +14,8 @@ mod header;
 mod model;
 mod mtp;
 mod populate;
-mod sampler;
 pub mod quant;
+mod sampler;
 
 pub use backend::init_backend;
 pub use batch::Batch;

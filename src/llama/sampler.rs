@@ -25,7 +25,8 @@ impl Sampler {
         // SAFETY: plain constructor; the params struct is returned by value.
         let params = unsafe { sys::llama_sampler_chain_default_params() };
         // SAFETY: creates a new chain, owned by the returned Sampler.
-        let chain = NonNull::new(unsafe { sys::llama_sampler_chain_init(params) }).ok_or_else(failed)?;
+        let chain =
+            NonNull::new(unsafe { sys::llama_sampler_chain_init(params) }).ok_or_else(failed)?;
         let sampler = Self {
             chain,
             candidates: Vec::with_capacity(n_vocab),
@@ -49,16 +50,20 @@ impl Sampler {
     /// out, and accept it. `None` when nothing can be drawn.
     pub fn sample(&mut self, logits: &[f32], banned: &[Token]) -> Option<Token> {
         self.candidates.clear();
-        self.candidates
-            .extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data {
-                id: i as Token,
-                logit: if banned.binary_search(&(i as Token)).is_ok() {
-                    f32::NEG_INFINITY
-                } else {
-                    l
-                },
-                p: 0.0,
-            }));
+        self.candidates.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| sys::llama_token_data {
+                    id: i as Token,
+                    logit: if banned.binary_search(&(i as Token)).is_ok() {
+                        f32::NEG_INFINITY
+                    } else {
+                        l
+                    },
+                    p: 0.0,
+                }),
+        );
         let mut array = sys::llama_token_data_array {
             data: self.candidates.as_mut_ptr(),
             size: self.candidates.len(),
@@ -111,7 +116,10 @@ fn stages(p: &SamplingParams) -> Vec<Stage> {
         (Stage::Temperature, true),
         (Stage::Draw, true),
     ];
-    on.into_iter().filter(|(_, on)| *on).map(|(s, _)| s).collect()
+    on.into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(s, _)| s)
+        .collect()
 }
 
 /// A new sampler for `stage` (ownership passes to the caller; null on failure).

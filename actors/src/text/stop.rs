@@ -96,9 +96,21 @@ mod tests {
     fn a_stop_split_over_pieces_is_never_handed_out() {
         let mut s = stops(&["\nUser:"]);
         let a = s.push("Hello\nUs");
-        assert_eq!(a, Stopped { text: "Hello".into(), hit: false });
+        assert_eq!(
+            a,
+            Stopped {
+                text: "Hello".into(),
+                hit: false
+            }
+        );
         let b = s.push("er: hi");
-        assert_eq!(b, Stopped { text: "".into(), hit: true });
+        assert_eq!(
+            b,
+            Stopped {
+                text: "".into(),
+                hit: true
+            }
+        );
     }
 
     #[test]
@@ -114,7 +126,13 @@ mod tests {
     fn the_earliest_of_several_stops_wins() {
         let mut s = stops(&["bb", "a"]);
         let r = s.push("xxbba");
-        assert_eq!(r, Stopped { text: "xx".into(), hit: true });
+        assert_eq!(
+            r,
+            Stopped {
+                text: "xx".into(),
+                hit: true
+            }
+        );
     }
 
     #[test]

@@ -1,0 +1,93 @@
+//! `bmoe serve`: run's engine flags checked, the server started, its address
+//! and what loading decided said on stderr.
+
+use std::net::{IpAddr, SocketAddr};
+
+use anyhow::Result;
+use clap::Args;
+
+use bmoe::serve::{self, ServeConfig};
+
+use super::checks::{self, UsageError};
+use super::RunArgs;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0: any free port, said at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests that may wait while the engine is busy; more get 429.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub queue: u32,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, value_name = "KEY", env = "BMOE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Largest request body in KiB; larger ones get 413.
+    #[arg(long, value_name = "KIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub body_limit_kb: u64,
+}
+
+/// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    refuse_run_only(&args.run)?;
+    checks::warn_threads_above_cores(args.run.threads);
+    checks::run_args(&args.run)?;
+    if args.api_key.as_deref() == Some("") {
+        return Err(
+            UsageError("--api-key is empty: give a key or leave the flag out".into()).into(),
+        );
+    }
+    let model = super::commands::model_or_default(&args.run.model)?;
+    let engine = super::run::run_config(&args.run, model, String::new())?;
+    let cfg = ServeConfig {
+        defaults: engine.sampling.clone(),
+        engine,
+        addr: SocketAddr::new(args.host, args.port),
+        queue: args.queue as usize,
+        api_key: args.api_key.clone(),
+        body_limit_bytes: (args.body_limit_kb * 1024) as usize,
+    };
+    serve::serve(cfg, |addr, loaded| {
+        for note in &loaded.notes {
+            bmoe::say!("{note}");
+        }
+        let how = if loaded.streamed {
+            "experts streamed"
+        } else {
+            "resident"
+        };
+        bmoe::say!(
+            "bmoe serve: listening on http://{addr}/v1 ({how}, context {} tokens); Ctrl-C stops",
+            loaded.n_ctx
+        );
+    })?;
+    bmoe::say!("bmoe serve: stopped");
+    Ok(())
+}
+
+/// Flags of `run` that a server has no use for: prompts come from requests,
+/// telemetry is /metrics, and speculation is not served yet.
+fn refuse_run_only(a: &RunArgs) -> Result<(), UsageError> {
+    let given = [
+        ("-p/--prompt", a.prompt.is_some()),
+        ("-f/--file", a.file.is_some()),
+        ("--chat", a.chat),
+        ("--csv", a.csv.is_some()),
+        ("--progress", a.progress),
+        ("--route-trace", a.route_trace.is_some()),
+        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
+        ("--stop", !a.sampling.stop.is_empty()),
+        ("--ignore-eos", a.ignore_eos),
+    ];
+    match given.iter().find(|(_, g)| *g) {
+        Some((flag, _)) => Err(UsageError(format!(
+            "bmoe serve does not take {flag}: prompts, stop strings and lengths come with each request, figures from GET /metrics"
+        ))),
+        None => Ok(()),
+    }
+}

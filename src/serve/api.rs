@@ -1,0 +1,448 @@
+//! The OpenAI-compatible request bodies, checked into a [`JobSpec`], and the
+//! OpenAI-style error body every failure answers with.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use bmoe_actors::sampling::SamplingParams;
+
+use crate::chat::TemplateOptions;
+use crate::llama::ChatMessage;
+
+/// Stop strings a request may give at most.
+pub const MAX_STOP_STRINGS: usize = 16;
+
+/// An OpenAI-style error: its status and `{"error": {...}}` body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type` (invalid_request_error, authentication_error, ...).
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param,
+        }
+    }
+
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.status.as_u16().to_string(),
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<InMessage>,
+    #[serde(flatten)]
+    pub common: Common,
+    /// Options the chat template reads (e.g. `{"enable_thinking": false}`),
+    /// as llama.cpp's server names them.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<TemplateOptions>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: PromptIn,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<ContentIn>,
+}
+
+/// A message's content: text, or a list of parts of which only text is taken.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ContentIn {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptIn {
+    Text(String),
+    List(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopIn {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The fields both endpoints share (unknown fields are ignored, as OpenAI's
+/// clients send some this server has no use for).
+#[derive(Debug, Default, Deserialize)]
+pub struct Common {
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<StopIn>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+}
+
+/// What a request asks the engine for, checked.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub prompt: PromptSpec,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    /// None: up to what the context leaves.
+    pub max_tokens: Option<u32>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum PromptSpec {
+    Chat {
+        messages: Vec<ChatMessage>,
+        options: TemplateOptions,
+    },
+    Text(String),
+}
+
+impl PromptSpec {
+    pub fn is_chat(&self) -> bool {
+        matches!(self, PromptSpec::Chat { .. })
+    }
+}
+
+impl ChatRequest {
+    pub fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                "messages is empty: give at least one message",
+            ));
+        }
+        let messages = self
+            .messages
+            .into_iter()
+            .map(message)
+            .collect::<Result<Vec<_>, _>>()?;
+        let prompt = PromptSpec::Chat {
+            messages,
+            options: self.chat_template_kwargs.unwrap_or_default(),
+        };
+        self.common.into_spec(prompt, defaults)
+    }
+}
+
+impl CompletionRequest {
+    pub fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+        let text = match self.prompt {
+            PromptIn::Text(t) => t,
+            PromptIn::List(mut l) if l.len() == 1 => l.remove(0),
+            PromptIn::List(_) => {
+                return Err(ApiError::invalid(
+                    Some("prompt"),
+                    "prompt: give one string (a list of several prompts is not supported; send one request each)",
+                ))
+            }
+        };
+        if text.is_empty() {
+            return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
+        }
+        self.common.into_spec(PromptSpec::Text(text), defaults)
+    }
+}
+
+/// A chat message with its content as text (parts other than text refused).
+fn message(m: InMessage) -> Result<ChatMessage, ApiError> {
+    if !matches!(
+        m.role.as_str(),
+        "system" | "developer" | "user" | "assistant" | "tool"
+    ) {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            format!(
+                "message role {:?}: use system, user, assistant or tool",
+                m.role
+            ),
+        ));
+    }
+    let content = match m.content {
+        None => String::new(),
+        Some(ContentIn::Text(t)) => t,
+        Some(ContentIn::Parts(parts)) => parts
+            .into_iter()
+            .map(|p| match (p.kind.as_str(), p.text) {
+                ("text", Some(t)) => Ok(t),
+                (kind, _) => Err(ApiError::invalid(
+                    Some("messages"),
+                    format!("content part of type {kind:?}: this server takes text parts only"),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .join(""),
+    };
+    let role = if m.role == "developer" {
+        "system".into()
+    } else {
+        m.role
+    };
+    Ok(ChatMessage { role, content })
+}
+
+impl Common {
+    fn into_spec(self, prompt: PromptSpec, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::invalid(
+                Some("n"),
+                format!("n = {n}: this server returns one choice per request (n = 1)"),
+            ));
+        }
+        let sampling = self.sampling(defaults)?;
+        let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
+            None => None,
+            Some(m) if m >= 1 => Some(m.min(u32::MAX as i64) as u32),
+            Some(m) => {
+                return Err(ApiError::invalid(
+                    Some("max_tokens"),
+                    format!("max_tokens = {m}: give at least 1"),
+                ))
+            }
+        };
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(StopIn::One(s)) => vec![s],
+            Some(StopIn::Many(v)) => v,
+        };
+        if stop.len() > MAX_STOP_STRINGS {
+            return Err(ApiError::invalid(
+                Some("stop"),
+                format!(
+                    "{} stop strings: give at most {MAX_STOP_STRINGS}",
+                    stop.len()
+                ),
+            ));
+        }
+        Ok(JobSpec {
+            prompt,
+            sampling,
+            stop,
+            max_tokens,
+            stream: self.stream,
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+        })
+    }
+
+    /// The server's defaults with the request's settings over them.
+    fn sampling(&self, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
+        let top_k = match self.top_k {
+            Some(k) if !(0..=u32::MAX as i64).contains(&k) => {
+                return Err(ApiError::invalid(
+                    Some("top_k"),
+                    format!("top_k = {k}: give 0 (off) or more"),
+                ))
+            }
+            k => k.map(|k| k as u32),
+        };
+        let seed = match self.seed {
+            Some(s) if !(0..=u32::MAX as i64).contains(&s) => {
+                return Err(ApiError::invalid(
+                    Some("seed"),
+                    format!("seed = {s}: give 0..=4294967295"),
+                ))
+            }
+            Some(s) => s as u32,
+            // Unseeded draws differ from request to request, as OpenAI's do.
+            None if self.temperature.is_some_and(|t| t > 0.0) || !defaults.is_greedy() => {
+                fresh_seed()
+            }
+            None => defaults.seed,
+        };
+        let p = SamplingParams {
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_k: top_k.unwrap_or(defaults.top_k),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            min_p: self.min_p.unwrap_or(defaults.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(defaults.repeat_penalty),
+            repeat_last_n: defaults.repeat_last_n,
+            presence_penalty: self.presence_penalty.unwrap_or(defaults.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+            seed,
+        };
+        p.check()
+            .map_err(|(name, why)| ApiError::invalid(Some(name), format!("{name} {why}")))?;
+        Ok(p)
+    }
+}
+
+/// A seed from the clock, for requests that give none.
+fn fresh_seed() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+        .unwrap_or(0);
+    nanos.wrapping_mul(0x9E37_79B9)
+}
+
+/// Parse a JSON body into `T`, an OpenAI-style 400 naming what is wrong.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "invalid JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::invalid(None, format!("{what}: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(json: &str) -> Result<JobSpec, ApiError> {
+        parse::<ChatRequest>(json.as_bytes())?.into_spec(&SamplingParams::default())
+    }
+
+    #[test]
+    fn a_plain_chat_request_is_greedy_and_unlimited() {
+        let s =
+            chat(r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"user":"ignored"}"#)
+                .unwrap();
+        assert!(s.sampling.is_greedy());
+        assert_eq!(s.max_tokens, None);
+        assert!(!s.stream);
+        let PromptSpec::Chat { messages, .. } = s.prompt else {
+            panic!("chat")
+        };
+        assert_eq!(messages[0].content, "hi");
+    }
+
+    #[test]
+    fn settings_stop_strings_and_text_parts_are_taken() {
+        let s = chat(
+            r#"{"messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+                "temperature":0.7,"seed":42,"stop":"END","max_tokens":5,"stream":true,
+                "stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert_eq!((s.sampling.temperature, s.sampling.seed), (0.7, 42));
+        assert_eq!(s.stop, vec!["END".to_string()]);
+        assert_eq!(s.max_tokens, Some(5));
+        assert!(s.stream && s.include_usage);
+        let PromptSpec::Chat { messages, .. } = s.prompt else {
+            panic!("chat")
+        };
+        assert_eq!(
+            (messages[0].role.as_str(), messages[0].content.as_str()),
+            ("system", "ab")
+        );
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let param = |json: &str| chat(json).unwrap_err().param;
+        assert_eq!(
+            chat("{not json").unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(param(r#"{"messages":[]}"#), Some("messages"));
+        assert_eq!(
+            param(r#"{"messages":[{"role":"robot","content":"x"}]}"#),
+            Some("messages")
+        );
+        let m = r#""messages":[{"role":"user","content":"x"}]"#;
+        assert_eq!(
+            param(&format!("{{{m},\"temperature\":-1}}")),
+            Some("temperature")
+        );
+        assert_eq!(
+            param(&format!("{{{m},\"max_tokens\":0}}")),
+            Some("max_tokens")
+        );
+        assert_eq!(param(&format!("{{{m},\"n\":2}}")), Some("n"));
+        assert_eq!(param(&format!("{{{m},\"seed\":-3}}")), Some("seed"));
+        assert_eq!(param(&format!("{{{m},\"top_p\":0}}")), Some("top_p"));
+        let e = chat(&format!("{{{m},\"messages\":3}}")).unwrap_err();
+        assert!(e.message.starts_with("invalid"), "{}", e.message);
+    }
+
+    #[test]
+    fn completions_take_one_prompt() {
+        let d = SamplingParams::default();
+        let one = parse::<CompletionRequest>(br#"{"prompt":["a"]}"#)
+            .unwrap()
+            .into_spec(&d)
+            .unwrap();
+        assert!(matches!(one.prompt, PromptSpec::Text(ref t) if t == "a"));
+        let two = parse::<CompletionRequest>(br#"{"prompt":["a","b"]}"#)
+            .unwrap()
+            .into_spec(&d);
+        assert_eq!(two.unwrap_err().param, Some("prompt"));
+    }
+
+    #[test]
+    fn the_error_body_is_openai_shaped() {
+        let b = ApiError::invalid(Some("stop"), "too many").body();
+        assert_eq!(b["error"]["type"], "invalid_request_error");
+        assert_eq!(b["error"]["param"], "stop");
+        assert_eq!(b["error"]["message"], "too many");
+    }
+}

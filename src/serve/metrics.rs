@@ -1,0 +1,58 @@
+//! What `GET /metrics` reports, in Prometheus' text format through the
+//! `metrics` crate and its Prometheus exporter (no HTTP listener of its own:
+//! the server renders it on its route).
+
+use std::time::Duration;
+
+use metrics::{counter, gauge};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use super::worker::Done;
+use crate::engine::TurnFigures;
+
+/// Install the process-wide recorder; the handle renders the text format.
+pub fn install() -> Result<PrometheusHandle, String> {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
+    Ok(handle)
+}
+
+/// A finished request, by route and status.
+pub fn request(route: &'static str, status: u16) {
+    counter!("bmoe_requests_total", "route" => route, "status" => status.to_string()).increment(1);
+}
+
+/// Requests waiting for the engine.
+pub fn queue_depth(n: usize) {
+    gauge!("bmoe_queue_depth").set(n as f64);
+}
+
+/// A generation stopped because its client went away.
+pub fn cancelled() {
+    counter!("bmoe_requests_cancelled_total").increment(1);
+}
+
+/// Requests refused because the queue was full.
+pub fn rejected() {
+    counter!("bmoe_requests_rejected_total").increment(1);
+}
+
+/// A job's figures, and the session's running ones.
+pub fn finished(done: &Done, wall: Duration, session: &TurnFigures) {
+    let f = &done.figures;
+    counter!("bmoe_prompt_tokens_total").increment(done.prompt_tokens as u64);
+    counter!("bmoe_prompt_tokens_reused_total").increment(f.reused_tokens);
+    counter!("bmoe_generated_tokens_total").increment(f.generated_tokens);
+    counter!("bmoe_flash_read_bytes_total").increment(f.metrics.read_bytes);
+    counter!("bmoe_cache_hits_total").increment(f.metrics.hits);
+    counter!("bmoe_cache_misses_total").increment(f.metrics.misses);
+    // Seconds are fractional: a gauge that only grows.
+    gauge!("bmoe_stall_seconds_total").increment(f.metrics.stall.as_secs_f64());
+    gauge!("bmoe_request_seconds_last").set(wall.as_secs_f64());
+    gauge!("bmoe_decode_tokens_per_second_last").set(f.decode_tok_s());
+    gauge!("bmoe_decode_tokens_per_second").set(session.decode_tok_s());
+    if let Some(h) = session.hit_pct() {
+        gauge!("bmoe_cache_hit_percent").set(h);
+    }
+}

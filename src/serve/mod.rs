@@ -1,0 +1,117 @@
+//! `bmoe serve`: an OpenAI-compatible HTTP server (axum on a tokio runtime)
+//! in front of one engine thread that keeps the model, its KV cache and its
+//! expert cache warm between requests (docs/serving.md).
+
+mod api;
+mod metrics;
+mod routes;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bmoe_actors::sampling::SamplingParams;
+
+use crate::engine::{EngineError, RunConfig};
+pub use worker::Loaded;
+
+/// How long in-flight requests get to finish after SIGINT/SIGTERM.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the engine thread ended while loading the model")]
+    EngineThread,
+    #[error(
+        "cannot listen on {addr}: {source} (is another server on that port? pick one with --port)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("metrics: {0}")]
+    Metrics(String),
+}
+
+/// The server's settings beyond the engine's.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub engine: RunConfig,
+    pub addr: SocketAddr,
+    /// Requests that may wait for the engine; more get 429.
+    pub queue: usize,
+    pub api_key: Option<String>,
+    pub body_limit_bytes: usize,
+    /// The sampler settings requests start from (`bmoe serve --temp ...`).
+    pub defaults: SamplingParams,
+}
+
+/// Load the model, then serve until SIGINT/SIGTERM; `on_ready` is told the
+/// address and what loading decided once requests are accepted.
+pub fn serve(
+    cfg: ServeConfig,
+    on_ready: impl FnOnce(SocketAddr, &Loaded),
+) -> Result<(), ServeError> {
+    let prometheus = metrics::install().map_err(ServeError::Metrics)?;
+    let (worker, loaded) = worker::Worker::start(cfg.engine.clone(), cfg.queue)?;
+    let app = Arc::new(worker::Shared {
+        jobs: worker.jobs.clone(),
+        model_id: model_id(&cfg.engine.model),
+        defaults: cfg.defaults.clone(),
+        api_key: cfg.api_key.clone(),
+        body_limit_bytes: cfg.body_limit_bytes,
+        next_id: Default::default(),
+        created_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let served = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(cfg.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: cfg.addr, source })?;
+        let addr = listener.local_addr()?;
+        on_ready(addr, &loaded);
+        let router = routes::router(app.clone(), prometheus);
+        let server = axum::serve(listener, router).with_graceful_shutdown(signalled());
+        tokio::select! {
+            r = server => r.map_err(ServeError::Io),
+            _ = async { signalled().await; tokio::time::sleep(SHUTDOWN_DEADLINE).await } => {
+                tracing::warn!("requests still open {SHUTDOWN_DEADLINE:?} after the signal: closing them");
+                Ok(())
+            }
+        }
+    });
+    drop(app);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    if !worker.stop(SHUTDOWN_DEADLINE) {
+        tracing::warn!("the engine thread did not end within {SHUTDOWN_DEADLINE:?}");
+    }
+    served
+}
+
+/// Resolves once SIGINT, SIGTERM or SIGHUP asked the process to stop (the
+/// process-wide handlers record it; decodes in flight stop at once).
+async fn signalled() {
+    while crate::interrupt::requested().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The id `/v1/models` lists: the model file's name without `.gguf`.
+fn model_id(path: &std::path::Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}

@@ -1,0 +1,276 @@
+//! The HTTP routes (axum): the two completion endpoints, streamed as
+//! server-sent events or answered whole, `/v1/models`, `/health`, `/metrics`,
+//! and the API-key check in front of them.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt as _};
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
+use super::metrics as m;
+use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
+
+/// The router over the shared state (`prometheus` renders `/metrics`).
+pub fn router(app: App, prometheus: metrics_exporter_prometheus::PrometheusHandle) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(move || async move { prometheus.render() }))
+        .route_layer(middleware::from_fn_with_state(app.clone(), check_key));
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .merge(api)
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no such route",
+            )
+        })
+        .with_state(app)
+}
+
+/// `--api-key`: a bearer token equal to the key (compared in constant time).
+async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response {
+    if let Some(key) = app.api_key.as_deref() {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+            m::request("auth", 401);
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "missing or wrong API key: send Authorization: Bearer <the server's --api-key>",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn models(State(app): State<App>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": app.model_id, "object": "model", "created": app.created_s, "owned_by": "bmoe",
+    }]}))
+}
+
+async fn chat(State(app): State<App>, body: Body) -> Response {
+    let spec = read_body(&app, body)
+        .await
+        .and_then(|b| api::parse::<ChatRequest>(&b))
+        .and_then(|r| r.into_spec(&app.defaults));
+    answer(app, "chat", spec).await
+}
+
+async fn completions(State(app): State<App>, body: Body) -> Response {
+    let spec = read_body(&app, body)
+        .await
+        .and_then(|b| api::parse::<CompletionRequest>(&b))
+        .and_then(|r| r.into_spec(&app.defaults));
+    answer(app, "completions", spec).await
+}
+
+/// The body, or 413 past the server's limit.
+async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    to_bytes(body, app.body_limit_bytes).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!(
+                "the request body is over the server's limit of {} bytes",
+                app.body_limit_bytes
+            ),
+        )
+    })
+}
+
+/// Queue the job and answer: an error before any text, else the stream or the whole reply.
+async fn answer(app: App, route: &'static str, spec: Result<JobSpec, ApiError>) -> Response {
+    let res = match spec {
+        Ok(spec) => run(&app, route, spec).await,
+        Err(e) => Err(e),
+    };
+    match res {
+        Ok(r) => r,
+        Err(e) => {
+            m::request(route, e.status.as_u16());
+            e.into_response()
+        }
+    }
+}
+
+async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, ApiError> {
+    let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
+    let (stream, usage) = (spec.stream, spec.include_usage);
+    let chat = spec.prompt.is_chat();
+    app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
+        crossbeam_channel::TrySendError::Full(_) => {
+            m::rejected();
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "the server's queue is full: retry later (the server's --queue bounds waiting requests)",
+            )
+        }
+        crossbeam_channel::TrySendError::Disconnected(_) => shutting_down(),
+    })?;
+    m::queue_depth(app.jobs.len());
+    match rx.recv().await {
+        Some(Event::Started) => {}
+        Some(Event::Failed(e)) => return Err(e),
+        _ => return Err(shutting_down()),
+    }
+    let reply = Reply {
+        id: app.next_id.fetch_add(1, Ordering::Relaxed),
+        created: app.created_s,
+        model: app.model_id.clone(),
+        chat,
+    };
+    m::request(route, 200);
+    if stream {
+        return Ok(sse(reply, rx, usage).into_response());
+    }
+    whole(reply, rx).await
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        "the server is shutting down",
+    )
+}
+
+/// What every response object of one request carries.
+struct Reply {
+    id: u64,
+    created: u64,
+    model: String,
+    chat: bool,
+}
+
+impl Reply {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.chat, chunk) {
+            (true, false) => "chat.completion",
+            (true, true) => "chat.completion.chunk",
+            (false, _) => "text_completion",
+        }
+    }
+
+    fn id(&self) -> String {
+        let prefix = if self.chat { "chatcmpl" } else { "cmpl" };
+        format!("{prefix}-bmoe{}", self.id)
+    }
+
+    /// One choice carrying `text` (a delta when streaming).
+    fn choice(&self, text: &str, finish: Option<&str>, chunk: bool) -> Value {
+        match (self.chat, chunk) {
+            (true, true) if finish.is_some() => {
+                json!({"index": 0, "delta": {}, "finish_reason": finish})
+            }
+            (true, true) => json!({"index": 0, "delta": {"content": text}, "finish_reason": null}),
+            (true, false) => {
+                json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish})
+            }
+            (false, _) => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+        }
+    }
+
+    fn envelope(&self, choices: Value, chunk: bool) -> Value {
+        json!({"id": self.id(), "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices})
+    }
+}
+
+fn usage(d: &Done) -> Value {
+    json!({"prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens,
+           "total_tokens": d.prompt_tokens + d.completion_tokens})
+}
+
+/// What bmoe adds to a response: the notes and the turn's own figures.
+fn extra(d: &Done) -> Value {
+    let f = &d.figures;
+    json!({"notes": d.notes, "prefilled_tokens": f.prefilled_tokens, "reused_tokens": f.reused_tokens,
+           "decode_tok_s": f.decode_tok_s(), "flash_read_bytes": f.metrics.read_bytes,
+           "cache_hit_pct": f.hit_pct()})
+}
+
+/// The whole reply once generation ends.
+async fn whole(reply: Reply, mut rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done(d) => {
+                let mut body = reply.envelope(
+                    json!([reply.choice(&text, Some(d.finish_reason), false)]),
+                    false,
+                );
+                body["usage"] = usage(&d);
+                body["bmoe"] = extra(&d);
+                return Ok(Json(body).into_response());
+            }
+            Event::Failed(e) => return Err(e),
+            Event::Started => {}
+        }
+    }
+    Err(shutting_down())
+}
+
+/// Server-sent events: a role chunk (chat), one chunk per piece of text, the
+/// finish chunk, the usage chunk when asked for, then `[DONE]`.
+fn sse(
+    reply: Reply,
+    rx: mpsc::Receiver<Event>,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let data = |v: Value| SseEvent::default().data(v.to_string());
+    let first = reply.chat.then(|| {
+        data(reply.envelope(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), true))
+    });
+    let events = ReceiverStream::new(rx).flat_map(move |ev| {
+        let out: Vec<SseEvent> = match ev {
+            Event::Text(t) => vec![data(
+                reply.envelope(json!([reply.choice(&t, None, true)]), true),
+            )],
+            Event::Done(d) => {
+                let mut v = vec![data(
+                    reply.envelope(json!([reply.choice("", Some(d.finish_reason), true)]), true),
+                )];
+                if include_usage {
+                    let mut u = reply.envelope(json!([]), true);
+                    u["usage"] = usage(&d);
+                    u["bmoe"] = extra(&d);
+                    v.push(data(u));
+                }
+                v.push(SseEvent::default().data("[DONE]"));
+                v
+            }
+            Event::Failed(e) => vec![data(e.body())],
+            Event::Started => Vec::new(),
+        };
+        stream::iter(out)
+    });
+    let all = stream::iter(first).chain(events).map(Ok);
+    Sse::new(all).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,284 @@
+//! The engine thread: owns the [`Session`] (model, context, expert cache),
+//! takes one job at a time from the bounded queue, and streams each job's
+//! events back to its request; a request that went away cancels its job at
+//! the next token.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use tokio::sync::mpsc;
+
+use super::api::{ApiError, JobSpec, PromptSpec};
+use super::metrics as m;
+use super::ServeError;
+use crate::chat::ChatTemplate;
+use crate::engine::{RunConfig, Session, TurnFigures};
+use crate::generate::{GenerationSink, Limit, Options, StopReason};
+use crate::llama::Token;
+
+/// Events a job sends back to its request before it is done.
+pub const EVENT_CAPACITY: usize = 64;
+
+/// One request's work.
+pub struct Job {
+    pub spec: JobSpec,
+    pub events: mpsc::Sender<Event>,
+}
+
+/// What a job reports to its request, in order: `Started` or `Failed` first.
+#[derive(Debug)]
+pub enum Event {
+    Started,
+    Text(String),
+    Done(Done),
+    Failed(ApiError),
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// OpenAI's `finish_reason`: "stop" or "length".
+    pub finish_reason: &'static str,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub figures: TurnFigures,
+    pub notes: Vec<String>,
+}
+
+/// The engine thread and its queue's sending side.
+pub struct Worker {
+    pub jobs: crossbeam_channel::Sender<Job>,
+    handle: JoinHandle<()>,
+}
+
+/// What the engine thread says once the model is loaded.
+pub struct Loaded {
+    pub notes: Vec<String>,
+    pub n_ctx: u32,
+    pub streamed: bool,
+}
+
+impl Worker {
+    /// Start the thread, which loads the model (the context lives on it) and
+    /// then takes jobs from a queue of `queue`; returns once it has loaded.
+    pub fn start(cfg: RunConfig, queue: usize) -> Result<(Self, Loaded), ServeError> {
+        let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let handle = std::thread::Builder::new()
+            .name("bmoe-engine".into())
+            .spawn(move || {
+                let session = match Session::open(&cfg) {
+                    Ok(s) => s,
+                    Err(e) => return drop(ready_tx.send(Err(e))),
+                };
+                let loaded = Loaded {
+                    notes: session.notes.clone(),
+                    n_ctx: session.n_ctx(),
+                    streamed: session.streamed(),
+                };
+                if ready_tx.send(Ok(loaded)).is_ok() {
+                    serve_jobs(session, rx);
+                }
+            })
+            .map_err(ServeError::Thread)?;
+        match ready_rx.recv() {
+            Ok(Ok(loaded)) => Ok((Self { jobs, handle }, loaded)),
+            Ok(Err(e)) => Err(ServeError::Engine(e)),
+            Err(_) => Err(ServeError::EngineThread),
+        }
+    }
+
+    /// Close the queue and join the thread within `deadline` (false: it did
+    /// not end in time; the process exit reclaims it).
+    pub fn stop(self, deadline: Duration) -> bool {
+        drop(self.jobs);
+        let t0 = Instant::now();
+        while !self.handle.is_finished() {
+            if t0.elapsed() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.handle.join().is_ok()
+    }
+}
+
+/// Run jobs until the queue closes.
+fn serve_jobs(mut session: Session, rx: crossbeam_channel::Receiver<Job>) {
+    let template = ChatTemplate::of(session.model());
+    while let Ok(job) = rx.recv() {
+        m::queue_depth(rx.len());
+        if job.events.is_closed() {
+            m::cancelled();
+            continue;
+        }
+        let t0 = Instant::now();
+        match run_job(&mut session, &template, &job) {
+            Ok(done) => {
+                m::finished(&done, t0.elapsed(), &session.totals);
+                let _ = job.events.blocking_send(Event::Done(done));
+            }
+            Err(e) => {
+                let _ = job.events.blocking_send(Event::Failed(e));
+            }
+        }
+    }
+}
+
+/// Tokenize, bound and generate one job, streaming its text.
+fn run_job(session: &mut Session, template: &ChatTemplate, job: &Job) -> Result<Done, ApiError> {
+    let (prompt, mut notes) = prompt_of(session, template, &job.spec.prompt)?;
+    let n_ctx = session.n_ctx() as usize;
+    if prompt.len() >= n_ctx {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            format!(
+                "the prompt has {} tokens but the context holds {n_ctx} (prompt and reply together): shorten it, or restart the server with a larger -c",
+                prompt.len()
+            ),
+        ));
+    }
+    let room = (n_ctx - prompt.len()) as u32;
+    let n_predict = match job.spec.max_tokens {
+        Some(n) if n > room => {
+            notes.push(format!(
+                "max_tokens {n} capped to {room}: the context holds {n_ctx} tokens and the prompt takes {}",
+                prompt.len()
+            ));
+            room
+        }
+        Some(n) => n,
+        None => room,
+    };
+    if job.events.blocking_send(Event::Started).is_err() {
+        m::cancelled();
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "cancelled",
+            "the client went away",
+        ));
+    }
+    let opts = Options {
+        limit: Limit {
+            n_predict,
+            ignore_eos: false,
+        },
+        sampling: job.spec.sampling.clone(),
+        stop: job.spec.stop.clone(),
+        ..Options::default()
+    };
+    let mut sink = JobSink {
+        events: &job.events,
+        gone: false,
+    };
+    let turn = session.generate(&prompt, &opts, &mut sink).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            format!("generation failed: {e}"),
+        )
+    })?;
+    let g = &turn.generation;
+    if sink.gone {
+        m::cancelled();
+    }
+    let finish_reason = match g.stop {
+        StopReason::Limit | StopReason::ContextFull => "length",
+        StopReason::EndOfText | StopReason::StopString => "stop",
+        StopReason::Interrupted => {
+            notes.push(
+                "generation cut short: the client went away or the server is shutting down".into(),
+            );
+            "stop"
+        }
+    };
+    Ok(Done {
+        finish_reason,
+        prompt_tokens: prompt.len(),
+        completion_tokens: g.tokens.len(),
+        figures: turn.figures,
+        notes,
+    })
+}
+
+/// The job's prompt tokens, and a note on how a chat was rendered when it
+/// was not the model's own template.
+fn prompt_of(
+    session: &Session,
+    template: &ChatTemplate,
+    prompt: &PromptSpec,
+) -> Result<(Vec<Token>, Vec<String>), ApiError> {
+    let model = session.model();
+    let bad = |e: String| ApiError::invalid(Some("messages"), e);
+    let (tokens, notes) = match prompt {
+        PromptSpec::Chat { messages, options } => {
+            let (text, source) = template
+                .render(model, messages, options)
+                .map_err(|e| bad(e.to_string()))?;
+            let notes = match source {
+                crate::chat::TemplateSource::Jinja => Vec::new(),
+                s => vec![format!("prompt rendered with {}", s.describe())],
+            };
+            (
+                model
+                    .tokenize(&text, true, true)
+                    .map_err(|e| bad(e.to_string()))?,
+                notes,
+            )
+        }
+        PromptSpec::Text(text) => (
+            model
+                .tokenize(text, true, false)
+                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
+            Vec::new(),
+        ),
+    };
+    if tokens.is_empty() {
+        return Err(ApiError::invalid(
+            None,
+            "the prompt is empty after tokenization",
+        ));
+    }
+    Ok((tokens, notes))
+}
+
+/// Sends text to the request; a closed channel (the client went away) or a
+/// signal stops generation at the next token.
+struct JobSink<'a> {
+    events: &'a mpsc::Sender<Event>,
+    gone: bool,
+}
+
+impl GenerationSink for JobSink<'_> {
+    fn text(&mut self, piece: &str) {
+        if !self.gone
+            && self
+                .events
+                .blocking_send(Event::Text(piece.to_owned()))
+                .is_err()
+        {
+            self.gone = true;
+        }
+    }
+
+    fn should_stop(&mut self) -> bool {
+        self.gone = self.gone || self.events.is_closed();
+        self.gone || crate::interrupt::requested().is_some()
+    }
+}
+
+/// Shared by the handlers: the queue and what they say about the model.
+pub struct Shared {
+    pub jobs: crossbeam_channel::Sender<Job>,
+    pub model_id: String,
+    pub defaults: bmoe_actors::sampling::SamplingParams,
+    pub api_key: Option<String>,
+    pub body_limit_bytes: usize,
+    pub next_id: std::sync::atomic::AtomicU64,
+    /// Seconds since the epoch when the server started (OpenAI's `created`).
+    pub created_s: u64,
+}
+
+pub type App = Arc<Shared>;
