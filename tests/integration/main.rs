@@ -14,6 +14,8 @@ mod prefetch;
 mod prefill;
 mod replay;
 mod run;
+mod sampling;
+mod serve;
 mod speculation;
 mod split;
 mod stream;

@@ -1,0 +1,398 @@
+//! `bmoe serve` on the E8K2 fixture, driven with raw HTTP/1.0 over loopback
+//! (and, in `openai_client`, with the official Python client): answers equal
+//! to `bmoe run`'s, the KV prefix reused, streaming, stop strings, seeded
+//! sampling, every error with its status and body, the queue, the API key, a
+//! client that goes away, and a clean stop on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::common::{self, e8k2, smollm2, PROSE};
+
+/// A running server, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
+    pub fn start(extra: &[&str]) -> Server {
+        let m = e8k2().to_str().unwrap().to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["serve", "-m", &m, "--port", "0", "-c", "512", "-t", "2"])
+            .args(extra)
+            .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+            .env_remove("RUST_LOG")
+            .env_remove("BMOE_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start bmoe serve");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let t0 = Instant::now();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60).saturating_sub(t0.elapsed()))
+                .unwrap_or_else(|_| panic!("bmoe serve did not start listening"));
+            if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
+                let port = rest.split('/').next().unwrap().parse().expect("port");
+                return Server { child, port };
+            }
+        }
+    }
+
+    /// One request; the status and the body.
+    pub fn request(&self, method: &str, path: &str, body: &str, headers: &[&str]) -> (u16, String) {
+        let mut s = self.send(method, path, body, headers);
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read the response");
+        split_response(&raw)
+    }
+
+    /// POST a JSON body; the status and the parsed body.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = self.request("POST", path, &body.to_string(), &[]);
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON body: {text}"));
+        (status, v)
+    }
+
+    /// The connection after sending a request (HTTP/1.0: the body ends at close).
+    pub fn send(&self, method: &str, path: &str, body: &str, headers: &[&str]) -> TcpStream {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut req = format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+        for h in headers {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).expect("send the head");
+        s.write_all(body.as_bytes()).expect("send the body");
+        s
+    }
+
+    /// SIGTERM, and the exit status within `secs`.
+    pub fn terminate(mut self, secs: u64) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        common::wait_within(&mut self.child, secs, "bmoe serve after SIGTERM")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn split_response(raw: &str) -> (u16, String) {
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("status line in {raw:?}"));
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// The `data:` payloads of a server-sent event stream.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn chat_body(content: &str, extra: Value) -> Value {
+    let mut b = json!({"messages": [{"role": "user", "content": content}]});
+    b.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    b
+}
+
+fn completion(prompt: &str, extra: Value) -> Value {
+    let mut b = json!({"prompt": prompt});
+    b.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    b
+}
+
+#[test]
+fn completions_match_run_reuse_the_prefix_and_stream_the_same_text() {
+    let server = Server::start(&["--cache-mb", "25%"]);
+    let (s, health) = server.request("GET", "/health", "", &[]);
+    assert_eq!((s, health.contains("\"ok\"")), (200, true));
+    let (s, models) = server.request("GET", "/v1/models", "", &[]);
+    assert!(s == 200 && models.contains("E8K2"), "{models}");
+
+    let ran = common::e8k2_cli(PROSE, 12, &["--ignore-eos"]);
+    let expected = common::stdout(&ran).trim_end_matches('\n').to_string();
+    let (s, a) = server.post(
+        "/v1/completions",
+        &completion(PROSE, json!({"max_tokens": 12})),
+    );
+    assert_eq!(s, 200, "{a}");
+    assert_eq!(
+        a["choices"][0]["text"],
+        expected.as_str(),
+        "the server's greedy text is run's"
+    );
+    assert_eq!(a["usage"]["completion_tokens"], 12);
+    assert_eq!(a["choices"][0]["finish_reason"], "length");
+    // The same prompt again: all but its last token come from the KV cache.
+    let (_, b) = server.post(
+        "/v1/completions",
+        &completion(PROSE, json!({"max_tokens": 12})),
+    );
+    assert_eq!(b["choices"][0]["text"], a["choices"][0]["text"]);
+    assert_eq!(b["bmoe"]["prefilled_tokens"], 1, "{b}");
+    assert!(b["bmoe"]["reused_tokens"].as_u64().unwrap() > 5);
+
+    let body = completion(
+        PROSE,
+        json!({"max_tokens": 12, "stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let (s, raw) = server.request("POST", "/v1/completions", &body.to_string(), &[]);
+    assert_eq!(s, 200);
+    let data = sse_data(&raw);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, expected);
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 12);
+}
+
+#[test]
+fn chat_streams_stops_at_stop_strings_and_seeds_reproduce() {
+    let server = Server::start(&[]);
+    let ask = |extra: Value| {
+        server.post(
+            "/v1/chat/completions",
+            &chat_body("Tell me a story.", extra),
+        )
+    };
+    let (s, greedy) = ask(json!({"max_tokens": 16}));
+    assert_eq!(s, 200, "{greedy}");
+    let text = greedy["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(greedy["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(greedy["object"], "chat.completion");
+    // A stop string from the middle of the greedy text cuts it there.
+    let word = text
+        .split_whitespace()
+        .nth(2)
+        .expect("three words")
+        .to_string();
+    let (_, stopped) = ask(json!({"max_tokens": 16, "stop": [word.clone()]}));
+    let cut = stopped["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert_eq!(cut, &text[..text.find(&word).unwrap()]);
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    // Seeded draws repeat; the stream carries the same text as deltas.
+    let drawn = |seed: u32| {
+        ask(json!({"max_tokens": 16, "temperature": 1.2, "seed": seed})).1["choices"][0]["message"]
+            ["content"]
+            .clone()
+    };
+    assert_eq!(drawn(7), drawn(7));
+    let body = chat_body(
+        "Tell me a story.",
+        json!({"max_tokens": 16, "stream": true}),
+    );
+    let (_, raw) = server.request("POST", "/v1/chat/completions", &body.to_string(), &[]);
+    let data = sse_data(&raw);
+    let chunks: Vec<Value> = data
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+}
+
+#[test]
+fn bad_requests_get_openai_errors_with_their_status() {
+    let server = Server::start(&["--body-limit-kb", "16"]);
+    let check = |body: &str, want: u16, param: Option<&str>| {
+        let (s, text) = server.request("POST", "/v1/chat/completions", body, &[]);
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON error body: {text}"));
+        assert_eq!(s, want, "{body:.80} -> {text}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{text}");
+        }
+    };
+    check("{not json", 400, None);
+    check(r#"{"messages": []}"#, 400, Some("messages"));
+    check(
+        &chat_body("x", json!({"temperature": -1})).to_string(),
+        400,
+        Some("temperature"),
+    );
+    let long = "word ".repeat(5000);
+    check(&chat_body(&long, json!({})).to_string(), 413, None);
+    let over_ctx = "word ".repeat(700);
+    let (s, v) = server.post("/v1/completions", &completion(&over_ctx, json!({})));
+    assert_eq!(s, 400);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("context holds 512"),
+        "{v}"
+    );
+    let (s, capped) = server.post(
+        "/v1/completions",
+        &completion(PROSE, json!({"max_tokens": 100000, "stop": [" "]})),
+    );
+    assert_eq!(s, 200);
+    assert!(
+        capped["bmoe"]["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("capped"),
+        "{capped}"
+    );
+    let (s, _) = server.request("GET", "/v1/nothing", "", &[]);
+    assert_eq!(s, 404);
+}
+
+#[test]
+fn the_api_key_guards_every_route_but_health() {
+    let server = Server::start(&["--api-key", "sesame"]);
+    let body = completion(PROSE, json!({"max_tokens": 2})).to_string();
+    let (s, text) = server.request("POST", "/v1/completions", &body, &[]);
+    assert_eq!(s, 401, "{text}");
+    assert!(text.contains("authentication_error"));
+    let (s, _) = server.request(
+        "POST",
+        "/v1/completions",
+        &body,
+        &["Authorization: Bearer wrong"],
+    );
+    assert_eq!(s, 401);
+    let (s, _) = server.request(
+        "POST",
+        "/v1/completions",
+        &body,
+        &["Authorization: Bearer sesame"],
+    );
+    assert_eq!(s, 200);
+    assert_eq!(server.request("GET", "/metrics", "", &[]).0, 401);
+    assert_eq!(server.request("GET", "/health", "", &[]).0, 200);
+}
+
+#[test]
+fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_exits_0() {
+    let server = Server::start(&["--queue", "1"]);
+    // A long streamed request occupies the engine; its client reads one chunk and leaves.
+    let long = completion(PROSE, json!({"max_tokens": 400, "stream": true})).to_string();
+    let mut leaving = server.send("POST", "/v1/completions", &long, &[]);
+    let mut first = [0u8; 256];
+    let n = leaving
+        .read(&mut first)
+        .expect("the first bytes of the stream");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1."));
+    // One request may wait; more are refused at once.
+    let waiting = server.send(
+        "POST",
+        "/v1/completions",
+        &completion(PROSE, json!({"max_tokens": 4})).to_string(),
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, text) = server.request(
+        "POST",
+        "/v1/completions",
+        &completion(PROSE, json!({"max_tokens": 4})).to_string(),
+        &[],
+    );
+    assert_eq!(s, 429, "{text}");
+    assert!(text.contains("queue is full"));
+    drop(leaving);
+    // The waiting request completes well before the 400 tokens the first asked for.
+    let t0 = Instant::now();
+    let mut raw = String::new();
+    let mut w = waiting;
+    w.read_to_string(&mut raw).unwrap();
+    assert_eq!(split_response(&raw).0, 200);
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    let (_, metrics) = server.request("GET", "/metrics", "", &[]);
+    let cancelled = metrics
+        .lines()
+        .find(|l| l.starts_with("bmoe_requests_cancelled_total"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(cancelled.ends_with(" 1"), "{cancelled}");
+    assert!(
+        metrics.contains("bmoe_requests_rejected_total 1"),
+        "{metrics}"
+    );
+    let status = server.terminate(20);
+    assert_eq!(status.code(), Some(0), "SIGTERM stops the server cleanly");
+}
+
+#[test]
+fn the_openai_python_client_works() {
+    let has_client = Command::new("python3")
+        .args(["-c", "import openai"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_client,
+        "the openai Python package is missing: pip install openai (.ci/run installs it)"
+    );
+    let server = Server::start(&[]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/openai_client.py"
+    );
+    let url = format!("http://127.0.0.1:{}/v1", server.port);
+    let out = Command::new("python3")
+        .args([script, &url, PROSE])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        common::stdout(&out),
+        common::stderr(&out)
+    );
+    assert!(common::stdout(&out).contains("openai client: ok"));
+}
