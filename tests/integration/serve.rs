@@ -23,7 +23,7 @@ impl Server {
     /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
     pub fn start(extra: &[&str]) -> Server {
         let m = e8k2().to_str().unwrap().to_string();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "-m", &m, "--port", "0", "-c", "512", "-t", "2"])
             .args(extra)
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
@@ -33,7 +33,9 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start bmoe serve");
-        let err = child.stderr.take().expect("stderr");
+        // Killed and reaped by Drop should it never listen.
+        let mut server = Server { child, port: 0 };
+        let err = server.child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
@@ -46,8 +48,8 @@ impl Server {
                 .recv_timeout(Duration::from_secs(60).saturating_sub(t0.elapsed()))
                 .unwrap_or_else(|_| panic!("bmoe serve did not start listening"));
             if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
-                let port = rest.split('/').next().unwrap().parse().expect("port");
-                return Server { child, port };
+                server.port = rest.split('/').next().unwrap().parse().expect("port");
+                return server;
             }
         }
     }
