@@ -18,6 +18,7 @@ macro_rules! outln {
     };
 }
 
+pub mod chat;
 pub mod checks;
 pub mod commands;
 pub mod graph;
@@ -53,6 +54,10 @@ pub enum Command {
     /// between requests (docs/serving.md). Takes run's model, cache and
     /// sampling flags (the sampling ones as the requests' defaults).
     Serve(serve::ServeArgs),
+    /// A multi-turn chat in the terminal with the model's chat template; each
+    /// turn decodes only its new tokens (the history stays in the KV cache).
+    /// Takes run's model, cache and sampling flags (-n caps each reply).
+    Chat(chat::ChatArgs),
     /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes.
     Inspect {
         /// The gguf file.

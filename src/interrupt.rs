@@ -66,6 +66,16 @@ pub fn install() {
     }
 }
 
+/// The signal that asked to stop, if any, cleared: an interactive command
+/// (`bmoe chat`) stops the reply on Ctrl-C and goes on, so the next signal
+/// again asks to stop rather than exiting at once.
+pub fn take() -> Option<i32> {
+    match SIGNAL.swap(0, Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
 /// The signal that asked to stop, if any.
 pub fn requested() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {

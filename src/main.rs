@@ -176,6 +176,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => cli::run::run(args),
         Command::Serve(args) => cli::serve::serve(args),
+        Command::Chat(args) => cli::chat::chat(args),
         Command::Inspect { model } => {
             let layout =
                 MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;

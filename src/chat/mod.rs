@@ -1,5 +1,9 @@
-//! Conversations: the chat template that turns messages into a prompt.
+//! Conversations: the turns so far, and the chat template that turns them
+//! into a prompt.
 
+mod conversation;
 mod template;
+
+pub use conversation::Conversation;
 
 pub use template::{ChatTemplate, TemplateError, TemplateOptions, TemplateSource};

@@ -1,0 +1,237 @@
+//! `bmoe chat`: a multi-turn terminal chat with line editing and history
+//! (rustyline). Each turn decodes only what the KV cache does not hold yet;
+//! Ctrl-C stops the reply, Ctrl-D exits; /reset, /stats, /save FILE, /quit.
+
+use std::path::Path;
+
+use anyhow::Result;
+use clap::Args;
+use rustyline::error::ReadlineError;
+
+use bmoe::chat::{ChatTemplate, Conversation, TemplateOptions};
+use bmoe::engine::{Session, TurnFigures};
+use bmoe::generate::{Limit, Options, StopReason};
+use bmoe::llama::Token;
+
+use super::checks::{self, UsageError};
+use super::RunArgs;
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// A system prompt that opens the conversation.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+}
+
+const HELP: &str = "/reset forgets the conversation, /stats shows the last turn's and the session's figures, /save FILE writes the transcript as JSON, /quit (or Ctrl-D) exits; Ctrl-C stops a reply";
+
+/// `bmoe chat`: load once, then one turn per line until Ctrl-D or /quit.
+pub fn chat(args: ChatArgs) -> Result<()> {
+    refuse_run_only(&args.run)?;
+    checks::warn_threads_above_cores(args.run.threads);
+    checks::run_args(&args.run)?;
+    let model = super::commands::model_or_default(&args.run.model)?;
+    let cfg = super::run::run_config(&args.run, model, String::new())?;
+    let mut session = Session::open(&cfg)?;
+    if session.model().chat_template().is_none() {
+        return Err(UsageError(format!(
+            "{} has no chat template (tokenizer.chat_template): use bmoe run -p TEXT",
+            cfg.model.display()
+        ))
+        .into());
+    }
+    for note in &session.notes {
+        bmoe::say!("{note}");
+    }
+    bmoe::say!("bmoe chat: {HELP}");
+    let mut chat = Chat {
+        template: ChatTemplate::of(session.model()),
+        conversation: Conversation::new(args.system.clone()),
+        last: None,
+        opts: Options {
+            limit: Limit::from(cfg.n_predict),
+            sampling: cfg.sampling.clone(),
+            stop: cfg.stop.clone(),
+            ..Options::default()
+        },
+        model_name: cfg.model.display().to_string(),
+    };
+    let mut editor = rustyline::DefaultEditor::new()?;
+    loop {
+        let line = match editor.readline("> ") {
+            Ok(l) => l,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(line);
+        if !chat.command(line, &mut session)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The conversation and what its turns need.
+struct Chat {
+    template: ChatTemplate,
+    conversation: Conversation,
+    /// The last turn's figures.
+    last: Option<TurnFigures>,
+    opts: Options,
+    model_name: String,
+}
+
+impl Chat {
+    /// A command or a user message; false to exit.
+    fn command(&mut self, line: &str, session: &mut Session) -> Result<bool> {
+        match line
+            .split_once(' ')
+            .map_or((line, ""), |(c, rest)| (c, rest.trim()))
+        {
+            ("/quit" | "/exit", _) => return Ok(false),
+            ("/reset", _) => {
+                self.conversation.reset();
+                session.reset();
+                bmoe::say!("(conversation forgotten)");
+            }
+            ("/stats", _) => self.stats(session),
+            ("/save", "") => bmoe::say!("/save needs a file name: /save chat.json"),
+            ("/save", file) => self.save(Path::new(file)),
+            ("/help", _) => bmoe::say!("{HELP}"),
+            (c, _) if c.starts_with('/') => bmoe::say!("unknown command {c}: {HELP}"),
+            _ => self.turn(line, session)?,
+        }
+        Ok(true)
+    }
+
+    /// One turn: the conversation rendered, fitted to the context, decoded
+    /// from where the KV cache ends, the reply streamed to stdout.
+    fn turn(&mut self, user: &str, session: &mut Session) -> Result<()> {
+        self.conversation.push("user", user);
+        let Some(prompt) = self.fitted_prompt(session)? else {
+            self.conversation.pop();
+            return Ok(());
+        };
+        let room = session.n_ctx() as usize - prompt.len();
+        let opts = Options {
+            limit: Limit::from(self.opts.limit.n_predict.min(room as u32)),
+            ..self.opts.clone()
+        };
+        let mut print = |s: &str| {
+            let _ = bmoe::stdio::out(s);
+        };
+        // A Ctrl-C between replies (outside the line editor) is not for this one.
+        bmoe::interrupt::take();
+        let turn = session.generate(&prompt, &opts, &mut print)?;
+        let _ = bmoe::stdio::out("\n");
+        if turn.generation.stop == StopReason::Interrupted {
+            bmoe::interrupt::take();
+            bmoe::say!("(reply stopped)");
+        }
+        self.conversation
+            .push("assistant", turn.generation.text.trim());
+        self.last = Some(turn.figures);
+        Ok(())
+    }
+
+    /// The conversation's prompt, oldest turns dropped until it and a
+    /// reply's worth of tokens fit the context (None: the newest message
+    /// alone does not fit).
+    fn fitted_prompt(&mut self, session: &Session) -> Result<Option<Vec<Token>>> {
+        let n_ctx = session.n_ctx() as usize;
+        let reserve = (self.opts.limit.n_predict as usize).min(n_ctx / 4);
+        let mut dropped = 0;
+        loop {
+            let messages = self.conversation.messages();
+            let (text, _) =
+                self.template
+                    .render(session.model(), &messages, &TemplateOptions::new())?;
+            let tokens = session.model().tokenize(&text, true, true)?;
+            if tokens.len() + reserve <= n_ctx {
+                if dropped > 0 {
+                    bmoe::say!("(context full: dropped the oldest {dropped} turn(s); the rest is prefilled again)");
+                }
+                return Ok(Some(tokens));
+            }
+            if !self.conversation.drop_oldest_turn() {
+                bmoe::say!(
+                    "(that message is {} tokens with the system prompt; the context holds {n_ctx} with {reserve} kept for the reply: shorten it, or restart with a larger -c)",
+                    tokens.len()
+                );
+                return Ok(None);
+            }
+            dropped += 1;
+        }
+    }
+
+    fn stats(&self, session: &Session) {
+        match &self.last {
+            Some(f) => bmoe::say!("last turn: {}", figures_line(f)),
+            None => bmoe::say!("last turn: none yet"),
+        }
+        bmoe::say!(
+            "session ({} turns): {}",
+            session.totals.turns,
+            figures_line(&session.totals)
+        );
+    }
+
+    fn save(&self, file: &Path) {
+        let json = self.conversation.to_json(&self.model_name);
+        let tmp = file.with_extension("json.partial");
+        match std::fs::write(&tmp, json + "\n").and_then(|_| std::fs::rename(&tmp, file)) {
+            Ok(()) => bmoe::say!(
+                "(saved {} turns to {})",
+                self.conversation.turns(),
+                file.display()
+            ),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                bmoe::say!("(could not save to {}: {e})", file.display())
+            }
+        }
+    }
+}
+
+/// One line of a turn's (or the session's) figures.
+fn figures_line(f: &TurnFigures) -> String {
+    let hit = f
+        .hit_pct()
+        .map_or("resident".into(), |h| format!("hit {h:.1}%"));
+    format!(
+        "prompt {} tokens ({} reused from the KV cache, {} prefilled), {} generated, decode {:.2} tok/s, {hit}, {:.1} MiB/token",
+        f.reused_tokens + f.prefilled_tokens,
+        f.reused_tokens,
+        f.prefilled_tokens,
+        f.generated_tokens,
+        f.decode_tok_s(),
+        f.mib_per_token()
+    )
+}
+
+/// Flags of `run` a chat has no use for.
+fn refuse_run_only(a: &RunArgs) -> Result<(), UsageError> {
+    let given = [
+        ("-p/--prompt", a.prompt.is_some()),
+        ("-f/--file", a.file.is_some()),
+        ("--chat", a.chat),
+        ("--csv", a.csv.is_some()),
+        ("--progress", a.progress),
+        ("--route-trace", a.route_trace.is_some()),
+        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
+        ("--ignore-eos", a.ignore_eos),
+    ];
+    match given.iter().find(|(_, g)| *g) {
+        Some((flag, _)) => Err(UsageError(format!(
+            "bmoe chat does not take {flag}: type the messages at its prompt (/stats shows the figures)"
+        ))),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,100 @@
+//! `bmoe chat` under a pseudo-terminal (rexpect): two turns, the second
+//! decoding only its new tokens (the prefill count in /stats), Ctrl-C
+//! mid-reply stopping the reply and not the program, /reset, /save, Ctrl-D.
+
+use std::process::Command;
+
+use rexpect::session::{spawn_command, PtySession};
+
+use super::common::{e8k2, smollm2};
+
+/// The prompt's tokens, those reused from the KV cache and those prefilled,
+/// from the `last turn:` line of /stats.
+fn last_turn(p: &mut PtySession) -> (u64, u64, u64) {
+    p.send_line("/stats").unwrap();
+    let (_, line) = p
+        .exp_regex(r"last turn: prompt \d+ tokens \(\d+ reused from the KV cache, \d+ prefilled\)")
+        .expect("the /stats line");
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    p.exp_string("> ").unwrap();
+    (n[0], n[1], n[2])
+}
+
+#[test]
+fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("chat.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args([
+        "chat",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-c",
+        "1024",
+        "-t",
+        "2",
+        "-n",
+        "300",
+    ])
+    .args(["--system", "You are a storyteller."])
+    .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+    .env_remove("RUST_LOG");
+    let mut p = spawn_command(cmd, Some(120_000)).expect("start bmoe chat");
+    p.exp_string("> ").unwrap();
+    p.send_line("Hi.").unwrap();
+    p.exp_string("> ").unwrap();
+    let (first, reused, _) = last_turn(&mut p);
+    assert_eq!(reused, 0, "the first turn prefills everything");
+    p.send_line("Tell me more.").unwrap();
+    p.exp_string("> ").unwrap();
+    let (second, reused, prefilled) = last_turn(&mut p);
+    assert!(second > first);
+    assert!(
+        reused >= first - 1,
+        "the first turn's prompt comes from the KV cache: {reused} of {second}"
+    );
+    assert_eq!(reused + prefilled, second);
+    assert!(
+        prefilled < second - first + 8,
+        "only the new turn's tokens (and the reply's tail) are decoded: {prefilled}"
+    );
+
+    // Ctrl-C while the model writes: the reply stops, the program goes on.
+    p.send_line("Write a very long story about the sea.")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    p.send_control('c').unwrap();
+    p.exp_string("(reply stopped)").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line(&format!("/save {}", saved.display())).unwrap();
+    p.exp_string("(saved 3 turns").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line("/reset").unwrap();
+    p.exp_string("(conversation forgotten)").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line("Hi.").unwrap();
+    p.exp_string("> ").unwrap();
+    let (after_reset, reused, _) = last_turn(&mut p);
+    assert_eq!(
+        (after_reset, reused),
+        (first, 0),
+        "after /reset the first turn is prefilled anew"
+    );
+    p.send_control('d').unwrap();
+    p.exp_eof().unwrap();
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let messages = json["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[1]["content"], "Hi.");
+    assert_eq!(
+        messages.len(),
+        7,
+        "system, three user messages and three replies"
+    );
+}
