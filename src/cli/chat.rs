@@ -29,7 +29,12 @@ const HELP: &str = "/reset forgets the conversation, /stats shows the last turn'
 
 /// `bmoe chat`: load once, then one turn per line until Ctrl-D or /quit.
 pub fn chat(args: ChatArgs) -> Result<()> {
-    refuse_run_only(&args.run)?;
+    checks::refuse_run_only(
+        "chat",
+        &args.run,
+        &[],
+        "type the messages at its prompt (/stats shows the figures)",
+    )?;
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
     let model = super::commands::model_or_default(&args.run.model)?;
@@ -74,6 +79,9 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         if !chat.command(line, &mut session)? {
             break;
         }
+    }
+    for line in session.close() {
+        bmoe::say!("{line}");
     }
     Ok(())
 }
@@ -214,24 +222,4 @@ fn figures_line(f: &TurnFigures) -> String {
         f.decode_tok_s(),
         f.mib_per_token()
     )
-}
-
-/// Flags of `run` a chat has no use for.
-fn refuse_run_only(a: &RunArgs) -> Result<(), UsageError> {
-    let given = [
-        ("-p/--prompt", a.prompt.is_some()),
-        ("-f/--file", a.file.is_some()),
-        ("--chat", a.chat),
-        ("--csv", a.csv.is_some()),
-        ("--progress", a.progress),
-        ("--route-trace", a.route_trace.is_some()),
-        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
-        ("--ignore-eos", a.ignore_eos),
-    ];
-    match given.iter().find(|(_, g)| *g) {
-        Some((flag, _)) => Err(UsageError(format!(
-            "bmoe chat does not take {flag}: type the messages at its prompt (/stats shows the figures)"
-        ))),
-        None => Ok(()),
-    }
 }

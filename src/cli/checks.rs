@@ -26,6 +26,33 @@ pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
         .collect()
 }
 
+/// Refuse the flags of `run` that `bmoe COMMAND` (chat, serve) has no use
+/// for: prompts, telemetry files and speculation, and the command's `extra`
+/// (flag, given) pairs; `why` says where those things come from instead.
+pub fn refuse_run_only(
+    command: &str,
+    a: &RunArgs,
+    extra: &[(&str, bool)],
+    why: &str,
+) -> Result<(), UsageError> {
+    let given = [
+        ("-p/--prompt", a.prompt.is_some()),
+        ("-f/--file", a.file.is_some()),
+        ("--chat", a.chat),
+        ("--csv", a.csv.is_some()),
+        ("--progress", a.progress),
+        ("--route-trace", a.route_trace.is_some()),
+        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
+        ("--ignore-eos", a.ignore_eos),
+    ];
+    match given.iter().chain(extra).find(|(_, g)| *g) {
+        Some((flag, _)) => Err(UsageError(format!(
+            "bmoe {command} does not take {flag}: {why}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Refuse an output (`--csv`, `--trace-chrome`) that names one of the run's
 /// inputs (the model, the prompt file): it would be replaced when the run ends.
 pub fn refuse_output_over_input(

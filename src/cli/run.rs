@@ -65,7 +65,9 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => checks::read_prompt_file(f)?,
         (None, None) => {
-            return Err(UsageError("give a prompt with -p TEXT or -f FILE".into()).into())
+            return Err(
+                UsageError("give a prompt with -p/--prompt TEXT or -f/--file FILE".into()).into(),
+            )
         }
     };
     checks::prompt_text(&prompt, args.chat)?;

@@ -34,7 +34,12 @@ pub struct ServeArgs {
 
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    refuse_run_only(&args.run)?;
+    checks::refuse_run_only(
+        "serve",
+        &args.run,
+        &[("--stop", !args.run.sampling.stop.is_empty())],
+        "prompts, stop strings and lengths come with each request, figures from GET /metrics",
+    )?;
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
     if args.api_key.as_deref() == Some("") {
@@ -68,26 +73,4 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     })?;
     bmoe::say!("bmoe serve: stopped");
     Ok(())
-}
-
-/// Flags of `run` that a server has no use for: prompts come from requests,
-/// telemetry is /metrics, and speculation is not served yet.
-fn refuse_run_only(a: &RunArgs) -> Result<(), UsageError> {
-    let given = [
-        ("-p/--prompt", a.prompt.is_some()),
-        ("-f/--file", a.file.is_some()),
-        ("--chat", a.chat),
-        ("--csv", a.csv.is_some()),
-        ("--progress", a.progress),
-        ("--route-trace", a.route_trace.is_some()),
-        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
-        ("--stop", !a.sampling.stop.is_empty()),
-        ("--ignore-eos", a.ignore_eos),
-    ];
-    match given.iter().find(|(_, g)| *g) {
-        Some((flag, _)) => Err(UsageError(format!(
-            "bmoe serve does not take {flag}: prompts, stop strings and lengths come with each request, figures from GET /metrics"
-        ))),
-        None => Ok(()),
-    }
 }

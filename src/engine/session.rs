@@ -139,6 +139,19 @@ impl Session {
         common_prefix(&self.kv, prompt)
     }
 
+    /// End the session: the context goes first, then `--cache-warm` folds the
+    /// session's routing into the profile. The lines to show (none without
+    /// a warm profile).
+    pub fn close(self) -> Vec<String> {
+        let Session { ctx, backend, .. } = self;
+        drop(ctx);
+        backend
+            .streamer()
+            .and_then(|s| s.finish_warm())
+            .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
+            .unwrap_or_default()
+    }
+
     /// Forget the KV cache (the next turn prefills its whole prompt).
     pub fn reset(&mut self) {
         self.kv.clear();

@@ -76,7 +76,8 @@ impl Sampler {
         let picked = usize::try_from(array.selected)
             .ok()
             .filter(|&i| i < array.size)
-            // SAFETY: `i` is within the array the chain left, inside `candidates`.
+            // SAFETY: `i` is below the size of the array the chain left
+            // (its data pointer and size, still within `candidates`).
             .map(|i| unsafe { (*array.data.add(i)).id })?;
         if banned.binary_search(&picked).is_ok() {
             return None;

@@ -79,7 +79,10 @@ impl Worker {
                     streamed: session.streamed(),
                 };
                 if ready_tx.send(Ok(loaded)).is_ok() {
-                    serve_jobs(session, rx);
+                    let session = serve_jobs(session, rx);
+                    for line in session.close() {
+                        crate::say!("{line}");
+                    }
                 }
             })
             .map_err(ServeError::Thread)?;
@@ -105,8 +108,8 @@ impl Worker {
     }
 }
 
-/// Run jobs until the queue closes.
-fn serve_jobs(mut session: Session, rx: crossbeam_channel::Receiver<Job>) {
+/// Run jobs until the queue closes; the session back for closing.
+fn serve_jobs(mut session: Session, rx: crossbeam_channel::Receiver<Job>) -> Session {
     let template = ChatTemplate::of(session.model());
     while let Ok(job) = rx.recv() {
         m::queue_depth(rx.len());
@@ -125,6 +128,7 @@ fn serve_jobs(mut session: Session, rx: crossbeam_channel::Receiver<Job>) {
             }
         }
     }
+    session
 }
 
 /// Tokenize, bound and generate one job, streaming its text.

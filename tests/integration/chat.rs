@@ -38,12 +38,12 @@ fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
         "-t",
         "2",
         "-n",
-        "300",
+        "200",
     ])
     .args(["--system", "You are a storyteller."])
     .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
     .env_remove("RUST_LOG");
-    let mut p = spawn_command(cmd, Some(120_000)).expect("start bmoe chat");
+    let mut p = spawn_command(cmd, Some(400_000)).expect("start bmoe chat");
     p.exp_string("> ").unwrap();
     p.send_line("Hi.").unwrap();
     p.exp_string("> ").unwrap();
