@@ -25,8 +25,8 @@ impl Sampler {
         // SAFETY: plain constructor; the params struct is returned by value.
         let params = unsafe { sys::llama_sampler_chain_default_params() };
         // SAFETY: creates a new chain, owned by the returned Sampler.
-        let chain =
-            NonNull::new(unsafe { sys::llama_sampler_chain_init(params) }).ok_or_else(failed)?;
+        let chain = unsafe { sys::llama_sampler_chain_init(params) };
+        let chain = NonNull::new(chain).ok_or_else(failed)?;
         let sampler = Self {
             chain,
             candidates: Vec::with_capacity(n_vocab),
