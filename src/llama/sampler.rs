@@ -73,12 +73,12 @@ impl Sampler {
         // SAFETY: `array` points at `self.candidates`, alive and not otherwise
         // borrowed for the call; the chain may reorder and shrink it in place.
         unsafe { sys::llama_sampler_apply(self.chain.as_ptr(), &mut array) };
-        let picked = usize::try_from(array.selected)
+        let i = usize::try_from(array.selected)
             .ok()
-            .filter(|&i| i < array.size)
-            // SAFETY: `i` is below the size of the array the chain left
-            // (its data pointer and size, still within `candidates`).
-            .map(|i| unsafe { (*array.data.add(i)).id })?;
+            .filter(|&i| i < array.size)?;
+        // SAFETY: `i` is below the size of the array the chain left (its data
+        // pointer and size, still within `candidates`).
+        let picked = unsafe { (*array.data.add(i)).id };
         if banned.binary_search(&picked).is_ok() {
             return None;
         }
