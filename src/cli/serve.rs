@@ -21,7 +21,11 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port, said at start).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Requests that may wait while the engine is busy; more get 429.
+    /// Requests decoded together, one batch per step (each gets its own -c
+    /// positions of KV cache).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub parallel: u32,
+    /// Requests that may wait while every --parallel slot is busy; more get 429.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub queue: u32,
     /// Require `Authorization: Bearer KEY` on every route but /health.
@@ -54,9 +58,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         engine,
         addr: SocketAddr::new(args.host, args.port),
         queue: args.queue as usize,
+        parallel: args.parallel as usize,
         api_key: args.api_key.clone(),
         body_limit_bytes: (args.body_limit_kb * 1024) as usize,
     };
+    let parallel = cfg.parallel;
     serve::serve(cfg, |addr, loaded| {
         for note in &loaded.notes {
             bmoe::say!("{note}");
@@ -67,8 +73,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             "resident"
         };
         bmoe::say!(
-            "bmoe serve: listening on http://{addr}/v1 ({how}, context {} tokens); Ctrl-C stops",
-            loaded.n_ctx
+            "bmoe serve: listening on http://{addr}/v1 ({how}, context {} tokens, {} request(s) at a time); Ctrl-C stops",
+            loaded.n_ctx,
+            parallel
         );
     })?;
     bmoe::say!("bmoe serve: stopped");

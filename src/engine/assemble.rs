@@ -125,7 +125,7 @@ pub(super) fn target_context(
     model: &Arc<Model>,
     backend: &Backend,
     abort: &Arc<AtomicBool>,
-    ubatch: u32,
+    (ubatch, n_seq): (u32, u32),
     notes: &mut Vec<String>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let speculating = cfg.speculation != Speculation::Off;
@@ -137,6 +137,7 @@ pub(super) fn target_context(
         // Recurrent-state snapshots so a hybrid model can roll back rejected
         // drafts (clamped to 0 by llama.cpp on archs that need none).
         n_rs_seq: if speculating { cfg.draft_max } else { 0 },
+        n_seq,
         abort: Some(abort.clone()),
         ..ContextParams::default()
     };

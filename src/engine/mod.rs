@@ -178,8 +178,14 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
     let prefill = assemble::prefill_facts(cfg, &model, &layout, &backend, tokens.len());
     let abort = Arc::new(AtomicBool::new(false));
-    let (mut ctx, anon) =
-        assemble::target_context(cfg, &model, &backend, &abort, prefill.ubatch, &mut notes)?;
+    let (mut ctx, anon) = assemble::target_context(
+        cfg,
+        &model,
+        &backend,
+        &abort,
+        (prefill.ubatch, 1),
+        &mut notes,
+    )?;
     // The MTP head runs on the draft actor's thread, tied to the target before
     // its first decode.
     let mut mtp = match assemble::mtp_config(cfg, &model, &backend, anon, prefill.ubatch) {

@@ -10,7 +10,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use super::assemble::{self, Backend};
 use super::{EngineError, RunConfig, Speculation};
-use crate::generate::{self, DecodeStep, Generation, GenerationSink, Options};
+use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::layout::MoeLayout;
 use crate::llama::{Context, Model, Token};
 
@@ -88,6 +88,12 @@ impl Session {
     /// Load `cfg.model` as `run` would (its prompt, `-n`, speculation and
     /// telemetry are not used: each turn brings its own).
     pub fn open(cfg: &RunConfig) -> Result<Self, EngineError> {
+        Self::open_seqs(cfg, 1)
+    }
+
+    /// [`Self::open`] with a context of `n_seq` sequences, each of `-c`
+    /// positions, for generations side by side ([`generate::Multi`]).
+    pub fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
         let cfg = RunConfig {
             speculation: Speculation::Off,
             ..cfg.clone()
@@ -100,9 +106,10 @@ impl Session {
         // The micro-batch for the longest prompt the context takes.
         let facts = assemble::prefill_facts(&cfg, &model, &layout, &backend, cfg.n_ctx as usize);
         let abort = Arc::new(AtomicBool::new(false));
-        let (ctx, _) =
-            assemble::target_context(&cfg, &model, &backend, &abort, facts.ubatch, &mut notes)?;
-        notes.extend(backend.settle_auto(&model, ctx.n_ctx(), facts.ubatch, false));
+        let shape = (facts.ubatch, n_seq);
+        let (ctx, _) = assemble::target_context(&cfg, &model, &backend, &abort, shape, &mut notes)?;
+        let kv_positions = ctx.n_ctx().saturating_mul(ctx.n_seq());
+        notes.extend(backend.settle_auto(&model, kv_positions, facts.ubatch, false));
         backend.start_warm()?;
         Ok(Self {
             ctx,
@@ -132,6 +139,17 @@ impl Session {
     /// Whether experts stream (false: resident).
     pub fn streamed(&self) -> bool {
         self.backend.streamer().is_some()
+    }
+
+    /// The context and its micro-batch, for generations side by side
+    /// ([`generate::Multi`]); record their figures with [`Self::record`].
+    pub fn context(&mut self) -> (&mut Context, usize) {
+        (&mut self.ctx, self.ubatch as usize)
+    }
+
+    /// Add figures of generations run through [`Self::context`] to the totals.
+    pub fn record(&mut self, figures: &TurnFigures) {
+        self.totals.add(figures);
     }
 
     /// How many of `prompt`'s first tokens the KV cache holds now.
@@ -218,11 +236,6 @@ fn kept_tokens(prompt: &[Token], reused: usize, generated: &[Token]) -> Vec<Toke
     let mut kv = prompt.to_vec();
     kv.extend_from_slice(decoded);
     kv
-}
-
-/// The length of the longest common prefix.
-fn common_prefix(a: &[Token], b: &[Token]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Passes everything to the caller's sink and adds up the decodes' counters.

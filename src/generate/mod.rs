@@ -3,7 +3,10 @@
 //! target: the types here, the loop in `verify`, the draft sources in `drafter`.
 
 mod drafter;
+mod emit;
 mod gated;
+mod multi;
+mod picker;
 mod verify;
 
 use std::time::Duration;
@@ -15,6 +18,7 @@ use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafter, MtpDrafter, NgramDrafter};
 pub use gated::{GateStats, GateStep, GatedDrafter};
+pub use multi::{common_prefix, Finished, Multi, Request, Step};
 pub use verify::{generate_opts, generate_with};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +35,8 @@ pub enum GenerateError {
     Rollback { pos: i32 },
     #[error("drafts are verified against greedy picks on a prompt prefilled from its start: speculation needs temperature 0 and no reused prefix")]
     DraftNeedsGreedy,
+    #[error("every sequence of the context is generating")]
+    NoFreeSequence,
     #[error("MTP draft actor: {0}")]
     DraftActor(String),
 }

@@ -4,14 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use bmoe_actors::sampling::{argmax, argmax_where, SamplingParams};
-use bmoe_actors::text::{StopStrings, Utf8Stream};
-
+use super::emit::Emitter;
+use super::picker::Picker;
 use super::{
     Accepted, DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, Options,
     SpecStats, StopReason,
 };
-use crate::llama::{Batch, Context, LlamaError, Model, Sampler, Token};
+use crate::llama::{Batch, Context, LlamaError, Model, Token};
 
 /// [`generate`](super::generate) with an optional drafter: each step drafts up
 /// to `draft_max` tokens, decodes [last, d1..dN] in one batch with logits on
@@ -78,14 +77,10 @@ pub fn generate_opts(
         batch,
         sink,
         drafter,
-        limit,
         draft_max,
         pos: prompt.len() as i32,
-        tokens: Vec::new(),
+        out: Emitter::new(&opts.stop, limit),
         corpus: prompt.to_vec(),
-        utf8: Utf8Stream::new(),
-        stops: StopStrings::new(&opts.stop),
-        text: String::new(),
         spec: SpecStats::default(),
         catch_up: Duration::ZERO,
         decode_end: None,
@@ -113,7 +108,7 @@ fn reuse_prefix(
 }
 
 /// A prompt the context can take: not empty, shorter than the context.
-fn check_prompt(ctx: &Context, prompt: &[Token]) -> Result<(), GenerateError> {
+pub(super) fn check_prompt(ctx: &Context, prompt: &[Token]) -> Result<(), GenerateError> {
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -150,17 +145,13 @@ struct Loop<'c, 's, 'd> {
     batch: Batch,
     sink: &'s mut dyn GenerationSink,
     drafter: Option<&'d mut dyn Drafter>,
-    limit: Limit,
     draft_max: usize,
     /// Where the next decoded token goes.
     pos: i32,
-    /// Generated tokens (an end-of-generation token is not included).
-    tokens: Vec<Token>,
+    /// Generated tokens and their text.
+    out: Emitter,
     /// The prompt and every confirmed token (the drafters' corpus).
     corpus: Vec<Token>,
-    utf8: Utf8Stream,
-    stops: StopStrings,
-    text: String,
     spec: SpecStats,
     /// The drafter's catch-up on the previous verify step (drafting cost).
     catch_up: Duration,
@@ -197,39 +188,21 @@ impl Loop<'_, '_, '_> {
             if i > 0 {
                 self.sink.next_token();
             }
-            if self.model.is_eog(t) {
-                return Some(StopReason::EndOfText);
+            let stop = self.out.token(&self.model, t, self.sink);
+            if stop != Some(StopReason::EndOfText) {
+                self.corpus.push(t);
             }
-            self.tokens.push(t);
-            self.corpus.push(t);
-            let piece = self.utf8.push(&self.model.token_bytes(t));
-            if self.hand_out(&piece) {
-                return Some(StopReason::StopString);
-            }
-            if self.tokens.len() >= self.limit.n_predict as usize {
-                return Some(StopReason::Limit);
+            if stop.is_some() {
+                return stop;
             }
         }
         None
     }
 
-    /// Pass text through the stop strings to the sink; true when one was hit.
-    fn hand_out(&mut self, piece: &str) -> bool {
-        if piece.is_empty() {
-            return false;
-        }
-        let out = self.stops.push(piece);
-        if !out.text.is_empty() {
-            self.sink.text(&out.text);
-            self.text.push_str(&out.text);
-        }
-        out.hit
-    }
-
     /// One verify step: draft, decode `[last, drafts..]`, keep what the target
     /// confirms. The kept tokens, or `None` when a signal stopped the decode.
     fn step(&mut self) -> Result<Option<Vec<Token>>, GenerateError> {
-        let last = *self.tokens.last().ok_or(GenerateError::NoLogits)?;
+        let last = *self.out.tokens.last().ok_or(GenerateError::NoLogits)?;
         let tdraft = Instant::now();
         let draft = self.draft()?;
         // Drafting cost of this step: the drafting call, plus the drafter's
@@ -274,7 +247,7 @@ impl Loop<'_, '_, '_> {
     fn draft(&mut self) -> Result<Vec<Token>, GenerateError> {
         let room = self
             .draft_max
-            .min(self.limit.n_predict as usize - self.tokens.len() - 1)
+            .min(self.out.room() - 1)
             .min(self.ctx.n_ctx() as usize - self.pos as usize - 1)
             .min(self.batch.capacity() - 1);
         let (pos, corpus, ctx) = (self.pos, &self.corpus, &mut *self.ctx);
@@ -351,18 +324,11 @@ impl Loop<'_, '_, '_> {
         decode: Duration,
     ) -> Generation {
         self.spec.draft += self.catch_up;
-        let rest = self.utf8.finish();
-        if stop != StopReason::StopString {
-            let rest = self.stops.push(&rest).text + &self.stops.finish();
-            if !rest.is_empty() {
-                self.sink.text(&rest);
-                self.text.push_str(&rest);
-            }
-        }
+        self.out.finish(stop, self.sink);
         Generation {
             prompt_tokens,
-            tokens: self.tokens,
-            text: self.text,
+            tokens: self.out.tokens,
+            text: self.out.text,
             stop,
             prefill,
             decode,
@@ -414,60 +380,4 @@ fn prefill<'d>(
         }
     }
     Ok(true)
-}
-
-/// The choice from a row of logits: the argmax, or a draw through
-/// llama.cpp's sampler chain; never an end-of-generation token under `--ignore-eos`.
-struct Picker {
-    /// End-of-generation tokens, sorted (empty unless they are banned).
-    banned: Vec<Token>,
-    /// The sampled mode's chain (None: greedy).
-    sampler: Option<Sampler>,
-}
-
-impl Picker {
-    fn new(
-        model: &Model,
-        ignore_eos: bool,
-        sampling: &SamplingParams,
-        prompt: &[Token],
-    ) -> Result<Self, GenerateError> {
-        let banned = if ignore_eos {
-            (0..model.n_vocab() as Token)
-                .filter(|&t| model.is_eog(t))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let sampler = if sampling.is_greedy() {
-            None
-        } else {
-            let mut s = Sampler::new(model.n_vocab(), sampling)?;
-            // The penalties see the prompt's last tokens, as llama.cpp's own tools do.
-            let window = prompt.len().saturating_sub(sampling.repeat_last_n as usize);
-            prompt[window..].iter().for_each(|&t| s.accept(t));
-            Some(s)
-        };
-        Ok(Self { banned, sampler })
-    }
-
-    /// The token for logits row `i` of the last decode (among allowed tokens).
-    fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
-        let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
-        if let Some(s) = self.sampler.as_mut() {
-            return s
-                .sample(logits, &self.banned)
-                .ok_or(GenerateError::NoLogits);
-        }
-        let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
-        if self.banned.binary_search(&best).is_err() {
-            return Ok(best);
-        }
-        // Rare: the best token ends generation; take the best allowed one.
-        argmax_where(logits, |t| {
-            self.banned.binary_search(&(t as Token)).is_err()
-        })
-        .map(|t| t as Token)
-        .ok_or(GenerateError::NoLogits)
-    }
 }

@@ -47,6 +47,11 @@ impl Batch {
     /// Append `token` at position `pos` in sequence 0; `logits` asks for its output row.
     /// Returns false when the batch is full.
     pub fn push(&mut self, token: Token, pos: i32, logits: bool) -> bool {
+        self.push_seq(token, pos, 0, logits)
+    }
+
+    /// [`Self::push`] into sequence `seq` (below the context's `n_seq`).
+    pub fn push_seq(&mut self, token: Token, pos: i32, seq: i32, logits: bool) -> bool {
         let i = self.raw.n_tokens as usize;
         if i >= self.capacity {
             return false;
@@ -57,7 +62,7 @@ impl Batch {
             *self.raw.token.add(i) = token;
             *self.raw.pos.add(i) = pos;
             *self.raw.n_seq_id.add(i) = 1;
-            *(*self.raw.seq_id.add(i)) = 0;
+            *(*self.raw.seq_id.add(i)) = seq;
             *self.raw.logits.add(i) = logits as i8;
         }
         self.raw.n_tokens += 1;
@@ -77,6 +82,16 @@ impl Batch {
                 *self.raw.logits.add(i) != 0,
             ))
         }
+    }
+
+    /// Entry `i`'s sequence.
+    pub fn seq(&self, i: usize) -> Option<i32> {
+        if i >= self.len() {
+            return None;
+        }
+        // SAFETY: i < n_tokens <= capacity: entry i's seq id array (length 1)
+        // was written by `push_seq`.
+        Some(unsafe { *(*self.raw.seq_id.add(i)) })
     }
 
     pub(crate) fn raw(&self) -> sys::llama_batch {

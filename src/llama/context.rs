@@ -30,6 +30,9 @@ pub struct ContextParams {
     pub kind: ContextKind,
     /// Recurrent-state snapshots per sequence, for rollback on hybrid models.
     pub n_rs_seq: u32,
+    /// Sequences decoded together (`bmoe serve --parallel`); each gets its
+    /// own `n_ctx` positions of KV cache.
+    pub n_seq: u32,
     /// Optional observer of the decode graph (see [`EvalObserver`]).
     pub observer: Option<Box<dyn EvalObserver>>,
     /// Abort flag shared with the observer (a fresh one when `None`).
@@ -45,6 +48,7 @@ impl Default for ContextParams {
             n_threads: default_threads(),
             kind: ContextKind::Target,
             n_rs_seq: 0,
+            n_seq: 1,
             observer: None,
             abort: None,
         }
@@ -59,6 +63,9 @@ pub fn default_threads() -> u32 {
         .min(16)
 }
 
+/// The most sequences one context carries (llama.cpp's own limit).
+pub const MAX_SEQUENCES: u32 = 256;
+
 pub struct Context {
     ptr: NonNull<sys::llama_context>,
     threadpool: *mut sys::ggml_threadpool,
@@ -68,6 +75,7 @@ pub struct Context {
     n_vocab: usize,
     n_ctx: u32,
     n_batch: u32,
+    n_seq: u32,
     // Dropped after the context (field order): the model must outlive it.
     model: Arc<Model>,
 }
@@ -89,10 +97,13 @@ impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
         // SAFETY: returns a plain struct by value.
         let mut cp = unsafe { sys::llama_context_default_params() };
-        cp.n_ctx = params.n_ctx;
+        let n_seq = params.n_seq.clamp(1, MAX_SEQUENCES);
+        // Each sequence its own stream of `n_ctx` positions (not one pool).
+        cp.n_ctx = params.n_ctx.saturating_mul(n_seq);
+        cp.kv_unified = false;
         cp.n_batch = params.n_batch.max(params.n_ubatch);
         cp.n_ubatch = params.n_ubatch;
-        cp.n_seq_max = 1;
+        cp.n_seq_max = n_seq;
         cp.n_rs_seq = params.n_rs_seq;
         cp.n_threads = params.n_threads as i32;
         cp.n_threads_batch = params.n_threads as i32;
@@ -144,8 +155,8 @@ impl Context {
             // SAFETY: both pointers are valid; the pool is freed after the context in Drop.
             unsafe { sys::llama_attach_threadpool(ptr.as_ptr(), threadpool, threadpool) };
         }
-        // SAFETY: valid context pointer; pure getter.
-        let n_ctx = unsafe { sys::llama_n_ctx(ptr.as_ptr()) };
+        // SAFETY: valid context pointer; pure getter (positions per sequence).
+        let n_ctx = unsafe { sys::llama_n_ctx_seq(ptr.as_ptr()) };
         // SAFETY: valid context pointer; pure getter (llama.cpp may clamp n_batch to n_ctx).
         let n_batch = unsafe { sys::llama_n_batch(ptr.as_ptr()) };
         Ok(Self {
@@ -156,6 +167,7 @@ impl Context {
             n_vocab: model.n_vocab(),
             n_ctx,
             n_batch,
+            n_seq,
             model,
         })
     }
@@ -169,6 +181,7 @@ impl Context {
         &self.model
     }
 
+    /// Positions each sequence may hold (prompt and reply together).
     pub fn n_ctx(&self) -> u32 {
         self.n_ctx
     }
@@ -245,11 +258,24 @@ impl Context {
     /// Drop positions `[p0, p1)` of sequence 0 (`p1 < 0`: to the end). Returns false when
     /// the memory cannot do it (e.g. a recurrent model without snapshots).
     pub fn trim(&mut self, p0: i32, p1: i32) -> bool {
+        self.trim_seq(0, p0, p1)
+    }
+
+    /// [`Self::trim`] for sequence `seq` (below the context's `n_seq`).
+    pub fn trim_seq(&mut self, seq: i32, p0: i32, p1: i32) -> bool {
+        debug_assert!(
+            (0..self.n_seq as i32).contains(&seq),
+            "sequence {seq} out of range"
+        );
         // SAFETY: valid context; the memory handle is owned by it.
-        unsafe {
-            let mem = sys::llama_get_memory(self.ptr.as_ptr());
-            sys::llama_memory_seq_rm(mem, 0, p0, p1)
-        }
+        let mem = unsafe { sys::llama_get_memory(self.ptr.as_ptr()) };
+        // SAFETY: a valid memory handle; llama.cpp checks the sequence id.
+        unsafe { sys::llama_memory_seq_rm(mem, seq, p0, p1) }
+    }
+
+    /// How many sequences one decode may carry.
+    pub fn n_seq(&self) -> u32 {
+        self.n_seq
     }
 
     /// Forget every cached position.

@@ -19,7 +19,7 @@ mod sampler;
 
 pub use backend::init_backend;
 pub use batch::Batch;
-pub use context::{default_threads, Context, ContextKind, ContextParams};
+pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};

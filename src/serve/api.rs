@@ -141,7 +141,16 @@ pub struct Common {
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
+    /// Who asks (OpenAI's end-user id): the `requester` label of the
+    /// per-requester metrics.
+    pub user: Option<String>,
 }
+
+/// The `requester` label of a request without a `user`.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Longest `requester` label kept (longer ids are cut).
+pub const REQUESTER_MAX_CHARS: usize = 64;
 
 /// What a request asks the engine for, checked.
 #[derive(Debug, Clone)]
@@ -153,6 +162,8 @@ pub struct JobSpec {
     pub max_tokens: Option<u32>,
     pub stream: bool,
     pub include_usage: bool,
+    /// The request's `user`, cut to [`REQUESTER_MAX_CHARS`], or [`ANONYMOUS`].
+    pub requester: String,
 }
 
 #[derive(Debug, Clone)]
@@ -286,7 +297,11 @@ impl Common {
             stop,
             max_tokens,
             stream: self.stream,
-            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+            requester: requester(self.user.as_deref()),
         })
     }
 
@@ -353,6 +368,14 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     })
 }
 
+/// The metrics label for a request's `user`.
+fn requester(user: Option<&str>) -> String {
+    match user.map(str::trim) {
+        Some(u) if !u.is_empty() => u.chars().take(REQUESTER_MAX_CHARS).collect(),
+        _ => ANONYMOUS.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,9 +386,9 @@ mod tests {
 
     #[test]
     fn a_plain_chat_request_is_greedy_and_unlimited() {
-        let s =
-            chat(r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"user":"ignored"}"#)
-                .unwrap();
+        let s = chat(r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"user":" ann "}"#)
+            .unwrap();
+        assert_eq!(s.requester, "ann", "the user field names the requester");
         assert!(s.sampling.is_greedy());
         assert_eq!(s.max_tokens, None);
         assert!(!s.stream);
@@ -373,6 +396,16 @@ mod tests {
             panic!("chat")
         };
         assert_eq!(messages[0].content, "hi");
+        let anon = chat(r#"{"messages":[{"role":"user","content":"hi"}],"user":""}"#).unwrap();
+        assert_eq!(anon.requester, ANONYMOUS);
+        let long = format!(
+            r#"{{"messages":[{{"role":"user","content":"hi"}}],"user":"{}"}}"#,
+            "é".repeat(100)
+        );
+        assert_eq!(
+            chat(&long).unwrap().requester.chars().count(),
+            REQUESTER_MAX_CHARS
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use super::worker::Done;
+use super::worker::{Done, JobSink};
 use crate::engine::TurnFigures;
+use crate::generate::Step;
 
 /// Install the process-wide recorder; the handle renders the text format.
 pub fn install() -> Result<PrometheusHandle, String> {
@@ -38,17 +39,36 @@ pub fn rejected() {
     counter!("bmoe_requests_rejected_total").increment(1);
 }
 
-/// A job's figures, and the session's running ones.
-pub fn finished(done: &Done, wall: Duration, session: &TurnFigures) {
+/// Sequences generating now (at most `--parallel`).
+pub fn slots_busy(n: usize) {
+    gauge!("bmoe_slots_busy").set(n as f64);
+}
+
+/// One decode of the generations in flight: what it streamed.
+pub fn decoded(step: &Step<JobSink>) {
+    let s = &step.metrics;
+    counter!("bmoe_decodes_total").increment(1);
+    counter!("bmoe_decode_rows_total").increment(step.rows as u64);
+    counter!("bmoe_decode_sequences_total").increment(step.sequences as u64);
+    counter!("bmoe_flash_read_bytes_total").increment(s.read_bytes);
+    counter!("bmoe_cache_hits_total").increment(s.hits);
+    counter!("bmoe_cache_misses_total").increment(s.misses);
+    // Seconds are fractional: a gauge that only grows.
+    gauge!("bmoe_stall_seconds_total").increment(s.stall.as_secs_f64());
+}
+
+/// A job's figures (its share of the flash bytes under its requester), and
+/// the session's running ones.
+pub fn finished(done: &Done, requester: &str, wall: Duration, session: &TurnFigures) {
     let f = &done.figures;
     counter!("bmoe_prompt_tokens_total").increment(done.prompt_tokens as u64);
     counter!("bmoe_prompt_tokens_reused_total").increment(f.reused_tokens);
     counter!("bmoe_generated_tokens_total").increment(f.generated_tokens);
-    counter!("bmoe_flash_read_bytes_total").increment(f.metrics.read_bytes);
-    counter!("bmoe_cache_hits_total").increment(f.metrics.hits);
-    counter!("bmoe_cache_misses_total").increment(f.metrics.misses);
-    // Seconds are fractional: a gauge that only grows.
-    gauge!("bmoe_stall_seconds_total").increment(f.metrics.stall.as_secs_f64());
+    let who = requester.to_string();
+    counter!("bmoe_requester_flash_read_bytes_total", "requester" => who.clone())
+        .increment(f.metrics.read_bytes);
+    counter!("bmoe_requester_generated_tokens_total", "requester" => who)
+        .increment(f.generated_tokens);
     gauge!("bmoe_request_seconds_last").set(wall.as_secs_f64());
     gauge!("bmoe_decode_tokens_per_second_last").set(f.decode_tok_s());
     gauge!("bmoe_decode_tokens_per_second").set(session.decode_tok_s());

@@ -48,6 +48,8 @@ pub struct ServeConfig {
     pub addr: SocketAddr,
     /// Requests that may wait for the engine; more get 429.
     pub queue: usize,
+    /// Requests decoded together.
+    pub parallel: usize,
     pub api_key: Option<String>,
     pub body_limit_bytes: usize,
     /// The sampler settings requests start from (`bmoe serve --temp ...`).
@@ -61,7 +63,7 @@ pub fn serve(
     on_ready: impl FnOnce(SocketAddr, &Loaded),
 ) -> Result<(), ServeError> {
     let prometheus = metrics::install().map_err(ServeError::Metrics)?;
-    let (worker, loaded) = worker::Worker::start(cfg.engine.clone(), cfg.queue)?;
+    let (worker, loaded) = worker::Worker::start(cfg.engine.clone(), cfg.queue, cfg.parallel)?;
     let app = Arc::new(worker::Shared {
         jobs: worker.jobs.clone(),
         model_id: model_id(&cfg.engine.model),

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use tokio::sync::mpsc;
 
+use bmoe_actors::metrics::DecodeMetrics;
+
 use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
 use super::ServeError;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{GenerationSink, Limit, Options, StopReason};
+use crate::generate::{Finished, GenerationSink, Limit, Multi, Options, Request, StopReason};
 use crate::llama::Token;
 
 /// Events a job sends back to its request before it is done.
@@ -61,15 +63,20 @@ pub struct Loaded {
 }
 
 impl Worker {
-    /// Start the thread, which loads the model (the context lives on it) and
-    /// then takes jobs from a queue of `queue`; returns once it has loaded.
-    pub fn start(cfg: RunConfig, queue: usize) -> Result<(Self, Loaded), ServeError> {
+    /// Start the thread, which loads the model (the context lives on it, with
+    /// `parallel` sequences) and then takes jobs from a queue of `queue`;
+    /// returns once it has loaded.
+    pub fn start(
+        cfg: RunConfig,
+        queue: usize,
+        parallel: usize,
+    ) -> Result<(Self, Loaded), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let handle = std::thread::Builder::new()
             .name("bmoe-engine".into())
             .spawn(move || {
-                let session = match Session::open(&cfg) {
+                let session = match Session::open_seqs(&cfg, parallel as u32) {
                     Ok(s) => s,
                     Err(e) => return drop(ready_tx.send(Err(e))),
                 };
@@ -79,7 +86,7 @@ impl Worker {
                     streamed: session.streamed(),
                 };
                 if ready_tx.send(Ok(loaded)).is_ok() {
-                    let session = serve_jobs(session, rx);
+                    let session = serve_jobs(session, rx, parallel);
                     for line in session.close() {
                         crate::say!("{line}");
                     }
@@ -108,41 +115,114 @@ impl Worker {
     }
 }
 
-/// Run jobs until the queue closes; the session back for closing.
-fn serve_jobs(mut session: Session, rx: crossbeam_channel::Receiver<Job>) -> Session {
+/// Run jobs until the queue closes and the last one ends, up to `parallel`
+/// of them decoded together; the session back for closing.
+fn serve_jobs(
+    mut session: Session,
+    rx: crossbeam_channel::Receiver<Job>,
+    parallel: usize,
+) -> Session {
     let template = ChatTemplate::of(session.model());
-    while let Ok(job) = rx.recv() {
+    let (_, ubatch) = session.context();
+    let mut multi = Multi::new(parallel, ubatch.max(parallel));
+    let mut open = true;
+    loop {
+        open = open && admit_jobs(&mut session, &template, &mut multi, &rx);
+        m::slots_busy(multi.busy());
+        if multi.busy() == 0 {
+            if open {
+                continue;
+            }
+            return session;
+        }
+        let (ctx, _) = session.context();
+        match multi.step(ctx) {
+            Ok(step) => {
+                m::decoded(&step);
+                session.record(&TurnFigures {
+                    decode: step.elapsed,
+                    metrics: step.metrics.clone(),
+                    ..TurnFigures::default()
+                });
+                for f in step.finished {
+                    complete(&mut session, f);
+                }
+            }
+            Err(e) => {
+                let msg = format!("generation failed: {e}");
+                for f in multi.end_all(ctx, StopReason::Interrupted) {
+                    let _ = f
+                        .sink
+                        .events
+                        .blocking_send(Event::Failed(server_error(&msg)));
+                }
+            }
+        }
+    }
+}
+
+/// Move queued jobs into free sequences (waiting for one when none is
+/// running); false once the queue is closed.
+fn admit_jobs(
+    session: &mut Session,
+    template: &ChatTemplate,
+    multi: &mut Multi<JobSink>,
+    rx: &crossbeam_channel::Receiver<Job>,
+) -> bool {
+    while multi.free() > 0 {
+        let job = if multi.busy() == 0 {
+            match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return false,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(j) => j,
+                Err(crossbeam_channel::TryRecvError::Empty) => return true,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return false,
+            }
+        };
         m::queue_depth(rx.len());
         if job.events.is_closed() {
             m::cancelled();
             continue;
         }
-        let t0 = Instant::now();
-        match run_job(&mut session, &template, &job) {
-            Ok(done) => {
-                m::finished(&done, t0.elapsed(), &session.totals);
-                let _ = job.events.blocking_send(Event::Done(done));
+        let request = match request_of(session, template, job) {
+            Ok(r) => r,
+            Err((e, events)) => {
+                let _ = events.blocking_send(Event::Failed(e));
+                continue;
             }
-            Err(e) => {
-                let _ = job.events.blocking_send(Event::Failed(e));
-            }
+        };
+        let (ctx, _) = session.context();
+        if let Err((e, req)) = multi.admit(ctx, request) {
+            let e = ApiError::invalid(Some("messages"), e.to_string());
+            let _ = req.sink.events.blocking_send(Event::Failed(e));
         }
     }
-    session
+    true
 }
 
-/// Tokenize, bound and generate one job, streaming its text.
-fn run_job(session: &mut Session, template: &ChatTemplate, job: &Job) -> Result<Done, ApiError> {
-    let (prompt, mut notes) = prompt_of(session, template, &job.spec.prompt)?;
+/// Tokenize and bound one job; its events sender back when it cannot run.
+fn request_of(
+    session: &Session,
+    template: &ChatTemplate,
+    job: Job,
+) -> Result<Request<JobSink>, (ApiError, mpsc::Sender<Event>)> {
+    let (prompt, mut notes) = match prompt_of(session, template, &job.spec.prompt) {
+        Ok(p) => p,
+        Err(e) => return Err((e, job.events)),
+    };
     let n_ctx = session.n_ctx() as usize;
     if prompt.len() >= n_ctx {
-        return Err(ApiError::invalid(
+        let e = ApiError::invalid(
             Some("messages"),
             format!(
                 "the prompt has {} tokens but the context holds {n_ctx} (prompt and reply together): shorten it, or restart the server with a larger -c",
                 prompt.len()
             ),
-        ));
+        );
+        return Err((e, job.events));
     }
     let room = (n_ctx - prompt.len()) as u32;
     let n_predict = match job.spec.max_tokens {
@@ -158,11 +238,8 @@ fn run_job(session: &mut Session, template: &ChatTemplate, job: &Job) -> Result<
     };
     if job.events.blocking_send(Event::Started).is_err() {
         m::cancelled();
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "cancelled",
-            "the client went away",
-        ));
+        let e = ApiError::new(StatusCode::BAD_REQUEST, "cancelled", "the client went away");
+        return Err((e, job.events));
     }
     let opts = Options {
         limit: Limit {
@@ -173,18 +250,38 @@ fn run_job(session: &mut Session, template: &ChatTemplate, job: &Job) -> Result<
         stop: job.spec.stop.clone(),
         ..Options::default()
     };
-    let mut sink = JobSink {
-        events: &job.events,
+    let sink = JobSink {
+        events: job.events,
         gone: false,
+        notes,
+        requester: job.spec.requester,
+        t0: Instant::now(),
     };
-    let turn = session.generate(&prompt, &opts, &mut sink).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            format!("generation failed: {e}"),
-        )
-    })?;
-    let g = &turn.generation;
+    Ok(Request { prompt, opts, sink })
+}
+
+/// A generation ended: its figures to the session and the metrics, its
+/// `Done` to the request.
+fn complete(session: &mut Session, f: Finished<JobSink>) {
+    let g = &f.generation;
+    let mut sink = f.sink;
+    let figures = TurnFigures {
+        turns: 1,
+        reused_tokens: f.reused as u64,
+        prefilled_tokens: (g.prompt_tokens - f.reused) as u64,
+        generated_tokens: g.tokens.len() as u64,
+        prefill: g.prefill,
+        decode: g.decode,
+        metrics: DecodeMetrics {
+            read_bytes: f.read_bytes,
+            ..DecodeMetrics::default()
+        },
+    };
+    session.record(&TurnFigures {
+        decode: Duration::ZERO,
+        metrics: DecodeMetrics::default(),
+        ..figures.clone()
+    });
     if sink.gone {
         m::cancelled();
     }
@@ -192,19 +289,29 @@ fn run_job(session: &mut Session, template: &ChatTemplate, job: &Job) -> Result<
         StopReason::Limit | StopReason::ContextFull => "length",
         StopReason::EndOfText | StopReason::StopString => "stop",
         StopReason::Interrupted => {
-            notes.push(
+            sink.notes.push(
                 "generation cut short: the client went away or the server is shutting down".into(),
             );
             "stop"
         }
     };
-    Ok(Done {
+    let done = Done {
         finish_reason,
-        prompt_tokens: prompt.len(),
+        prompt_tokens: g.prompt_tokens,
         completion_tokens: g.tokens.len(),
-        figures: turn.figures,
-        notes,
-    })
+        figures,
+        notes: std::mem::take(&mut sink.notes),
+    };
+    m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
+    let _ = sink.events.blocking_send(Event::Done(done));
+}
+
+fn server_error(msg: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        msg.to_string(),
+    )
 }
 
 /// The job's prompt tokens, and a note on how a chat was rendered when it
@@ -248,14 +355,17 @@ fn prompt_of(
     Ok((tokens, notes))
 }
 
-/// Sends text to the request; a closed channel (the client went away) or a
-/// signal stops generation at the next token.
-struct JobSink<'a> {
-    events: &'a mpsc::Sender<Event>,
+/// Sends a job's text to its request; a closed channel (the client went
+/// away) or a signal stops its generation at the next token.
+pub struct JobSink {
+    events: mpsc::Sender<Event>,
     gone: bool,
+    notes: Vec<String>,
+    requester: String,
+    t0: Instant,
 }
 
-impl GenerationSink for JobSink<'_> {
+impl GenerationSink for JobSink {
     fn text(&mut self, piece: &str) {
         if !self.gone
             && self

@@ -17,6 +17,7 @@ mod replay;
 mod run;
 mod sampling;
 mod serve;
+mod serve_load;
 mod speculation;
 mod split;
 mod stream;

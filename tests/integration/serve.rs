@@ -84,6 +84,10 @@ impl Server {
         s
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, and the exit status within `secs`.
     pub fn terminate(mut self, secs: u64) -> std::process::ExitStatus {
         // SAFETY: kill(2) on our own child's pid, which has not been reaped.
@@ -110,7 +114,7 @@ fn split_response(raw: &str) -> (u16, String) {
 }
 
 /// The `data:` payloads of a server-sent event stream.
-fn sse_data(body: &str) -> Vec<String> {
+pub fn sse_data(body: &str) -> Vec<String> {
     body.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .map(str::to_string)
@@ -125,7 +129,7 @@ fn chat_body(content: &str, extra: Value) -> Value {
     b
 }
 
-fn completion(prompt: &str, extra: Value) -> Value {
+pub fn completion(prompt: &str, extra: Value) -> Value {
     let mut b = json!({"prompt": prompt});
     b.as_object_mut()
         .unwrap()

@@ -1,0 +1,322 @@
+//! Several generations decoded together (`bmoe serve --parallel N`): each in
+//! a KV sequence of its own in one context, and one batch per step holding
+//! every generating sequence's next token and as much of the waiting prompts
+//! as fits, so one read of a routed expert serves every row that routed to it.
+
+use std::time::{Duration, Instant};
+
+use bmoe_actors::metrics::DecodeMetrics;
+
+use super::emit::Emitter;
+use super::picker::Picker;
+use super::verify::check_prompt;
+use super::{GenerateError, Generation, GenerationSink, Options, SpecStats, StopReason};
+use crate::llama::{Batch, Context, LlamaError, Token};
+
+/// One generation to run beside others (drafts are not used here).
+pub struct Request<S> {
+    pub prompt: Vec<Token>,
+    pub opts: Options,
+    pub sink: S,
+}
+
+/// A generation that ended, with its sink back.
+pub struct Finished<S> {
+    pub sink: S,
+    pub generation: Generation,
+    /// Prompt tokens whose KV entries an earlier generation in the same
+    /// sequence left (they were not decoded again).
+    pub reused: usize,
+    /// Its share of the flash bytes read by the decodes it took part in
+    /// (each decode's bytes split by the rows each sequence had in it).
+    pub read_bytes: u64,
+}
+
+/// What one step decoded, and the generations it ended.
+pub struct Step<S> {
+    pub finished: Vec<Finished<S>>,
+    /// Rows in the batch (0: nothing was left to decode).
+    pub rows: usize,
+    /// Sequences with a row in it.
+    pub sequences: usize,
+    pub elapsed: Duration,
+    /// The decode's streaming counters (zeros when resident).
+    pub metrics: DecodeMetrics,
+}
+
+/// The sequences of one context and the generations running in them.
+pub struct Multi<S> {
+    slots: Vec<Slot<S>>,
+    batch: Batch,
+}
+
+struct Slot<S> {
+    seq: i32,
+    /// The tokens whose KV entries the sequence holds, from position 0.
+    kv: Vec<Token>,
+    job: Option<Active<S>>,
+}
+
+/// A generation in progress.
+struct Active<S> {
+    req: Request<S>,
+    picker: Picker,
+    out: Emitter,
+    reused: usize,
+    /// The token to decode next (None while the prompt is still being fed).
+    last: Option<Token>,
+    t0: Instant,
+    prefill: Duration,
+    read_bytes: u64,
+}
+
+impl<S: GenerationSink> Multi<S> {
+    /// `n_seq` sequences (the context's), batches of up to `n_batch` rows.
+    pub fn new(n_seq: usize, n_batch: usize) -> Self {
+        let slots = (0..n_seq.max(1))
+            .map(|i| Slot {
+                seq: i as i32,
+                kv: Vec::new(),
+                job: None,
+            })
+            .collect();
+        Self {
+            slots,
+            batch: Batch::new(n_batch),
+        }
+    }
+
+    /// Sequences with no generation in them.
+    pub fn free(&self) -> usize {
+        self.slots.iter().filter(|s| s.job.is_none()).count()
+    }
+
+    /// Sequences generating.
+    pub fn busy(&self) -> usize {
+        self.slots.len() - self.free()
+    }
+
+    /// Start `req` in the free sequence whose KV cache shares the longest
+    /// prefix with its prompt (only the rest is prefilled). The request back
+    /// when no sequence is free or the prompt does not fit.
+    pub fn admit(
+        &mut self,
+        ctx: &mut Context,
+        req: Request<S>,
+    ) -> Result<(), (GenerateError, Request<S>)> {
+        if let Err(e) = check_prompt(ctx, &req.prompt) {
+            return Err((e, req));
+        }
+        let best = self
+            .slots
+            .iter_mut()
+            .filter(|s| s.job.is_none())
+            .max_by_key(|s| common_prefix(&s.kv, &req.prompt));
+        let Some(slot) = best else {
+            return Err((GenerateError::NoFreeSequence, req));
+        };
+        let reused = common_prefix(&slot.kv, &req.prompt).min(req.prompt.len() - 1);
+        if !ctx.trim_seq(slot.seq, reused as i32, -1) {
+            return Err((GenerateError::Rollback { pos: reused as i32 }, req));
+        }
+        slot.kv.truncate(reused);
+        let opts = &req.opts;
+        let picker = match Picker::new(
+            ctx.model(),
+            opts.limit.ignore_eos,
+            &opts.sampling,
+            &req.prompt,
+        ) {
+            Ok(p) => p,
+            Err(e) => return Err((e, req)),
+        };
+        slot.job = Some(Active {
+            out: Emitter::new(&opts.stop, opts.limit),
+            req,
+            picker,
+            reused,
+            last: None,
+            t0: Instant::now(),
+            prefill: Duration::ZERO,
+            read_bytes: 0,
+        });
+        Ok(())
+    }
+
+    /// One decode over every generating sequence: end those whose sink asks
+    /// to stop or whose sequence is full, decode the rest's next tokens and
+    /// the waiting prompts' next chunks, and hand out the picked tokens.
+    /// After an error, [`Self::end_all`] ends the generations left.
+    pub fn step(&mut self, ctx: &mut Context) -> Result<Step<S>, GenerateError> {
+        let mut finished = self.end_stopped(ctx.n_ctx());
+        let rows = self.fill_batch();
+        if rows.is_empty() {
+            return Ok(Step::idle(finished));
+        }
+        let t0 = Instant::now();
+        let decoded = tracing::debug_span!("multi.decode", rows = rows.len())
+            .in_scope(|| ctx.decode(&self.batch));
+        match decoded {
+            Err(LlamaError::Interrupted) => {
+                finished.extend(self.end_all(ctx, StopReason::Interrupted));
+                return Ok(Step::idle(finished));
+            }
+            r => r?,
+        }
+        let elapsed = t0.elapsed();
+        let metrics = ctx.take_metrics();
+        let sequences = self.charge(metrics.read_bytes);
+        finished.extend(self.pick_all(ctx, &rows)?);
+        Ok(Step {
+            finished,
+            rows: rows.len(),
+            sequences,
+            elapsed,
+            metrics,
+        })
+    }
+
+    /// End every generation (after a failed decode, or at shutdown) and
+    /// forget what the sequences hold; the sinks back.
+    pub fn end_all(&mut self, ctx: &mut Context, stop: StopReason) -> Vec<Finished<S>> {
+        ctx.clear();
+        self.slots.iter_mut().for_each(|s| s.kv.clear());
+        (0..self.slots.len())
+            .filter_map(|i| self.end(i, stop))
+            .collect()
+    }
+
+    /// End the generations whose sink asks to stop or whose sequence is full.
+    fn end_stopped(&mut self, n_ctx: u32) -> Vec<Finished<S>> {
+        let mut ended = Vec::new();
+        for i in 0..self.slots.len() {
+            let full = self.slots[i].kv.len() >= n_ctx as usize;
+            let Some(a) = self.slots[i].job.as_mut() else {
+                continue;
+            };
+            let stop = if a.req.sink.should_stop() {
+                StopReason::Interrupted
+            } else if full && a.last.is_some() {
+                StopReason::ContextFull
+            } else {
+                continue;
+            };
+            ended.extend(self.end(i, stop));
+        }
+        ended
+    }
+
+    /// Fill the batch: each generating sequence's next token first (so a
+    /// long prompt never stalls a reply), then waiting prompts in order while
+    /// rows are left. For each row with logits, (batch row, slot).
+    fn fill_batch(&mut self) -> Vec<(usize, usize)> {
+        self.batch.clear();
+        let mut rows = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(t) = slot.job.as_ref().and_then(|a| a.last) {
+                rows.push((self.batch.len(), i));
+                self.batch.push_seq(t, slot.kv.len() as i32, slot.seq, true);
+                slot.kv.push(t);
+            }
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(a) = slot.job.as_ref().filter(|a| a.last.is_none()) else {
+                continue;
+            };
+            let room = self.batch.capacity() - self.batch.len();
+            let rest = &a.req.prompt[slot.kv.len()..];
+            for (j, &t) in rest.iter().take(room).enumerate() {
+                let last = j + 1 == rest.len();
+                if last {
+                    rows.push((self.batch.len(), i));
+                }
+                self.batch.push_seq(t, slot.kv.len() as i32, slot.seq, last);
+                slot.kv.push(t);
+            }
+        }
+        rows
+    }
+
+    /// Split the decode's flash bytes among the sequences by their rows in
+    /// the batch; how many sequences had rows.
+    fn charge(&mut self, read_bytes: u64) -> usize {
+        let n = self.batch.len() as u64;
+        let mut per_seq = vec![0u64; self.slots.len()];
+        for r in 0..self.batch.len() {
+            if let Some(seq) = self.batch.seq(r) {
+                per_seq[seq as usize] += 1;
+            }
+        }
+        debug_assert_eq!(per_seq.iter().sum::<u64>(), n, "every row is in a sequence");
+        for (slot, &rows) in self.slots.iter_mut().zip(&per_seq) {
+            if let Some(a) = slot.job.as_mut() {
+                a.read_bytes += read_bytes * rows / n.max(1);
+            }
+        }
+        per_seq.iter().filter(|&&r| r > 0).count()
+    }
+
+    /// Pick each logits row's token and hand it to its generation; the
+    /// generations that ended.
+    fn pick_all(
+        &mut self,
+        ctx: &Context,
+        rows: &[(usize, usize)],
+    ) -> Result<Vec<Finished<S>>, GenerateError> {
+        let model = ctx.model().clone();
+        let mut ended = Vec::new();
+        for &(row, i) in rows {
+            let Some(a) = self.slots[i].job.as_mut() else {
+                continue;
+            };
+            let t = a.picker.pick(ctx, row as i32)?;
+            if a.last.is_none() {
+                a.prefill = a.t0.elapsed();
+            }
+            a.last = Some(t);
+            if let Some(stop) = a.out.token(&model, t, &mut a.req.sink) {
+                ended.extend(self.end(i, stop));
+            }
+        }
+        Ok(ended)
+    }
+
+    /// End slot `i`'s generation with `stop`.
+    fn end(&mut self, i: usize, stop: StopReason) -> Option<Finished<S>> {
+        let mut a = self.slots[i].job.take()?;
+        a.out.finish(stop, &mut a.req.sink);
+        let elapsed = a.t0.elapsed();
+        let generation = Generation {
+            prompt_tokens: a.req.prompt.len(),
+            tokens: a.out.tokens,
+            text: a.out.text,
+            stop,
+            prefill: a.prefill,
+            decode: elapsed.saturating_sub(a.prefill),
+            spec: SpecStats::default(),
+        };
+        Some(Finished {
+            sink: a.req.sink,
+            generation,
+            reused: a.reused,
+            read_bytes: a.read_bytes,
+        })
+    }
+}
+
+impl<S> Step<S> {
+    fn idle(finished: Vec<Finished<S>>) -> Self {
+        Self {
+            finished,
+            rows: 0,
+            sequences: 0,
+            elapsed: Duration::ZERO,
+            metrics: DecodeMetrics::default(),
+        }
+    }
+}
+
+/// The length of the longest common prefix.
+pub fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

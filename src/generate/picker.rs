@@ -1,0 +1,63 @@
+//! Picking a token from a row of logits: greedy, or a seeded draw through
+//! llama.cpp's sampler chain, never a banned end-of-generation token.
+
+use bmoe_actors::sampling::{argmax, argmax_where, SamplingParams};
+
+use super::GenerateError;
+use crate::llama::{Context, Model, Sampler, Token};
+
+/// The choice from a row of logits: the argmax, or a draw through
+/// llama.cpp's sampler chain; never an end-of-generation token under `--ignore-eos`.
+pub(crate) struct Picker {
+    /// End-of-generation tokens, sorted (empty unless they are banned).
+    banned: Vec<Token>,
+    /// The sampled mode's chain (None: greedy).
+    pub(super) sampler: Option<Sampler>,
+}
+
+impl Picker {
+    pub(crate) fn new(
+        model: &Model,
+        ignore_eos: bool,
+        sampling: &SamplingParams,
+        prompt: &[Token],
+    ) -> Result<Self, GenerateError> {
+        let banned = if ignore_eos {
+            (0..model.n_vocab() as Token)
+                .filter(|&t| model.is_eog(t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let sampler = if sampling.is_greedy() {
+            None
+        } else {
+            let mut s = Sampler::new(model.n_vocab(), sampling)?;
+            // The penalties see the prompt's last tokens, as llama.cpp's own tools do.
+            let window = prompt.len().saturating_sub(sampling.repeat_last_n as usize);
+            prompt[window..].iter().for_each(|&t| s.accept(t));
+            Some(s)
+        };
+        Ok(Self { banned, sampler })
+    }
+
+    /// The token for logits row `i` of the last decode (among allowed tokens).
+    pub(crate) fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
+        let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+        if let Some(s) = self.sampler.as_mut() {
+            return s
+                .sample(logits, &self.banned)
+                .ok_or(GenerateError::NoLogits);
+        }
+        let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
+        if self.banned.binary_search(&best).is_err() {
+            return Ok(best);
+        }
+        // Rare: the best token ends generation; take the best allowed one.
+        argmax_where(logits, |t| {
+            self.banned.binary_search(&(t as Token)).is_err()
+        })
+        .map(|t| t as Token)
+        .ok_or(GenerateError::NoLogits)
+    }
+}
