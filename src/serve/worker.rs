@@ -147,6 +147,7 @@ fn serve_jobs(
                 for f in step.finished {
                     complete(&mut session, f);
                 }
+                m::slots_busy(multi.busy());
             }
             Err(e) => {
                 let msg = format!("generation failed: {e}");
@@ -156,6 +157,7 @@ fn serve_jobs(
                         .events
                         .blocking_send(Event::Failed(server_error(&msg)));
                 }
+                m::slots_busy(0);
             }
         }
     }

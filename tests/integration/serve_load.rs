@@ -75,6 +75,11 @@ fn sixteen_clients_get_answers_or_429_health_stays_quick_and_memory_flat() {
         "decodes carry several sequences: {seqs} in {decodes}"
     );
     let rss_after = rss_kib(server.pid());
+    eprintln!(
+        "load: {ok} of {} answered (the rest 429), /health worst {worst:?} over {polls} polls, \
+         {seqs} sequences in {decodes} decodes, RSS {rss_first} -> {rss_after} KiB",
+        statuses.len()
+    );
     assert!(
         rss_after as f64 <= rss_first as f64 * 1.10,
         "RSS grew from {rss_first} KiB after the first request to {rss_after} KiB"
