@@ -72,7 +72,8 @@ impl Server {
     /// The connection after sending a request (HTTP/1.0: the body ends at close).
     pub fn send(&self, method: &str, path: &str, body: &str, headers: &[&str]) -> TcpStream {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        // Long enough for a queued request on a loaded host; a hang still fails.
+        s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
         let mut req = format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
         for h in headers {
             req.push_str(h);

@@ -93,7 +93,7 @@ fn client(server: &Server, c: usize) -> Vec<u16> {
         .map(|r| {
             let stream = (c + r) % 2 == 0;
             let prompt = format!("{PROSE} a client numbered {c}, who asked {r} times");
-            let extra = json!({"max_tokens": 12, "stream": stream, "user": format!("client-{c}")});
+            let extra = json!({"max_tokens": 8, "stream": stream, "user": format!("client-{c}")});
             let body = if c % 2 == 0 {
                 completion(&prompt, extra)
             } else {
