@@ -91,7 +91,8 @@ impl Batch {
         }
         // SAFETY: i < n_tokens <= capacity: entry i's seq id array (length 1)
         // was written by `push_seq`.
-        Some(unsafe { *(*self.raw.seq_id.add(i)) })
+        let seq = unsafe { *(*self.raw.seq_id.add(i)) };
+        Some(seq)
     }
 
     pub(crate) fn raw(&self) -> sys::llama_batch {
