@@ -20,6 +20,10 @@ pub struct Request<S> {
     pub sink: S,
 }
 
+/// A request [`Multi::admit`] could not start, with why (boxed: a request
+/// carries its prompt and options).
+pub type Refused<S> = Box<(GenerateError, Request<S>)>;
+
 /// A generation that ended, with its sink back.
 pub struct Finished<S> {
     pub sink: S,
@@ -99,13 +103,9 @@ impl<S: GenerationSink> Multi<S> {
     /// Start `req` in the free sequence whose KV cache shares the longest
     /// prefix with its prompt (only the rest is prefilled). The request back
     /// when no sequence is free or the prompt does not fit.
-    pub fn admit(
-        &mut self,
-        ctx: &mut Context,
-        req: Request<S>,
-    ) -> Result<(), (GenerateError, Request<S>)> {
+    pub fn admit(&mut self, ctx: &mut Context, req: Request<S>) -> Result<(), Refused<S>> {
         if let Err(e) = check_prompt(ctx, &req.prompt) {
-            return Err((e, req));
+            return Err(Box::new((e, req)));
         }
         let best = self
             .slots
@@ -113,11 +113,14 @@ impl<S: GenerationSink> Multi<S> {
             .filter(|s| s.job.is_none())
             .max_by_key(|s| common_prefix(&s.kv, &req.prompt));
         let Some(slot) = best else {
-            return Err((GenerateError::NoFreeSequence, req));
+            return Err(Box::new((GenerateError::NoFreeSequence, req)));
         };
         let reused = common_prefix(&slot.kv, &req.prompt).min(req.prompt.len() - 1);
         if !ctx.trim_seq(slot.seq, reused as i32, -1) {
-            return Err((GenerateError::Rollback { pos: reused as i32 }, req));
+            return Err(Box::new((
+                GenerateError::Rollback { pos: reused as i32 },
+                req,
+            )));
         }
         slot.kv.truncate(reused);
         let opts = &req.opts;
@@ -128,7 +131,7 @@ impl<S: GenerationSink> Multi<S> {
             &req.prompt,
         ) {
             Ok(p) => p,
-            Err(e) => return Err((e, req)),
+            Err(e) => return Err(Box::new((e, req))),
         };
         slot.job = Some(Active {
             out: Emitter::new(&opts.stop, opts.limit),

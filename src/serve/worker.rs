@@ -197,7 +197,8 @@ fn admit_jobs(
             }
         };
         let (ctx, _) = session.context();
-        if let Err((e, req)) = multi.admit(ctx, request) {
+        if let Err(refused) = multi.admit(ctx, request) {
+            let (e, req) = *refused;
             let e = ApiError::invalid(Some("messages"), e.to_string());
             let _ = req.sink.events.blocking_send(Event::Failed(e));
         }
