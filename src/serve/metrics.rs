@@ -7,7 +7,8 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use super::worker::{Done, JobSink};
+use super::sink::JobSink;
+use super::worker::Done;
 use crate::engine::TurnFigures;
 use crate::generate::Step;
 

@@ -5,6 +5,7 @@
 mod api;
 mod metrics;
 mod routes;
+mod sink;
 mod worker;
 
 use std::net::SocketAddr;
@@ -63,7 +64,15 @@ pub fn serve(
     on_ready: impl FnOnce(SocketAddr, &Loaded),
 ) -> Result<(), ServeError> {
     let prometheus = metrics::install().map_err(ServeError::Metrics)?;
-    let (worker, loaded) = worker::Worker::start(cfg.engine.clone(), cfg.queue, cfg.parallel)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (worker, loaded) = worker::Worker::start(
+        cfg.engine.clone(),
+        cfg.queue,
+        cfg.parallel,
+        rt.handle().clone(),
+    )?;
     let app = Arc::new(worker::Shared {
         jobs: worker.jobs.clone(),
         model_id: model_id(&cfg.engine.model),
@@ -76,9 +85,6 @@ pub fn serve(
             .map(|d| d.as_secs())
             .unwrap_or(0),
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(cfg.addr)
             .await

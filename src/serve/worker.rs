@@ -1,7 +1,8 @@
 //! The engine thread: owns the [`Session`] (model, context, expert cache),
-//! takes one job at a time from the bounded queue, and streams each job's
-//! events back to its request; a request that went away cancels its job at
-//! the next token.
+//! moves jobs from the bounded queue into its free KV sequences (up to
+//! `--parallel` decoded together, one batch per step), and streams each job's
+//! events back to its request ([`JobSink`]); a request that went away cancels
+//! its job at the next token.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,10 +15,11 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
+use super::sink::JobSink;
 use super::ServeError;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{Finished, GenerationSink, Limit, Multi, Options, Request, StopReason};
+use crate::generate::{Finished, Limit, Multi, Options, Request, StopReason};
 use crate::llama::Token;
 
 /// Events a job sends back to its request before it is done.
@@ -70,6 +72,7 @@ impl Worker {
         cfg: RunConfig,
         queue: usize,
         parallel: usize,
+        runtime: tokio::runtime::Handle,
     ) -> Result<(Self, Loaded), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -86,7 +89,7 @@ impl Worker {
                     streamed: session.streamed(),
                 };
                 if ready_tx.send(Ok(loaded)).is_ok() {
-                    let session = serve_jobs(session, rx, parallel);
+                    let session = serve_jobs(session, rx, parallel, &runtime);
                     for line in session.close() {
                         crate::say!("{line}");
                     }
@@ -121,13 +124,14 @@ fn serve_jobs(
     mut session: Session,
     rx: crossbeam_channel::Receiver<Job>,
     parallel: usize,
+    runtime: &tokio::runtime::Handle,
 ) -> Session {
     let template = ChatTemplate::of(session.model());
     let (_, ubatch) = session.context();
     let mut multi = Multi::new(parallel, ubatch.max(parallel));
     let mut open = true;
     loop {
-        open = open && admit_jobs(&mut session, &template, &mut multi, &rx);
+        open = open && admit_jobs(&mut session, &template, &mut multi, &rx, runtime);
         m::slots_busy(multi.busy());
         if multi.busy() == 0 {
             if open {
@@ -152,10 +156,7 @@ fn serve_jobs(
             Err(e) => {
                 let msg = format!("generation failed: {e}");
                 for f in multi.end_all(ctx, StopReason::Interrupted) {
-                    let _ = f
-                        .sink
-                        .events
-                        .blocking_send(Event::Failed(server_error(&msg)));
+                    f.sink.finish(Event::Failed(server_error(&msg)));
                 }
                 m::slots_busy(0);
             }
@@ -170,6 +171,7 @@ fn admit_jobs(
     template: &ChatTemplate,
     multi: &mut Multi<JobSink>,
     rx: &crossbeam_channel::Receiver<Job>,
+    runtime: &tokio::runtime::Handle,
 ) -> bool {
     while multi.free() > 0 {
         let job = if multi.busy() == 0 {
@@ -189,7 +191,7 @@ fn admit_jobs(
             m::cancelled();
             continue;
         }
-        let request = match request_of(session, template, job) {
+        let request = match request_of(session, template, job, runtime) {
             Ok(r) => r,
             Err((e, events)) => {
                 let _ = events.blocking_send(Event::Failed(e));
@@ -200,7 +202,7 @@ fn admit_jobs(
         if let Err(refused) = multi.admit(ctx, request) {
             let (e, req) = *refused;
             let e = ApiError::invalid(Some("messages"), e.to_string());
-            let _ = req.sink.events.blocking_send(Event::Failed(e));
+            req.sink.finish(Event::Failed(e));
         }
     }
     true
@@ -211,6 +213,7 @@ fn request_of(
     session: &Session,
     template: &ChatTemplate,
     job: Job,
+    runtime: &tokio::runtime::Handle,
 ) -> Result<Request<JobSink>, (ApiError, mpsc::Sender<Event>)> {
     let (prompt, mut notes) = match prompt_of(session, template, &job.spec.prompt) {
         Ok(p) => p,
@@ -253,13 +256,7 @@ fn request_of(
         stop: job.spec.stop.clone(),
         ..Options::default()
     };
-    let sink = JobSink {
-        events: job.events,
-        gone: false,
-        notes,
-        requester: job.spec.requester,
-        t0: Instant::now(),
-    };
+    let sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
     Ok(Request { prompt, opts, sink })
 }
 
@@ -285,7 +282,7 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         metrics: DecodeMetrics::default(),
         ..figures.clone()
     });
-    if sink.gone {
+    if sink.gone() {
         m::cancelled();
     }
     let finish_reason = match g.stop {
@@ -306,7 +303,7 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         notes: std::mem::take(&mut sink.notes),
     };
     m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
-    let _ = sink.events.blocking_send(Event::Done(done));
+    sink.finish(Event::Done(done));
 }
 
 fn server_error(msg: &str) -> ApiError {
@@ -356,34 +353,6 @@ fn prompt_of(
         ));
     }
     Ok((tokens, notes))
-}
-
-/// Sends a job's text to its request; a closed channel (the client went
-/// away) or a signal stops its generation at the next token.
-pub struct JobSink {
-    events: mpsc::Sender<Event>,
-    gone: bool,
-    notes: Vec<String>,
-    requester: String,
-    t0: Instant,
-}
-
-impl GenerationSink for JobSink {
-    fn text(&mut self, piece: &str) {
-        if !self.gone
-            && self
-                .events
-                .blocking_send(Event::Text(piece.to_owned()))
-                .is_err()
-        {
-            self.gone = true;
-        }
-    }
-
-    fn should_stop(&mut self) -> bool {
-        self.gone = self.gone || self.events.is_closed();
-        self.gone || crate::interrupt::requested().is_some()
-    }
 }
 
 /// Shared by the handlers: the queue and what they say about the model.
