@@ -60,7 +60,8 @@ def metrics(port):
         text = r.read().decode()
     out = {}
     for name in ("bmoe_flash_read_bytes_total", "bmoe_cache_hits_total",
-                 "bmoe_cache_misses_total", "bmoe_generated_tokens_total"):
+                 "bmoe_cache_misses_total", "bmoe_generated_tokens_total",
+                 "bmoe_decodes_total", "bmoe_decode_sequences_total"):
         m = re.search(rf"^{name} (\S+)$", text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
     return out
@@ -85,14 +86,17 @@ def cell(port, clients, tokens):
     hits, misses = d["bmoe_cache_hits_total"], d["bmoe_cache_misses_total"]
     return {"generated": gen, "wall_s": round(wall, 3), "agg_tok_s": round(gen / wall, 3),
             "mib_per_token": round(d["bmoe_flash_read_bytes_total"] / 2**20 / max(gen, 1), 3),
-            "hit_pct": round(100 * hits / max(hits + misses, 1), 1)}
+            "hit_pct": round(100 * hits / max(hits + misses, 1), 1),
+            "seqs_per_decode": round(d["bmoe_decode_sequences_total"]
+                                     / max(d["bmoe_decodes_total"], 1), 2)}
 
 
 def first_chunk_s(port, body):
     """Seconds from sending a streamed completion to its first text, and the
     response's bmoe figures (from the final chunk)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
-                                 json.dumps({**body, "stream": True}).encode(),
+                                 json.dumps({**body, "stream": True,
+                                            "stream_options": {"include_usage": True}}).encode(),
                                  {"Content-Type": "application/json"})
     t0, ttft, last = time.monotonic(), None, None
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -127,12 +131,36 @@ def chat_turns(binary, model, args):
     run.stdout.read(1)
     cold_ttft = time.monotonic() - t0
     _, err = run.communicate()
-    hit = re.search(r"hit[^0-9]*([0-9.]+)%", err)
+    done = json.loads(re.search(r"^BMOE_DONE (.*)$", err, re.M).group(1))
+    cold_hit = 100 * done["cache_hits"] / max(done["cache_hits"] + done["cache_misses"], 1)
     return [{"case": "chat turn 2 (warm server)", "ttft_s": round(ttft or -1, 3),
-             "hit_pct": fig.get("cache_hit_pct"), "reused": fig.get("reused_tokens"),
-             "prefilled": fig.get("prefilled_tokens")},
+             "hit_pct": round(fig.get("cache_hit_pct") or 0, 1),
+             "read_mib": round(fig.get("flash_read_bytes", 0) / 2**20, 1),
+             "reused": fig.get("reused_tokens"), "prefilled": fig.get("prefilled_tokens")},
             {"case": "cold bmoe run, same prompt", "ttft_s": round(cold_ttft, 3),
-             "hit_pct": float(hit.group(1)) if hit else None, "reused": 0, "prefilled": None}]
+             "hit_pct": round(cold_hit, 1), "read_mib": round(done["read_bytes_total"] / 2**20, 1),
+             "reused": 0, "prefilled": done["prompt_tokens"]}]
+
+
+def summary(rows):
+    """A markdown table: per cell the mean aggregate rate (min-max over the
+    rounds), its ratio to --parallel 1 at the same client count, MiB/token,
+    hit % and sequences per decode."""
+    def mean(xs):
+        return sum(xs) / len(xs)
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["parallel"], r["clients"]), []).append(r)
+    base = {c: mean([r["agg_tok_s"] for r in cells[(1, c)]]) for (_, c) in cells if (1, c) in cells}
+    out = ["| --parallel | clients | aggregate tok/s (min-max) | vs --parallel 1 | MiB/token | hit % | sequences/decode |",
+           "|---|---|---|---|---|---|---|"]
+    for (p, c), rs in sorted(cells.items()):
+        rate = [r["agg_tok_s"] for r in rs]
+        out.append(f"| {p} | {c} | {mean(rate):.2f} ({min(rate):.2f}-{max(rate):.2f}) | "
+                   f"{mean(rate) / base[c]:.2f}x | {mean([r['mib_per_token'] for r in rs]):.1f} | "
+                   f"{mean([r['hit_pct'] for r in rs]):.1f} | "
+                   f"{mean([r['seqs_per_decode'] for r in rs]):.2f} |")
+    return "\n".join(out)
 
 
 def main():
@@ -166,6 +194,7 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    print(summary(rows), flush=True)
     turns = []
     for _ in range(args.rounds):
         for t in chat_turns(args.bin, args.model, args):

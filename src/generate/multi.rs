@@ -31,9 +31,10 @@ pub struct Finished<S> {
     /// Prompt tokens whose KV entries an earlier generation in the same
     /// sequence left (they were not decoded again).
     pub reused: usize,
-    /// Its share of the flash bytes read by the decodes it took part in
-    /// (each decode's bytes split by the rows each sequence had in it).
-    pub read_bytes: u64,
+    /// Its share of the decodes it took part in: each decode's flash bytes,
+    /// cache hits and misses and stall split by the rows each sequence had
+    /// in it (the other counters stay zero).
+    pub share: DecodeMetrics,
 }
 
 /// What one step decoded, and the generations it ended.
@@ -71,7 +72,7 @@ struct Active<S> {
     last: Option<Token>,
     t0: Instant,
     prefill: Duration,
-    read_bytes: u64,
+    share: DecodeMetrics,
 }
 
 impl<S: GenerationSink> Multi<S> {
@@ -141,7 +142,7 @@ impl<S: GenerationSink> Multi<S> {
             last: None,
             t0: Instant::now(),
             prefill: Duration::ZERO,
-            read_bytes: 0,
+            share: DecodeMetrics::default(),
         });
         Ok(())
     }
@@ -168,7 +169,7 @@ impl<S: GenerationSink> Multi<S> {
         }
         let elapsed = t0.elapsed();
         let metrics = ctx.take_metrics();
-        let sequences = self.charge(metrics.read_bytes);
+        let sequences = self.charge(&metrics);
         finished.extend(self.pick_all(ctx, &rows)?);
         Ok(Step {
             finished,
@@ -240,9 +241,9 @@ impl<S: GenerationSink> Multi<S> {
         rows
     }
 
-    /// Split the decode's flash bytes among the sequences by their rows in
-    /// the batch; how many sequences had rows.
-    fn charge(&mut self, read_bytes: u64) -> usize {
+    /// Split the decode's streaming counters among the sequences by their
+    /// rows in the batch; how many sequences had rows.
+    fn charge(&mut self, m: &DecodeMetrics) -> usize {
         let n = self.batch.len() as u64;
         let mut per_seq = vec![0u64; self.slots.len()];
         for r in 0..self.batch.len() {
@@ -253,7 +254,11 @@ impl<S: GenerationSink> Multi<S> {
         debug_assert_eq!(per_seq.iter().sum::<u64>(), n, "every row is in a sequence");
         for (slot, &rows) in self.slots.iter_mut().zip(&per_seq) {
             if let Some(a) = slot.job.as_mut() {
-                a.read_bytes += read_bytes * rows / n.max(1);
+                let part = |x: u64| x * rows / n.max(1);
+                a.share.read_bytes += part(m.read_bytes);
+                a.share.hits += part(m.hits);
+                a.share.misses += part(m.misses);
+                a.share.stall += m.stall.mul_f64(rows as f64 / n.max(1) as f64);
             }
         }
         per_seq.iter().filter(|&&r| r > 0).count()
@@ -302,7 +307,7 @@ impl<S: GenerationSink> Multi<S> {
             sink: a.req.sink,
             generation,
             reused: a.reused,
-            read_bytes: a.read_bytes,
+            share: a.share,
         })
     }
 }

@@ -272,10 +272,7 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         generated_tokens: g.tokens.len() as u64,
         prefill: g.prefill,
         decode: g.decode,
-        metrics: DecodeMetrics {
-            read_bytes: f.read_bytes,
-            ..DecodeMetrics::default()
-        },
+        metrics: f.share,
     };
     session.record(&TurnFigures {
         decode: Duration::ZERO,
