@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use super::emit::Emitter;
 use super::picker::Picker;
 use super::{
-    Accepted, DecodeStep, Drafter, GenerateError, Generation, GenerationSink, Limit, Options,
-    SpecStats, StopReason,
+    Accepted, DecodeStep, Drafter, GateStep, GenerateError, Generation, GenerationSink, Limit,
+    Options, SpecStats, StopReason,
 };
 use crate::llama::{Batch, Context, LlamaError, Model, Token};
 
@@ -204,7 +204,7 @@ impl Loop<'_, '_, '_> {
     fn step(&mut self) -> Result<Option<Vec<Token>>, GenerateError> {
         let last = *self.out.tokens.last().ok_or(GenerateError::NoLogits)?;
         let tdraft = Instant::now();
-        let draft = self.draft()?;
+        let (draft, gate) = self.draft()?;
         // Drafting cost of this step: the drafting call, plus the drafter's
         // catch-up on the previous verify step (the MTP head's own decode).
         let draft_time = tdraft.elapsed() + std::mem::take(&mut self.catch_up);
@@ -232,7 +232,7 @@ impl Loop<'_, '_, '_> {
             elapsed,
             draft: draft_time,
             loop_overhead,
-            gate: self.drafter.as_deref().and_then(|d| d.gate_step()),
+            gate,
             metrics: self.ctx.take_metrics(),
         });
         self.spec.loop_overhead += loop_overhead;
@@ -243,23 +243,26 @@ impl Loop<'_, '_, '_> {
         Ok(Some(ready))
     }
 
-    /// Up to what still fits in `-n`, the context and the batch, after `last`.
-    fn draft(&mut self) -> Result<Vec<Token>, GenerateError> {
+    /// Up to what still fits in `-n`, the context and the batch, after `last`;
+    /// with the gate's decision when a gated drafter was asked this step (none
+    /// when nothing fit: its last decision belongs to an earlier step).
+    fn draft(&mut self) -> Result<(Vec<Token>, Option<GateStep>), GenerateError> {
         let room = self
             .draft_max
             .min(self.out.room() - 1)
             .min(self.ctx.n_ctx() as usize - self.pos as usize - 1)
             .min(self.batch.capacity() - 1);
         let (pos, corpus, ctx) = (self.pos, &self.corpus, &mut *self.ctx);
-        let mut draft = match self.drafter.as_deref_mut() {
+        let (mut draft, gate) = match self.drafter.as_deref_mut() {
             Some(d) if room > 0 => {
-                tracing::debug_span!("draft", source = d.name(), pos, max = room)
-                    .in_scope(|| d.draft(ctx, corpus, room))?
+                let draft = tracing::debug_span!("draft", source = d.name(), pos, max = room)
+                    .in_scope(|| d.draft(ctx, corpus, room))?;
+                (draft, d.gate_step())
             }
-            _ => Vec::new(),
+            _ => (Vec::new(), None),
         };
         draft.truncate(room);
-        Ok(draft)
+        Ok((draft, gate))
     }
 
     /// Keep the longest prefix of `draft` equal to the target's argmax, then
