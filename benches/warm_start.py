@@ -7,9 +7,16 @@ each round, every TEST prompt (none of them a training prompt) runs cold
 starts from the same one), in alternating order. Per run, from its CSV: the
 decode hit rate over tokens 1-16 and over 65-80, and the decode rate of tokens
 1-16. The summary compares the warm run's first 16 tokens with the cold run's
-first 16 and with its 65-80 (what a cold cache reaches only after 64 tokens).
+first 16, with its 49-64 and 65-80 (what a cold cache reaches only after 64
+tokens) and with its whole first 64.
 
-    benches/warm_start.py -m MODEL [--cache-mb 25%] [-n 80] [--rounds 3] [-o NEW_DIR]
+With ``--temp T --seed S`` every run samples (the same seed for cold and warm,
+so both decode the same text: streaming never changes the logits); greedy text
+of a small model loops under ``--ignore-eos``, and a loop's repeated experts
+make a cold run's late hit rate a measure of the loop, not of a warming cache.
+
+    benches/warm_start.py -m MODEL [--cache-mb 25%] [-n 80] [--rounds 3]
+        [--temp T --seed S] [-o NEW_DIR]
 """
 
 import argparse
@@ -33,9 +40,10 @@ TEST = [
 ]
 
 
-def run(bmoe, model, prompt, n, cache, warm, csv_path):
+def run(bmoe, model, prompt, n, cache, warm, csv_path, sampling):
     cmd = [bmoe, "run", "-m", model, "-p", prompt, "-n", str(n), "--ignore-eos",
            "--moe-stream", "--cache-mb", cache, "--cache-warm", warm, "--csv", csv_path]
+    cmd += sampling
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
@@ -66,6 +74,8 @@ def main():
     ap.add_argument("-n", type=int, default=80)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bmoe", default="target/debug/bmoe")
+    ap.add_argument("--temp", type=float, default=None, help="sample at this temperature (default greedy)")
+    ap.add_argument("--seed", type=int, default=1, help="the sampler's seed with --temp")
     ap.add_argument("-o", "--out", default=None,
                     help="run directory, must not exist (default: target/bench-results/warm-DATE-TIME)")
     a = ap.parse_args()
@@ -74,8 +84,10 @@ def main():
     out = a.out or time.strftime("target/bench-results/warm-%Y%m%d-%H%M%S")
     os.makedirs(out, exist_ok=False)
     profile = os.path.join(out, "trained.bmws")
+    a.sampling = [] if a.temp is None else ["--temp", str(a.temp), "--seed", str(a.seed)]
     for i, p in enumerate(TRAIN):
-        lines = run(a.bmoe, a.model, p, a.n, a.cache_mb, profile, os.path.join(out, f"train{i}.csv"))
+        lines = run(a.bmoe, a.model, p, a.n, a.cache_mb, profile, os.path.join(out, f"train{i}.csv"),
+                    a.sampling)
         print(f"train {i}: {lines[-1]}", flush=True)
     results = []
     for r in range(a.rounds):
@@ -88,13 +100,15 @@ def main():
                 if kind == "warm":
                     warm = os.path.join(out, f"r{r}-p{t}.bmws")
                     shutil.copyfile(profile, warm)
-                lines = run(a.bmoe, a.model, prompt, a.n, a.cache_mb, warm, csv_path)
+                lines = run(a.bmoe, a.model, prompt, a.n, a.cache_mb, warm, csv_path, a.sampling)
                 rows = decode_rows(csv_path)
                 cell[kind] = {"first": window(rows, 1, 16), "late": window(rows, 65, 80),
+                              "mid": window(rows, 49, 64), "all64": window(rows, 1, 64),
                               "warm_line": lines[0] if lines else ""}
             results.append(cell)
             c, w = cell["cold"], cell["warm"]
-            print(f"round {r} prompt {t}: cold hit 1-16 {c['first'][0]:.1f}% 65-80 {c['late'][0]:.1f}% "
+            print(f"round {r} prompt {t}: cold hit 1-16 {c['first'][0]:.1f}% 49-64 {c['mid'][0]:.1f}% "
+                  f"65-80 {c['late'][0]:.1f}% 1-64 {c['all64'][0]:.1f}% "
                   f"{c['first'][1]:.2f} tok/s | warm hit 1-16 {w['first'][0]:.1f}% {w['first'][1]:.2f} tok/s",
                   flush=True)
     write_summary(out, a, results)
@@ -106,26 +120,31 @@ def geo(xs):
 
 def write_summary(out, a, results):
     med = statistics.median
+    sampling = f" --temp {a.temp} --seed {a.seed}" if a.temp is not None else ""
     lines = [
-        f"# Warm start vs cold, {a.model}, --cache-mb {a.cache_mb}, -n {a.n}, {a.rounds} rounds",
+        f"# Warm start vs cold, {a.model}, --cache-mb {a.cache_mb}, -n {a.n}, {a.rounds} rounds{sampling}",
         "",
-        f"Command: benches/warm_start.py -m {a.model} --cache-mb {a.cache_mb} -n {a.n} --rounds {a.rounds}",
+        f"Command: benches/warm_start.py -m {a.model} --cache-mb {a.cache_mb} -n {a.n} --rounds {a.rounds}"
+        f"{sampling}",
         "",
-        "| round | prompt | cold hit 1-16 | cold hit 65-80 | warm hit 1-16 | MiB/token 1-16 cold | warm "
-        "| cold tok/s 1-16 | warm tok/s 1-16 | warm/cold |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| round | prompt | cold hit 1-16 | cold 49-64 | cold 65-80 | cold 1-64 | warm hit 1-16 "
+        "| MiB/token 1-16 cold | warm | cold tok/s 1-16 | warm tok/s 1-16 | warm/cold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = []
     for c in results:
         cf, cl, wf = c["cold"]["first"], c["cold"]["late"], c["warm"]["first"]
+        cm, ca = c["cold"]["mid"], c["cold"]["all64"]
         ratio = wf[1] / cf[1] if cf[1] else 0.0
         ratios.append(ratio)
-        lines.append(f"| {c['round']} | {c['prompt']} | {cf[0]:.1f}% | {cl[0]:.1f}% | {wf[0]:.1f}% | "
+        lines.append(f"| {c['round']} | {c['prompt']} | {cf[0]:.1f}% | {cm[0]:.1f}% | {cl[0]:.1f}% | "
+                     f"{ca[0]:.1f}% | {wf[0]:.1f}% | "
                      f"{cf[2]:.1f} | {wf[2]:.1f} | {cf[1]:.2f} | {wf[1]:.2f} | {ratio:.2f}x |")
     col = lambda k, w, i: [c[k][w][i] for c in results]
     lines += [
         "",
-        f"Medians: cold hit 1-16 {med(col('cold', 'first', 0)):.1f}%, cold hit 65-80 "
+        f"Medians: cold hit 1-16 {med(col('cold', 'first', 0)):.1f}%, 49-64 "
+        f"{med(col('cold', 'mid', 0)):.1f}%, 1-64 {med(col('cold', 'all64', 0)):.1f}%, cold hit 65-80 "
         f"{med(col('cold', 'late', 0)):.1f}%, warm hit 1-16 {med(col('warm', 'first', 0)):.1f}%; "
         f"tok/s 1-16 cold {med(col('cold', 'first', 1)):.2f}, warm {med(col('warm', 'first', 1)):.2f}, "
         f"warm/cold {med(ratios):.2f}x (geometric mean {geo(ratios):.2f}x, min {min(ratios):.2f}x, "
