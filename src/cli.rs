@@ -189,20 +189,24 @@ pub struct BenchArgs {
 /// `--spec`'s draft source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SpecSource {
+    /// The n-gram matcher when it has a match, else the MTP head (when the
+    /// model has one).
+    Auto,
     Ngram,
     Mtp,
     Off,
 }
 
 impl RunArgs {
-    /// N-gram drafts, ungated (`--ngram`) or gated (`--spec ngram`).
+    /// N-gram drafts, ungated (`--ngram`) or gated (`--spec ngram|auto`).
     pub fn uses_ngram(&self) -> bool {
-        self.ngram || self.spec == Some(SpecSource::Ngram)
+        self.ngram || matches!(self.spec, Some(SpecSource::Ngram | SpecSource::Auto))
     }
 
-    /// MTP drafts, ungated (`--mtp`) or gated (`--spec mtp`).
+    /// MTP drafts, ungated (`--mtp`) or gated (`--spec mtp`, and `--spec auto`
+    /// on a model with a head).
     pub fn uses_mtp(&self) -> bool {
-        self.mtp || self.spec == Some(SpecSource::Mtp)
+        self.mtp || matches!(self.spec, Some(SpecSource::Mtp | SpecSource::Auto))
     }
 }
 
@@ -306,8 +310,10 @@ pub struct RunArgs {
     /// of the source's drafts (0..=--draft) as maximise the expected tokens per
     /// second, from the acceptance, decode cost per batch width and drafting
     /// cost measured so far in this run. ngram or mtp as with --ngram/--mtp
-    /// (which verify every draft); off: no speculation (docs/speculation.md).
-    #[arg(long, value_name = "ngram|mtp|off")]
+    /// (which verify every draft); auto: the n-gram matcher when it has a
+    /// match, else the MTP head when the model has one; off: no speculation
+    /// (docs/speculation.md).
+    #[arg(long, value_name = "auto|ngram|mtp|off")]
     pub spec: Option<SpecSource>,
     /// Draft width: tokens verified per decode with speculation (1..=8).
     #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
@@ -443,6 +449,20 @@ pub enum FixtureCmd {
         /// Store the experts fused as ffn_gate_up_exps (as llama.cpp's converter can).
         #[arg(long)]
         fused_gate_up: bool,
+        /// Trunk layers before the MTP block (e.g. 24 with --expert-ff 4096 for a
+        /// head that costs a small share of a decode, as in real MTP models).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=bmoe::fixture::tiny_mtp::MAX_LAYERS as i64))]
+        layers: u32,
+        /// Width of each routed expert (a multiple of 32).
+        #[arg(long, value_name = "F", default_value_t = bmoe::fixture::tiny_mtp::FF_EXP)]
+        expert_ff: u64,
+        /// Width of the shared expert (dense, read for every token; a multiple of 32).
+        #[arg(long, value_name = "F", default_value_t = bmoe::fixture::tiny_mtp::FF_SHEXP)]
+        shared_ff: u64,
+        /// The routed experts' type: f32, f16, q8_0, q4_0 ... (a type whose
+        /// blocks divide 32).
+        #[arg(long, value_name = "TYPE", default_value = "f32")]
+        expert_type: String,
         /// Tokenizer source (default: the cached SmolLM2, fetched if missing).
         #[arg(long)]
         tokenizer_from: Option<PathBuf>,

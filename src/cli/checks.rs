@@ -104,7 +104,7 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     }
     if args.ngram_min_match.is_some() && !args.uses_ngram() {
         return Err(UsageError(
-            "--ngram-min-match needs --ngram or --spec ngram".into(),
+            "--ngram-min-match needs --ngram or --spec ngram|auto".into(),
         ));
     }
     if args.route_trace.is_some() && args.resident {
@@ -116,8 +116,8 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     }
     if args.route_trace.is_some() && args.uses_mtp() {
         return Err(UsageError(
-            "--route-trace records the verify decodes only, and with --mtp the head's demands \
-             share the cache, so a replay would not match the run: drop one of them"
+            "--route-trace records the verify decodes only, and with --mtp (or --spec mtp|auto) \
+             the head's demands share the cache, so a replay would not match the run: drop one of them"
                 .into(),
         ));
     }

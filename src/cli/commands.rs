@@ -357,6 +357,10 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
             random,
             fused_gate_up,
             tokenizer_from,
+            layers,
+            expert_ff,
+            shared_ff,
+            expert_type,
         } => {
             let params = tiny_mtp::TinyMtpParams {
                 seed,
@@ -364,7 +368,14 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 trunk_mix,
                 random,
                 fused_gate_up,
-                ..Default::default()
+                layers,
+                expert_ff,
+                shared_ff,
+                expert_type: tiny_mtp_expert_type(&expert_type)?,
+            };
+            let shape = match (layers, expert_ff, shared_ff, expert_type.as_str()) {
+                (2, tiny_mtp::FF_EXP, tiny_mtp::FF_SHEXP, "f32") => String::new(),
+                (l, f, s, t) => format!("-L{l}-ff{f}-sh{s}-{t}"),
             };
             let src = match tokenizer_from {
                 Some(f) => f,
@@ -374,7 +385,7 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
                 || {
                     fixture::cache_dir().map(|d| {
                         d.join(format!(
-                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{}{}.gguf",
+                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{shape}{}{}.gguf",
                             if random { "-random" } else { "" },
                             if fused_gate_up { "-fused" } else { "" }
                         ))
@@ -391,6 +402,18 @@ pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--expert-type` of `fixture tiny-mtp`: a type bmoe can write.
+fn tiny_mtp_expert_type(name: &str) -> Result<llama::quant::GgmlType> {
+    llama::quant::GgmlType::from_name(name)
+        .filter(|t| t.is_writable())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--expert-type {name}: give a type bmoe can write, e.g. f32, f16, q8_0, q4_0"
+            ))
+            .into()
+        })
 }
 
 fn ensure_parent(p: &std::path::Path) -> Result<()> {

@@ -141,15 +141,22 @@ fn mode_of(args: &RunArgs) -> Mode {
     }
 }
 
-/// N-gram or MTP speculation, or none (--ngram wins over --mtp; `--spec`
-/// names one of them, gated).
+/// N-gram or MTP speculation, both (`--spec auto`), or none (--ngram wins
+/// over --mtp; `--spec` names one of them, gated).
 fn speculation_of(args: &RunArgs) -> engine::Speculation {
+    let min_match = args
+        .ngram_min_match
+        .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32);
+    if args.spec == Some(crate::cli::SpecSource::Auto) {
+        return engine::Speculation::Auto {
+            min_match,
+            p_min: args.mtp_p_min.unwrap_or(0.0),
+            predemand: args.head_predemand,
+            head: true,
+        };
+    }
     match (args.uses_ngram(), args.uses_mtp()) {
-        (true, _) => engine::Speculation::Ngram {
-            min_match: args
-                .ngram_min_match
-                .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32),
-        },
+        (true, _) => engine::Speculation::Ngram { min_match },
         (false, true) => engine::Speculation::Mtp {
             p_min: args.mtp_p_min.unwrap_or(0.0),
             predemand: args.head_predemand,

@@ -110,7 +110,7 @@ pub(super) fn load_model(
     };
     let params = ModelParams {
         use_mmap: true,
-        load_mtp: matches!(cfg.speculation, Speculation::Mtp { .. }),
+        load_mtp: cfg.speculation.head().is_some(),
         int_overrides,
         unpopulated,
     };
@@ -204,9 +204,7 @@ pub(super) fn mtp_config(
     anon: Option<SharedAnon>,
     n_batch: u32,
 ) -> Option<MtpActorConfig> {
-    let Speculation::Mtp { p_min, predemand } = cfg.speculation else {
-        return None;
-    };
+    let (p_min, predemand) = cfg.speculation.head()?;
     Some(MtpActorConfig {
         model: model.clone(),
         n_ctx: cfg.n_ctx,

@@ -43,6 +43,14 @@ pub enum Speculation {
     /// (`--head-predemand`; off by default: on the 2-core test host it cost the
     /// verify decode about what it saved the head, docs/speculation.md).
     Mtp { p_min: f32, predemand: bool },
+    /// `--spec auto`: n-gram drafts when the matcher has a match, the MTP
+    /// head's otherwise (`head`: the model has one), always behind the gate.
+    Auto {
+        min_match: u32,
+        p_min: f32,
+        predemand: bool,
+        head: bool,
+    },
 }
 
 impl Speculation {
@@ -51,6 +59,49 @@ impl Speculation {
             Speculation::Off => "off",
             Speculation::Ngram { .. } => "ngram",
             Speculation::Mtp { .. } => "mtp",
+            Speculation::Auto { .. } => "auto",
+        }
+    }
+
+    /// The MTP head's settings (p_min, predemand) when this drafts with it.
+    pub fn head(self) -> Option<(f32, bool)> {
+        match self {
+            Speculation::Mtp { p_min, predemand }
+            | Speculation::Auto {
+                p_min,
+                predemand,
+                head: true,
+                ..
+            } => Some((p_min, predemand)),
+            _ => None,
+        }
+    }
+
+    /// The n-gram matcher's shortest match when this drafts with it.
+    pub fn ngram(self) -> Option<u32> {
+        match self {
+            Speculation::Ngram { min_match } | Speculation::Auto { min_match, .. } => {
+                Some(min_match)
+            }
+            _ => None,
+        }
+    }
+
+    /// `--spec auto` on this model: with the head only if it has one.
+    pub fn for_model(self, layout: &MoeLayout) -> Self {
+        match self {
+            Speculation::Auto {
+                min_match,
+                p_min,
+                predemand,
+                ..
+            } => Speculation::Auto {
+                min_match,
+                p_min,
+                predemand,
+                head: layout.n_layer_nextn > 0,
+            },
+            s => s,
         }
     }
 }
@@ -89,6 +140,15 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// This configuration for the model it runs: `--spec auto` drafts with
+    /// the MTP head only where the model has one.
+    pub fn for_model(&self, layout: &MoeLayout) -> RunConfig {
+        RunConfig {
+            speculation: self.speculation.for_model(layout),
+            ..self.clone()
+        }
+    }
+
     /// Experts routed per token, after `--n-expert-used`.
     pub fn experts_used(&self, layout: &MoeLayout) -> u32 {
         self.n_expert_used.unwrap_or(layout.n_expert_used)
@@ -154,7 +214,13 @@ impl RunConfig {
                 )));
             }
         }
-        if let Speculation::Mtp { p_min, .. } = self.speculation {
+        if let Speculation::Auto { head: false, .. } = self.speculation {
+            notes.push(format!(
+                "--spec auto: {} has no MTP head, so every draft comes from the n-gram matcher",
+                self.model.display()
+            ));
+        }
+        if let Some((p_min, _)) = self.speculation.head() {
             if layout.n_layer_nextn == 0 {
                 return Err(EngineError::Config(format!(
                     "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
@@ -247,21 +313,18 @@ pub(super) fn preamble(
     kv("spec_gate", (gated as u8).to_string());
     kv("temp", cfg.sampling.temperature.to_string());
     kv("seed", cfg.sampling.seed.to_string());
-    let (draft_max, min_match, p_min) = match cfg.speculation {
-        Speculation::Off => (0, 0, 0.0),
-        Speculation::Ngram { min_match } => (cfg.draft_max, min_match, 0.0),
-        Speculation::Mtp { p_min, .. } => (cfg.draft_max, 0, p_min),
+    let s = cfg.speculation;
+    let draft_max = if s == Speculation::Off {
+        0
+    } else {
+        cfg.draft_max
     };
+    let min_match = s.ngram().unwrap_or(0);
+    let (p_min, predemand) = s.head().unwrap_or((0.0, false));
     kv("spec_draft_max", draft_max.to_string());
     kv("ngram_min_match", min_match.to_string());
     kv("mtp_p_min", p_min.to_string());
-    let predemand = matches!(
-        cfg.speculation,
-        Speculation::Mtp {
-            predemand: true,
-            ..
-        }
-    ) && streamer.is_some();
+    let predemand = predemand && streamer.is_some();
     kv("mtp_head_predemand", (predemand as u8).to_string());
     v
 }

@@ -170,6 +170,7 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .transpose()?;
     let t_run = Instant::now();
     let layout = MoeLayout::open(&cfg.model)?;
+    let cfg = &cfg.for_model(&layout);
     let (mode, mut notes) = cfg.check_against(&layout)?;
     let k = cfg.experts_used(&layout);
     let mut backend = Backend::start(cfg, &layout, mode, k)?;
@@ -230,6 +231,21 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     finish::report(cfg, ctx, backend, layout, k, notes, telemetry, ended)
 }
 
+/// The run's draft sources: the matcher, the head, or both (`--spec auto`
+/// on a model with a head).
+fn gated_sources<'d>(
+    ngram: Option<&'d mut generate::NgramDrafter>,
+    head: Option<&'d mut MtpActor>,
+) -> Option<generate::Sources<'d>> {
+    use bmoe_actors::spec_gate::Source;
+    match (ngram, head) {
+        (Some(ngram), Some(head)) => Some(generate::Sources::Auto { ngram, head }),
+        (Some(d), None) => Some(generate::Sources::One(d, Source::Ngram)),
+        (None, Some(d)) => Some(generate::Sources::One(d, Source::Mtp)),
+        (None, None) => None,
+    }
+}
+
 /// What the generation produced and measured, before the run's totals.
 pub(super) struct Metered {
     res: Result<Generation, GenerateError>,
@@ -264,19 +280,10 @@ fn generate_metered(
         telemetry,
         cfg.speculation != Speculation::Off,
     );
-    let mut ngram = match cfg.speculation {
-        Speculation::Ngram { min_match } => Some(generate::NgramDrafter::new(min_match as usize)),
-        Speculation::Off | Speculation::Mtp { .. } => None,
-    };
-    let drafter = match (ngram.as_mut(), mtp) {
-        (Some(d), _) => Some(d as &mut dyn generate::Drafter),
-        (None, Some(d)) => Some(d as &mut dyn generate::Drafter),
-        (None, None) => None,
-    };
-    let source = match cfg.speculation {
-        Speculation::Mtp { .. } => bmoe_actors::spec_gate::Source::Mtp,
-        _ => bmoe_actors::spec_gate::Source::Ngram,
-    };
+    let mut ngram = cfg
+        .speculation
+        .ngram()
+        .map(|m| generate::NgramDrafter::new(m as usize));
     let t0 = Instant::now();
     let opts = generate::Options {
         limit: generate::Limit {
@@ -292,15 +299,16 @@ fn generate_metered(
     let mut run = |d: Option<&mut dyn generate::Drafter>| {
         generate::generate_opts(ctx, tokens, &opts, &mut sink, d)
     };
-    let res = match drafter {
-        Some(d) if cfg.spec_gate => {
-            let mut g = generate::GatedDrafter::new(d, source, cfg.draft_max as usize);
+    let res = match gated_sources(ngram.as_mut(), mtp) {
+        Some(sources) if cfg.spec_gate => {
+            let mut g = generate::GatedDrafter::new(sources, cfg.draft_max as usize);
             run(Some(&mut g)).map(|mut r| {
                 r.spec.gate = Some(g.stats);
                 r
             })
         }
-        d => run(d),
+        Some(generate::Sources::One(d, _)) => run(Some(d)),
+        _ => run(None),
     };
     if let Ok(g) = &res {
         if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {

@@ -170,6 +170,7 @@ fn decode_row(
         gate_available: step.gate.map_or(0, |g| g.available as u64),
         gate_k: step.gate.map_or(0, |g| g.choice.k as u64),
         gate_predicted_ms: step.gate.map_or(0.0, |g| g.choice.predicted_s * 1e3),
+        gate_source: step.gate.map_or(0, |g| g.source as u64 + 1),
         ..TokenRow::default()
     }
 }

@@ -255,7 +255,7 @@ impl RunReport {
             ),
         ];
         v.extend(sp.gate.map(|g| gate_line(&g)));
-        if self.mode == RunMode::Stream && matches!(self.speculation, Speculation::Mtp { .. }) {
+        if self.mode == RunMode::Stream && self.speculation.head().is_some() {
             v.extend(self.mtp_stream_lines(sp));
         }
         v
@@ -311,7 +311,12 @@ fn gate_line(g: &crate::generate::GateStats) -> String {
         g.no_draft,
         g.shortened,
         g.held_to_plain
-    )
+    ) + &match g.drafted_steps_by {
+        [n, m] if n > 0 && m > 0 => {
+            format!("; drafted by the n-gram matcher {n}, the MTP head {m}")
+        }
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

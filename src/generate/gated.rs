@@ -2,19 +2,35 @@
 //! step it asks the pure [`Gate`] how many of the source's drafts are worth
 //! verifying on this host now, and after the step it tells the gate what the
 //! step cost and kept. The loop itself is unchanged: a gated source is one
-//! more [`Drafter`].
+//! more [`Drafter`]. With `--spec auto` it asks the n-gram matcher first
+//! (a lookup, nearly free) and the MTP head only when the matcher has no
+//! match; the head still sees every decoded batch, and on a step the matcher
+//! drafted it is told it drafted nothing (it only trims its own positions).
 
 use bmoe_actors::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
 
-use super::{Accepted, Drafter, GenerateError};
+use super::{Accepted, Drafter, GenerateError, NgramDrafter};
 use crate::llama::{Batch, Context, Token};
 
 /// What the gate decided on one step, for the telemetry row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GateStep {
+    /// The source whose draft the gate judged.
+    pub source: Source,
     /// Drafts the source had.
     pub available: usize,
     pub choice: Choice,
+}
+
+/// Where a gated step's drafts come from.
+pub enum Sources<'d> {
+    /// One source (`--spec ngram|mtp`).
+    One(&'d mut dyn Drafter, Source),
+    /// `--spec auto` with a head: the matcher when it matches, else the head.
+    Auto {
+        ngram: &'d mut NgramDrafter,
+        head: &'d mut dyn Drafter,
+    },
 }
 
 /// The gate's decisions over a run (the summary's `spec-gate:` line).
@@ -32,28 +48,44 @@ pub struct GateStats {
     pub held_to_plain: u64,
     /// One-token drafts taken against the estimates to refresh them.
     pub explored: u64,
+    /// Steps that verified drafts, per source (`Source as usize`).
+    pub drafted_steps_by: [u64; 2],
 }
 
 /// A draft source behind the gate.
 pub struct GatedDrafter<'d> {
-    inner: &'d mut dyn Drafter,
-    source: Source,
+    sources: Sources<'d>,
     gate: Gate,
-    /// The last step's draft buckets (one per verified draft) and decision.
+    /// The source of the last step's draft, its buckets (one per verified
+    /// draft) and the decision.
+    source: Source,
     buckets: Vec<usize>,
     last: Option<GateStep>,
-    /// The first bucket the source reported last time (a prior for capping
-    /// an expensive source before it drafts).
+    /// The first bucket the head reported last time (a prior for capping it
+    /// before it drafts).
     last_bucket: usize,
     pub stats: GateStats,
 }
 
+/// What a source drafted for one step: the source, how far it was allowed
+/// (`max` unless capped before drafting), its drafts and their evidence.
+struct Asked {
+    source: Source,
+    cap: usize,
+    draft: Vec<Token>,
+    evidence: Vec<f32>,
+}
+
 impl<'d> GatedDrafter<'d> {
-    pub fn new(inner: &'d mut dyn Drafter, source: Source, max_draft: usize) -> Self {
+    pub fn new(sources: Sources<'d>, max_draft: usize) -> Self {
+        let source = match &sources {
+            Sources::One(_, s) => *s,
+            Sources::Auto { .. } => Source::Ngram,
+        };
         Self {
-            inner,
-            source,
+            sources,
             gate: Gate::new(max_draft),
+            source,
             buckets: Vec::new(),
             last: None,
             last_bucket: 0,
@@ -61,17 +93,52 @@ impl<'d> GatedDrafter<'d> {
         }
     }
 
-    /// How far an expensive source (the MTP head, a pass per token) may
-    /// draft at all this step; a cheap one (n-gram) drafts all it can and is
-    /// cut after.
-    fn cap(&self, max: usize) -> usize {
-        match self.source {
+    /// How far a source may draft at all this step: an expensive one (the
+    /// MTP head, a pass per token) is capped before it drafts; a cheap one
+    /// (n-gram) drafts all it can and is cut after.
+    fn cap(gate: &Gate, source: Source, last_bucket: usize, max: usize) -> usize {
+        match source {
             Source::Ngram => max,
-            Source::Mtp => {
-                let c = self.gate.choose(self.source, &vec![self.last_bucket; max]);
-                c.k
-            }
+            Source::Mtp => gate.choose(source, &vec![last_bucket; max]).k,
         }
+    }
+
+    /// Ask the step's source for up to `max` drafts.
+    fn ask(
+        &mut self,
+        target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Asked, GenerateError> {
+        let (inner, source): (&mut dyn Drafter, Source) = match &mut self.sources {
+            Sources::One(d, s) => (&mut **d, *s),
+            Sources::Auto { ngram, head } => {
+                let draft = ngram.draft(target, corpus, max)?;
+                if !draft.is_empty() {
+                    let evidence = ngram.evidence();
+                    let source = Source::Ngram;
+                    return Ok(Asked {
+                        source,
+                        cap: max,
+                        draft,
+                        evidence,
+                    });
+                }
+                (&mut **head, Source::Mtp)
+            }
+        };
+        let cap = Self::cap(&self.gate, source, self.last_bucket, max);
+        let draft = match cap {
+            0 => Vec::new(),
+            n => inner.draft(target, corpus, n)?,
+        };
+        let evidence = inner.evidence();
+        Ok(Asked {
+            source,
+            cap,
+            draft,
+            evidence,
+        })
     }
 
     fn count(&mut self, available: usize, c: &Choice) {
@@ -81,6 +148,7 @@ impl<'d> GatedDrafter<'d> {
         if c.k > 0 {
             s.drafted_steps += 1;
             s.drafted += c.k as u64;
+            s.drafted_steps_by[self.source as usize] += 1;
         }
         match c.held_back {
             Some(HeldBack::NoDraft) => s.no_draft += 1,
@@ -95,7 +163,10 @@ impl<'d> GatedDrafter<'d> {
 
 impl Drafter for GatedDrafter<'_> {
     fn name(&self) -> &'static str {
-        self.inner.name()
+        match &self.sources {
+            Sources::One(d, _) => d.name(),
+            Sources::Auto { .. } => "auto",
+        }
     }
 
     fn draft(
@@ -104,22 +175,23 @@ impl Drafter for GatedDrafter<'_> {
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, GenerateError> {
-        let cap = self.cap(max);
-        let mut draft = match cap {
-            0 => Vec::new(),
-            n => self.inner.draft(target, corpus, n)?,
-        };
-        let evidence = self.inner.evidence();
+        let Asked {
+            source,
+            cap,
+            mut draft,
+            evidence,
+        } = self.ask(target, corpus, max)?;
+        self.source = source;
         let buckets: Vec<usize> = (0..draft.len())
             .map(|i| {
                 let e = evidence.get(i).copied().unwrap_or(0.0);
-                spec_gate::bucket(self.source, e)
+                spec_gate::bucket(source, e)
             })
             .collect();
-        if let Some(&b) = buckets.first() {
+        if let (Source::Mtp, Some(&b)) = (source, buckets.first()) {
             self.last_bucket = b;
         }
-        let mut choice = self.gate.choose(self.source, &buckets);
+        let mut choice = self.gate.choose(source, &buckets);
         // Capped before drafting: the source was held back from up to `max`.
         let available = if cap == 0 { max } else { draft.len() };
         if cap < max && (cap == 0 || choice.held_back.is_none()) {
@@ -128,16 +200,26 @@ impl Drafter for GatedDrafter<'_> {
         draft.truncate(choice.k);
         self.buckets = buckets[..draft.len()].to_vec();
         self.count(available, &choice);
-        self.last = Some(GateStep { available, choice });
+        self.last = Some(GateStep {
+            source,
+            available,
+            choice,
+        });
         Ok(draft)
     }
 
     fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
-        self.inner.decoded(target, batch)
+        match &mut self.sources {
+            Sources::One(d, _) => d.decoded(target, batch),
+            Sources::Auto { head, .. } => head.decoded(target, batch),
+        }
     }
 
     fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
-        self.inner.begin(target, prompt)
+        match &mut self.sources {
+            Sources::One(d, _) => d.begin(target, prompt),
+            Sources::Auto { head, .. } => head.begin(target, prompt),
+        }
     }
 
     fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
@@ -153,7 +235,20 @@ impl Drafter for GatedDrafter<'_> {
         );
         self.gate
             .observe(self.source, &buckets, step.accepted, cost);
-        self.inner.accepted(target, step)
+        match &mut self.sources {
+            Sources::One(d, _) => d.accepted(target, step),
+            // The head keeps what the target kept (it saw the decoded rows);
+            // a draft that was not its own is nothing for it to accept.
+            Sources::Auto { head, .. } if self.source == Source::Ngram => {
+                let none = Accepted {
+                    drafted: 0,
+                    accepted: 0,
+                    ..step
+                };
+                head.accepted(target, none)
+            }
+            Sources::Auto { head, .. } => head.accepted(target, step),
+        }
     }
 
     fn gate_step(&self) -> Option<GateStep> {

@@ -328,6 +328,10 @@ fn speculation_flags_are_checked() {
             "needs --ngram",
         ),
         (vec!["--spec", "sometimes"], "--spec"),
+        (
+            vec!["--spec", "auto", "--route-trace", "t.bin"],
+            "--spec mtp|auto",
+        ),
     ] {
         let o = e8k2_cli("hi", 4, &args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -388,6 +392,82 @@ fn mtp_head_set_up_to_agree_is_accepted_and_keeps_the_text() {
         "gated MTP text = plain text"
     );
     assert!(err.contains("spec-gate: verified drafts on "), "{err}");
+}
+
+/// `bmoe run` on a tiny MTP model, resident, with `prompt`.
+fn tiny_prompt(model: &std::path::Path, prompt: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "-m", model.to_str().unwrap(), "-p", prompt];
+    args.extend_from_slice(&["-n", "64", "--resident"]);
+    args.extend_from_slice(extra);
+    crate::common::bmoe_within(&args, 180)
+}
+
+#[test]
+fn spec_auto_mixes_the_matcher_and_the_head_and_keeps_the_text() {
+    let model = tiny_mtp(0.0, 0.0);
+    // The tiny trunk's next token depends on the current one alone, so a
+    // prompt that ends as an earlier part of it did continues as that part
+    // did: the matcher has drafts there, and none once the text is new.
+    let first = stdout(&tiny_cli(&model, &[]));
+    let base = "The quick brown fox jumps over the lazy dog";
+    let copied: String = first.chars().take(60).collect();
+    let prompt = format!("{base}{copied}. {base}");
+    let plain = tiny_prompt(&model, &prompt, &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("auto.csv");
+    let args = [
+        "--spec",
+        "auto",
+        "--draft",
+        "3",
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    let o = tiny_prompt(&model, &prompt, &args);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(stdout(&o), stdout(&plain), "auto text = plain text");
+    let c = RunCsv::open(&csv).unwrap();
+    assert_eq!(
+        (&*c.preamble["spec"], &*c.preamble["spec_gate"]),
+        ("auto", "1")
+    );
+    let (source, k) = (c.decode_series("gate_source"), c.decode_series("gate_k"));
+    let rows = |s: f64, drafted: bool| {
+        let n = source
+            .iter()
+            .zip(&k)
+            .filter(|(x, k)| **x == s && (**k > 0.0) == drafted);
+        n.count()
+    };
+    // The head's pass costs about a decode of this 2-layer trunk, so the gate
+    // holds most of its drafts back; the matcher's are nearly free.
+    assert!(rows(1.0, true) > 0, "the matcher drafted: {err}");
+    assert!(
+        rows(2.0, true) + rows(2.0, false) > 0,
+        "the head was judged: {err}"
+    );
+    // A verify step's first row names its source (unless nothing fit, as
+    // for the last token); the group's other rows carry no gate columns.
+    let batch = c.decode_series("mtp_batch");
+    assert!(
+        source
+            .iter()
+            .zip(&batch)
+            .all(|(s, b)| *s == 0.0 || *b > 0.0),
+        "{source:?} {batch:?}"
+    );
+    let t = |key: &str| c.trailer[key].parse::<f64>().unwrap();
+    assert_eq!(k.iter().sum::<f64>(), t("mtp_drafted"));
+    // A model without a head: the matcher alone, said once.
+    let o = e8k2_cli(copy_prompt(), 24, &["--resident", "--spec", "auto"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("note: --spec auto:") && err.contains("has no MTP head"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -39,6 +39,9 @@ pub struct Row {
     pub gate_available: u64,
     pub gate_k: u64,
     pub gate_predicted_ms: f64,
+    /// Whose draft the gate judged: 1 the n-gram matcher, 2 the MTP head
+    /// (`--spec auto` asks the matcher first); 0 without the gate.
+    pub gate_source: u64,
     /// Text this token completed (may be empty inside a multi-byte character).
     pub text: String,
 }
@@ -65,7 +68,7 @@ impl Row {
 }
 
 /// The CSV columns, in order.
-pub const COLUMNS: [&str; 21] = [
+pub const COLUMNS: [&str; 22] = [
     "step",
     "wall_ms",
     "stall_ms",
@@ -87,13 +90,14 @@ pub const COLUMNS: [&str; 21] = [
     "gate_available",
     "gate_k",
     "gate_predicted_ms",
+    "gate_source",
 ];
 
 impl Row {
     /// The CSV row, in [`COLUMNS`] order.
     pub(super) fn csv(&self) -> String {
         format!(
-            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{:.3},{},{},{:.3}",
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{}",
             self.step,
             self.wall_ms,
             self.stall_ms,
@@ -114,7 +118,8 @@ impl Row {
             self.loop_overhead_ms,
             self.gate_available,
             self.gate_k,
-            self.gate_predicted_ms
+            self.gate_predicted_ms,
+            self.gate_source
         )
     }
 
