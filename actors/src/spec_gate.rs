@@ -32,8 +32,6 @@ pub fn bucket(source: Source, evidence: f32) -> usize {
 
 /// Buckets per source and position.
 pub const BUCKETS: usize = 4;
-/// Weight of the newest observation in a running drafting cost.
-const COST_ALPHA: f64 = 0.2;
 /// Decode times kept per width; the estimate is their median (a decode at a
 /// new width can be several times slower once, while llama.cpp builds its
 /// graph, and must not hold the width back for the rest of the run).
@@ -100,8 +98,10 @@ pub struct Gate {
     /// The last decodes of width w + 1 (newest last): seconds for width 1,
     /// the ratio to width 1's median at the time for the wider ones.
     verify_s: Vec<std::collections::VecDeque<f64>>,
-    /// Running drafting seconds per drafted token, per source.
-    draft_s_per_token: [Option<f64>; 2],
+    /// The last steps' drafting seconds per drafted token, per source (the
+    /// estimate is their median: a source's first call can be several times
+    /// slower while llama.cpp builds its graph, and must not price it out).
+    draft_s_per_token: [std::collections::VecDeque<f64>; 2],
     /// Steps since the last one that verified a draft.
     since_draft: u32,
 }
@@ -113,7 +113,7 @@ impl Gate {
             max_draft,
             acceptance: [per_position(), per_position()],
             verify_s: vec![std::collections::VecDeque::new(); max_draft + 1],
-            draft_s_per_token: [None, None],
+            draft_s_per_token: Default::default(),
             since_draft: 0,
         }
     }
@@ -145,11 +145,6 @@ impl Gate {
     /// the plain decode is measured on most steps, so as the expert cache warms
     /// or the host drifts, a width measured earlier follows.
     fn measured_s(&self, width: usize) -> Option<(f64, usize)> {
-        let median = |samples: &std::collections::VecDeque<f64>| {
-            let mut v: Vec<f64> = samples.iter().copied().collect();
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).map(|&m| (m, v.len()))
-        };
         let plain = median(&self.verify_s[0]);
         match width {
             0 => None,
@@ -159,6 +154,12 @@ impl Gate {
                 Some((ratio * plain?.0, n))
             }
         }
+    }
+
+    /// The estimated drafting seconds per drafted token of `source` (None
+    /// before it drafted).
+    pub fn draft_s_per_token(&self, source: Source) -> Option<f64> {
+        median(&self.draft_s_per_token[source as usize]).map(|m| m.0)
     }
 
     /// The estimated wall seconds of a decode of `width` rows (None before any
@@ -199,7 +200,7 @@ impl Gate {
     /// token, `buckets.len()` drafts available).
     pub fn choose(&self, source: Source, buckets: &[usize]) -> Choice {
         let available = buckets.len().min(self.max_draft);
-        let draft_per_token = self.draft_s_per_token[source as usize].unwrap_or(0.0);
+        let draft_per_token = self.draft_s_per_token(source).unwrap_or(0.0);
         let mut best = Choice {
             k: 0,
             expected_kept: 1.0,
@@ -265,15 +266,11 @@ impl Gate {
             (_, None) => None,
         };
         if let (Some(samples), Some(x)) = (self.verify_s.get_mut(width - 1), sample) {
-            if samples.len() == COST_SAMPLES {
-                samples.pop_front();
-            }
-            samples.push_back(x);
+            push_sample(samples, x);
         }
         if !buckets.is_empty() {
             let per_token = cost.draft_s / buckets.len() as f64;
-            let d = &mut self.draft_s_per_token[source as usize];
-            *d = Some(running(*d, per_token));
+            push_sample(&mut self.draft_s_per_token[source as usize], per_token);
         }
         let table = &mut self.acceptance[source as usize];
         // Positions up to the first rejection were seen; the ones after were not.
@@ -286,18 +283,29 @@ impl Gate {
     }
 }
 
-/// The measured cost of one verify step.
+/// The measured cost of one verify step: its decode, and the source's
+/// drafting call (what drafting more tokens adds; a head's catch-up on the
+/// kept rows of the previous step is paid whatever is drafted, so it is not
+/// in it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCost {
     pub verify_s: f64,
     pub draft_s: f64,
 }
 
-fn running(old: Option<f64>, new: f64) -> f64 {
-    match old {
-        Some(o) => o + COST_ALPHA * (new - o),
-        None => new,
+/// The median of `samples` and how many there are.
+fn median(samples: &std::collections::VecDeque<f64>) -> Option<(f64, usize)> {
+    let mut v: Vec<f64> = samples.iter().copied().collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).map(|&m| (m, v.len()))
+}
+
+/// Keep the last [`COST_SAMPLES`] of a cost.
+fn push_sample(samples: &mut std::collections::VecDeque<f64>, x: f64) {
+    if samples.len() == COST_SAMPLES {
+        samples.pop_front();
     }
+    samples.push_back(x);
 }
 
 #[cfg(test)]

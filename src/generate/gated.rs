@@ -61,6 +61,8 @@ pub struct GatedDrafter<'d> {
     source: Source,
     buckets: Vec<usize>,
     last: Option<GateStep>,
+    /// How long the last step's drafting call took (the source's own).
+    draft_call: std::time::Duration,
     /// The first bucket the head reported last time (a prior for capping it
     /// before it drafts).
     last_bucket: usize,
@@ -88,6 +90,7 @@ impl<'d> GatedDrafter<'d> {
             source,
             buckets: Vec::new(),
             last: None,
+            draft_call: std::time::Duration::ZERO,
             last_bucket: 0,
             stats: GateStats::default(),
         }
@@ -175,12 +178,14 @@ impl Drafter for GatedDrafter<'_> {
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, GenerateError> {
+        let t = std::time::Instant::now();
         let Asked {
             source,
             cap,
             mut draft,
             evidence,
         } = self.ask(target, corpus, max)?;
+        self.draft_call = t.elapsed();
         self.source = source;
         let buckets: Vec<usize> = (0..draft.len())
             .map(|i| {
@@ -225,7 +230,7 @@ impl Drafter for GatedDrafter<'_> {
     fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
         let cost = StepCost {
             verify_s: step.verify.as_secs_f64(),
-            draft_s: step.draft.as_secs_f64(),
+            draft_s: self.draft_call.as_secs_f64(),
         };
         let buckets = std::mem::take(&mut self.buckets);
         debug_assert_eq!(

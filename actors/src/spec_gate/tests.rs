@@ -216,3 +216,17 @@ fn a_width_measured_on_a_cold_cache_follows_the_plain_decode_as_it_warms() {
     }
     assert!((g.verify_cost_s(2).unwrap() - 0.12).abs() < 1e-9);
 }
+
+#[test]
+fn one_slow_first_draft_does_not_price_the_source_out() {
+    // The head's first pass took 10x (its graph being built); later ones
+    // cost 3% of a decode per token and drafts are kept 9 times in 10.
+    let mut g = Gate::new(1);
+    g.observe(Source::Mtp, &[], 0, cost(0.1, 0.0));
+    g.observe(Source::Mtp, &[0], 1, cost(0.15, 0.03));
+    for kept in [1, 1, 0, 1] {
+        g.observe(Source::Mtp, &[0], kept, cost(0.15, 0.003));
+    }
+    assert!((g.draft_s_per_token(Source::Mtp).unwrap() - 0.003).abs() < 1e-12);
+    assert_eq!(g.choose(Source::Mtp, &[0]).k, 1, "worth drafting");
+}
