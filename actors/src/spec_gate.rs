@@ -250,6 +250,19 @@ impl Gate {
         best
     }
 
+    /// A draft token the gate chose not to verify (position `i`, 0-based, all
+    /// drafts before it verified and kept), judged anyway by the token the
+    /// target produced in its place: a free observation of its acceptance for
+    /// a source whose drafts cost nothing to have (the n-gram matcher), so a
+    /// held-back source's estimates keep learning.
+    pub fn observe_unverified(&mut self, source: Source, i: usize, bucket: usize, kept: bool) {
+        let table = &mut self.acceptance[source as usize];
+        if let Some(c) = table.get_mut(i).map(|t| &mut t[bucket.min(BUCKETS - 1)]) {
+            c.seen += 1.0;
+            c.kept += f64::from(u8::from(kept));
+        }
+    }
+
     /// What a step cost and kept: the decode of `width` rows took `verify_s`,
     /// drafting `k = buckets.len()` tokens took `draft_s`, and `kept` of them
     /// were confirmed by the target.

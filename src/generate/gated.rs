@@ -63,10 +63,23 @@ pub struct GatedDrafter<'d> {
     last: Option<GateStep>,
     /// How long the last step's drafting call took (the source's own).
     draft_call: std::time::Duration,
+    /// The matcher's first draft token the gate cut, to judge by the token
+    /// the target produces in its place.
+    unverified: Option<Unverified>,
     /// The first bucket the head reported last time (a prior for capping it
     /// before it drafts).
     last_bucket: usize,
     pub stats: GateStats,
+}
+
+/// A draft token not verified: the corpus index it would have filled, its
+/// position in the draft, its bucket and the token.
+#[derive(Debug, Clone, Copy)]
+struct Unverified {
+    at: usize,
+    position: usize,
+    bucket: usize,
+    token: Token,
 }
 
 /// What a source drafted for one step: the source, how far it was allowed
@@ -91,6 +104,7 @@ impl<'d> GatedDrafter<'d> {
             buckets: Vec::new(),
             last: None,
             draft_call: std::time::Duration::ZERO,
+            unverified: None,
             last_bucket: 0,
             stats: GateStats::default(),
         }
@@ -178,6 +192,13 @@ impl Drafter for GatedDrafter<'_> {
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, GenerateError> {
+        if let Some(u) = self.unverified.take() {
+            if let Some(&t) = corpus.get(u.at) {
+                let kept = t == u.token;
+                let g = &mut self.gate;
+                g.observe_unverified(Source::Ngram, u.position, u.bucket, kept);
+            }
+        }
         let t = std::time::Instant::now();
         let Asked {
             source,
@@ -201,6 +222,14 @@ impl Drafter for GatedDrafter<'_> {
         let available = if cap == 0 { max } else { draft.len() };
         if cap < max && (cap == 0 || choice.held_back.is_none()) {
             choice.held_back = Some(HeldBack::NotWorthIt);
+        }
+        if source == Source::Ngram && draft.len() > choice.k {
+            self.unverified = Some(Unverified {
+                at: corpus.len() + choice.k,
+                position: choice.k,
+                bucket: buckets[choice.k],
+                token: draft[choice.k],
+            });
         }
         draft.truncate(choice.k);
         self.buckets = buckets[..draft.len()].to_vec();
@@ -233,6 +262,10 @@ impl Drafter for GatedDrafter<'_> {
             draft_s: self.draft_call.as_secs_f64(),
         };
         let buckets = std::mem::take(&mut self.buckets);
+        if step.accepted < step.drafted {
+            // A verified draft was rejected: the cut one is judged by nothing.
+            self.unverified = None;
+        }
         debug_assert_eq!(
             buckets.len(),
             step.drafted,

@@ -230,3 +230,19 @@ fn one_slow_first_draft_does_not_price_the_source_out() {
     assert!((g.draft_s_per_token(Source::Mtp).unwrap() - 0.003).abs() < 1e-12);
     assert_eq!(g.choose(Source::Mtp, &[0]).k, 1, "worth drafting");
 }
+
+#[test]
+fn drafts_held_back_still_teach_the_gate_when_they_cost_nothing() {
+    // A 2-row decode costs 1.5x a plain one: at the prior's 0.5 a draft does
+    // not pay, so the gate holds the matcher back; the tokens the target
+    // then produced show its drafts would have been kept.
+    let mut g = Gate::new(1);
+    g.observe(Source::Ngram, &[], 0, cost(0.1, 0.0));
+    g.observe(Source::Ngram, &[0], 0, cost(0.15, 0.0));
+    assert_eq!(g.choose(Source::Ngram, &[0]).k, 0, "not worth it yet");
+    for _ in 0..20 {
+        g.observe_unverified(Source::Ngram, 0, 0, true);
+    }
+    assert!(g.p_keep(Source::Ngram, 0, 0) > 0.9);
+    assert_eq!(g.choose(Source::Ngram, &[0]).k, 1, "worth it now");
+}
