@@ -300,15 +300,16 @@ fn generate_metered(
         generate::generate_opts(ctx, tokens, &opts, &mut sink, d)
     };
     let res = match gated_sources(ngram.as_mut(), mtp) {
-        Some(sources) if cfg.spec_gate => {
+        Some(generate::Sources::One(d, _)) if !cfg.spec_gate => run(Some(d)),
+        // `--spec auto` mixes its sources through the gate, so it is always gated.
+        Some(sources) => {
             let mut g = generate::GatedDrafter::new(sources, cfg.draft_max as usize);
             run(Some(&mut g)).map(|mut r| {
                 r.spec.gate = Some(g.stats);
                 r
             })
         }
-        Some(generate::Sources::One(d, _)) => run(Some(d)),
-        _ => run(None),
+        None => run(None),
     };
     if let Ok(g) = &res {
         if g.stop == generate::StopReason::EndOfText && !g.tokens.is_empty() {

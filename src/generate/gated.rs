@@ -158,6 +158,27 @@ impl<'d> GatedDrafter<'d> {
         })
     }
 
+    /// The source that follows the target's cache (the head in `auto`; the
+    /// matcher needs no telling): it is told of every decode and step.
+    fn follower(&mut self) -> &mut dyn Drafter {
+        match &mut self.sources {
+            Sources::One(d, _) => &mut **d,
+            Sources::Auto { head, .. } => &mut **head,
+        }
+    }
+
+    /// Judge the matcher's last cut draft token by the token the target
+    /// produced in its place (now in `corpus`), if it did.
+    fn judge_unverified(&mut self, corpus: &[Token]) {
+        let Some(u) = self.unverified.take() else {
+            return;
+        };
+        if let Some(&t) = corpus.get(u.at) {
+            let kept = t == u.token;
+            (self.gate).observe_unverified(Source::Ngram, u.position, u.bucket, kept);
+        }
+    }
+
     fn count(&mut self, available: usize, c: &Choice) {
         let s = &mut self.stats;
         s.steps += 1;
@@ -192,13 +213,7 @@ impl Drafter for GatedDrafter<'_> {
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, GenerateError> {
-        if let Some(u) = self.unverified.take() {
-            if let Some(&t) = corpus.get(u.at) {
-                let kept = t == u.token;
-                let g = &mut self.gate;
-                g.observe_unverified(Source::Ngram, u.position, u.bucket, kept);
-            }
-        }
+        self.judge_unverified(corpus);
         let t = std::time::Instant::now();
         let Asked {
             source,
@@ -243,17 +258,11 @@ impl Drafter for GatedDrafter<'_> {
     }
 
     fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
-        match &mut self.sources {
-            Sources::One(d, _) => d.decoded(target, batch),
-            Sources::Auto { head, .. } => head.decoded(target, batch),
-        }
+        self.follower().decoded(target, batch)
     }
 
     fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
-        match &mut self.sources {
-            Sources::One(d, _) => d.begin(target, prompt),
-            Sources::Auto { head, .. } => head.begin(target, prompt),
-        }
+        self.follower().begin(target, prompt)
     }
 
     fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
@@ -273,20 +282,19 @@ impl Drafter for GatedDrafter<'_> {
         );
         self.gate
             .observe(self.source, &buckets, step.accepted, cost);
-        match &mut self.sources {
-            Sources::One(d, _) => d.accepted(target, step),
-            // The head keeps what the target kept (it saw the decoded rows);
-            // a draft that was not its own is nothing for it to accept.
-            Sources::Auto { head, .. } if self.source == Source::Ngram => {
-                let none = Accepted {
-                    drafted: 0,
-                    accepted: 0,
-                    ..step
-                };
-                head.accepted(target, none)
-            }
-            Sources::Auto { head, .. } => head.accepted(target, step),
-        }
+        // In `auto` the head keeps what the target kept (it saw the decoded
+        // rows); the matcher's draft is nothing for it to accept.
+        let matcher_drafted_for_head =
+            matches!(self.sources, Sources::Auto { .. }) && self.source == Source::Ngram;
+        let step = match matcher_drafted_for_head {
+            true => Accepted {
+                drafted: 0,
+                accepted: 0,
+                ..step
+            },
+            false => step,
+        };
+        self.follower().accepted(target, step)
     }
 
     fn gate_step(&self) -> Option<GateStep> {
