@@ -102,6 +102,8 @@ enum Request {
     Decoded(Vec<(Token, i32, bool)>),
     Begin(Vec<Token>),
     Accepted(Accepted),
+    /// Empty the head's cache (the gate rests it).
+    Forget,
     /// The corpus grew by `tail`; draft up to `max` tokens after it.
     Draft {
         tail: Vec<Token>,
@@ -247,6 +249,10 @@ impl Drafter for MtpActor {
     fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
         self.call(target, Request::Accepted(step)).map(|_| ())
     }
+
+    fn forget(&mut self, target: &mut Context) -> Result<(), GenerateError> {
+        self.call(target, Request::Forget).map(|_| ())
+    }
 }
 
 /// The actor's state, on its own thread.
@@ -381,6 +387,7 @@ impl Actor {
             }
             Request::Begin(prompt) => self.drafter.begin_in(turn, &prompt).map(|_| Vec::new()),
             Request::Accepted(step) => self.drafter.accepted_in(turn, step).map(|_| Vec::new()),
+            Request::Forget => self.drafter.forget_cache().map(|_| Vec::new()),
             Request::Draft { tail, max } => {
                 self.corpus.extend(tail);
                 // Only the drafting pass's routing predicts its catch-up.
@@ -426,6 +433,7 @@ impl Request {
             Request::Decoded(_) => "decoded",
             Request::Begin(_) => "begin",
             Request::Accepted(_) => "accepted",
+            Request::Forget => "forget",
             Request::Draft { .. } => "draft",
         }
     }

@@ -11,7 +11,10 @@
 //! `draft(k)` what drafting k tokens costs. k = 0 is the plain decode. Every
 //! input is a running estimate from the steps already taken ([`Gate::observe`]),
 //! so the same code holds back on a host where a wide batch is dear and drafts
-//! far where it is cheap. Pure policy: no model, no clock.
+//! far where it is cheap. Pure policy: no model, no clock. [`upkeep`] decides
+//! when a held-back MTP head stops following the target.
+
+pub mod upkeep;
 
 /// Where a draft came from: each source keeps its own acceptance estimates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -316,6 +316,12 @@ fn gate_line(g: &crate::generate::GateStats) -> String {
             format!("; drafted by the n-gram matcher {n}, the MTP head {m}")
         }
         _ => String::new(),
+    } + &match g.rested {
+        0 => String::new(),
+        n => format!(
+            "; the MTP head rested (no catch-up) on {n} steps, woke {} times",
+            g.woke
+        ),
     }
 }
 

@@ -37,6 +37,12 @@ pub trait Drafter {
     fn accepted(&mut self, _target: &mut Context, _step: Accepted) -> Result<(), GenerateError> {
         Ok(())
     }
+    /// Drop everything the source keeps of the target's past (the MTP head's
+    /// own cache): it follows again from the next decoded batch it is told
+    /// of, which may start at any position. For a gated head at rest.
+    fn forget(&mut self, _target: &mut Context) -> Result<(), GenerateError> {
+        Ok(())
+    }
     /// How sure the source was of each token of its last draft (the n-gram
     /// match length; empty: nothing to say).
     fn evidence(&self) -> Vec<f32> {
@@ -115,6 +121,11 @@ impl MtpDrafter {
         Ok(self.head.begin(turn, prompt)?)
     }
 
+    /// [`Drafter::forget`]: the head's cache emptied.
+    pub fn forget_cache(&mut self) -> Result<(), GenerateError> {
+        Ok(self.head.forget()?)
+    }
+
     /// [`Drafter::accepted`] with the target lent as a turn.
     pub fn accepted_in(
         &mut self,
@@ -153,6 +164,10 @@ impl Drafter for MtpDrafter {
 
     fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
         self.accepted_in(&mut TargetTurn::new(target), step)
+    }
+
+    fn forget(&mut self, _target: &mut Context) -> Result<(), GenerateError> {
+        self.forget_cache()
     }
 }
 

@@ -6,7 +6,10 @@
 //! (a lookup, nearly free) and the MTP head only when the matcher has no
 //! match; the head still sees every decoded batch, and on a step the matcher
 //! drafted it is told it drafted nothing (it only trims its own positions).
+//! A head the gate keeps holding back rests (`spec_gate::upkeep`): it forgets
+//! its cache and skips its catch-up until the gate would let it draft again.
 
+use bmoe_actors::spec_gate::upkeep::{HeadStep, Upkeep};
 use bmoe_actors::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
 
 use super::{Accepted, Drafter, GenerateError, NgramDrafter};
@@ -50,6 +53,9 @@ pub struct GateStats {
     pub explored: u64,
     /// Steps that verified drafts, per source (`Source as usize`).
     pub drafted_steps_by: [u64; 2],
+    /// Steps the MTP head rested (no catch-up), and the times it woke.
+    pub rested: u64,
+    pub woke: u64,
 }
 
 /// A draft source behind the gate.
@@ -69,6 +75,8 @@ pub struct GatedDrafter<'d> {
     /// The first bucket the head reported last time (a prior for capping it
     /// before it drafts).
     last_bucket: usize,
+    /// Whether the head keeps up with the target while held back.
+    upkeep: Upkeep,
     pub stats: GateStats,
 }
 
@@ -106,6 +114,7 @@ impl<'d> GatedDrafter<'d> {
             draft_call: std::time::Duration::ZERO,
             unverified: None,
             last_bucket: 0,
+            upkeep: Upkeep::default(),
             stats: GateStats::default(),
         }
     }
@@ -145,6 +154,23 @@ impl<'d> GatedDrafter<'d> {
             }
         };
         let cap = Self::cap(&self.gate, source, self.last_bucket, max);
+        let cap = match source {
+            Source::Ngram => cap,
+            Source::Mtp => {
+                let step = self.upkeep.step(cap);
+                match step {
+                    HeadStep::Rest { forget } => {
+                        self.stats.rested += 1;
+                        if forget {
+                            inner.forget(target)?;
+                        }
+                    }
+                    HeadStep::Wake => self.stats.woke += 1,
+                    HeadStep::Draft(_) | HeadStep::Hold => {}
+                }
+                step.cap()
+            }
+        };
         let draft = match cap {
             0 => Vec::new(),
             n => inner.draft(target, corpus, n)?,
@@ -258,6 +284,9 @@ impl Drafter for GatedDrafter<'_> {
     }
 
     fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
+        if self.upkeep.resting() {
+            return Ok(());
+        }
         self.follower().decoded(target, batch)
     }
 
@@ -294,6 +323,10 @@ impl Drafter for GatedDrafter<'_> {
             },
             false => step,
         };
+        if self.upkeep.resting() {
+            // Its cache is empty: nothing to keep or trim.
+            return Ok(());
+        }
         self.follower().accepted(target, step)
     }
 

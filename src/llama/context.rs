@@ -95,6 +95,12 @@ unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
 
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
+        if params.kind == ContextKind::Mtp && !model.mtp_loaded() {
+            // llama.cpp aborts the process on an MTP graph without its block.
+            return Err(LlamaError::ContextFailed(
+                "the model was loaded without its MTP (nextn) block (ModelParams::load_mtp)".into(),
+            ));
+        }
         // SAFETY: returns a plain struct by value.
         let mut cp = unsafe { sys::llama_context_default_params() };
         let n_seq = params.n_seq.clamp(1, MAX_SEQUENCES);

@@ -150,6 +150,8 @@ pub struct Model {
     path: PathBuf,
     /// Whether a decode of a context on this model is running.
     decoding: AtomicBool,
+    /// Whether its MTP (nextn) blocks were loaded ([`ModelParams::load_mtp`]).
+    mtp_loaded: bool,
 }
 
 // SAFETY: after load, llama.cpp only reads a llama_model, except the tensor
@@ -231,6 +233,7 @@ impl Model {
             ptr,
             path: path.to_path_buf(),
             decoding: AtomicBool::new(false),
+            mtp_loaded: params.load_mtp,
         })
     }
 
@@ -253,6 +256,12 @@ impl Model {
     pub fn n_layer(&self) -> u32 {
         // SAFETY: valid model pointer; pure getter.
         unsafe { sys::llama_model_n_layer(self.ptr.as_ptr()) }.max(0) as u32
+    }
+
+    /// Whether the MTP (nextn) blocks were loaded, so that an MTP context
+    /// can be created on it.
+    pub fn mtp_loaded(&self) -> bool {
+        self.mtp_loaded
     }
 
     /// MTP (nextn) blocks loaded after the trunk.

@@ -216,6 +216,19 @@ impl MtpHead {
     }
 }
 
+impl MtpHead {
+    /// Empty the draft context's cache, so that the next batch it processes
+    /// may start at any position (llama.cpp requires a sequence's positions
+    /// to follow its last one, unless it holds none). Its first row is paired
+    /// with the last hidden state the head kept, an older token's.
+    pub fn forget(&mut self) -> Result<(), LlamaError> {
+        match self.trim_draft(0) {
+            true => Ok(()),
+            false => Err(LlamaError::Mtp("could not empty the head's cache".into())),
+        }
+    }
+}
+
 impl Drop for MtpHead {
     fn drop(&mut self) {
         // SAFETY: created by llama_rs_mtp_speculative_init, freed once, before

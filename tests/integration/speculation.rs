@@ -470,6 +470,130 @@ fn spec_auto_mixes_the_matcher_and_the_head_and_keeps_the_text() {
     );
 }
 
+/// The real MTP head, made dear to draft (a sleep per drafting call), with
+/// its catch-ups and forgettings counted.
+struct DearHead {
+    head: generate::MtpDrafter,
+    caught_up: usize,
+    forgot: usize,
+}
+
+impl Drafter for DearHead {
+    fn draft(
+        &mut self,
+        target: &mut Context,
+        corpus: &[Token],
+        max: usize,
+    ) -> Result<Vec<Token>, generate::GenerateError> {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        self.head.draft(target, corpus, max)
+    }
+    fn decoded(
+        &mut self,
+        target: &mut Context,
+        batch: &bmoe::llama::Batch,
+    ) -> Result<(), generate::GenerateError> {
+        self.caught_up += 1;
+        self.head.decoded(target, batch)
+    }
+    fn begin(
+        &mut self,
+        target: &mut Context,
+        prompt: &[Token],
+    ) -> Result<(), generate::GenerateError> {
+        self.head.begin(target, prompt)
+    }
+    fn accepted(
+        &mut self,
+        target: &mut Context,
+        step: generate::Accepted,
+    ) -> Result<(), generate::GenerateError> {
+        self.head.accepted(target, step)
+    }
+    fn forget(&mut self, target: &mut Context) -> Result<(), generate::GenerateError> {
+        self.forgot += 1;
+        self.head.forget(target)
+    }
+}
+
+#[test]
+fn a_head_the_gate_holds_back_rests_wakes_and_keeps_the_text() {
+    use bmoe::llama::{ContextKind, MtpHead, TargetTurn};
+    // A head that is mostly wrong (and dear): drafting never pays.
+    let path = tiny_mtp(4.0, 0.25);
+    // Without its block loaded, an MTP context is refused (llama.cpp would abort).
+    let bare = Arc::new(Model::load(&path, &ModelParams::default()).unwrap());
+    let refused = Context::new(
+        bare,
+        ContextParams {
+            kind: ContextKind::Mtp,
+            ..ContextParams::default()
+        },
+    );
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("load_mtp")),
+        "an MTP context on a model loaded without its block is an error"
+    );
+    let load = ModelParams {
+        load_mtp: true,
+        ..ModelParams::default()
+    };
+    let model = Arc::new(Model::load(&path, &load).unwrap());
+    let prompt = generate::prompt_tokens(&model, "The quick brown fox", false).unwrap();
+    let n = 72;
+    let params = || ContextParams {
+        n_ctx: 512,
+        n_rs_seq: 3,
+        ..ContextParams::default()
+    };
+    let mut ctx = Context::new(model.clone(), params()).unwrap();
+    let plain =
+        generate::generate_with(&mut ctx, &prompt, n, 512, &mut |_: &str| {}, None, 0).unwrap();
+    let mut ctx = Context::new(model.clone(), params()).unwrap();
+    let draft_params = ContextParams {
+        kind: ContextKind::Mtp,
+        ..params()
+    };
+    let draft = Context::new(model.clone(), draft_params).unwrap();
+    let head = MtpHead::new(TargetTurn::new(&mut ctx), draft, 3, 0.0).unwrap();
+    let mut dear = DearHead {
+        head: generate::MtpDrafter::new(head),
+        caught_up: 0,
+        forgot: 0,
+    };
+    let sources = generate::Sources::One(&mut dear, bmoe_actors::spec_gate::Source::Mtp);
+    let mut gated = generate::GatedDrafter::new(sources, 3);
+    let g = generate::generate_with(
+        &mut ctx,
+        &prompt,
+        n,
+        512,
+        &mut |_: &str| {},
+        Some(&mut gated),
+        3,
+    )
+    .unwrap();
+    let stats = gated.stats;
+    assert_eq!(g.tokens, plain.tokens, "gated text = plain text");
+    // Its drafts are rejected and a drafting call costs more than a decode:
+    // after its first drafts the gate holds the head back, so it rests, and the exploration every
+    // EXPLORE_EVERY plain steps wakes it (one plain step) before it drafts.
+    assert!(stats.rested > 0 && stats.woke >= 1, "{stats:?}");
+    assert!(stats.explored >= 1, "{stats:?}");
+    assert!(
+        dear.forgot >= 1 && dear.forgot as u64 <= stats.woke + 1,
+        "{stats:?}"
+    );
+    // It caught up on the prompt and on every step it was not resting (the
+    // last decode, after the last gated step, follows the last state).
+    let steps = (stats.steps - stats.rested) as usize;
+    assert!(
+        (steps..=steps + 1).contains(&(dear.caught_up - 1)),
+        "caught up {} times: {stats:?}",
+        dear.caught_up
+    );
+}
+
 #[test]
 fn mtp_head_that_disagrees_rolls_back_the_hybrid_layers_and_keeps_the_text() {
     // A noisy head over a context-dependent trunk (gated delta net + attention):
