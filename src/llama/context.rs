@@ -95,7 +95,7 @@ unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
 
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
-        if params.kind == ContextKind::Mtp && !model.mtp_loaded() {
+        if params.kind == ContextKind::Mtp && model.n_layer_nextn() > 0 && !model.mtp_loaded() {
             // llama.cpp aborts the process on an MTP graph without its block.
             return Err(LlamaError::ContextFailed(
                 "the model was loaded without its MTP (nextn) block (ModelParams::load_mtp)".into(),
