@@ -80,6 +80,11 @@ pub struct Context {
     model: Arc<Model>,
 }
 
+/// The abort callback llama.cpp polls between graph nodes: whether to stop.
+///
+/// # Safety
+/// `data` must be the address of a live `AtomicBool` (the context's flag).
+// SAFETY: the contract above; the context passes its own flag as `data`.
 unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
     // SAFETY: `data` is the address of the AtomicBool inside the Arc held by the
     // owning Context, which outlives the llama context.
@@ -88,6 +93,10 @@ unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
 
 /// [`abort_cb`], and also stop when SIGINT/SIGTERM/SIGHUP asked the process
 /// to stop: a long prefill ends within one graph node, not after the batch.
+///
+/// # Safety
+/// As for [`abort_cb`].
+// SAFETY: the contract above; the context passes its own flag as `data`.
 unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
     // SAFETY: as for `abort_cb`.
     crate::interrupt::requested().is_some() || unsafe { abort_cb(data) }
