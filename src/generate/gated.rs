@@ -58,6 +58,16 @@ pub struct GateStats {
     pub woke: u64,
 }
 
+impl GateStats {
+    fn count_upkeep(&mut self, step: HeadStep) {
+        match step {
+            HeadStep::Rest { .. } => self.rested += 1,
+            HeadStep::Wake => self.woke += 1,
+            HeadStep::Draft(_) | HeadStep::Hold => {}
+        }
+    }
+}
+
 /// A draft source behind the gate.
 pub struct GatedDrafter<'d> {
     sources: Sources<'d>,
@@ -158,15 +168,9 @@ impl<'d> GatedDrafter<'d> {
             Source::Ngram => cap,
             Source::Mtp => {
                 let step = self.upkeep.step(cap);
-                match step {
-                    HeadStep::Rest { forget } => {
-                        self.stats.rested += 1;
-                        if forget {
-                            inner.forget(target)?;
-                        }
-                    }
-                    HeadStep::Wake => self.stats.woke += 1,
-                    HeadStep::Draft(_) | HeadStep::Hold => {}
+                self.stats.count_upkeep(step);
+                if step == (HeadStep::Rest { forget: true }) {
+                    inner.forget(target)?;
                 }
                 step.cap()
             }
