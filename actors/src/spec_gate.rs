@@ -54,6 +54,14 @@ const UNSEEN_ROW_COST: f64 = 0.25;
 /// when the estimates say it does not pay, so that estimates made in other
 /// conditions (a colder cache, another kind of text) can recover.
 pub const EXPLORE_EVERY: u32 = 32;
+/// Each exploration after which a draft could not pay even at a hopeful
+/// acceptance (see [`HOPE_SIGMAS`]) doubles the wait before the next one, up
+/// to this; after any other draft the wait is [`EXPLORE_EVERY`] again. A
+/// source that keeps losing costs one wider decode in 257 steps instead of one
+/// in 33, and one whose estimate is still unsure keeps being tried.
+pub const EXPLORE_EVERY_MAX: u32 = 256;
+/// A hopeful acceptance: the estimate plus this many standard errors of it.
+const HOPE_SIGMAS: f64 = 2.0;
 
 /// Kept/seen counts of one (source, position, bucket).
 #[derive(Debug, Clone, Copy, Default)]
@@ -107,6 +115,9 @@ pub struct Gate {
     draft_s_per_token: [std::collections::VecDeque<f64>; 2],
     /// Steps since the last one that verified a draft.
     since_draft: u32,
+    /// Plain steps before the next exploration ([`EXPLORE_EVERY`] doubled
+    /// per exploration in a row, up to [`EXPLORE_EVERY_MAX`]).
+    explore_every: u32,
 }
 
 impl Gate {
@@ -118,6 +129,7 @@ impl Gate {
             verify_s: vec![std::collections::VecDeque::new(); max_draft + 1],
             draft_s_per_token: Default::default(),
             since_draft: 0,
+            explore_every: EXPLORE_EVERY,
         }
     }
 
@@ -239,7 +251,7 @@ impl Gate {
         if available > 0 && best.k < available {
             best.held_back = Some(HeldBack::NotWorthIt);
         }
-        if available > 0 && best.k == 0 && self.since_draft >= EXPLORE_EVERY {
+        if available > 0 && best.k == 0 && self.since_draft >= self.explore_every {
             let p = self.p_keep(source, 0, buckets[0]);
             let cost = self.verify_cost_s(2).unwrap_or(plain) + draft_per_token;
             best = Choice {
@@ -266,15 +278,36 @@ impl Gate {
         }
     }
 
+    /// Count a step with or without a verified draft. A draft after at least
+    /// `explore_every` steps without one is the exploration: when even a
+    /// `hopeful` acceptance would not pay, the next one waits twice as long.
+    /// A draft sooner than that was the gate's own choice: the wait goes back
+    /// to [`EXPLORE_EVERY`], as it does while a draft could still pay.
+    fn count_draft(&mut self, drafted: bool, hopeful: bool) {
+        if !drafted {
+            self.since_draft = self.since_draft.saturating_add(1);
+            return;
+        }
+        let explored = self.since_draft >= self.explore_every;
+        self.explore_every = match explored && !hopeful {
+            true => self.explore_every.saturating_mul(2).min(EXPLORE_EVERY_MAX),
+            false => EXPLORE_EVERY,
+        };
+        self.since_draft = 0;
+        debug_assert!((EXPLORE_EVERY..=EXPLORE_EVERY_MAX).contains(&self.explore_every));
+    }
+
+    /// Plain steps the gate waits, from the last verified draft, before it
+    /// explores.
+    pub fn explore_every(&self) -> u32 {
+        self.explore_every
+    }
+
     /// What a step cost and kept: the decode of `width` rows took `verify_s`,
     /// drafting `k = buckets.len()` tokens took `draft_s`, and `kept` of them
     /// were confirmed by the target.
     pub fn observe(&mut self, source: Source, buckets: &[usize], kept: usize, cost: StepCost) {
         let width = buckets.len() + 1;
-        self.since_draft = match buckets.is_empty() {
-            true => self.since_draft.saturating_add(1),
-            false => 0,
-        };
         let plain = self.measured_s(1).map(|p| p.0).filter(|&p| p > 0.0);
         let sample = match (width, plain) {
             (1, _) => Some(cost.verify_s),
@@ -296,6 +329,30 @@ impl Gate {
                 c.kept += f64::from(u8::from(i < kept));
             }
         }
+        let this_wide_s = Some(cost.verify_s).filter(|_| width == 2);
+        let hopeful = buckets
+            .first()
+            .is_some_and(|&b| self.could_pay(source, b, this_wide_s));
+        self.count_draft(!buckets.is_empty(), hopeful);
+    }
+
+    /// Whether one draft token in `bucket` would pay at a hopeful acceptance
+    /// (the estimate plus [`HOPE_SIGMAS`] standard errors) and the cheaper of
+    /// the 2-row decode's estimate and `this_wide_s` (the one just measured,
+    /// news the median has not taken in yet): false once enough drafts were
+    /// judged to show it does not.
+    fn could_pay(&self, source: Source, bucket: usize, this_wide_s: Option<f64>) -> bool {
+        let (Some(plain), Some(wide)) = (self.verify_cost_s(1), self.verify_cost_s(2)) else {
+            return true;
+        };
+        let wide = this_wide_s.map_or(wide, |s| s.min(wide));
+        let p = self.p_keep(source, 0, bucket);
+        let seen = self.acceptance[source as usize]
+            .first()
+            .map_or(0.0, |t| t[bucket.min(BUCKETS - 1)].seen);
+        let hope = (p + HOPE_SIGMAS * (p * (1.0 - p) / (seen + PRIOR_SEEN)).sqrt()).min(1.0);
+        let draft_s = self.draft_s_per_token(source).unwrap_or(0.0);
+        (1.0 + hope) * plain > wide + draft_s
     }
 }
 

@@ -110,11 +110,14 @@ fn drafting_cost_holds_back_an_expensive_source() {
 /// best fixed draft length's.
 #[test]
 fn the_gate_never_loses_much_against_plain_or_the_best_fixed_k() {
-    let mut rng = crate::xorshift::XorShift::new(0x5eed_9a7e);
+    // The hosts are drawn from their own stream, so that they do not change
+    // with the gate's choices (which draw the acceptances from another).
+    let mut hosts = crate::xorshift::XorShift::new(0x5eed_9a7e);
+    let mut rng = crate::xorshift::XorShift::new(0xacce_97ed);
     let mut next = move || rng.next_u64();
     for _ in 0..40 {
-        let p = (next() % 11) as f64 / 10.0;
-        let slope = (next() % 100) as f64 / 100.0;
+        let p = (hosts.next_u64() % 11) as f64 / 10.0;
+        let slope = (hosts.next_u64() % 100) as f64 / 100.0;
         let verify = |w: usize| 0.1 * (1.0 + slope * (w - 1) as f64);
         // Expected rate of a fixed k (tokens per second).
         let fixed = |k: usize| {
@@ -143,7 +146,7 @@ fn the_gate_never_loses_much_against_plain_or_the_best_fixed_k() {
         }
         let rate = tokens / seconds;
         assert!(
-            rate >= 0.9 * best_fixed && rate >= 0.97 * fixed(0),
+            rate >= 0.9 * best_fixed && rate >= 0.99 * fixed(0),
             "p {p} slope {slope}: reached {rate:.2} tok/s, best fixed {best_fixed:.2}, plain {:.2}",
             fixed(0)
         );
@@ -166,22 +169,52 @@ fn a_source_held_back_is_tried_again_now_and_then() {
     for _ in 0..30 {
         g.observe(Source::Ngram, &[0], 0, cost(0.2, 0.0));
     }
-    let mut explored = 0;
-    for _ in 0..(3 * (EXPLORE_EVERY + 1)) {
-        let c = g.choose(Source::Ngram, &[0, 0]);
-        explored += usize::from(c.explore);
-        assert!(c.k == usize::from(c.explore), "{c:?}");
-        g.observe(
-            Source::Ngram,
-            &vec![0; c.k],
-            0,
-            cost(0.1 + 0.1 * c.k as f64, 0.0),
-        );
+    let explored = explorations(&mut g, 900, 0.2, false);
+    // Plain steps before each exploration: 32, doubled after each one that
+    // did not pay, up to 256.
+    let waits: Vec<usize> = explored.windows(2).map(|w| w[1] - w[0] - 1).collect();
+    assert_eq!(explored[0], EXPLORE_EVERY as usize, "{explored:?}");
+    assert_eq!(waits, [64, 128, 256, 256], "{explored:?}");
+    assert_eq!(g.explore_every(), EXPLORE_EVERY_MAX);
+}
+
+/// Drive `g` for `steps` steps of a host where a 2-row decode costs
+/// `wide_s` (a plain one 0.1 s) and the draft is kept when `kept`; the steps
+/// at which it explored.
+fn explorations(g: &mut Gate, steps: usize, wide_s: f64, kept: bool) -> Vec<usize> {
+    let mut explored = Vec::new();
+    for step in 0..steps {
+        let c = g.choose(Source::Ngram, &[0]);
+        if c.explore {
+            explored.push(step);
+        }
+        let kept = usize::from(kept && c.k > 0);
+        let verify_s = if c.k > 0 { wide_s } else { 0.1 };
+        g.observe(Source::Ngram, &vec![0; c.k], kept, cost(verify_s, 0.0));
     }
-    assert_eq!(
-        explored, 3,
-        "one exploring draft every {EXPLORE_EVERY} steps"
+    explored
+}
+
+#[test]
+fn a_draft_the_gate_chooses_again_resets_the_wait_before_exploring() {
+    // Backed off on a host where a wide decode is dear and drafts fail...
+    let mut g = Gate::new(1);
+    g.observe(Source::Ngram, &[], 0, cost(0.1, 0.0));
+    for _ in 0..5 {
+        g.observe(Source::Ngram, &[0], 0, cost(0.2, 0.0));
+    }
+    explorations(&mut g, 300, 0.2, false);
+    assert!(
+        g.explore_every() > 2 * EXPLORE_EVERY,
+        "{}",
+        g.explore_every()
     );
+    // ...then a wide decode turns cheap and every draft is kept: after the
+    // next exploration the gate drafts by itself, and the wait is back to 32.
+    let explored = explorations(&mut g, 600, 0.105, true);
+    assert!(!explored.is_empty());
+    assert_eq!(g.explore_every(), EXPLORE_EVERY);
+    assert_eq!(g.choose(Source::Ngram, &[0]).k, 1, "drafting pays again");
 }
 
 #[test]
