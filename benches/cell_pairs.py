@@ -8,8 +8,13 @@ runs by round (the per-run column lists them in round order; the baseline's
 extra run, its last, is left out) and prints the geometric mean of the
 per-round ratios with a Student's t 95% interval on their logs.
 
-Usage: benches/cell_pairs.py SUMMARY.md NUMERATOR:DENOMINATOR [...]
-e.g.   benches/cell_pairs.py DIR/summary.md gate-res:off-res gate-c25:off-c25
+With --end-to-end it pairs the runs' end-to-end rates (the "End-to-end
+rate" table: decode_tok_s, drafting and the loop between decodes included,
+what a user sees) instead of the cells table's decodes-alone tok/s; compare
+speculating cells that way.
+
+Usage: benches/cell_pairs.py [--end-to-end] SUMMARY.md NUMERATOR:DENOMINATOR [...]
+e.g.   benches/cell_pairs.py --end-to-end DIR/summary.md gate-res:off-res gate-c25:off-c25
 """
 import math
 import sys
@@ -19,9 +24,11 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
        8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 15: 2.131, 20: 2.086}
 
 
-def per_run(path):
+def per_run(path, section):
     text = open(path, encoding="utf-8").read()
-    start = text.index("## Cells")
+    if section not in text:
+        sys.exit(f"no '{section}' table in {path} (a bench from before it was added?)")
+    start = text.index(section)
     runs = {}
     header = None
     for line in text[start:].splitlines()[1:]:
@@ -56,16 +63,19 @@ def pair(runs, num, den):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    end_to_end = "--end-to-end" in args
+    args = [a for a in args if a != "--end-to-end"]
+    if len(args) < 2:
         sys.exit(__doc__)
-    runs = per_run(sys.argv[1])
+    runs = per_run(args[0], "## End-to-end rate" if end_to_end else "## Cells")
     print("| cell / against | rounds | paired ratio | 95% CI |")
     print("|---|---:|---:|---|")
-    for spec in sys.argv[2:]:
+    for spec in args[1:]:
         num, den = spec.split(":")
         missing = [c for c in (num, den) if c not in runs]
         if missing:
-            sys.exit(f"no cell {', '.join(missing)} in {sys.argv[1]} (cells: {', '.join(runs)})")
+            sys.exit(f"no cell {', '.join(missing)} in {args[0]} (cells: {', '.join(runs)})")
         ratio, ci, n = pair(runs, num, den)
         ci_text = "—" if ci is None else f"{ci[0]:.3f}–{ci[1]:.3f}"
         print(f"| {num} / {den} | {n} | {ratio:.3f}x | {ci_text} |")

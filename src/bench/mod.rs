@@ -14,6 +14,7 @@ pub mod balloon;
 mod bound;
 mod cells;
 mod child;
+mod end_to_end;
 pub mod host;
 pub mod neighbour;
 mod ratio;

@@ -75,6 +75,17 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
          flagged. {}",
         flag_rule()
     );
+    let _ = writeln!(md, "\n## End-to-end rate\n");
+    md.push_str(&super::end_to_end::end_to_end_table(&plan.cells, s.results));
+    let _ = writeln!(
+        md,
+        "\nend-to-end tok/s: each run's `decode_tok_s` (tokens after the first over the wall \
+         time from the first to the last: decodes, drafting, sampling, output and telemetry; \
+         what a user sees), per run in round order; outside decodes: the share of that time \
+         spent between the decodes (1 − end-to-end over the decodes-alone rate of the cells \
+         table; a speculating cell's drafting and catch-up are in it); x baseline: paired by \
+         round as above, over all runs. Compare speculating cells on this table."
+    );
     let _ = writeln!(md, "\n## Memory\n");
     md.push_str(&memory_table(s.results, &plan.cells, s.layout));
     let _ = writeln!(md, "\n## Runs, in the order they ran\n");

@@ -149,6 +149,22 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     assert!(!summary.contains("| NO |"), "RSS over budget:\n{summary}");
     // stdout carries the same cells table.
     assert!(stdout(&o).contains("| half |"));
+    // What a user sees: the end-to-end rate of every run, below the
+    // decodes-alone rate of the cells table, paired to the baseline.
+    let e2e = &summary[summary.find("## End-to-end rate").expect("section")..];
+    let e2e_row = |cell: &str| -> Vec<String> {
+        let line = e2e.lines().find(|l| l.starts_with(&format!("| {cell} ")));
+        let line = line.unwrap_or_else(|| panic!("no {cell} in\n{e2e}"));
+        line.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let base = e2e_row("serial (baseline)");
+    assert_eq!(base[2], "2", "{base:?}");
+    assert_eq!(base[4].split(" / ").count(), 2, "{base:?}");
+    let e2e_rate: f64 = base[3].parse().unwrap();
+    assert!(e2e_rate > 0.0 && e2e_rate < tok_s, "{base:?} vs {serial:?}");
+    assert!(base[5].ends_with('%'), "{base:?}");
+    let res = e2e_row("res");
+    assert!(res[6].ends_with("x (1)"), "paired over one round: {res:?}");
 }
 
 #[test]
