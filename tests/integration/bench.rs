@@ -159,9 +159,14 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     };
     let base = e2e_row("serial (baseline)");
     assert_eq!(base[2], "2", "{base:?}");
-    assert_eq!(base[4].split(" / ").count(), 2, "{base:?}");
-    let e2e_rate: f64 = base[3].parse().unwrap();
-    assert!(e2e_rate > 0.0 && e2e_rate < tok_s, "{base:?} vs {serial:?}");
+    // Run by run (round order in both tables), at most the decodes-alone
+    // rate (to the tables' rounding) and not far below it.
+    let rates = |s: &str| -> Vec<f64> { s.split(" / ").map(|x| x.parse().unwrap()).collect() };
+    let (e2e_runs, alone_runs) = (rates(&base[4]), rates(serial[5]));
+    assert_eq!(e2e_runs.len(), 2, "{base:?}");
+    for (e, a) in e2e_runs.iter().zip(&alone_runs) {
+        assert!(*e <= a + 0.01 && *e > 0.5 * a, "{base:?} vs {serial:?}");
+    }
     assert!(base[5].ends_with('%'), "{base:?}");
     let res = e2e_row("res");
     assert!(res[6].ends_with("x (1)"), "paired over one round: {res:?}");
