@@ -309,13 +309,20 @@ impl Gate {
     pub fn observe(&mut self, source: Source, buckets: &[usize], kept: usize, cost: StepCost) {
         let width = buckets.len() + 1;
         let plain = self.measured_s(1).map(|p| p.0).filter(|&p| p > 0.0);
+        // A wider decode costs at least a plain one: a ratio under 1 is noise
+        // or a stale plain estimate (one slow first plain decode, never
+        // measured again while the gate drafts), and a wider decode faster
+        // than the plain estimate is a plain sample too.
         let sample = match (width, plain) {
             (1, _) => Some(cost.verify_s),
-            (_, Some(p)) => Some(cost.verify_s / p),
+            (_, Some(p)) => Some((cost.verify_s / p).max(1.0)),
             (_, None) => None,
         };
         if let (Some(samples), Some(x)) = (self.verify_s.get_mut(width - 1), sample) {
             push_sample(samples, x);
+        }
+        if width > 1 && plain.is_some_and(|p| cost.verify_s < p) {
+            push_sample(&mut self.verify_s[0], cost.verify_s);
         }
         if !buckets.is_empty() {
             let per_token = cost.draft_s / buckets.len() as f64;

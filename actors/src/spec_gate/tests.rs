@@ -236,6 +236,24 @@ fn one_slow_first_decode_at_a_width_does_not_hold_it_back() {
 }
 
 #[test]
+fn one_slow_first_plain_decode_does_not_make_drafting_look_free() {
+    // The first plain decode took 15x (a loaded host, a graph being built);
+    // every later decode, plain or 2 rows, takes 0.02 s, drafting a token
+    // 0.04 s, and no draft is kept: drafting never pays.
+    let mut g = Gate::new(1);
+    g.observe(Source::Mtp, &[], 0, cost(0.3, 0.0));
+    let mut drafted = 0;
+    for _ in 0..40 {
+        let c = g.choose(Source::Mtp, &[0]);
+        drafted += c.k;
+        let draft_s = 0.04 * c.k as f64;
+        g.observe(Source::Mtp, &vec![0; c.k], 0, cost(0.02, draft_s));
+    }
+    assert!(drafted <= 3, "drafted on {drafted} of 40 steps");
+    assert!((g.verify_cost_s(1).unwrap() - 0.02).abs() < 1e-9);
+}
+
+#[test]
 fn a_width_measured_on_a_cold_cache_follows_the_plain_decode_as_it_warms() {
     // Streaming: every decode gets 4x cheaper as the cache warms; width 2
     // stays at 1.2x plain throughout. Measured cold, then only plain decodes.
