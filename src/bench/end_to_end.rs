@@ -8,11 +8,11 @@
 use std::fmt::Write as _;
 
 use super::ratio::paired_ratio;
-use super::summary::RunResult;
+use super::summary::{trailer_f64, RunResult};
 use super::Cell;
 
 /// The run's end-to-end decode rate, when it succeeded with a readable CSV.
-pub fn end_to_end_tok_s(r: &RunResult) -> Option<f64> {
+fn end_to_end_tok_s(r: &RunResult) -> Option<f64> {
     trailer(r, "decode_tok_s").filter(|&t| t > 0.0)
 }
 
@@ -23,9 +23,10 @@ fn outside_share(r: &RunResult) -> Option<f64> {
     Some(1.0 - end_to_end_tok_s(r)? / compute)
 }
 
+/// A trailer value of a run that succeeded with a readable CSV.
 fn trailer(r: &RunResult, key: &str) -> Option<f64> {
     match (&r.failure, &r.csv) {
-        (None, Some(c)) => c.trailer.get(key)?.parse().ok(),
+        (None, Some(c)) => trailer_f64(c, key),
         _ => None,
     }
 }

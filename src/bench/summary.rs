@@ -124,7 +124,7 @@ fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| mean(&v))
 }
 
-fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
+pub(super) fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
     csv.trailer.get(key).and_then(|v| v.parse::<f64>().ok())
 }
 

@@ -98,8 +98,11 @@ unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
 /// As for [`abort_cb`].
 // SAFETY: the contract above; the context passes its own flag as `data`.
 unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
-    // SAFETY: as for `abort_cb`.
-    crate::interrupt::requested().is_some() || unsafe { abort_cb(data) }
+    if crate::interrupt::requested().is_some() {
+        return true;
+    }
+    // SAFETY: as for `abort_cb`: `data` is the owning context's live flag.
+    unsafe { abort_cb(data) }
 }
 
 impl Context {
