@@ -2,7 +2,11 @@
 //! time other processes took and steal time (`/proc/stat` against the bench's
 //! own and its reaped children's time in `/proc/self/stat`), the model's
 //! device busy time and bytes other readers read (`/proc/diskstats` against
-//! `/proc/self/io`), and MemAvailable and the page cache (`/proc/meminfo`).
+//! `/proc/self/io`), MemAvailable and the page cache (`/proc/meminfo`), and
+//! the bench's and its reaped children's kernel CPU time and minor page faults
+//! (`/proc/self/stat`): the same run faulting in the same pages at another
+//! cost per fault is a host that backs the guest's fresh memory at another
+//! speed, which none of the other counters show.
 //!
 //! A sample is taken before a run is started and after it is reaped; the
 //! difference is the run's [`Conditions`]. Anything the bench starts that must
@@ -13,6 +17,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const MIB: f64 = 1024.0 * 1024.0;
+/// Linux reports `/proc` CPU times in USER_HZ ticks, 100 per second on every
+/// architecture it exposes them on.
+const USER_HZ: f64 = 100.0;
 
 /// Where the flags' thresholds are set: a run is flagged when a disturbance
 /// exceeds its reference run's by more than this.
@@ -42,14 +49,25 @@ const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 pub struct HostSample {
     pub at: Instant,
     pub cpu: CpuTicks,
-    /// utime + stime + cutime + cstime of this process, in clock ticks.
-    pub own_ticks: u64,
+    /// This process's and its reaped children's CPU time and faults.
+    pub own: OwnStat,
     /// `read_bytes` of `/proc/self/io` (includes reaped children's).
     pub own_read_bytes: Option<u64>,
     pub disk: Option<DiskCounters>,
     pub mem_available_bytes: Option<u64>,
     pub mem_total_bytes: Option<u64>,
     pub cached_bytes: Option<u64>,
+}
+
+/// What `/proc/self/stat` says of this process and its reaped children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OwnStat {
+    /// utime + stime + cutime + cstime, in clock ticks.
+    pub ticks: u64,
+    /// stime + cstime: the part spent in the kernel.
+    pub sys_ticks: u64,
+    /// minflt + cminflt: page faults served without reading a file.
+    pub minor_faults: u64,
 }
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
@@ -105,6 +123,10 @@ pub struct Conditions {
     /// Median milliseconds of the CPU kernel sampled during the interval
     /// ([`with_cpu_samples`]; None: not sampled).
     pub cpu_kernel_ms: Option<f64>,
+    /// CPU seconds the bench and its reaped children spent in the kernel.
+    pub own_sys_s: f64,
+    /// Minor page faults of the bench and its reaped children.
+    pub own_minor_faults: u64,
 }
 
 /// Parse the aggregate `cpu` line of `/proc/stat`.
@@ -129,13 +151,19 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
     })
 }
 
-/// utime + stime + cutime + cstime from `/proc/self/stat` (fields 14-17; the
-/// command name in parentheses may hold spaces, so fields count from its `)`).
-pub fn parse_self_stat_ticks(text: &str) -> Option<u64> {
+/// CPU ticks and minor faults from `/proc/self/stat` (fields 10-11 and 14-17;
+/// the command name in parentheses may hold spaces, so fields count from its
+/// `)`).
+pub fn parse_self_stat(text: &str) -> Option<OwnStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After ")": state is field 3, so field n is f[n - 3].
-    (14..=17).map(|n| f.get(n - 3)?.parse::<u64>().ok()).sum()
+    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(OwnStat {
+        ticks: (14..=17).map(field).sum::<Option<u64>>()?,
+        sys_ticks: field(15)? + field(17)?,
+        minor_faults: field(10)? + field(11)?,
+    })
 }
 
 /// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
@@ -185,7 +213,7 @@ pub fn sample(device: Option<(u32, u32)>) -> HostSample {
     HostSample {
         at: Instant::now(),
         cpu: parse_proc_stat(&read("/proc/stat")).unwrap_or_default(),
-        own_ticks: parse_self_stat_ticks(&read("/proc/self/stat")).unwrap_or(0),
+        own: parse_self_stat(&read("/proc/self/stat")).unwrap_or_default(),
         own_read_bytes: parse_key(&read("/proc/self/io"), "read_bytes"),
         disk: device.and_then(|(ma, mi)| parse_diskstats(&read("/proc/diskstats"), ma, mi)),
         mem_available_bytes: parse_key(&meminfo, "MemAvailable"),
@@ -244,7 +272,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         }
     };
     let busy = b.cpu.busy.saturating_sub(a.cpu.busy);
-    let own = b.own_ticks.saturating_sub(a.own_ticks);
+    let own = b.own.ticks.saturating_sub(a.own.ticks);
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
     let (device_reads, read_ms, disk_busy_share, other_read_mib_s) = match (a.disk, b.disk) {
         (Some(da), Some(db)) => {
@@ -279,6 +307,8 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         cached_mib: mib(a.cached_bytes),
         mem_total_mib: mib(a.mem_total_bytes),
         cpu_kernel_ms: None,
+        own_sys_s: b.own.sys_ticks.saturating_sub(a.own.sys_ticks) as f64 / USER_HZ,
+        own_minor_faults: b.own.minor_faults.saturating_sub(a.own.minor_faults),
     }
 }
 
@@ -383,8 +413,17 @@ mod tests {
             })
         );
         let own = "4242 (b m) oe) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17";
-        // utime..cstime are 11 12 13 14 (fields 14-17 counted from the pid).
-        assert_eq!(parse_self_stat_ticks(own), Some(50));
+        // minflt cminflt are 7 8, utime..cstime 11 12 13 14 (fields 10-11 and
+        // 14-17 counted from the pid).
+        assert_eq!(
+            parse_self_stat(own),
+            Some(OwnStat {
+                ticks: 50,
+                sys_ticks: 12 + 14,
+                minor_faults: 15
+            })
+        );
+        assert_eq!(parse_self_stat("1 (x) S 1 2"), None, "cut short");
         let io = "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n";
         assert_eq!(parse_key(io, "read_bytes"), Some(4096));
         let mem = "MemTotal:       1000 kB\nMemAvailable:    500 kB\nCached:  7 kB\n";
@@ -413,7 +452,11 @@ mod tests {
                 steal: 0,
                 cpus: 2,
             },
-            own_ticks: own,
+            own: OwnStat {
+                ticks: own,
+                sys_ticks: own / 2,
+                minor_faults: own * 3,
+            },
             own_read_bytes: Some(0),
             disk: Some(DiskCounters {
                 reads: disk_read / 4096,
@@ -442,6 +485,9 @@ mod tests {
         );
         assert!(quiet.other_cpu_cores.abs() < 1e-9);
         assert!((busy.other_cpu_cores - 0.9).abs() < 1e-9);
+        // Our 1000 ticks: half of them in the kernel, three faults a tick.
+        assert_eq!(quiet.own_sys_s, 5.0);
+        assert_eq!(quiet.own_minor_faults, 3000);
         assert_eq!(busy.other_read_mib_s, Some(32.0));
         // 320 MiB in 4 KiB reads taking 320 ms in all.
         assert_eq!(busy.read_ms, Some(320.0 / (320.0 * 256.0)));
@@ -505,6 +551,8 @@ mod tests {
             cached_mib: None,
             mem_total_mib: None,
             cpu_kernel_ms: None,
+            own_sys_s: 0.0,
+            own_minor_faults: 0,
         };
         let cell = [at(3.6, 900), at(3.7, 900), at(1.6, 900), at(3.5, 900)];
         let why = device_flag(&cell[2], &cell).unwrap();

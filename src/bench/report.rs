@@ -57,7 +57,9 @@ pub(super) fn summary_md(s: &SummaryInputs) -> String {
          min(resident rate, read bandwidth of the probe set of the cell's cache size (the slices \
          it misses on) at its queue depth / its bytes per token), \
          from the probe of each run's own round, mean over the runs; of bound: mean over the \
-         runs of tok/s over that bound; x baseline: ratio of means to the first cell; \
+         runs of tok/s over that bound (in the ratios table below, \"N of M above the probe\" \
+         counts runs faster than their bound: their round's probe measured less than the run \
+         itself did, so it is no ceiling for that cell); x baseline: ratio of means to the first cell; \
          text = baseline: the generated text equals the baseline's first run byte for byte.",
         compare::BOOTSTRAP_RESAMPLES
     );
@@ -221,11 +223,11 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
         md,
         "| # | cell | round | tok/s | MiB/token | other CPU cores | steal cores | disk busy % | \
          device ms/read | other reads MiB/s | MemAvailable MiB | page cache MiB | CPU kernel ms | \
-         wall s | csv | status | flags |"
+         sys CPU s | minor faults | wall s | csv | status | flags |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for (i, r) in results.iter().enumerate() {
         let f = r.csv.as_ref().map(compare::figures);
@@ -260,12 +262,12 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
 /// The conditions columns of a runs-table row.
 fn conditions_cells(c: Option<&host::Conditions>) -> String {
     let Some(c) = c else {
-        return "— | — | — | — | — | — | — | —".into();
+        return "— | — | — | — | — | — | — | — | — | —".into();
     };
     let opt =
         |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
     format!(
-        "{:.2} | {:.2} | {} | {} | {} | {} | {} | {}",
+        "{:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.2} | {}",
         c.other_cpu_cores,
         c.steal_cores,
         opt(c.disk_busy_share, 100.0),
@@ -274,7 +276,9 @@ fn conditions_cells(c: Option<&host::Conditions>) -> String {
         opt(c.mem_available_mib, 1.0),
         opt(c.cached_mib, 1.0),
         c.cpu_kernel_ms
-            .map_or_else(|| "—".into(), |x| format!("{x:.2}"))
+            .map_or_else(|| "—".into(), |x| format!("{x:.2}")),
+        c.own_sys_s,
+        c.own_minor_faults
     )
 }
 

@@ -432,11 +432,12 @@ pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]
             ),
         };
         let of_bound = |unflagged: bool| {
-            let v = runs
+            let v: Vec<f64> = runs
                 .iter()
                 .filter(|r| !unflagged || (r.flags.is_empty() && !probe_flagged(r.run)))
-                .filter_map(|r| r.of_bound(probes));
-            mean_of(v).map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0))
+                .filter_map(|r| r.of_bound(probes))
+                .collect();
+            of_bound_cell(&v)
         };
         let (all, all_ci) = ratio(false);
         let (clean, clean_ci) = ratio(true);
@@ -450,6 +451,27 @@ pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]
         );
     }
     out
+}
+
+/// Mean share of the bound over `runs` ("—" without any), and how many of
+/// them were above their bound: a run faster than its round's probe allows
+/// shows the probe is no ceiling for that cell, which is said beside the mean
+/// (`benches/bench_agree.py` names it as the reason two benches' fractions
+/// differ).
+pub fn of_bound_cell(runs: &[f64]) -> String {
+    let Some(mean) = mean_of(runs.iter().copied()) else {
+        return "—".into();
+    };
+    let above = runs.iter().filter(|&&x| x > 1.0).count();
+    if above == 0 {
+        format!("{:.0}%", mean * 100.0)
+    } else {
+        format!(
+            "{:.0}% ({above} of {} above the probe)",
+            mean * 100.0,
+            runs.len()
+        )
+    }
 }
 
 /// The preamble keys whose values differ between cells, per cell (the legend).
@@ -495,4 +517,24 @@ pub fn legend(results: &[RunResult], cells: &[Cell]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::of_bound_cell;
+
+    #[test]
+    fn a_cell_faster_than_its_probe_says_how_many_runs_were() {
+        assert_eq!(of_bound_cell(&[]), "—");
+        assert_eq!(of_bound_cell(&[0.9, 0.8]), "85%");
+        assert_eq!(
+            of_bound_cell(&[1.0]),
+            "100%",
+            "at the bound is not above it"
+        );
+        assert_eq!(
+            of_bound_cell(&[0.9, 1.3, 1.2]),
+            "113% (2 of 3 above the probe)"
+        );
+    }
 }
