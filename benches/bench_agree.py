@@ -11,9 +11,10 @@ For a cell that does not agree, the last column says what the two benches'
 recorded conditions show for it and for the baseline (the ratio's other side):
 the medians of the runs table's device ms/read (more than 1.5x apart, the
 bench's own device threshold), CPU kernel ms (1.10x), other CPU cores (0.25
-apart) and the run's own kernel CPU seconds (sys CPU s, 1.5x: the same run
-faulting in the same fresh pages at another cost is the host backing the
-guest's memory at another speed; summaries before that column have none);
+apart), fresh page us (1.5x: how fast the host backed the guest's new
+memory) and the run's own kernel CPU seconds (sys CPU s, 1.5x: the same run
+faulting in the same fresh pages at another cost); summaries older than a
+column have none of it;
 "none recorded" when none of them moved. A fraction of bound that
 disagrees where either bench had runs above their bound (the summary's "N of M
 above the probe", or a mean over 100% in older summaries) is put down to that:
@@ -48,7 +49,8 @@ def ratios(path):
 
 
 RUN_COLUMNS = {"device": "device ms/read", "other_cpu": "other CPU cores",
-               "kernel": "CPU kernel ms", "sys": "sys CPU s", "faults": "minor faults"}
+               "kernel": "CPU kernel ms", "fresh": "fresh page us", "sys": "sys CPU s",
+               "faults": "minor faults"}
 
 
 def runs(path):
@@ -85,6 +87,7 @@ def moved(name, a, b):
         ("device", "device {:.2} / {:.2} ms/read", lambda x, y: max(x, y) / min(x, y) > 1.5),
         ("kernel", "CPU kernel {:.2} / {:.2} ms", lambda x, y: max(x, y) / min(x, y) > 1.10),
         ("other_cpu", "other CPU {:.2} / {:.2} cores", lambda x, y: abs(x - y) > 0.25),
+        ("fresh", "fresh memory {:.2} / {:.2} us/page", lambda x, y: max(x, y) / min(x, y) > 1.5),
         ("sys", "sys CPU {:.2} / {:.2} s per run", lambda x, y: max(x, y) / min(x, y) > 1.5),
     )
     for key, text, off in tests:

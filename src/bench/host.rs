@@ -4,9 +4,10 @@
 //! device busy time and bytes other readers read (`/proc/diskstats` against
 //! `/proc/self/io`), MemAvailable and the page cache (`/proc/meminfo`), and
 //! the bench's and its reaped children's kernel CPU time and minor page faults
-//! (`/proc/self/stat`): the same run faulting in the same pages at another
-//! cost per fault is a host that backs the guest's fresh memory at another
-//! speed, which none of the other counters show.
+//! (`/proc/self/stat`). Beside each run a thread times two small kernels (a
+//! CPU chain, and writing fresh anonymous pages: how fast the host backs the
+//! guest's new memory, which none of the counters show and which a run with a
+//! large cache pays for every slot it fills).
 //!
 //! A sample is taken before a run is started and after it is reaped; the
 //! difference is the run's [`Conditions`]. Anything the bench starts that must
@@ -43,6 +44,14 @@ pub const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
 const CPU_KERNEL_STEPS: u32 = 500_000;
 /// Time between two samples: 2 ms in 250 take under 1% of one core from the run.
 const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
+/// A run whose fresh-page time (sampled while it ran) is this factor slower or
+/// faster than its reference's is flagged.
+pub const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
+/// Bytes of fresh anonymous memory one sample maps, writes page by page and
+/// unmaps: 256 pages, well under a millisecond on a host that backs memory
+/// at once, a few ms on one that does not.
+const FRESH_SAMPLE_BYTES: usize = 1 << 20;
+const PAGE_BYTES: usize = 4096;
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +132,9 @@ pub struct Conditions {
     /// Median milliseconds of the CPU kernel sampled during the interval
     /// ([`with_cpu_samples`]; None: not sampled).
     pub cpu_kernel_ms: Option<f64>,
+    /// Median microseconds to write one fresh anonymous page, sampled the same
+    /// way (None: not sampled).
+    pub fresh_page_us: Option<f64>,
     /// CPU seconds the bench and its reaped children spent in the kernel.
     pub own_sys_s: f64,
     /// Minor page faults of the bench and its reaped children.
@@ -234,27 +246,68 @@ pub fn time_cpu_kernel() -> f64 {
     t0.elapsed().as_secs_f64() * 1e3
 }
 
-/// Run `work` while a thread beside it times the CPU kernel every
-/// [`CPU_SAMPLE_INTERVAL`]; returns its result and the samples' median (None
-/// when it ended before the first sample). The core's speed moves within
-/// seconds on a shared host, so it is sampled across the run, not before it.
-pub fn with_cpu_samples<T>(work: impl FnOnce() -> T) -> (T, Option<f64>) {
+/// Microseconds per page to write [`FRESH_SAMPLE_BYTES`] of a new anonymous
+/// mapping, one byte a page (None if the mapping fails).
+pub fn time_fresh_pages() -> Option<f64> {
+    let mut m = memmap2::MmapMut::map_anon(FRESH_SAMPLE_BYTES).ok()?;
+    let t0 = Instant::now();
+    for i in (0..FRESH_SAMPLE_BYTES).step_by(PAGE_BYTES) {
+        m[i] = 1;
+    }
+    std::hint::black_box(&m);
+    let us = t0.elapsed().as_secs_f64() * 1e6;
+    Some(us / (FRESH_SAMPLE_BYTES / PAGE_BYTES) as f64)
+}
+
+/// The medians of the speed kernels sampled while a run ran.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Speeds {
+    pub cpu_kernel_ms: Option<f64>,
+    pub fresh_page_us: Option<f64>,
+}
+
+impl Speeds {
+    /// `c` with these medians.
+    pub fn into(self, c: Conditions) -> Conditions {
+        Conditions {
+            cpu_kernel_ms: self.cpu_kernel_ms,
+            fresh_page_us: self.fresh_page_us,
+            ..c
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Run `work` while a thread beside it times the CPU kernel and the fresh
+/// pages every [`CPU_SAMPLE_INTERVAL`]; returns its result and the samples'
+/// medians (None when it ended before the first sample). The host's speed
+/// moves within seconds on a shared host, so it is sampled across the run,
+/// not before it.
+pub fn with_cpu_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let sampler = s.spawn(move || {
-            let mut ms = Vec::new();
+            let (mut ms, mut us) = (Vec::new(), Vec::new());
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 stopped.recv_timeout(CPU_SAMPLE_INTERVAL)
             {
                 ms.push(time_cpu_kernel());
+                us.extend(time_fresh_pages());
             }
-            ms
+            (ms, us)
         });
         let out = work();
         drop(stop);
-        let mut ms = sampler.join().unwrap_or_default();
-        ms.sort_by(f64::total_cmp);
-        (out, ms.get(ms.len() / 2).copied())
+        let (ms, us) = sampler.join().unwrap_or_default();
+        let speeds = Speeds {
+            cpu_kernel_ms: median(ms),
+            fresh_page_us: median(us),
+        };
+        (out, speeds)
     })
 }
 
@@ -307,6 +360,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
         cached_mib: mib(a.cached_bytes),
         mem_total_mib: mib(a.mem_total_bytes),
         cpu_kernel_ms: None,
+        fresh_page_us: None,
         own_sys_s: b.own.sys_ticks.saturating_sub(a.own.sys_ticks) as f64 / USER_HZ,
         own_minor_faults: b.own.minor_faults.saturating_sub(a.own.minor_faults),
     }
@@ -347,6 +401,15 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
             ));
         }
     }
+    if let (Some(x), Some(y)) = (c.fresh_page_us, r.fresh_page_us) {
+        if x > 0.0 && y > 0.0 && (x / y).max(y / x) > FRESH_PAGE_FACTOR_LIMIT {
+            let how = if x > y { "slower" } else { "faster" };
+            out.push(format!(
+                "fresh memory {:.1}x {how} ({x:.2} us/page, reference {y:.2})",
+                (x / y).max(y / x)
+            ));
+        }
+    }
     out
 }
 
@@ -382,8 +445,8 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);
     let mut avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
     avail.sort_by(f64::total_cmp);
-    let mut kernel: Vec<f64> = cs.iter().filter_map(|c| c.cpu_kernel_ms).collect();
-    kernel.sort_by(f64::total_cmp);
+    let kernel: Vec<f64> = cs.iter().filter_map(|c| c.cpu_kernel_ms).collect();
+    let fresh: Vec<f64> = cs.iter().filter_map(|c| c.fresh_page_us).collect();
     Some(Conditions {
         other_cpu_cores: min(|c| c.other_cpu_cores),
         steal_cores: min(|c| c.steal_cores),
@@ -391,7 +454,8 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
         disk_busy_share: min_opt(|c| c.disk_busy_share),
         read_ms: min_opt(|c| c.read_ms),
         mem_available_mib: avail.get(avail.len() / 2).copied(),
-        cpu_kernel_ms: kernel.get(kernel.len() / 2).copied(),
+        cpu_kernel_ms: median(kernel),
+        fresh_page_us: median(fresh),
         ..first
     })
 }
@@ -526,15 +590,41 @@ mod tests {
         // Not timed: not judged.
         let untimed = conditions(&sample_at(t0, 0, 0, 0, 0), &sample_at(t1, 1, 1, 1, 0));
         assert!(flags(&untimed, &reference).is_empty());
-        let (v, ms) =
+        let (v, sp) =
             with_cpu_samples(|| std::thread::sleep(std::time::Duration::from_millis(600)));
         assert_eq!(v, ());
-        assert!(ms.is_some_and(|m| m > 0.0), "{ms:?}");
+        assert!(sp.cpu_kernel_ms.is_some_and(|m| m > 0.0), "{sp:?}");
+        assert!(sp.fresh_page_us.is_some_and(|u| u > 0.0), "{sp:?}");
         assert_eq!(
             with_cpu_samples(|| 7).1,
-            None,
+            Speeds::default(),
             "ended before the first sample"
         );
+    }
+
+    #[test]
+    fn a_host_slow_to_back_fresh_memory_is_flagged_both_ways() {
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_secs(10);
+        let run = |us: f64| {
+            Speeds {
+                cpu_kernel_ms: Some(2.0),
+                fresh_page_us: Some(us),
+            }
+            .into(conditions(
+                &sample_at(t0, 0, 0, 0, 0),
+                &sample_at(t1, 1000, 1000, 1000, 0),
+            ))
+        };
+        let reference = quietest(&[run(0.4), run(9.0), run(0.5)]).unwrap();
+        assert_eq!(reference.fresh_page_us, Some(0.5), "the median");
+        assert!(flags(&run(0.7), &reference).is_empty(), "within 1.5x");
+        let slow = flags(&run(13.0), &reference);
+        assert_eq!(
+            slow,
+            ["fresh memory 26.0x slower (13.00 us/page, reference 0.50)"]
+        );
+        assert!(flags(&run(0.3), &reference)[0].starts_with("fresh memory 1.7x faster"));
     }
 
     #[test]
@@ -551,6 +641,7 @@ mod tests {
             cached_mib: None,
             mem_total_mib: None,
             cpu_kernel_ms: None,
+            fresh_page_us: None,
             own_sys_s: 0.0,
             own_minor_faults: 0,
         };

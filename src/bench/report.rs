@@ -190,7 +190,9 @@ fn flag_rule() -> String {
          model's device, MemAvailable at its start differed by more than {:.0}% of MemTotal, \
          or a single-threaded CPU kernel timed every 250 ms while it ran (the median is the CPU \
          kernel ms column; the reference is the baseline runs' median) was more than {}x slower \
-         or faster; \
+         or faster, or writing 1 MiB of fresh anonymous memory, timed the same way (the fresh \
+         page us column: how fast the host backs the guest's new pages, which a cell filling a \
+         large cache pays for every slot), was more than {}x slower or faster; \
          or when the device's mean time per read was more than {}x off (either way) the median \
          of the same cell's runs (a run with at least {} reads, a cell with at least three: the \
          same cell reads the same slices, so a different speed is the device's).",
@@ -199,6 +201,7 @@ fn flag_rule() -> String {
         host::OTHER_READ_MIB_S_LIMIT,
         host::MEM_AVAILABLE_SHARE_LIMIT * 100.0,
         host::CPU_KERNEL_FACTOR_LIMIT,
+        host::FRESH_PAGE_FACTOR_LIMIT,
         host::DEVICE_MS_FACTOR_LIMIT,
         host::DEVICE_MIN_READS
     )
@@ -223,11 +226,11 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
         md,
         "| # | cell | round | tok/s | MiB/token | other CPU cores | steal cores | disk busy % | \
          device ms/read | other reads MiB/s | MemAvailable MiB | page cache MiB | CPU kernel ms | \
-         sys CPU s | minor faults | wall s | csv | status | flags |"
+         fresh page us | sys CPU s | minor faults | wall s | csv | status | flags |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     for (i, r) in results.iter().enumerate() {
         let f = r.csv.as_ref().map(compare::figures);
@@ -262,12 +265,12 @@ fn runs_table(results: &[RunResult], plan: &BenchPlan) -> String {
 /// The conditions columns of a runs-table row.
 fn conditions_cells(c: Option<&host::Conditions>) -> String {
     let Some(c) = c else {
-        return "— | — | — | — | — | — | — | — | — | —".into();
+        return "— | — | — | — | — | — | — | — | — | — | —".into();
     };
     let opt =
         |v: Option<f64>, scale: f64| v.map_or_else(|| "—".into(), |x| format!("{:.0}", x * scale));
     format!(
-        "{:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.2} | {}",
+        "{:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {}",
         c.other_cpu_cores,
         c.steal_cores,
         opt(c.disk_busy_share, 100.0),
@@ -276,6 +279,8 @@ fn conditions_cells(c: Option<&host::Conditions>) -> String {
         opt(c.mem_available_mib, 1.0),
         opt(c.cached_mib, 1.0),
         c.cpu_kernel_ms
+            .map_or_else(|| "—".into(), |x| format!("{x:.2}")),
+        c.fresh_page_us
             .map_or_else(|| "—".into(), |x| format!("{x:.2}")),
         c.own_sys_s,
         c.own_minor_faults

@@ -295,23 +295,27 @@ fn runs_beside_a_busy_neighbour_are_flagged_and_left_out_of_the_clean_ratios() {
         "3 rounds of 2 and the baseline again:\n{summary}"
     );
     // | # | cell | round | tok/s | MiB/token | other CPU | steal | busy % | ms/read |
-    // other reads | MemAvailable | page cache | CPU kernel ms | sys CPU s | minor faults |
-    // wall s | csv | status | flags |
+    // other reads | MemAvailable | page cache | CPU kernel ms | fresh page us | sys CPU s |
+    // minor faults | wall s | csv | status | flags |
     for k in [2usize, 3] {
         let r = &rows[k - 1];
         let other: f64 = r[6].parse().unwrap();
         assert!(other > 0.5, "run {k}: other CPU {other}:\n{summary}");
         assert!(
-            r[19].contains("other processes"),
+            r[20].contains("other processes"),
             "run {k} not flagged:\n{summary}"
         );
     }
     // Every run's own kernel time and faults are counted (loading a model
-    // alone faults in thousands of pages); the neighbour's are not its run's.
+    // alone faults in thousands of pages), and fresh memory was timed.
     for r in &rows {
-        let sys: f64 = r[14].parse().unwrap();
-        let faults: u64 = r[15].parse().unwrap();
-        assert!(sys > 0.0 && faults > 1000, "{r:?}\n{summary}");
+        let fresh: f64 = r[14].parse().unwrap();
+        let sys: f64 = r[15].parse().unwrap();
+        let faults: u64 = r[16].parse().unwrap();
+        assert!(
+            fresh > 0.0 && sys > 0.0 && faults > 1000,
+            "{r:?}\n{summary}"
+        );
     }
     // Rounds 1 and 2 each had a flagged run: b's clean ratio has round 3 at most.
     let ratios = &summary[summary.find("## Ratios over all runs").unwrap()..];
