@@ -19,6 +19,11 @@ column have none of it;
 disagrees where either bench had runs above their bound (the summary's "N of M
 above the probe", or a mean over 100% in older summaries) is put down to that:
 the probe measured less than the cell did, so it is no ceiling for that cell.
+A cell whose runs, or whose baseline's runs, either bench flagged has those
+flags' kinds named too (the summary's runs table says why each was flagged);
+they count as the reason for a ratio only when the ratios over the unflagged
+runs agree. The last line counts the cells that agree over all runs, and of
+the rest how many have a recorded reason and which have none.
 
 Usage: benches/bench_agree.py A/summary.md B/summary.md [--width 0.25] [--points 10]
 """
@@ -67,7 +72,9 @@ def runs(path):
             continue
         if len(cells) < 13 or not cells[0].isdigit():
             continue
-        row = out.setdefault(cells[1], {k: [] for k in RUN_COLUMNS})
+        row = out.setdefault(cells[1], {k: [] for k in RUN_COLUMNS} | {"flags": []})
+        if cells[-1] not in ("—", ""):
+            row["flags"].append(cells[-1])
         for key, i in at.items():
             v = number(cells[i])
             if v is not None:
@@ -113,6 +120,25 @@ def bound_reason(a, b):
             "so the probe is no ceiling for this cell")
 
 
+def flag_kinds(runs_of_cell):
+    """The kinds of flag a cell's runs got ("steal", "fresh memory", ...) and how many runs."""
+    flags = runs_of_cell.get("flags", [])
+    kinds = sorted({re.match(r"([A-Za-z][A-Za-z ]*?)\s*[0-9(]", f.strip()).group(1)
+                    if re.match(r"([A-Za-z][A-Za-z ]*?)\s*[0-9(]", f.strip()) else f.strip()
+                    for run in flags for f in run.split(";")})
+    return len(flags), kinds
+
+
+def flagged_reason(label, a, b):
+    """Which of bench A's and B's runs of a cell were flagged, and for what."""
+    parts = []
+    for bench, runs_of_cell in (("A", a), ("B", b)):
+        n, kinds = flag_kinds(runs_of_cell)
+        if n:
+            parts.append(f"{bench} {n} run(s) ({', '.join(kinds)})")
+    return f"{label} flagged: " + ", ".join(parts) if parts else None
+
+
 def number(cell):
     if cell.startswith("1 (baseline)"):
         return 1.0
@@ -142,6 +168,7 @@ def main():
     print("| cell | flagged A / B | x baseline A / B (all) | (unflagged) | of bound A / B (all) | (unflagged) | agree (all) | agree (unflagged) | what moved (medians A / B) |")
     print("|---|---|---|---|---|---|---|---|---|")
     all_clean = True
+    agreeing, explained, unexplained = [], [], []
     for cell in a:
         if cell not in b:
             continue
@@ -155,20 +182,42 @@ def main():
         if verdicts[0] != "yes":
             found = []
             ok_ratio, ok_bound = agree(x, y, args.width, args.points, "all", "bound_all")
+            ok_clean_ratio = agree(x, y, args.width, args.points, "clean", "bound_clean")[0]
             reason = None if ok_bound else bound_reason(x, y)
             if reason:
                 found.append(reason)
+            conditions = []
             if not ok_ratio or not reason:
-                found += moved(cell, runs_a.get(cell, {}), runs_b.get(cell, {}))
+                conditions = moved(cell, runs_a.get(cell, {}), runs_b.get(cell, {}))
                 if cell != baseline:
-                    found += moved("baseline", runs_a.get(baseline, {}), runs_b.get(baseline, {}))
+                    conditions += moved("baseline", runs_a.get(baseline, {}), runs_b.get(baseline, {}))
+            found += conditions
+            flagged = []
+            if not ok_ratio:
+                pairs = [(cell, cell)] + ([("baseline", baseline)] if cell != baseline else [])
+                for label, name in pairs:
+                    f = flagged_reason(label, runs_a.get(name, {}), runs_b.get(name, {}))
+                    if f:
+                        flagged.append(f)
+                if flagged and ok_clean_ratio:
+                    flagged.append("the unflagged runs' ratios agree")
+            found += flagged
             why = "; ".join(found) or "none recorded"
+            bound_known = ok_bound or reason or conditions
+            ratio_known = ok_ratio or conditions or (flagged and ok_clean_ratio)
+            (explained if bound_known and ratio_known else unexplained).append(cell)
+        else:
+            agreeing.append(cell)
         print(
             f"| {cell} | {x['flagged']} / {y['flagged']} "
             f"| {fmt(x['all'], 'x')} / {fmt(y['all'], 'x')} | {fmt(x['clean'], 'x')} / {fmt(y['clean'], 'x')} "
             f"| {fmt(x['bound_all'], '%')} / {fmt(y['bound_all'], '%')} | {fmt(x['bound_clean'], '%')} / {fmt(y['bound_clean'], '%')} "
             f"| {verdicts[0]} | {verdicts[1]} | {why} |"
         )
+    total = len(agreeing) + len(explained) + len(unexplained)
+    print(f"\nOver all runs {len(agreeing)} of {total} cells agree; of the rest "
+          f"{len(explained)} have a recorded reason and {len(unexplained)} do not"
+          + (f" ({', '.join(unexplained)})." if unexplained else "."))
     sys.exit(0 if all_clean else 1)
 
 
