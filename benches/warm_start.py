@@ -15,8 +15,12 @@ so both decode the same text: streaming never changes the logits); greedy text
 of a small model loops under ``--ignore-eos``, and a loop's repeated experts
 make a cold run's late hit rate a measure of the loop, not of a warming cache.
 
+With ``--oracle`` each TEST prompt's warm runs use a profile of that same
+prompt's own earlier run (same seed) instead of the TRAIN prompts': the most a
+record of earlier runs can know about the text.
+
     benches/warm_start.py -m MODEL [--cache-mb 25%] [-n 80] [--rounds 3]
-        [--temp T --seed S] [-o NEW_DIR]
+        [--temp T --seed S] [--oracle] [-o NEW_DIR]
 """
 
 import argparse
@@ -76,6 +80,8 @@ def main():
     ap.add_argument("--bmoe", default="target/debug/bmoe")
     ap.add_argument("--temp", type=float, default=None, help="sample at this temperature (default greedy)")
     ap.add_argument("--seed", type=int, default=1, help="the sampler's seed with --temp")
+    ap.add_argument("--oracle", action="store_true",
+                    help="warm each test prompt from a profile of its own earlier run")
     ap.add_argument("-o", "--out", default=None,
                     help="run directory, must not exist (default: target/bench-results/warm-DATE-TIME)")
     a = ap.parse_args()
@@ -85,8 +91,11 @@ def main():
     os.makedirs(out, exist_ok=False)
     profile = os.path.join(out, "trained.bmws")
     a.sampling = [] if a.temp is None else ["--temp", str(a.temp), "--seed", str(a.seed)]
-    for i, p in enumerate(TRAIN):
-        lines = run(a.bmoe, a.model, p, a.n, a.cache_mb, profile, os.path.join(out, f"train{i}.csv"),
+    profiles = [profile] * len(TEST)
+    if a.oracle:
+        profiles = [os.path.join(out, f"self{t}.bmws") for t in range(len(TEST))]
+    for i, (p, path) in enumerate(zip(TEST, profiles) if a.oracle else ((p, profile) for p in TRAIN)):
+        lines = run(a.bmoe, a.model, p, a.n, a.cache_mb, path, os.path.join(out, f"train{i}.csv"),
                     a.sampling)
         print(f"train {i}: {lines[-1]}", flush=True)
     results = []
@@ -99,7 +108,7 @@ def main():
                 warm = "off"
                 if kind == "warm":
                     warm = os.path.join(out, f"r{r}-p{t}.bmws")
-                    shutil.copyfile(profile, warm)
+                    shutil.copyfile(profiles[t], warm)
                 lines = run(a.bmoe, a.model, prompt, a.n, a.cache_mb, warm, csv_path, a.sampling)
                 rows = decode_rows(csv_path)
                 cell[kind] = {"first": window(rows, 1, 16), "late": window(rows, 65, 80),
@@ -121,6 +130,7 @@ def geo(xs):
 def write_summary(out, a, results):
     med = statistics.median
     sampling = f" --temp {a.temp} --seed {a.seed}" if a.temp is not None else ""
+    sampling += " --oracle" if a.oracle else ""
     lines = [
         f"# Warm start vs cold, {a.model}, --cache-mb {a.cache_mb}, -n {a.n}, {a.rounds} rounds{sampling}",
         "",
