@@ -130,7 +130,7 @@ pub struct Conditions {
     pub cached_mib: Option<f64>,
     pub mem_total_mib: Option<f64>,
     /// Median milliseconds of the CPU kernel sampled during the interval
-    /// ([`with_cpu_samples`]; None: not sampled).
+    /// ([`with_speed_samples`]; None: not sampled).
     pub cpu_kernel_ms: Option<f64>,
     /// Median microseconds to write one fresh anonymous page, sampled the same
     /// way (None: not sampled).
@@ -267,8 +267,8 @@ pub struct Speeds {
 }
 
 impl Speeds {
-    /// `c` with these medians.
-    pub fn into(self, c: Conditions) -> Conditions {
+    /// `c` with these medians in its speed fields.
+    pub fn onto(self, c: Conditions) -> Conditions {
         Conditions {
             cpu_kernel_ms: self.cpu_kernel_ms,
             fresh_page_us: self.fresh_page_us,
@@ -287,7 +287,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// medians (None when it ended before the first sample). The host's speed
 /// moves within seconds on a shared host, so it is sampled across the run,
 /// not before it.
-pub fn with_cpu_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
+pub fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let sampler = s.spawn(move || {
@@ -443,8 +443,7 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let first = *cs.first()?;
     let min = |f: fn(&Conditions) -> f64| cs.iter().map(f).fold(f64::INFINITY, f64::min);
     let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);
-    let mut avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
-    avail.sort_by(f64::total_cmp);
+    let avail: Vec<f64> = cs.iter().filter_map(|c| c.mem_available_mib).collect();
     let kernel: Vec<f64> = cs.iter().filter_map(|c| c.cpu_kernel_ms).collect();
     let fresh: Vec<f64> = cs.iter().filter_map(|c| c.fresh_page_us).collect();
     Some(Conditions {
@@ -453,7 +452,7 @@ pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
         other_read_mib_s: min_opt(|c| c.other_read_mib_s),
         disk_busy_share: min_opt(|c| c.disk_busy_share),
         read_ms: min_opt(|c| c.read_ms),
-        mem_available_mib: avail.get(avail.len() / 2).copied(),
+        mem_available_mib: median(avail),
         cpu_kernel_ms: median(kernel),
         fresh_page_us: median(fresh),
         ..first
@@ -591,12 +590,12 @@ mod tests {
         let untimed = conditions(&sample_at(t0, 0, 0, 0, 0), &sample_at(t1, 1, 1, 1, 0));
         assert!(flags(&untimed, &reference).is_empty());
         let (v, sp) =
-            with_cpu_samples(|| std::thread::sleep(std::time::Duration::from_millis(600)));
+            with_speed_samples(|| std::thread::sleep(std::time::Duration::from_millis(600)));
         assert_eq!(v, ());
         assert!(sp.cpu_kernel_ms.is_some_and(|m| m > 0.0), "{sp:?}");
         assert!(sp.fresh_page_us.is_some_and(|u| u > 0.0), "{sp:?}");
         assert_eq!(
-            with_cpu_samples(|| 7).1,
+            with_speed_samples(|| 7).1,
             Speeds::default(),
             "ended before the first sample"
         );
@@ -611,7 +610,7 @@ mod tests {
                 cpu_kernel_ms: Some(2.0),
                 fresh_page_us: Some(us),
             }
-            .into(conditions(
+            .onto(conditions(
                 &sample_at(t0, 0, 0, 0, 0),
                 &sample_at(t1, 1000, 1000, 1000, 0),
             ))

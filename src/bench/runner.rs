@@ -235,7 +235,7 @@ fn probe_round(
 ) -> Result<RoundProbe, BenchError> {
     let plan = env.plan;
     let before = host::sample(env.device);
-    let (read, speeds) = host::with_cpu_samples(|| probe_bandwidth(plan, &env.probe));
+    let (read, speeds) = host::with_speed_samples(|| probe_bandwidth(plan, &env.probe));
     let read = read?;
     let stem = env.runs_dir.join(format!("probe-resident-{round}"));
     let mut flags = Vec::new();
@@ -262,7 +262,7 @@ fn probe_round(
             read_bytes_per_s: read,
         },
         wall_s: after.at.duration_since(before.at).as_secs_f64(),
-        conditions: speeds.into(host::conditions(&before, &after)),
+        conditions: speeds.onto(host::conditions(&before, &after)),
         flags,
     })
 }
@@ -664,7 +664,7 @@ fn run_cell(
     let before = host::sample(env.device);
     let args = &plan.cells[ci].args;
     let (res, speeds) =
-        host::with_cpu_samples(|| run_child(plan, args, &env.prompt_path, plan.tokens, stem));
+        host::with_speed_samples(|| run_child(plan, args, &env.prompt_path, plan.tokens, stem));
     let (mut failure, wall_s) = res?;
     let after = host::sample(env.device);
     drop(busy);
@@ -698,7 +698,7 @@ fn run_cell(
         failure,
         same_text_as_baseline,
         wall_s,
-        conditions: Some(speeds.into(host::conditions(&before, &after))),
+        conditions: Some(speeds.onto(host::conditions(&before, &after))),
         flags: Vec::new(),
         probe_set: env.probe.cell_sets.get(ci).copied().unwrap_or(0),
     };
