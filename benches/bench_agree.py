@@ -122,11 +122,12 @@ def bound_reason(a, b):
 
 def flag_kinds(runs_of_cell):
     """The kinds of flag a cell's runs got ("steal", "fresh memory", ...) and how many runs."""
+    def kind(flag):
+        m = re.match(r"([A-Za-z][A-Za-z ]*?)\s*[0-9(]", flag)
+        return m.group(1) if m else flag
+
     flags = runs_of_cell.get("flags", [])
-    kinds = sorted({re.match(r"([A-Za-z][A-Za-z ]*?)\s*[0-9(]", f.strip()).group(1)
-                    if re.match(r"([A-Za-z][A-Za-z ]*?)\s*[0-9(]", f.strip()) else f.strip()
-                    for run in flags for f in run.split(";")})
-    return len(flags), kinds
+    return len(flags), sorted({kind(f.strip()) for run in flags for f in run.split(";")})
 
 
 def flagged_reason(label, a, b):

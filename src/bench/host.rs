@@ -422,12 +422,11 @@ pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
             .filter(|ms| *ms > 0.0 && c.device_reads >= DEVICE_MIN_READS)
     };
     let ms = judged(c)?;
-    let mut all: Vec<f64> = cell.iter().filter_map(judged).collect();
+    let all: Vec<f64> = cell.iter().filter_map(judged).collect();
     if all.len() < 3 {
         return None;
     }
-    all.sort_by(f64::total_cmp);
-    let median = all[all.len() / 2];
+    let median = median(all)?;
     let factor = if ms > median {
         ms / median
     } else {
@@ -565,16 +564,25 @@ mod tests {
         assert_eq!(q.other_read_mib_s, Some(0.0));
     }
 
+    /// A quiet 10 s run's conditions with these speeds sampled.
+    fn timed(speeds: Speeds) -> Conditions {
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_secs(10);
+        speeds.onto(conditions(
+            &sample_at(t0, 0, 0, 0, 0),
+            &sample_at(t1, 1000, 1000, 1000, 0),
+        ))
+    }
+
     #[test]
     fn a_cpu_at_another_speed_is_flagged_both_ways() {
         let t0 = Instant::now();
         let t1 = t0 + std::time::Duration::from_secs(10);
-        let run = |ms: f64| Conditions {
-            cpu_kernel_ms: Some(ms),
-            ..conditions(
-                &sample_at(t0, 0, 0, 0, 0),
-                &sample_at(t1, 1000, 1000, 1000, 0),
-            )
+        let run = |ms: f64| {
+            timed(Speeds {
+                cpu_kernel_ms: Some(ms),
+                fresh_page_us: None,
+            })
         };
         let reference = quietest(&[run(4.0), run(5.0), run(4.2)]).unwrap();
         assert_eq!(reference.cpu_kernel_ms, Some(4.2), "the median");
@@ -603,17 +611,11 @@ mod tests {
 
     #[test]
     fn a_host_slow_to_back_fresh_memory_is_flagged_both_ways() {
-        let t0 = Instant::now();
-        let t1 = t0 + std::time::Duration::from_secs(10);
         let run = |us: f64| {
-            Speeds {
+            timed(Speeds {
                 cpu_kernel_ms: Some(2.0),
                 fresh_page_us: Some(us),
-            }
-            .onto(conditions(
-                &sample_at(t0, 0, 0, 0, 0),
-                &sample_at(t1, 1000, 1000, 1000, 0),
-            ))
+            })
         };
         let reference = quietest(&[run(0.4), run(9.0), run(0.5)]).unwrap();
         assert_eq!(reference.fresh_page_us, Some(0.5), "the median");
