@@ -7,11 +7,29 @@ use std::sync::OnceLock;
 
 use bmoe::fixture::{smollm2, tiny_mtp, upcycle};
 
-/// Where test fixtures are built (inside target/, reused across runs).
+/// Where test fixtures are built: inside target/, in a folder named by the
+/// fixture builders' version (`build.rs` hashes their sources), so each
+/// fixture is built once per change of its builder and reused by every test
+/// and every later run. Folders of other versions are removed.
 pub fn fixture_dir() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
-    std::fs::create_dir_all(&d).expect("create fixture dir");
-    d
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let name = format!("fixtures-{}", env!("BMOE_FIXTURE_KEY"));
+        let d = root.join(&name);
+        std::fs::create_dir_all(&d).expect("create fixture dir");
+        for e in std::fs::read_dir(&root)
+            .expect("read target tmpdir")
+            .flatten()
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("fixtures") && n != name {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        d
+    })
+    .clone()
 }
 
 /// SmolLM2-135M-Instruct Q4_1 (fetched with pip into the bmoe cache if missing).
@@ -22,12 +40,31 @@ pub fn smollm2() -> &'static Path {
     })
 }
 
-fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
+/// `name` in the fixture directory, built by `build` unless it is there: one
+/// builder at a time across test threads and processes (a lock beside it),
+/// and a file is only there once finished (builders write and rename).
+pub fn build_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
     let path = fixture_dir().join(name);
+    let lock_target = fixture_dir().join(format!("{name}.test"));
+    let _lock = bmoe::fixture::lock::BuildLock::acquire(&lock_target).expect("fixture lock");
     if !path.exists() {
         build(&path);
+        assert!(path.is_file(), "building {name} left no file");
     }
     path
+}
+
+/// `arch`'s zoo model with its experts in `quant`, built by `bmoe fixture zoo`
+/// once into the fixture directory.
+pub fn zoo_model(arch: &str, quant: &str) -> String {
+    let model = build_once(&format!("zoo-{arch}-{quant}.gguf"), |out| {
+        let m = out.to_str().unwrap();
+        let o = bmoe(&[
+            "fixture", "zoo", "--family", arch, "--quant", quant, "-o", m,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    });
+    model.to_str().unwrap().to_string()
 }
 
 /// SmolLM2 upcycled to `experts`, top-`top_k` (default sigma and seed),
@@ -101,8 +138,6 @@ pub fn tiny_run_n(model: &Path, n: u32, extra: &[&str]) -> Output {
 }
 
 pub fn tiny_mtp(head_noise: f32, trunk_mix: f32) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     build_once(&format!("tiny-mtp-n{head_noise}-m{trunk_mix}.gguf"), |p| {
         let params = tiny_mtp::TinyMtpParams {
             head_noise,

@@ -414,11 +414,8 @@ fn careless_paths_get_the_documented_code_at_once() {
 fn flags_a_model_cannot_honour_are_refused_with_the_reason() {
     // --predict-prefetch needs an MoE layer followed by another; llama4's
     // alternate with dense ones.
-    let dir = tempfile::tempdir_in(crate::common::fixture_dir()).unwrap();
-    let llama4 = dir.path().join("llama4.gguf");
-    let l4 = llama4.to_str().unwrap();
-    let o = bmoe(&["fixture", "zoo", "--family", "llama4", "-o", l4]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let llama4 = crate::common::zoo_model("llama4", "f32");
+    let l4 = llama4.as_str();
     let o = bmoe(&["run", "-m", l4, "-p", "x", "-n", "2", "--predict-prefetch"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);

@@ -1,7 +1,17 @@
 //! The fixture zoo: each family's tiny model loads, runs resident, and streams
 //! its experts with the same text.
 
-use crate::common::{bmoe, fixture_dir, stderr, stdout};
+use crate::common::{bmoe, stderr, stdout};
+
+/// The zoo model of `arch` in `quant` (from the fixture cache); a Q4_K_M one
+/// has llama-quantize's types.
+fn zoo_model(arch: &str, quant: &str) -> String {
+    let m = crate::common::zoo_model(arch, quant);
+    if quant == "q4_k_m" {
+        assert_q4_k_m_types(std::path::Path::new(&m));
+    }
+    m
+}
 
 /// `bmoe run` of 32 greedy tokens on `model` with `flags`, which must succeed: its
 /// stdout and stderr.
@@ -22,20 +32,6 @@ fn run32(model: &str, flags: &[&str]) -> (String, String) {
     (stdout(&o), stderr(&o))
 }
 
-/// Build `arch`'s zoo model with its experts in `quant` inside `dir`.
-fn zoo_model(dir: &std::path::Path, arch: &str, quant: &str) -> String {
-    let model = dir.join(format!("{arch}-{quant}.gguf"));
-    let m = model.to_str().unwrap().to_string();
-    let o = bmoe(&[
-        "fixture", "zoo", "--family", arch, "--quant", quant, "-o", &m,
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    if quant == "q4_k_m" {
-        assert_q4_k_m_types(&model);
-    }
-    m
-}
-
 /// One family's proof, on its F32 model and on one more quant type for its
 /// experts: the streamed text equals the resident text at `--cache-mb 0`, at a
 /// cache that evicts on every token, with `--overlap`, and with `--overlap
@@ -43,8 +39,7 @@ fn zoo_model(dir: &std::path::Path, arch: &str, quant: &str) -> String {
 /// next layer's routing cannot be guessed); the lossy knobs run to the end
 /// and say they are lossy.
 fn family_streams_exactly(arch: &str, quant: &str, predicts: bool, mtp: bool) {
-    let dir = tempfile::tempdir_in(fixture_dir()).unwrap();
-    let m = zoo_model(dir.path(), arch, "f32");
+    let m = zoo_model(arch, "f32");
     if arch == "qwen35moe" {
         let layout = bmoe::layout::MoeLayout::open(std::path::Path::new(&m)).unwrap();
         assert_eq!(
@@ -96,7 +91,7 @@ fn family_streams_exactly(arch: &str, quant: &str, predicts: bool, mtp: bool) {
         let (_, err) = run(&[&["--cache-mb", "0"][..], lossy].concat());
         assert!(err.contains("LOSSY"), "{arch} {lossy:?}: {err}");
     }
-    let q = zoo_model(dir.path(), arch, quant);
+    let q = zoo_model(arch, quant);
     let resident = run32(&q, &["--resident"]).0;
     assert_eq!(
         run32(&q, &["--cache-mb", "0", "--overlap"]).0,
