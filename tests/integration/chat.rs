@@ -38,7 +38,7 @@ fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
         "-t",
         "2",
         "-n",
-        "200",
+        "32",
     ])
     .args(["--system", "You are a storyteller."])
     .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
@@ -64,9 +64,12 @@ fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
     );
 
     // Ctrl-C while the model writes: the reply stops, the program goes on.
+    // Ctrl-C as soon as the reply's first word shows (past the echoed line),
+    // with most of its 32 tokens still to come.
     p.send_line("Write a very long story about the sea.")
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    p.exp_string("the sea.").unwrap();
+    p.exp_regex(r"[[:alnum:]]").unwrap();
     p.send_control('c').unwrap();
     p.exp_string("(reply stopped)").unwrap();
     p.exp_string("> ").unwrap();
