@@ -15,7 +15,7 @@ import sys
 import time
 
 RESULT = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)")
-BINARY = re.compile(r"^\s*Running (?:unittests )?(\S+)")
+BINARY = re.compile(r"^\s*Running (?:unittests )?(\S+)(?: \((\S+)\))?")
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
         now = time.monotonic()
         m = BINARY.match(line)
         if m:
-            binary = m.group(1).rsplit("/", 1)[-1]
+            binary = name_of(m.group(2) or m.group(1))
             binaries.append((binary, now))
             last = now
             continue
@@ -39,6 +39,12 @@ def main() -> None:
             last = now
     end = time.monotonic()
     report(times, binaries, end, top)
+
+
+def name_of(path: str) -> str:
+    """`target/debug/deps/integration-1a2b` -> `integration`."""
+    base = path.rsplit("/", 1)[-1]
+    return re.sub(r"-[0-9a-f]{16}$", "", base)
 
 
 def report(times, binaries, end, top) -> None:
