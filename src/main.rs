@@ -141,35 +141,50 @@ fn llama_code(e: &LlamaError) -> Option<u8> {
     }
 }
 
+/// The one mapping from an error to the exit code, for every command: the
+/// first cause in the chain with a documented code decides (README, "Exit
+/// codes"); anything else is a runtime failure.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    for cause in e.chain() {
-        let llama = cause
-            .downcast_ref::<LlamaError>()
-            .or(match cause.downcast_ref::<EngineError>() {
-                Some(EngineError::Llama(l)) => Some(l),
-                _ => None,
-            })
-            .or(match cause.downcast_ref::<FixtureError>() {
-                Some(FixtureError::Llama(l)) => Some(l),
-                _ => None,
-            });
-        if let Some(c) = llama.and_then(llama_code) {
-            return c;
-        }
-        if let Some(UsageError(_)) = cause.downcast_ref::<UsageError>() {
-            return exit::USAGE;
-        }
-        if cause
+    e.chain().find_map(cause_code).unwrap_or(exit::FAILURE)
+}
+
+/// The documented code of one cause, if it has one.
+fn cause_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+    if let Some(l) = cause.downcast_ref::<LlamaError>() {
+        return llama_code(l);
+    }
+    if let Some(e) = cause.downcast_ref::<EngineError>() {
+        return engine_code(e);
+    }
+    // `ServeError::Engine` is transparent: its engine error is not a cause of
+    // its own in the chain.
+    if let Some(bmoe::serve::ServeError::Engine(e)) = cause.downcast_ref() {
+        return engine_code(e);
+    }
+    match cause.downcast_ref::<FixtureError>() {
+        Some(FixtureError::Llama(l)) => return llama_code(l),
+        Some(FixtureError::Invalid(_)) => return Some(exit::USAGE),
+        _ => {}
+    }
+    if cause.downcast_ref::<UsageError>().is_some()
+        || cause
             .downcast_ref::<bmoe::compare::CompareError>()
             .is_some()
-        {
-            return exit::USAGE;
-        }
-        if let Some(FixtureError::Invalid(_)) = cause.downcast_ref::<FixtureError>() {
-            return exit::USAGE;
-        }
+    {
+        return Some(exit::USAGE);
     }
-    exit::FAILURE
+    None
+}
+
+/// An engine error's code, the same whichever command ran the engine: the
+/// model file's codes, or usage for a refusal ([`EngineError::is_refusal`]).
+fn engine_code(e: &EngineError) -> Option<u8> {
+    match e {
+        EngineError::Llama(l) => llama_code(l),
+        EngineError::Failed { cause, .. } => engine_code(cause),
+        e if e.is_refusal() => Some(exit::USAGE),
+        _ => None,
+    }
 }
 
 fn dispatch(cli: Cli) -> Result<()> {

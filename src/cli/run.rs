@@ -1,5 +1,5 @@
 //! `bmoe run`: the prompt and flags checked, the engine run, its text, summary
-//! and `BMOE_DONE` line written, engine errors mapped to usage errors.
+//! and `BMOE_DONE` line written.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,7 @@ use anyhow::Result;
 use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
-use bmoe::stream::{StreamConfig, StreamError};
+use bmoe::stream::StreamConfig;
 
 use super::checks::{self, UsageError};
 use super::RunArgs;
@@ -34,7 +34,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         other => other,
     };
-    let report = usage_errors(res, &args, &cfg.model)?;
+    let report = explained(res, &args, &cfg.model)?;
     if !progress {
         let _ = bmoe::stdio::out("\n");
     }
@@ -177,31 +177,32 @@ fn done(progress: bool, line: &str) -> Result<()> {
     Ok(())
 }
 
-/// The engine's errors the user can fix with other arguments become usage
-/// errors; the rest get the model as context.
-fn usage_errors(
+/// The engine's error as the user reads it: a refusal as it is (a prompt too
+/// long for the context also says how llama.cpp sized it), anything else
+/// with the model as context. The exit code is the binary's one mapping.
+fn explained(
     res: Result<RunReport, EngineError>,
     args: &RunArgs,
     model: &Path,
 ) -> Result<RunReport> {
     match res {
         Ok(r) => Ok(r),
-        Err(EngineError::Generate(e @ GenerateError::PromptTooLong { n_ctx, .. })) => {
-            Err(UsageError(format!("{e}{}", ctx_rounding(args.ctx, n_ctx))).into())
+        Err(e @ EngineError::Generate(GenerateError::PromptTooLong { n_ctx, .. })) => {
+            let note = ctx_rounding(args.ctx, n_ctx);
+            Err(Noted { source: e, note }.into())
         }
-        Err(EngineError::Stream(e @ StreamError::NotMoe { .. }))
-        | Err(EngineError::Stream(e @ StreamError::UnknownLayout { .. }))
-        | Err(EngineError::Stream(e @ StreamError::CacheTooLarge { .. }))
-        | Err(EngineError::Stream(e @ StreamError::PredictUnsupported(_)))
-        | Err(EngineError::Stream(e @ StreamError::Warm(_))) => {
-            Err(UsageError(e.to_string()).into())
-        }
-        Err(EngineError::Telemetry(e @ bmoe_actors::telemetry::TelemetryError::Csv { .. })) => {
-            Err(UsageError(e.to_string()).into())
-        }
-        Err(e @ EngineError::Config(_)) => Err(UsageError(e.to_string()).into()),
+        Err(e) if e.is_refusal() => Err(e.into()),
         Err(e) => Err(anyhow::Error::new(e).context(format!("run {}", model.display()))),
     }
+}
+
+/// An engine error with a note after its message (the error stays the cause,
+/// so its exit code is the engine error's).
+#[derive(Debug, thiserror::Error)]
+#[error("{source}{note}")]
+struct Noted {
+    source: EngineError,
+    note: String,
 }
 
 /// What llama.cpp made of `-c` (it rounds the context up to a multiple of

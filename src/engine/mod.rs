@@ -58,6 +58,30 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// A refusal: the configuration cannot run and other arguments would fix
+    /// it (a prompt longer than the context, streaming a dense model, a cache
+    /// that does not fit, a flag the model cannot honour, a damaged warm
+    /// profile, an unwritable `--csv`, a bad combination of settings). Every
+    /// command that runs the engine exits with the usage code for these.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            EngineError::Config(_)
+            | EngineError::Generate(GenerateError::PromptTooLong { .. })
+            | EngineError::Stream(
+                StreamError::NotMoe { .. }
+                | StreamError::UnknownLayout { .. }
+                | StreamError::CacheTooLarge { .. }
+                | StreamError::PredictUnsupported(_)
+                | StreamError::Warm(_),
+            )
+            | EngineError::Telemetry(TelemetryError::Csv { .. }) => true,
+            EngineError::Failed { cause, .. } => cause.is_refusal(),
+            _ => false,
+        }
+    }
+}
+
 /// Per-token accounting (row i is the decode that produced token i; row 0 the
 /// prefill; under a multi-token decode its whole cost sits on its first row).
 pub type TokenRow = Row;

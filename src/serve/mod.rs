@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bmoe_actors::sampling::SamplingParams;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 
 use crate::engine::{EngineError, RunConfig};
 pub use worker::Loaded;
@@ -86,16 +88,18 @@ pub fn serve(
             .unwrap_or(0),
     });
     let served = rt.block_on(async {
+        let stop = shutdown_on_signal()?;
         let listener = tokio::net::TcpListener::bind(cfg.addr)
             .await
             .map_err(|source| ServeError::Bind { addr: cfg.addr, source })?;
         let addr = listener.local_addr()?;
         on_ready(addr, &loaded);
         let router = routes::router(app.clone(), prometheus);
-        let server = axum::serve(listener, router).with_graceful_shutdown(signalled());
+        let server =
+            axum::serve(listener, router).with_graceful_shutdown(stopping(stop.clone()));
         tokio::select! {
             r = server => r.map_err(ServeError::Io),
-            _ = async { signalled().await; tokio::time::sleep(SHUTDOWN_DEADLINE).await } => {
+            _ = async { stopping(stop).await; tokio::time::sleep(SHUTDOWN_DEADLINE).await } => {
                 tracing::warn!("requests still open {SHUTDOWN_DEADLINE:?} after the signal: closing them");
                 Ok(())
             }
@@ -109,12 +113,30 @@ pub fn serve(
     served
 }
 
-/// Resolves once SIGINT, SIGTERM or SIGHUP asked the process to stop (the
-/// process-wide handlers record it; decodes in flight stop at once).
-async fn signalled() {
-    while crate::interrupt::requested().is_none() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// The shutdown message: a task that waits for SIGINT, SIGTERM or SIGHUP and
+/// then says `true` on the returned channel. The process-wide handlers
+/// (`crate::interrupt`) still record the signal first, so decodes in flight stop
+/// at once and a second signal exits; a signal that came before this call
+/// (while the model loaded) counts too.
+fn shutdown_on_signal() -> Result<watch::Receiver<bool>, ServeError> {
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = watch::channel(crate::interrupt::requested().is_some());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = hup.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Resolves once the shutdown message came (or its sender is gone).
+async fn stopping(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
 }
 
 /// The id `/v1/models` lists: the model file's name without `.gguf`.

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use tokio::sync::mpsc;
 
 use bmoe_actors::metrics::DecodeMetrics;
@@ -54,7 +55,16 @@ pub struct Done {
 /// The engine thread and its queue's sending side.
 pub struct Worker {
     pub jobs: crossbeam_channel::Sender<Job>,
+    /// The shutdown message: once sent, the thread takes no more jobs, ends
+    /// those it runs and says it is done on its one-shot channel.
+    stop: crossbeam_channel::Sender<Stop>,
     handle: JoinHandle<()>,
+}
+
+/// The message that stops the engine thread, with its one-shot way to say it
+/// is done (its last step, before its thread ends).
+struct Stop {
+    done: crossbeam_channel::Sender<()>,
 }
 
 /// What the engine thread says once the model is loaded.
@@ -75,6 +85,7 @@ impl Worker {
         runtime: tokio::runtime::Handle,
     ) -> Result<(Self, Loaded), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
+        let (stop, stop_rx) = crossbeam_channel::bounded::<Stop>(1);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let handle = std::thread::Builder::new()
             .name("bmoe-engine".into())
@@ -88,56 +99,102 @@ impl Worker {
                     n_ctx: session.n_ctx(),
                     streamed: session.streamed(),
                 };
-                if ready_tx.send(Ok(loaded)).is_ok() {
-                    let session = serve_jobs(session, rx, parallel, &runtime);
-                    for line in session.close() {
-                        crate::say!("{line}");
-                    }
+                if ready_tx.send(Ok(loaded)).is_err() {
+                    return;
+                }
+                let queue = Queue {
+                    jobs: rx,
+                    stop: stop_rx,
+                };
+                let (session, done) = serve_jobs(session, &queue, parallel, &runtime);
+                for line in session.close() {
+                    crate::say!("{line}");
+                }
+                if let Some(done) = done {
+                    let _ = done.send(());
                 }
             })
             .map_err(ServeError::Thread)?;
         match ready_rx.recv() {
-            Ok(Ok(loaded)) => Ok((Self { jobs, handle }, loaded)),
+            Ok(Ok(loaded)) => Ok((Self { jobs, stop, handle }, loaded)),
             Ok(Err(e)) => Err(ServeError::Engine(e)),
             Err(_) => Err(ServeError::EngineThread),
         }
     }
 
-    /// Close the queue and join the thread within `deadline` (false: it did
-    /// not end in time; the process exit reclaims it).
+    /// Send the shutdown message, then join the thread once it says it is
+    /// done, all within `deadline` (false: it did not end in time and is left
+    /// detached, the process exit reclaims it; or it had panicked).
     pub fn stop(self, deadline: Duration) -> bool {
-        drop(self.jobs);
         let t0 = Instant::now();
-        while !self.handle.is_finished() {
-            if t0.elapsed() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        // The stop channel holds one message and only this call sends: the
+        // send fails only when the thread is already gone, which the join
+        // below reports (`done_rx` then sees its sender dropped).
+        let _ = self.stop.send(Stop { done: done_tx });
+        drop(self.jobs);
+        match done_rx.recv_timeout(deadline.saturating_sub(t0.elapsed())) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => self.handle.join().is_ok(),
+            Err(RecvTimeoutError::Timeout) => false,
         }
-        self.handle.join().is_ok()
     }
 }
 
-/// Run jobs until the queue closes and the last one ends, up to `parallel`
-/// of them decoded together; the session back for closing.
+/// The engine thread's inbox: jobs from the handlers and the shutdown message.
+struct Queue {
+    jobs: crossbeam_channel::Receiver<Job>,
+    stop: crossbeam_channel::Receiver<Stop>,
+}
+
+impl Queue {
+    /// The next job, waiting for one when `wait`; `Err` with the shutdown
+    /// message's reply channel (None when every sender is gone) once asked to
+    /// stop; `Ok(None)` when not waiting and none is queued.
+    fn next(&self, wait: bool) -> Result<Option<Job>, Option<Stop>> {
+        match self.stop.try_recv() {
+            Ok(s) => return Err(Some(s)),
+            Err(TryRecvError::Disconnected) => return Err(None),
+            Err(TryRecvError::Empty) => {}
+        }
+        if !wait {
+            return match self.jobs.try_recv() {
+                Ok(j) => Ok(Some(j)),
+                Err(TryRecvError::Empty) => Ok(None),
+                Err(TryRecvError::Disconnected) => Err(None),
+            };
+        }
+        crossbeam_channel::select! {
+            recv(self.stop) -> s => Err(s.ok()),
+            recv(self.jobs) -> j => j.map(Some).map_err(|_| None),
+        }
+    }
+}
+
+/// Run jobs until the shutdown message (or the queue closing) and the last
+/// one ends, up to `parallel` of them decoded together; the session back for
+/// closing, with the shutdown message's reply channel.
 fn serve_jobs(
     mut session: Session,
-    rx: crossbeam_channel::Receiver<Job>,
+    queue: &Queue,
     parallel: usize,
     runtime: &tokio::runtime::Handle,
-) -> Session {
+) -> (Session, Option<crossbeam_channel::Sender<()>>) {
     let template = ChatTemplate::of(session.model());
     let (_, ubatch) = session.context();
     let mut multi = Multi::new(parallel, ubatch.max(parallel));
-    let mut open = true;
+    let mut stopped: Option<Option<Stop>> = None;
     loop {
-        open = open && admit_jobs(&mut session, &template, &mut multi, &rx, runtime);
+        if stopped.is_none() {
+            if let Err(stop) = admit_jobs(&mut session, &template, &mut multi, queue, runtime) {
+                stopped = Some(stop);
+            }
+        }
         m::slots_busy(multi.busy());
         if multi.busy() == 0 {
-            if open {
-                continue;
+            match stopped {
+                None => continue,
+                Some(stop) => return (session, stop.map(|s| s.done)),
             }
-            return session;
         }
         let (ctx, _) = session.context();
         match multi.step(ctx) {
@@ -165,28 +222,19 @@ fn serve_jobs(
 }
 
 /// Move queued jobs into free sequences (waiting for one when none is
-/// running); false once the queue is closed.
+/// running); `Err` once asked to stop (see [`Queue::next`]).
 fn admit_jobs(
     session: &mut Session,
     template: &ChatTemplate,
     multi: &mut Multi<JobSink>,
-    rx: &crossbeam_channel::Receiver<Job>,
+    queue: &Queue,
     runtime: &tokio::runtime::Handle,
-) -> bool {
+) -> Result<(), Option<Stop>> {
     while multi.free() > 0 {
-        let job = if multi.busy() == 0 {
-            match rx.recv() {
-                Ok(j) => j,
-                Err(_) => return false,
-            }
-        } else {
-            match rx.try_recv() {
-                Ok(j) => j,
-                Err(crossbeam_channel::TryRecvError::Empty) => return true,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return false,
-            }
+        let Some(job) = queue.next(multi.busy() == 0)? else {
+            return Ok(());
         };
-        m::queue_depth(rx.len());
+        m::queue_depth(queue.jobs.len());
         if job.events.is_closed() {
             m::cancelled();
             continue;
@@ -205,7 +253,7 @@ fn admit_jobs(
             req.sink.finish(Event::Failed(e));
         }
     }
-    true
+    Ok(())
 }
 
 /// Tokenize and bound one job; its events sender back when it cannot run.

@@ -497,3 +497,25 @@ fn more_experts_per_token_than_the_graph_holds_is_refused_not_aborted() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn run_chat_and_serve_refuse_the_same_configuration_with_the_same_code() {
+    // A dense model with --moe-stream: the engine refuses it while assembling,
+    // whichever command runs the engine, and every command exits 2 (README,
+    // "Exit codes").
+    let m = smollm2().to_str().unwrap();
+    let refused = ["-m", m, "--moe-stream"];
+    let commands: [&[&str]; 3] = [
+        &["run", "-p", "Hello", "-n", "2"],
+        &["chat"],
+        &["serve", "--port", "0"],
+    ];
+    for command in commands {
+        let args = [command, &refused[..]].concat();
+        let o = crate::common::bmoe_within(&args, 120);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "args {args:?}\n{err}");
+        assert!(err.contains("drop --moe-stream"), "args {args:?}\n{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

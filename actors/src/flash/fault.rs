@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::io::{PreadReader, RawSource, SliceReader};
-use super::uring::{Ring, UringReader};
+use super::ring::Ring;
+use super::uring::UringReader;
 use super::FlashError;
 
 /// Per-read probabilities of each fault (checked in this order), and a seed.

@@ -14,6 +14,7 @@ mod probe;
 mod protocol;
 mod readahead;
 mod recycle;
+mod ring;
 mod shards;
 mod uring;
 mod warm;
@@ -31,8 +32,9 @@ pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader
 pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult};
 pub use protocol::DemandReply;
 pub use recycle::SPARE_MAX_BYTES;
+pub use ring::{KernelRing, Ring};
 pub use shards::{open_files, ShardFile, ShardedReader};
-pub use uring::{KernelRing, Ring, UringReader};
+pub use uring::UringReader;
 pub use watch::{FileWatch, CHECK_INTERVAL};
 
 #[cfg(test)]

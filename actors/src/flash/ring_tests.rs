@@ -186,6 +186,50 @@ fn uring_reader_with_transient_faults_only_serves_every_call() {
 }
 
 #[test]
+fn a_ring_smaller_than_the_depth_waits_for_room_and_serves_every_read() {
+    // 24 reads a call at depth 16 through a ring that holds 2: a full
+    // submission queue waits for a completion, then pushes.
+    let f = pattern_file();
+    for (seed, direct, plan) in [
+        (21u64, false, "seed=21"),
+        (22, true, "seed=22"),
+        (
+            23,
+            true,
+            "seed=23,short=0.2,eagain=0.05,eintr=0.05,delay=0.5",
+        ),
+    ] {
+        let ring = FaultyRing::open(f.path(), plan.parse().unwrap(), 2).unwrap();
+        let (counts, pending) = (ring.counts(), ring.pending());
+        let mut r = UringReader::with_ring(Box::new(ring), f.path().into(), direct, 16, MAX_SLICE)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let (ok, failed) = stress(&mut r, &pending, 60, seed);
+        assert_eq!((ok, failed), (60, 0), "{plan}: {}", counts.summary());
+        assert_eq!(r.stale_completions(), 0);
+    }
+}
+
+#[test]
+fn a_kernel_ring_smaller_than_the_depth_serves_every_read() {
+    // 8 submission entries (16 completions) under a reader of depth 16.
+    let f = pattern_file();
+    for direct in [true, false] {
+        let file = std::fs::File::open(f.path()).unwrap();
+        let Ok(ring) = KernelRing::new(file, 8) else {
+            println!("io_uring unavailable here: the kernel ring is not tested");
+            return;
+        };
+        let mut r = UringReader::with_ring(Box::new(ring), f.path().into(), direct, 16, MAX_SLICE)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let pending = AtomicU64::new(0);
+        let (ok, failed) = stress(&mut r, &pending, 60, 31);
+        assert_eq!((ok, failed), (60, 0));
+    }
+}
+
+#[test]
 fn kernel_ring_at_depth_16_reads_thousands_of_slices_exactly() {
     let f = pattern_file();
     for direct in [true, false] {

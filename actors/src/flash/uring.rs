@@ -6,72 +6,23 @@
 //! completion before returning, so no kernel write can land in a destination
 //! after the caller has taken it back. Completions carry the call's generation
 //! in their tag, so one from an earlier call can never be credited to a later
-//! read.
+//! read. A full submission queue is not an error: the read waits until the
+//! next completion makes room (the ring may hold fewer entries than the depth).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use io_uring::{opcode, types, IoUring};
-
 use super::io::{aligned, covering_range, Bounce, ReadOp, ReadStats, SliceReader, ALIGN};
+use super::ring::{KernelRing, Ring};
 use super::FlashError;
+
+mod call;
+use call::{Call, Flight};
 
 const MAX_RETRIES: u32 = 8;
 /// Failed waits in a row (EINTR, EAGAIN, EBUSY, ...) before the ring is given up as wedged.
 const MAX_WAIT_FAILURES: u32 = 10_000;
-
-/// The submission and completion queues a [`UringReader`] drives.
-pub trait Ring: Send {
-    /// Queue a read of `len` bytes at `offset` into `dst`, tagged `tag`.
-    /// Returns false when the submission queue is full.
-    ///
-    /// # Safety
-    /// `dst` must stay valid for writes of `len` bytes, and untouched by anyone
-    /// else, until the completion tagged `tag` has been reaped.
-    unsafe fn push_read(&mut self, dst: *mut u8, len: u32, offset: u64, tag: u64) -> bool;
-    /// Submit what was queued and wait until at least `want` completions are ready.
-    fn submit_and_wait(&mut self, want: usize) -> std::io::Result<()>;
-    /// Move the ready completions, `(tag, result)` (bytes, or a negated errno), to `out`.
-    fn reap(&mut self, out: &mut Vec<(u64, i32)>);
-}
-
-/// The kernel's io_uring over one file.
-pub struct KernelRing {
-    ring: IoUring,
-    file: File,
-}
-
-impl KernelRing {
-    /// A ring with room for `entries` submissions (rounded up to a power of two).
-    pub fn new(file: File, entries: u32) -> Result<Self, (File, std::io::Error)> {
-        match IoUring::new(entries.next_power_of_two()) {
-            Ok(ring) => Ok(Self { ring, file }),
-            Err(e) => Err((file, e)),
-        }
-    }
-}
-
-impl Ring for KernelRing {
-    unsafe fn push_read(&mut self, dst: *mut u8, len: u32, offset: u64, tag: u64) -> bool {
-        let e = opcode::Read::new(types::Fd(self.file.as_raw_fd()), dst, len)
-            .offset(offset)
-            .build()
-            .user_data(tag);
-        // SAFETY: the destination's validity until the completion is reaped is
-        // this function's contract; the fd lives as long as the ring (both ours).
-        unsafe { self.ring.submission().push(&e).is_ok() }
-    }
-
-    fn submit_and_wait(&mut self, want: usize) -> std::io::Result<()> {
-        self.ring.submit_and_wait(want).map(|_| ())
-    }
-
-    fn reap(&mut self, out: &mut Vec<(u64, i32)>) {
-        out.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
-    }
-}
 
 /// The io_uring reader.
 pub struct UringReader {
@@ -92,21 +43,6 @@ pub struct UringReader {
 // SAFETY: the ring and the bounce buffers are owned by this value and used only
 // by the thread that holds it (the flash actor).
 unsafe impl Send for UringReader {}
-
-/// One read in flight.
-#[derive(Clone, Copy)]
-struct Flight {
-    op: usize,
-    /// Read target: the slot itself, or a bounce buffer (index).
-    bounce: Option<usize>,
-    /// File offset and length of the whole read (page-rounded with a bounce).
-    off: u64,
-    len: u64,
-    done: u64,
-    retries: u32,
-    /// When the read was first submitted (for the per-read trace event).
-    submitted: Instant,
-}
 
 /// One completed read as a trace event: the Chrome layer draws it from
 /// submission to completion on the track of its queue slot.
@@ -135,7 +71,7 @@ impl UringReader {
     ) -> Result<Self, (File, std::io::Error)> {
         let ring = KernelRing::new(file, depth * 2)?;
         Self::with_ring(Box::new(ring), path, direct, depth, max_slice_bytes)
-            .map_err(|(ring, e)| (ring.file, e))
+            .map_err(|(ring, e)| (ring.into_file(), e))
     }
 
     /// A reader over any ring (tests: [`super::FaultyRing`]).
@@ -181,8 +117,9 @@ impl UringReader {
         ((tag >> 32) as u32 == self.generation).then_some((tag & 0xffff_ffff) as usize)
     }
 
-    /// Queue the (rest of the) read described by `f` as entry `slot`.
-    fn push(&mut self, slot: usize, f: &Flight, ops: &[ReadOp]) -> Result<(), FlashError> {
+    /// Queue the (rest of the) read described by `f` as entry `slot`; false
+    /// when the submission queue is full (nothing was queued).
+    fn push(&mut self, slot: usize, f: &Flight, ops: &[ReadOp]) -> bool {
         let dst = match f.bounce {
             // SAFETY: done < len <= the bounce buffer's size.
             Some(b) => unsafe { self.bounces[b].ptr.add(f.done as usize) },
@@ -193,60 +130,36 @@ impl UringReader {
         // SAFETY: the destination stays valid and untouched until the completion
         // is reaped (read_all's contract for slots; bounce buffers are ours and
         // each is used by one flight at a time).
-        if unsafe {
+        unsafe {
             self.ring
                 .push_read(dst, len, f.off + f.done, self.tag(slot))
-        } {
-            Ok(())
-        } else {
-            Err(FlashError::Config("io_uring submission queue full".into()))
-        }
-    }
-}
-
-/// The state of one `read_all` call.
-struct Call<'a> {
-    ops: &'a [ReadOp],
-    /// Per queue slot: the read it carries.
-    flights: Vec<Option<Flight>>,
-    free_bounce: Vec<usize>,
-    /// The next op to submit.
-    next: usize,
-    in_flight: usize,
-    /// The first failure: nothing more is submitted, what is in flight drains.
-    error: Option<FlashError>,
-    stats: ReadStats,
-    trace: bool,
-}
-
-impl<'a> Call<'a> {
-    fn new(ops: &'a [ReadOp], depth: usize, bounces: usize) -> Self {
-        Self {
-            ops,
-            flights: vec![None; depth],
-            free_bounce: (0..bounces).collect(),
-            next: 0,
-            in_flight: 0,
-            error: None,
-            stats: ReadStats {
-                ops: ops.len() as u64,
-                ..Default::default()
-            },
-            trace: tracing::enabled!(tracing::Level::DEBUG),
         }
     }
 
-    /// Keep the first failure (later ones are its consequences).
-    fn fail(&mut self, e: FlashError) {
-        self.error.get_or_insert(e);
+    /// Push the flight in `slot`, or queue it behind the others waiting for
+    /// room in a full submission queue.
+    fn push_or_wait(&mut self, call: &mut Call<'_>, slot: usize) {
+        let pushed = call.unsent.is_empty()
+            && call.flights[slot].is_some_and(|f| self.push(slot, &f, call.ops));
+        if !pushed {
+            call.unsent.push_back(slot);
+        }
     }
 
-    /// A flight is over (served or failed): its slot and bounce are free again.
-    fn retire(&mut self, f: &Flight) {
-        if let Some(b) = f.bounce {
-            self.free_bounce.push(b);
+    /// Push the flights that waited for room, oldest first; false while the
+    /// queue is still full.
+    fn push_unsent(&mut self, call: &mut Call<'_>) -> bool {
+        while let Some(&slot) = call.unsent.front() {
+            let Some(f) = call.flights[slot] else {
+                call.unsent.pop_front();
+                continue;
+            };
+            if !self.push(slot, &f, call.ops) {
+                return false;
+            }
+            call.unsent.pop_front();
         }
-        self.in_flight -= 1;
+        true
     }
 }
 
@@ -255,8 +168,12 @@ fn transient(errno: i32) -> bool {
 }
 
 impl UringReader {
-    /// Submit ops until the queue is full or none is left.
+    /// Push the flights that waited for room, then new ops, until every slot
+    /// is taken, the submission queue is full or no op is left.
     fn fill(&mut self, call: &mut Call<'_>) {
+        if !self.push_unsent(call) {
+            return;
+        }
         while call.in_flight < call.flights.len() && call.next < call.ops.len() {
             let op = call.ops[call.next];
             let Some(slot) = call.flights.iter().position(|f| f.is_none()) else {
@@ -271,7 +188,7 @@ impl UringReader {
             } else {
                 (None, op.file_offset, op.len)
             };
-            let f = Flight {
+            call.flights[slot] = Some(Flight {
                 op: call.next,
                 bounce,
                 off,
@@ -279,17 +196,14 @@ impl UringReader {
                 done: 0,
                 retries: 0,
                 submitted: Instant::now(),
-            };
-            if let Err(e) = self.push(slot, &f, call.ops) {
-                if let Some(b) = bounce {
-                    call.free_bounce.push(b);
-                }
-                call.fail(e);
-                return;
-            }
-            call.flights[slot] = Some(f);
+            });
             call.in_flight += 1;
             call.next += 1;
+            self.push_or_wait(call, slot);
+            if !call.unsent.is_empty() {
+                // The queue is full: the next completion makes room.
+                return;
+            }
         }
     }
 
@@ -341,13 +255,10 @@ impl UringReader {
         match outcome {
             // Draining after a failure: nothing is resubmitted.
             Progress::More if call.error.is_some() => call.retire(&f),
-            Progress::More => match self.push(slot, &f, call.ops) {
-                Ok(()) => call.flights[slot] = Some(f),
-                Err(e) => {
-                    call.retire(&f);
-                    call.fail(e);
-                }
-            },
+            Progress::More => {
+                call.flights[slot] = Some(f);
+                self.push_or_wait(call, slot);
+            }
             Progress::Failed(e) => {
                 call.retire(&f);
                 call.fail(e);
@@ -459,12 +370,24 @@ impl SliceReader for UringReader {
         while (call.error.is_none() && call.next < ops.len()) || call.in_flight > 0 {
             if call.error.is_none() {
                 self.fill(&mut call);
+            } else {
+                call.drop_unsent();
             }
             if call.in_flight == 0 {
                 break;
             }
+            if call.in_ring() == 0 {
+                // A full queue that holds nothing: no completion will make room.
+                call.fail(FlashError::Config(
+                    "the io_uring submission queue takes no reads".into(),
+                ));
+                call.drop_unsent();
+                break;
+            }
+            // Submit and wait for a completion (with a full queue: room for
+            // the flights waiting in `unsent`).
             if let Err(e) = self.wait(&mut call.stats) {
-                self.wedged = call.in_flight;
+                self.wedged = call.in_ring();
                 return Err(e);
             }
             done.clear();
