@@ -1,0 +1,188 @@
+//! A running streamer: the flash actor started over the model's files, the
+//! cache budget, and what the verify and draft hooks are built from.
+
+mod hooks;
+mod mapping;
+
+pub use hooks::DraftHookParts;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bmoe_actors::flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
+use bmoe_actors::output::PendingFile;
+
+use super::files::{shard_files, specs};
+use super::memory::{self, FileMapping};
+use super::{
+    resolve_cache_bytes, trace, warm, AutoTerms, CacheSize, Predictor, StreamConfig, StreamError,
+    WarmSession, WarmSource, HEADROOM_BYTES, MIB,
+};
+use crate::layout::MoeLayout;
+
+/// A running streamer: the flash actor plus what the verify hook needs.
+pub struct Streamer {
+    pub flash: Flash,
+    pub budget_bytes: u64,
+    pub notes: Vec<String>,
+    layout: MoeLayout,
+    /// Per file of the model: its mappings that existed before llama.cpp loaded it.
+    premapped: Vec<Vec<usize>>,
+    /// Experts routed per token (after `--n-expert-used`).
+    k: u32,
+    predictor: Option<Arc<Predictor>>,
+    drop_cold: f32,
+    /// What `--inject-faults` injected (None without it).
+    pub faults: Option<Arc<FaultCounts>>,
+    /// `--inject-faults observer_panic_at=N` (0: off).
+    observer_panic_at: u64,
+    /// `--route-trace`: the writer, until the verify hook takes it, and the
+    /// file it writes, until the run's end moves it into place.
+    route_trace: Mutex<Option<trace::RouteTraceWriter>>,
+    route_trace_file: Mutex<Option<PendingFile>>,
+    /// `--cache-warm` (None when off), from [`Streamer::start_warm`].
+    warm: Option<WarmSession>,
+    model_path: PathBuf,
+}
+
+impl Streamer {
+    /// Start the flash actor for `layout` of `model_path`.
+    pub fn start(
+        model_path: &Path,
+        layout: &MoeLayout,
+        cfg: &StreamConfig,
+        k: u32,
+    ) -> Result<Self, StreamError> {
+        if !layout.is_moe() {
+            return Err(StreamError::NotMoe {
+                model: model_path.display().to_string(),
+                n_expert: layout.n_expert,
+            });
+        }
+        let budget_bytes = resolve_cache_bytes(cfg, layout, memory::mem_available_bytes())?;
+        let flash_cfg = FlashConfig {
+            budget_bytes,
+            queue_depth: cfg.io_threads,
+            o_direct: cfg.o_direct,
+            prefetch_layers: cfg.prefetch,
+            prefetch_max_experts: k,
+            policy: cfg.policy,
+            ..FlashConfig::default()
+        };
+        let mut fault_counts = None;
+        let flash = match &cfg.faults {
+            None => Flash::spawn(&shard_files(layout), specs(layout), flash_cfg)?,
+            Some(_) if layout.is_split() => return Err(StreamError::FaultsOnSplit),
+            Some(plan) => {
+                let max_slice = layout
+                    .experts
+                    .iter()
+                    .map(|e| e.slice_bytes)
+                    .max()
+                    .unwrap_or(0);
+                let f = open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
+                fault_counts = Some(f.counts);
+                Flash::spawn_with_reader(
+                    f.reader,
+                    vec![f.note],
+                    specs(layout),
+                    flash_cfg,
+                    &[model_path],
+                )?
+            }
+        };
+        let notes = flash.notes().to_vec();
+        let (route_trace, route_trace_file) = match &cfg.route_trace {
+            Some(p) => {
+                let (w, f) = trace::create(p, trace::header(model_path, layout, k))?;
+                (Some(w), Some(f))
+            }
+            None => (None, None),
+        };
+        let predictor = if cfg.predict_prefetch {
+            Some(Arc::new(Predictor::load(model_path, layout, k)?))
+        } else {
+            None
+        };
+        Ok(Self {
+            flash,
+            budget_bytes,
+            notes,
+            layout: layout.clone(),
+            premapped: layout
+                .shards
+                .iter()
+                .map(|s| FileMapping::existing_bases(&s.path))
+                .collect(),
+            k,
+            predictor,
+            drop_cold: cfg.drop_cold,
+            faults: fault_counts,
+            observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
+            route_trace: Mutex::new(route_trace),
+            route_trace_file: Mutex::new(route_trace_file),
+            warm: None,
+            model_path: model_path.to_path_buf(),
+        })
+    }
+
+    /// `--cache-warm`, once the budget is settled: find the profile and queue
+    /// its hottest slots for the flash actor (read while the prompt is
+    /// prefilled, after every demand).
+    pub fn start_warm(&mut self, cfg: &StreamConfig) -> Result<(), StreamError> {
+        if cfg.warm == WarmSource::Off {
+            return Ok(());
+        }
+        let shape = warm::model_shape(&self.layout, self.k)?;
+        if let Some((session, plan)) =
+            WarmSession::open(&cfg.warm, &self.model_path, shape, self.budget_bytes)?
+        {
+            let empty = plan.keys.is_empty() && plan.rates.is_empty();
+            if !empty && !self.flash.warm(plan.keys, plan.rates) {
+                self.notes
+                    .push("--cache-warm: the flash actor was busy; nothing read ahead".into());
+            }
+            self.warm = Some(session);
+        }
+        Ok(())
+    }
+
+    /// `--cache-warm`: the summary line, and the profile saved with this
+    /// run's routing (a failed save is said, not fatal). None when off.
+    pub fn finish_warm(&self) -> Option<(String, String)> {
+        let session = self.warm.as_ref()?;
+        let c = self.flash.counters();
+        let saved = session
+            .save(c)
+            .unwrap_or_else(|e| format!("profile not saved: {e}"));
+        Some((session.line(c), saved))
+    }
+
+    /// Move the `--route-trace` file into place (the verify hook, and with it
+    /// the writer, must be gone: every decode it saw is flushed). Returns
+    /// where it is; None without `--route-trace`.
+    pub fn commit_route_trace(&self) -> Result<Option<PathBuf>, StreamError> {
+        let pending = self.route_trace_file.lock().ok().and_then(|mut f| f.take());
+        pending.map(trace::commit).transpose()
+    }
+
+    /// `--cache-mb auto`, once the model and every context exist: the budget
+    /// the host can spare (see [`AutoTerms`]), given the contexts' estimated
+    /// compute buffers. Returns how it was resolved (None for a fixed size).
+    pub fn settle_auto(&mut self, cfg: &StreamConfig, compute: u64) -> Option<AutoTerms> {
+        if cfg.cache != CacheSize::Auto {
+            return None;
+        }
+        let terms = AutoTerms {
+            available: memory::mem_available_bytes().unwrap_or(u64::MAX),
+            dense: self.layout.dense_bytes(),
+            compute,
+            headroom: HEADROOM_BYTES,
+            ceiling: cfg.cache_ceil_mb.map(|mb| mb.saturating_mul(MIB)),
+            experts: self.layout.expert_bytes(),
+        };
+        self.budget_bytes = terms.bytes();
+        self.flash.set_budget(self.budget_bytes);
+        Some(terms)
+    }
+}
