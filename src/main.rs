@@ -168,7 +168,7 @@ fn cause_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
     }
     if cause.downcast_ref::<UsageError>().is_some()
         || cause
-            .downcast_ref::<bmoe::compare::CompareError>()
+            .downcast_ref::<bmoe::lab::compare::CompareError>()
             .is_some()
     {
         return Some(exit::USAGE);
@@ -200,7 +200,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Probe(p) => cli::commands::probe(p),
         Command::Compare { csv, mixed } => {
-            use bmoe::compare::{self, CompareError, RunCsv};
+            use bmoe::lab::compare::{self, CompareError, RunCsv};
             let runs = csv
                 .iter()
                 .map(|p| RunCsv::open(p))
@@ -230,11 +230,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             )?)
         }
         Command::Burn { max_seconds } => {
-            bmoe::bench::neighbour::burn(max_seconds);
+            bmoe::lab::bench::neighbour::burn(max_seconds);
             Ok(())
         }
         Command::Balloon { mib, max_seconds } => {
-            bmoe::bench::balloon::hold(mib, max_seconds).context("balloon")
+            bmoe::lab::bench::balloon::hold(mib, max_seconds).context("balloon")
         }
     }
 }
