@@ -71,7 +71,8 @@ pub struct Context {
     threadpool: *mut sys::ggml_threadpool,
     // Kept alive (and at a stable address) for llama.cpp's callback user data.
     _observer: Option<Box<ObserverCell>>,
-    abort: Arc<AtomicBool>,
+    // Kept alive for llama.cpp's abort callback data (the flag's address).
+    _abort: Arc<AtomicBool>,
     n_vocab: usize,
     n_ctx: u32,
     n_batch: u32,
@@ -198,7 +199,7 @@ impl Context {
             ptr,
             threadpool,
             _observer: observer,
-            abort,
+            _abort: abort,
             n_vocab: model.n_vocab(),
             n_ctx,
             n_batch,
@@ -224,11 +225,6 @@ impl Context {
     /// The largest batch one `decode` accepts (as llama.cpp settled it).
     pub fn n_batch(&self) -> u32 {
         self.n_batch
-    }
-
-    /// A flag that, once set, makes the running and every later decode abort.
-    pub fn abort_flag(&self) -> Arc<AtomicBool> {
-        self.abort.clone()
     }
 
     /// Run the model over `batch`.
