@@ -110,11 +110,6 @@ fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
 }
 
 impl MoeLayout {
-    /// The layout of a single-file model.
-    pub fn from_file(g: &GgufFile) -> Self {
-        Self::from_files(std::slice::from_ref(g))
-    }
-
     /// The layout of a model in `files` (the first holds the metadata).
     pub fn from_files(files: &[GgufFile]) -> Self {
         let g = &files[0];

@@ -35,11 +35,6 @@ pub fn stdout_failed() -> Option<StdoutError> {
     STDOUT_FAILED.get().map(|m| StdoutError(m.clone()))
 }
 
-/// Remember a stdout failure seen elsewhere (the telemetry actor's progress lines).
-pub fn note_stdout_failure(e: &std::io::Error) {
-    let _ = STDOUT_FAILED.set(e.to_string());
-}
-
 /// One line on stderr, best effort (never a panic).
 pub fn err_line(s: &str) {
     let mut e = std::io::stderr().lock();

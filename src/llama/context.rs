@@ -71,7 +71,8 @@ pub struct Context {
     threadpool: *mut sys::ggml_threadpool,
     // Kept alive (and at a stable address) for llama.cpp's callback user data.
     _observer: Option<Box<ObserverCell>>,
-    abort: Arc<AtomicBool>,
+    // Kept alive for llama.cpp's abort callback data (the flag's address).
+    _abort: Arc<AtomicBool>,
     n_vocab: usize,
     n_ctx: u32,
     n_batch: u32,
@@ -105,6 +106,48 @@ unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
     unsafe { abort_cb(data) }
 }
 
+/// llama.cpp's context parameters for `params`, with `n_seq` sequences of
+/// `n_ctx` positions each (the callbacks are set by the caller).
+fn llama_params(params: &ContextParams, n_seq: u32) -> sys::llama_context_params {
+    // SAFETY: returns a plain struct by value.
+    let mut cp = unsafe { sys::llama_context_default_params() };
+    // Each sequence its own stream of `n_ctx` positions (not one pool).
+    cp.n_ctx = params.n_ctx.saturating_mul(n_seq);
+    cp.kv_unified = false;
+    cp.n_batch = params.n_batch.max(params.n_ubatch);
+    cp.n_ubatch = params.n_ubatch;
+    cp.n_seq_max = n_seq;
+    cp.n_rs_seq = params.n_rs_seq;
+    cp.n_threads = params.n_threads as i32;
+    cp.n_threads_batch = params.n_threads as i32;
+    cp.no_perf = true;
+    cp.ctx_type = match params.kind {
+        ContextKind::Target => sys::LLAMA_CONTEXT_TYPE_DEFAULT,
+        ContextKind::Mtp => sys::LLAMA_CONTEXT_TYPE_MTP,
+    };
+    cp
+}
+
+/// Give the context `ctx` a persistent thread pool of `n_threads` that sleeps
+/// instead of spinning (poll = 0), so workers do not burn CPU while an eval
+/// callback blocks. Returns the pool (null if ggml could not make one: the
+/// context then keeps its own), for the context's owner to free after it.
+fn attach_sleeping_threadpool(
+    ctx: NonNull<sys::llama_context>,
+    n_threads: u32,
+) -> *mut sys::ggml_threadpool {
+    // SAFETY: plain struct by value.
+    let mut tpp = unsafe { sys::ggml_threadpool_params_default(n_threads as i32) };
+    tpp.poll = 0;
+    // SAFETY: `tpp` is a valid, initialised parameter struct.
+    let threadpool = unsafe { sys::ggml_threadpool_new(&mut tpp) };
+    if !threadpool.is_null() {
+        // SAFETY: both pointers are valid; the pool is freed after the context in Drop.
+        unsafe { sys::llama_attach_threadpool(ctx.as_ptr(), threadpool, threadpool) };
+    }
+    threadpool
+}
+
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
         if params.kind == ContextKind::Mtp && model.n_layer_nextn() > 0 && !model.mtp_loaded() {
@@ -113,23 +156,8 @@ impl Context {
                 "the model was loaded without its MTP (nextn) block (ModelParams::load_mtp)".into(),
             ));
         }
-        // SAFETY: returns a plain struct by value.
-        let mut cp = unsafe { sys::llama_context_default_params() };
         let n_seq = params.n_seq.clamp(1, MAX_SEQUENCES);
-        // Each sequence its own stream of `n_ctx` positions (not one pool).
-        cp.n_ctx = params.n_ctx.saturating_mul(n_seq);
-        cp.kv_unified = false;
-        cp.n_batch = params.n_batch.max(params.n_ubatch);
-        cp.n_ubatch = params.n_ubatch;
-        cp.n_seq_max = n_seq;
-        cp.n_rs_seq = params.n_rs_seq;
-        cp.n_threads = params.n_threads as i32;
-        cp.n_threads_batch = params.n_threads as i32;
-        cp.no_perf = true;
-        cp.ctx_type = match params.kind {
-            ContextKind::Target => sys::LLAMA_CONTEXT_TYPE_DEFAULT,
-            ContextKind::Mtp => sys::LLAMA_CONTEXT_TYPE_MTP,
-        };
+        let mut cp = llama_params(&params, n_seq);
         let abort = params
             .abort
             .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
@@ -162,17 +190,7 @@ impl Context {
                 }
             })
         })?;
-        // A persistent thread pool that sleeps instead of spinning (poll = 0), so
-        // workers do not burn CPU while an eval callback blocks.
-        // SAFETY: plain struct by value.
-        let mut tpp = unsafe { sys::ggml_threadpool_params_default(params.n_threads as i32) };
-        tpp.poll = 0;
-        // SAFETY: `tpp` is a valid, initialised parameter struct.
-        let threadpool = unsafe { sys::ggml_threadpool_new(&mut tpp) };
-        if !threadpool.is_null() {
-            // SAFETY: both pointers are valid; the pool is freed after the context in Drop.
-            unsafe { sys::llama_attach_threadpool(ptr.as_ptr(), threadpool, threadpool) };
-        }
+        let threadpool = attach_sleeping_threadpool(ptr, params.n_threads);
         // SAFETY: valid context pointer; pure getter (positions per sequence).
         let n_ctx = unsafe { sys::llama_n_ctx_seq(ptr.as_ptr()) };
         // SAFETY: valid context pointer; pure getter (llama.cpp may clamp n_batch to n_ctx).
@@ -181,7 +199,7 @@ impl Context {
             ptr,
             threadpool,
             _observer: observer,
-            abort,
+            _abort: abort,
             n_vocab: model.n_vocab(),
             n_ctx,
             n_batch,
@@ -207,11 +225,6 @@ impl Context {
     /// The largest batch one `decode` accepts (as llama.cpp settled it).
     pub fn n_batch(&self) -> u32 {
         self.n_batch
-    }
-
-    /// A flag that, once set, makes the running and every later decode abort.
-    pub fn abort_flag(&self) -> Arc<AtomicBool> {
-        self.abort.clone()
     }
 
     /// Run the model over `batch`.

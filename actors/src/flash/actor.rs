@@ -178,21 +178,7 @@ impl Actor {
         if let Some(&bad) = experts.iter().find(|&&e| e >= limit) {
             return Err(FlashError::UnknownExpert { layer, expert: bad });
         }
-        let mut dropped = Vec::new();
-        let keys: Vec<SlotKey> = experts
-            .iter()
-            .map(|&expert| SlotKey { layer, expert })
-            .filter(|k| {
-                let drop = droppable.contains(&k.expert) && !self.cache.contains(*k);
-                if drop {
-                    dropped.push(k.expert);
-                }
-                !drop
-            })
-            .collect();
-        self.counters
-            .dropped_experts
-            .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+        let (keys, mut dropped) = self.drop_cold(layer, experts, droppable);
         // The requester's pass has begun: what it asked for in the background
         // and is still queued is read now if it needs it, else not at all.
         self.background.retain(|(r, _)| *r != requester);
@@ -242,6 +228,24 @@ impl Actor {
             self.after_verify_demand(layer, &served);
         }
         Ok(())
+    }
+
+    /// The slots a demand serves, and the `droppable` experts left out of it
+    /// because they are not resident (counted as dropped).
+    fn drop_cold(
+        &self,
+        layer: u32,
+        experts: &[u32],
+        droppable: &[u32],
+    ) -> (Vec<SlotKey>, Vec<u32>) {
+        let (dropped, keys): (Vec<SlotKey>, Vec<SlotKey>) = experts
+            .iter()
+            .map(|&expert| SlotKey { layer, expert })
+            .partition(|k| droppable.contains(&k.expert) && !self.cache.contains(*k));
+        self.counters
+            .dropped_experts
+            .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+        (keys, dropped.into_iter().map(|k| k.expert).collect())
     }
 
     /// Read the `projs` slices of every miss.

@@ -189,10 +189,6 @@ impl Arena {
         };
         moved != libc::MAP_FAILED
     }
-
-    pub fn page_size(&self) -> usize {
-        self.page
-    }
 }
 
 impl Drop for Arena {

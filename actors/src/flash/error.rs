@@ -44,9 +44,6 @@ pub enum FlashError {
     Config(String),
     #[error("the flash actor has stopped: {0}")]
     Stopped(String),
-    /// A demand the actor could not serve (its reads failed); the actor goes on.
-    #[error("{0}")]
-    Failed(String),
     #[error("layer {layer} expert {expert} is not a streamed expert of this model")]
     UnknownExpert { layer: u32, expert: u32 },
 }

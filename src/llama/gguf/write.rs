@@ -2,7 +2,7 @@
 //! and tensor descriptors through ggml's writer, tensor data streamed in order
 //! into a file written whole or not at all, counted and hashed ([`Written`]).
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -80,25 +80,6 @@ impl GgufBuilder {
         // SAFETY: valid context and key; removing an absent key is a no-op.
         unsafe { sys::gguf_remove_key(self.ctx.as_ptr(), k.as_ptr()) };
         Ok(())
-    }
-
-    /// Drop every key starting with `prefix`.
-    pub fn remove_prefix(&mut self, prefix: &str) -> Result<(), LlamaError> {
-        loop {
-            // SAFETY: valid context; pure getter.
-            let n = unsafe { sys::gguf_get_n_kv(self.ctx.as_ptr()) };
-            let found = (0..n).find_map(|i| {
-                // SAFETY: 0 <= i < n; key string owned by the context.
-                let k = unsafe { CStr::from_ptr(sys::gguf_get_key(self.ctx.as_ptr(), i)) }
-                    .to_string_lossy()
-                    .into_owned();
-                k.starts_with(prefix).then_some(k)
-            });
-            match found {
-                Some(k) => self.remove_key(&k)?,
-                None => return Ok(()),
-            }
-        }
     }
 
     pub fn set_u32(&mut self, key: &str, v: u32) -> Result<(), LlamaError> {

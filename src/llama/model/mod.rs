@@ -117,12 +117,6 @@ impl Model {
         unsafe { sys::llama_vocab_n_tokens(self.vocab()) }.max(0) as usize
     }
 
-    /// Trained context length.
-    pub fn n_ctx_train(&self) -> u32 {
-        // SAFETY: valid model pointer; pure getter.
-        unsafe { sys::llama_model_n_ctx_train(self.ptr.as_ptr()) }.max(0) as u32
-    }
-
     /// llama.cpp's one-line description (arch, size, quant).
     pub fn description(&self) -> String {
         let mut buf = vec![0u8; 256];

@@ -86,12 +86,6 @@ impl Model {
         Vec::new()
     }
 
-    /// Detokenize a whole sequence (lossy UTF-8).
-    pub fn detokenize(&self, tokens: &[Token]) -> String {
-        let bytes: Vec<u8> = tokens.iter().flat_map(|&t| self.token_bytes(t)).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-
     /// The text of the beginning- and end-of-sequence tokens (empty when the
     /// vocabulary has none), as chat templates name them.
     pub fn bos_eos_text(&self) -> (String, String) {
