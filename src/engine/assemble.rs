@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::prefill::{choose_ubatch, PrefillFacts};
-use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
+use super::{Mode, RunConfig, Speculation, MTP_UBATCH, TARGET_UBATCH};
 use crate::draft::MtpActorConfig;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
@@ -13,15 +13,15 @@ use crate::stream::{
     compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer,
 };
 
-/// How the experts reach the matmuls, owning what that needs.
-pub(super) enum Backend {
-    /// llama.cpp's own mmap path.
-    Resident,
-    /// The flash actor and the verify hook, with the settings they run under.
-    Stream {
-        streamer: Box<Streamer>,
-        cfg: StreamConfig,
-    },
+/// How the experts reach the matmuls, owning what that needs: resident
+/// (llama.cpp's own mmap path), or the flash actor and the verify hook with
+/// the settings they run under.
+pub(super) type Backend = Mode<Streaming>;
+
+/// A streamed run's streamer and its settings.
+pub(super) struct Streaming {
+    pub(super) streamer: Box<Streamer>,
+    pub(super) cfg: StreamConfig,
 }
 
 impl Backend {
@@ -33,26 +33,16 @@ impl Backend {
         k: u32,
     ) -> Result<Self, StreamError> {
         Ok(match mode {
-            Mode::Resident => Backend::Resident,
-            Mode::Stream(sc) => Backend::Stream {
+            Mode::Resident => Mode::Resident,
+            Mode::Stream(sc) => Mode::Stream(Streaming {
                 streamer: Box::new(Streamer::start(&cfg.model, layout, &sc, k)?),
                 cfg: sc,
-            },
+            }),
         })
     }
 
     pub(super) fn streamer(&self) -> Option<&Streamer> {
-        match self {
-            Backend::Resident => None,
-            Backend::Stream { streamer, .. } => Some(streamer.as_ref()),
-        }
-    }
-
-    pub(super) fn mode(&self) -> RunMode {
-        match self {
-            Backend::Resident => RunMode::Resident,
-            Backend::Stream { .. } => RunMode::Stream,
-        }
+        self.stream().map(|s| s.streamer.as_ref())
     }
 
     /// `--cache-mb auto` once every context exists (see
@@ -64,7 +54,7 @@ impl Backend {
         ubatch: u32,
         mtp: bool,
     ) -> Option<String> {
-        let Backend::Stream { streamer, cfg } = self else {
+        let Mode::Stream(Streaming { streamer, cfg }) = self else {
             return None;
         };
         let mut compute = compute_bytes(model, n_ctx, ubatch);
@@ -77,17 +67,14 @@ impl Backend {
     /// `--cache-warm`, once the budget is settled (see [`Streamer::start_warm`]).
     pub(super) fn start_warm(&mut self) -> Result<(), crate::stream::StreamError> {
         match self {
-            Backend::Resident => Ok(()),
-            Backend::Stream { streamer, cfg } => streamer.start_warm(cfg),
+            Mode::Resident => Ok(()),
+            Mode::Stream(Streaming { streamer, cfg }) => streamer.start_warm(cfg),
         }
     }
 
     /// `--drop-cold-experts` (0 when off or resident).
     pub(super) fn drop_cold(&self) -> f32 {
-        match self {
-            Backend::Resident => 0.0,
-            Backend::Stream { cfg, .. } => cfg.drop_cold,
-        }
+        self.stream().map_or(0.0, |s| s.cfg.drop_cold)
     }
 }
 
@@ -142,7 +129,7 @@ pub(super) fn target_context(
         ..ContextParams::default()
     };
     let mut anon = None;
-    if let Backend::Stream { streamer, cfg: sc } = backend {
+    if let Mode::Stream(Streaming { streamer, cfg: sc }) = backend {
         anon = streamer.prepare_mapping(sc.dense)?;
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));

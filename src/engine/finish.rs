@@ -158,9 +158,9 @@ pub(super) fn report(
         .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
         .unwrap_or_default();
     let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
-    let prefetch = match &backend {
-        Backend::Stream { streamer, cfg: sc } => report::prefetch_report(streamer, sc, m.predicted),
-        Backend::Resident => PrefetchReport::default(),
+    let prefetch = match backend.stream() {
+        Some(s) => report::prefetch_report(&s.streamer, &s.cfg, m.predicted),
+        None => PrefetchReport::default(),
     };
     Ok(RunReport {
         generation,
@@ -171,7 +171,7 @@ pub(super) fn report(
         verify_read_bytes,
         head,
         rows: m.rows,
-        mode: backend.mode(),
+        mode: backend.kind(),
         notes,
         cache_budget_bytes: budget,
         reader,

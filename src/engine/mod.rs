@@ -101,7 +101,9 @@ pub struct RunReport {
     /// The MTP head's streaming on the draft actor (zeros otherwise).
     pub head: HeadReport,
     pub rows: Vec<TokenRow>,
-    pub mode: RunMode,
+    /// Where the experts came from: llama.cpp's mapping (`--resident`, or a
+    /// dense model) or the flash actor.
+    pub mode: Mode<()>,
     pub notes: Vec<String>,
     pub cache_budget_bytes: u64,
     pub reader: String,
@@ -128,37 +130,6 @@ pub struct RunReport {
     pub startup: Startup,
     /// The prompt's pass: its micro-batch, time and (streamed) reads.
     pub prefill: PrefillReport,
-}
-
-/// Where the experts came from in a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunMode {
-    /// llama.cpp's mmap (`--resident`, or a dense model).
-    Resident,
-    /// Streamed by the flash actor.
-    Stream,
-}
-
-impl RunMode {
-    /// The name in the CSV preamble and the summary (`resident`, `stream`).
-    pub fn name(self) -> &'static str {
-        match self {
-            RunMode::Resident => "resident",
-            RunMode::Stream => "stream",
-        }
-    }
-}
-
-impl std::fmt::Display for RunMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl PartialEq<&str> for RunMode {
-    fn eq(&self, name: &&str) -> bool {
-        self.name() == *name
-    }
 }
 
 /// What prefetching did over a run.
