@@ -7,27 +7,23 @@ use std::time::Duration;
 use bmoe_actors::cache::Requester;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
-use super::assemble::Backend;
+use super::assemble::{Assembly, Backend};
 use super::prefill::PrefillReport;
 use super::report::{self, Totals};
-use super::{EngineError, Metered, PrefetchReport, RunConfig, RunReport};
+use super::{EngineError, Metered, PrefetchReport, RunReport};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
-use crate::layout::MoeLayout;
-use crate::llama::Context;
 use crate::stream::memory;
 
 /// How generation ended, as the engine saw it.
 pub(super) struct Ended {
     pub(super) metered: Metered,
     pub(super) head: HeadReport,
-    pub(super) prompt_tokens: usize,
     /// The verify hook's first error (it aborted a decode because of it).
     pub(super) observer_failure: Option<String>,
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
     pub(super) startup: super::Startup,
-    pub(super) prefill: super::prefill::PrefillFacts,
 }
 
 /// The run's failure, if any: a streaming error that aborted a decode, else
@@ -68,25 +64,29 @@ fn requester_bytes(backend: &Backend, r: Requester) -> u64 {
 
 /// Total the run, close telemetry with the trailer, and report (or fail with
 /// the cause and the `BMOE_DONE` line of what was generated).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn report(
-    cfg: &RunConfig,
-    ctx: Context,
-    backend: Backend,
-    layout: MoeLayout,
-    k: u32,
-    mut notes: Vec<String>,
+    a: Assembly,
     telemetry: Telemetry,
     ended: Ended,
 ) -> Result<RunReport, EngineError> {
+    let Assembly {
+        ctx,
+        backend,
+        layout,
+        cfg,
+        k,
+        mut notes,
+        tokens,
+        prefill: prefill_facts,
+        ..
+    } = a;
+    let prompt_tokens = tokens.len();
     let Ended {
         metered: m,
         head,
-        prompt_tokens,
         observer_failure,
         aborted_by_hook,
         startup,
-        prefill: prefill_facts,
     } = ended;
     let elapsed: Duration = m.started.elapsed();
     let stream_failed = observer_failure.is_some();
