@@ -1,27 +1,146 @@
 //! Assembly of a run: the backend (resident, or the streamer and its settings),
-//! the model, the target context with its observer, and the MTP actor's config.
+//! the model, the target context with its observer, and the MTP actor's config;
+//! [`assemble`] puts them together for `bmoe run` and a session alike.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::prefill::{choose_ubatch, PrefillFacts};
-use super::{Mode, RunConfig, RunMode, Speculation, MTP_UBATCH, TARGET_UBATCH};
-use crate::draft::MtpActorConfig;
+use super::Startup;
+use super::{EngineError, Mode, RunConfig, Speculation, MTP_UBATCH, TARGET_UBATCH};
+use crate::draft::{DraftError, MtpActor, MtpActorConfig};
+use crate::generate;
 use crate::layout::MoeLayout;
-use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
+use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, Token};
 use crate::stream::{
     compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer,
 };
 
-/// How the experts reach the matmuls, owning what that needs.
-pub(super) enum Backend {
-    /// llama.cpp's own mmap path.
-    Resident,
-    /// The flash actor and the verify hook, with the settings they run under.
-    Stream {
-        streamer: Box<Streamer>,
-        cfg: StreamConfig,
-    },
+/// What the prompt's micro-batch is chosen for.
+pub(super) enum Prompt<'a> {
+    /// `bmoe run`'s prompt, tokenized once the model is loaded.
+    Text { text: &'a str, chat: bool },
+    /// chat and serve: the longest prompt the context takes.
+    Longest,
+}
+
+/// The model loaded as configured, its target context with the verify hook,
+/// and what loading decided: what `bmoe run` and a session start from.
+/// Fields drop in order: the context (and the verify hook with it) before the
+/// model and the streamer.
+pub(super) struct Assembly {
+    pub(super) ctx: Context,
+    pub(super) model: Arc<Model>,
+    pub(super) backend: Backend,
+    pub(super) layout: MoeLayout,
+    /// The configuration for this model ([`RunConfig::for_model`]).
+    pub(super) cfg: RunConfig,
+    /// Experts routed per token.
+    pub(super) k: u32,
+    /// What loading decided (a dense model runs resident, the context's
+    /// rounding, the cache size), for the summary.
+    pub(super) notes: Vec<String>,
+    /// The prompt's tokens (none for [`Prompt::Longest`]).
+    pub(super) tokens: Vec<Token>,
+    pub(super) prefill: PrefillFacts,
+    /// The target context's abort flag (the verify hook raises it).
+    pub(super) abort: Arc<AtomicBool>,
+    /// The verify hook's dense copies, for the MTP head to share.
+    pub(super) anon: Option<SharedAnon>,
+    /// When the model began loading, and the process's storage reads then.
+    pub(super) load_start: (Instant, Option<u64>),
+}
+
+/// Check `cfg` against the model's layout, start the backend, load the model
+/// and create the target context of `n_seq` sequences with its hook; finish
+/// with [`Assembly::settle`] once every other context exists.
+pub(super) fn assemble(
+    cfg: &RunConfig,
+    prompt: Prompt<'_>,
+    n_seq: u32,
+) -> Result<Assembly, EngineError> {
+    let layout = MoeLayout::open(&cfg.model)?;
+    let cfg = cfg.for_model(&layout);
+    let (mode, mut notes) = cfg.check_against(&layout)?;
+    let k = cfg.experts_used(&layout);
+    let backend = Backend::start(&cfg, &layout, mode, k)?;
+    let load_start = (Instant::now(), memory::io_read_bytes());
+    let model = load_model(&cfg, &layout, &backend)?;
+    let (tokens, longest) = match prompt {
+        Prompt::Text { text, chat } => {
+            let tokens = generate::prompt_tokens(&model, text, chat)?;
+            let n = tokens.len();
+            (tokens, n)
+        }
+        Prompt::Longest => (Vec::new(), cfg.n_ctx as usize),
+    };
+    let prefill = prefill_facts(&cfg, &model, &layout, &backend, longest);
+    let abort = Arc::new(AtomicBool::new(false));
+    let shape = (prefill.ubatch, n_seq);
+    let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes)?;
+    Ok(Assembly {
+        ctx,
+        model,
+        backend,
+        layout,
+        cfg,
+        k,
+        notes,
+        tokens,
+        prefill,
+        abort,
+        anon,
+        load_start,
+    })
+}
+
+impl Assembly {
+    /// The MTP draft actor for `--mtp`, tied to the target before its first
+    /// decode (None without a head).
+    pub(super) fn spawn_mtp(&mut self) -> Result<Option<MtpActor>, DraftError> {
+        match mtp_config(self) {
+            Some(actor_cfg) => MtpActor::spawn(&mut self.ctx, actor_cfg).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// What loading took since the model began to load (call once every
+    /// context exists and the cache is settled).
+    pub(super) fn startup(&self) -> Startup {
+        let (t_load, io_load) = self.load_start;
+        Startup {
+            load: t_load.elapsed(),
+            load_read_bytes: io_load
+                .zip(memory::io_read_bytes())
+                .map(|(a, b)| b.saturating_sub(a)),
+            before_prefill: std::time::Duration::ZERO,
+            unpopulated: self.backend.streamer().is_some(),
+        }
+    }
+
+    /// `--cache-mb auto` settled once every context exists (with the MTP
+    /// head's compute when `mtp`), then `--cache-warm` started.
+    pub(super) fn settle(&mut self, mtp: bool) -> Result<(), StreamError> {
+        let kv_positions = self.ctx.n_ctx().saturating_mul(self.ctx.n_seq());
+        let ubatch = self.prefill.ubatch;
+        let note = self
+            .backend
+            .settle_auto(&self.model, kv_positions, ubatch, mtp);
+        self.notes.extend(note);
+        self.backend.start_warm()
+    }
+}
+
+/// How the experts reach the matmuls, owning what that needs: resident
+/// (llama.cpp's own mmap path), or the flash actor and the verify hook with
+/// the settings they run under.
+pub(super) type Backend = Mode<Streaming>;
+
+/// A streamed run's streamer and its settings.
+pub(super) struct Streaming {
+    pub(super) streamer: Box<Streamer>,
+    pub(super) cfg: StreamConfig,
 }
 
 impl Backend {
@@ -33,26 +152,16 @@ impl Backend {
         k: u32,
     ) -> Result<Self, StreamError> {
         Ok(match mode {
-            Mode::Resident => Backend::Resident,
-            Mode::Stream(sc) => Backend::Stream {
+            Mode::Resident => Mode::Resident,
+            Mode::Stream(sc) => Mode::Stream(Streaming {
                 streamer: Box::new(Streamer::start(&cfg.model, layout, &sc, k)?),
                 cfg: sc,
-            },
+            }),
         })
     }
 
     pub(super) fn streamer(&self) -> Option<&Streamer> {
-        match self {
-            Backend::Resident => None,
-            Backend::Stream { streamer, .. } => Some(streamer.as_ref()),
-        }
-    }
-
-    pub(super) fn mode(&self) -> RunMode {
-        match self {
-            Backend::Resident => RunMode::Resident,
-            Backend::Stream { .. } => RunMode::Stream,
-        }
+        self.stream().map(|s| s.streamer.as_ref())
     }
 
     /// `--cache-mb auto` once every context exists (see
@@ -64,7 +173,7 @@ impl Backend {
         ubatch: u32,
         mtp: bool,
     ) -> Option<String> {
-        let Backend::Stream { streamer, cfg } = self else {
+        let Mode::Stream(Streaming { streamer, cfg }) = self else {
             return None;
         };
         let mut compute = compute_bytes(model, n_ctx, ubatch);
@@ -77,17 +186,14 @@ impl Backend {
     /// `--cache-warm`, once the budget is settled (see [`Streamer::start_warm`]).
     pub(super) fn start_warm(&mut self) -> Result<(), crate::stream::StreamError> {
         match self {
-            Backend::Resident => Ok(()),
-            Backend::Stream { streamer, cfg } => streamer.start_warm(cfg),
+            Mode::Resident => Ok(()),
+            Mode::Stream(Streaming { streamer, cfg }) => streamer.start_warm(cfg),
         }
     }
 
     /// `--drop-cold-experts` (0 when off or resident).
     pub(super) fn drop_cold(&self) -> f32 {
-        match self {
-            Backend::Resident => 0.0,
-            Backend::Stream { cfg, .. } => cfg.drop_cold,
-        }
+        self.stream().map_or(0.0, |s| s.cfg.drop_cold)
     }
 }
 
@@ -142,7 +248,7 @@ pub(super) fn target_context(
         ..ContextParams::default()
     };
     let mut anon = None;
-    if let Backend::Stream { streamer, cfg: sc } = backend {
+    if let Mode::Stream(Streaming { streamer, cfg: sc }) = backend {
         anon = streamer.prepare_mapping(sc.dense)?;
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
@@ -197,23 +303,18 @@ pub(super) fn prefill_facts(
 /// The MTP draft actor's configuration for `--mtp` (None otherwise). The
 /// head's experts stream too (requester Draft), and its dense weights share
 /// the verify hook's anonymous copies.
-pub(super) fn mtp_config(
-    cfg: &RunConfig,
-    model: &Arc<Model>,
-    backend: &Backend,
-    anon: Option<SharedAnon>,
-    n_batch: u32,
-) -> Option<MtpActorConfig> {
-    let (p_min, predemand) = cfg.speculation.head()?;
+fn mtp_config(a: &mut Assembly) -> Option<MtpActorConfig> {
+    let (p_min, predemand) = a.cfg.speculation.head()?;
+    let anon = a.anon.take();
     Some(MtpActorConfig {
-        model: model.clone(),
-        n_ctx: cfg.n_ctx,
-        n_threads: cfg.threads,
+        model: a.model.clone(),
+        n_ctx: a.cfg.n_ctx,
+        n_threads: a.cfg.threads,
         n_ubatch: MTP_UBATCH,
-        n_batch,
-        draft_max: cfg.draft_max as usize,
+        n_batch: a.prefill.ubatch,
+        draft_max: a.cfg.draft_max as usize,
         p_min,
-        hook: backend.streamer().map(|s| s.draft_hook_parts(anon)),
+        hook: a.backend.streamer().map(|s| s.draft_hook_parts(anon)),
         predemand,
     })
 }

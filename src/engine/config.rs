@@ -9,13 +9,55 @@ use super::EngineError;
 use crate::layout::MoeLayout;
 use crate::stream::{StreamConfig, StreamError, Streamer};
 
-/// How expert weights reach the matmuls.
-#[derive(Debug, Clone)]
-pub enum Mode {
+/// How expert weights reach the matmuls: the one encoding of the run mode.
+/// What streaming carries depends on the stage: the settings asked for
+/// (`Mode<StreamConfig>`, the default), the running streamer with them
+/// (`Mode<Streaming>`, the engine's backend), nothing (`Mode<()>`, what a
+/// report keeps).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode<S = StreamConfig> {
     /// llama.cpp's own mmap path (the comparison baseline).
     Resident,
     /// Experts streamed by the flash actor (the default for MoE models).
-    Stream(StreamConfig),
+    Stream(S),
+}
+
+impl<S> Mode<S> {
+    /// The name in the CSV preamble and the summary (`resident`, `stream`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Resident => "resident",
+            Mode::Stream(_) => "stream",
+        }
+    }
+
+    /// What streaming carries, when streamed.
+    pub fn stream(&self) -> Option<&S> {
+        match self {
+            Mode::Resident => None,
+            Mode::Stream(s) => Some(s),
+        }
+    }
+
+    /// The mode alone, without what streaming carries.
+    pub fn kind(&self) -> Mode<()> {
+        match self {
+            Mode::Resident => Mode::Resident,
+            Mode::Stream(_) => Mode::Stream(()),
+        }
+    }
+}
+
+impl<S> std::fmt::Display for Mode<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<S> PartialEq<&str> for Mode<S> {
+    fn eq(&self, name: &&str) -> bool {
+        self.name() == *name
+    }
 }
 
 /// The MTP draft context's physical batch (its compute buffer scales with
@@ -156,7 +198,7 @@ impl RunConfig {
 
     /// Whether a knob that changes the output is on.
     pub fn lossy(&self, layout: &MoeLayout) -> bool {
-        let drop = matches!(&self.mode, Mode::Stream(sc) if sc.drop_cold > 0.0);
+        let drop = self.mode.stream().is_some_and(|sc| sc.drop_cold > 0.0);
         drop || self.experts_used(layout) != layout.n_expert_used
     }
 }
@@ -281,9 +323,14 @@ pub(super) fn preamble(
     kv("n_predict", cfg.n_predict.to_string());
     kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
     kv("chat", (cfg.chat as u8).to_string());
-    match (&cfg.mode, streamer) {
-        (Mode::Stream(sc), Some(s)) => {
-            kv("mode", "stream".into());
+    // The mode that ran: a streamed mode without a streamer (a dense model) ran resident.
+    let ran = match (&cfg.mode, streamer) {
+        (Mode::Stream(sc), Some(s)) => Mode::Stream((sc, s)),
+        _ => Mode::Resident,
+    };
+    kv("mode", ran.name().into());
+    match ran {
+        Mode::Stream((sc, s)) => {
             kv("cache_mb", (s.budget_bytes / (1024 * 1024)).to_string());
             kv("io_threads", sc.io_threads.to_string());
             kv("o_direct", (s.o_direct as u8).to_string());
@@ -291,8 +338,7 @@ pub(super) fn preamble(
             kv("overlap", (sc.overlap as u8).to_string());
             kv("dense_weights", sc.dense.name().to_string());
         }
-        _ => {
-            kv("mode", "resident".into());
+        Mode::Resident => {
             kv("cache_mb", "0".into());
             kv("io_threads", "0".into());
             kv("o_direct", "0".into());
@@ -300,9 +346,9 @@ pub(super) fn preamble(
             kv("dense_weights", "mmap".into());
         }
     }
-    let (prefetch, predict, drop) = match &cfg.mode {
-        Mode::Stream(sc) if streamer.is_some() => (sc.prefetch, sc.predict_prefetch, sc.drop_cold),
-        _ => (0, false, 0.0),
+    let (prefetch, predict, drop) = match ran {
+        Mode::Stream((sc, _)) => (sc.prefetch, sc.predict_prefetch, sc.drop_cold),
+        Mode::Resident => (0, false, 0.0),
     };
     kv("prefetch", prefetch.to_string());
     kv("predict_prefetch", (predict as u8).to_string());

@@ -5,29 +5,26 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bmoe_actors::cache::Requester;
+use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
-use super::assemble::Backend;
-use super::prefill::PrefillReport;
+use super::assemble::{Assembly, Backend};
+use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
-use super::{EngineError, Metered, PrefetchReport, RunConfig, RunReport};
+use super::{EngineError, Metered, PrefetchReport, RunReport};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
-use crate::layout::MoeLayout;
-use crate::llama::Context;
 use crate::stream::memory;
 
 /// How generation ended, as the engine saw it.
 pub(super) struct Ended {
     pub(super) metered: Metered,
     pub(super) head: HeadReport,
-    pub(super) prompt_tokens: usize,
     /// The verify hook's first error (it aborted a decode because of it).
     pub(super) observer_failure: Option<String>,
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
     pub(super) startup: super::Startup,
-    pub(super) prefill: super::prefill::PrefillFacts,
 }
 
 /// The run's failure, if any: a streaming error that aborted a decode, else
@@ -66,132 +63,200 @@ fn requester_bytes(backend: &Backend, r: Requester) -> u64 {
         .unwrap_or(0)
 }
 
-/// Total the run, close telemetry with the trailer, and report (or fail with
-/// the cause and the `BMOE_DONE` line of what was generated).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn report(
-    cfg: &RunConfig,
-    ctx: Context,
-    backend: Backend,
-    layout: MoeLayout,
-    k: u32,
-    mut notes: Vec<String>,
-    telemetry: Telemetry,
-    ended: Ended,
-) -> Result<RunReport, EngineError> {
-    let Ended {
-        metered: m,
-        head,
-        prompt_tokens,
-        observer_failure,
-        aborted_by_hook,
-        startup,
-        prefill: prefill_facts,
-    } = ended;
-    let elapsed: Duration = m.started.elapsed();
-    let stream_failed = observer_failure.is_some();
-    if let Some(c) = backend.streamer().and_then(|s| s.faults.as_ref()) {
-        notes.push(c.summary());
+/// The flash split: what the MTP head's own passes streamed, against the
+/// verify decodes.
+#[derive(Clone, Copy)]
+struct FlashSplit {
+    head: u64,
+    verify: u64,
+}
+
+impl FlashSplit {
+    fn of(backend: &Backend) -> Self {
+        Self {
+            head: requester_bytes(backend, Requester::Draft),
+            verify: requester_bytes(backend, Requester::Verify),
+        }
     }
-    let failed = failure(&m.res, observer_failure, aborted_by_hook);
+}
+
+/// What the run measured at its end, before telemetry closes.
+struct Closing {
+    split: FlashSplit,
+    peak_rss_bytes: u64,
+    prefill: PrefillReport,
+}
+
+impl Closing {
+    fn gather(m: &Metered, backend: &Backend, facts: PrefillFacts) -> Self {
+        let prefill_row = m.rows.iter().find(|r| r.prefill);
+        Self {
+            split: FlashSplit::of(backend),
+            peak_rss_bytes: memory::rss_bytes().1,
+            prefill: PrefillReport::new(prefill_row, m.prefill_distinct_bytes, facts),
+        }
+    }
+}
+
+/// What the CSV trailer and `BMOE_DONE` total, besides the rows.
+struct TrailerFacts<'a> {
+    prompt_tokens: usize,
+    /// From the prefill's start to the end of generation.
+    elapsed: Duration,
+    failed: bool,
+    dropped_events: u64,
+    head: &'a HeadReport,
+    startup: &'a super::Startup,
+    closing: &'a Closing,
+}
+
+/// The trailer: the rows' totals, the head's streaming, start-up and the
+/// prompt's pass.
+fn trailer(m: &Metered, t: &TrailerFacts<'_>) -> Vec<(String, String)> {
     let interrupted = matches!(&m.res, Ok(g) if g.stop == StopReason::Interrupted);
-    let (_, peak_rss) = memory::rss_bytes();
     let spec = m.res.as_ref().map(|g| g.spec).unwrap_or_default();
-    // The flash split: what the MTP head's own passes streamed, against the verify decodes.
-    let head_read_bytes = requester_bytes(&backend, Requester::Draft);
-    let verify_read_bytes = requester_bytes(&backend, Requester::Verify);
     let generated = match &m.res {
         Ok(g) => g.tokens.len(),
         Err(_) => m.rows.len(),
     };
-    let mut trailer = Totals {
+    let mut pairs = Totals {
         rows: &m.rows,
         generated,
-        prompt_tokens,
-        elapsed,
+        prompt_tokens: t.prompt_tokens,
+        elapsed: t.elapsed,
         decode_span: m.decode_span,
-        aborted: failed.is_some() || interrupted,
-        dropped_events: telemetry.dropped(),
-        peak_rss_bytes: peak_rss,
+        aborted: t.failed || interrupted,
+        dropped_events: t.dropped_events,
+        peak_rss_bytes: t.closing.peak_rss_bytes,
         spec: &spec,
     }
     .pairs();
-    trailer.extend(report::head_pairs(&head, head_read_bytes));
+    pairs.extend(report::head_pairs(t.head, t.closing.split.head));
     let prefill = m.res.as_ref().map(|g| g.prefill).unwrap_or_default();
-    trailer.extend(startup.trailer_pairs(prefill));
-    let prefill_row = m.rows.iter().find(|r| r.prefill);
-    let prefill = PrefillReport::new(prefill_row, m.prefill_distinct_bytes, prefill_facts);
-    trailer.extend(prefill.pairs());
-    let done_line = json_object(&trailer);
-    let finished = telemetry.finish(trailer, Duration::from_secs(5));
-    if let Some(f) = failed {
-        return Err(EngineError::Failed {
-            cause: Box::new(cause(m.res, f, stream_failed)),
-            done_line,
-        });
+    pairs.extend(t.startup.trailer_pairs(prefill));
+    pairs.extend(t.closing.prefill.pairs());
+    pairs
+}
+
+/// Read-ahead's settings and the flash actor's verdicts (none when resident).
+fn prefetch(backend: &Backend, predicted: PredictorTally) -> PrefetchReport {
+    match backend.stream() {
+        Some(s) => report::prefetch_report(&s.streamer, &s.cfg, predicted),
+        None => PrefetchReport::default(),
     }
-    if let Err(e) = finished {
-        return Err(EngineError::Failed {
-            cause: Box::new(e.into()),
-            done_line,
-        });
+}
+
+/// The generation, or the run's failure with the `BMOE_DONE` line of what
+/// was generated: the failure's cause first, then a trailer that could not
+/// be written.
+fn outcome(
+    res: Result<Generation, GenerateError>,
+    failed: Option<(EngineError, bool)>,
+    finished: Result<u64, bmoe_actors::telemetry::TelemetryError>,
+    done_line: &str,
+) -> Result<Generation, EngineError> {
+    let fail = |cause: EngineError| EngineError::Failed {
+        cause: Box::new(cause),
+        done_line: done_line.to_string(),
+    };
+    if let Some((f, stream_failed)) = failed {
+        return Err(fail(cause(res, f, stream_failed)));
     }
-    let generation = m.res?;
-    let kernel1 = memory::io_read_bytes();
-    // The verify hook goes with the context: every decode's trace is flushed.
-    drop(ctx);
-    if let Some(path) = backend
-        .streamer()
-        .map(|s| s.commit_route_trace())
-        .transpose()?
-        .flatten()
-    {
+    finished.map_err(|e| fail(e.into()))?;
+    Ok(res?)
+}
+
+/// Once the context is gone (its verify hook flushed every decode's trace):
+/// the route trace put in place (a note saying where), and `--cache-warm`'s
+/// lines.
+fn close_streamer(backend: &Backend, notes: &mut Vec<String>) -> Result<Vec<String>, EngineError> {
+    let Some(s) = backend.streamer() else {
+        return Ok(Vec::new());
+    };
+    if let Some(path) = s.commit_route_trace()? {
         notes.push(format!(
             "route trace: {} (size the cache from it: bmoe replay {} --cache-mb 10%,25%,50%)",
             path.display(),
             path.display()
         ));
     }
-    let warm_lines = backend
-        .streamer()
-        .and_then(|s| s.finish_warm())
+    Ok(s.finish_warm()
         .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
-        .unwrap_or_default();
-    let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
-    let prefetch = match &backend {
-        Backend::Stream { streamer, cfg: sc } => report::prefetch_report(streamer, sc, m.predicted),
-        Backend::Resident => PrefetchReport::default(),
+        .unwrap_or_default())
+}
+
+/// Total the run, close telemetry with the trailer, and report (or fail with
+/// the cause and the `BMOE_DONE` line of what was generated).
+pub(super) fn report(
+    a: Assembly,
+    telemetry: Telemetry,
+    ended: Ended,
+) -> Result<RunReport, EngineError> {
+    let m = ended.metered;
+    let elapsed: Duration = m.started.elapsed();
+    let Assembly {
+        ctx,
+        backend,
+        mut notes,
+        ..
+    } = a;
+    notes.extend(
+        backend
+            .streamer()
+            .and_then(|s| s.faults.as_ref())
+            .map(|c| c.summary()),
+    );
+    let stream_failed = ended.observer_failure.is_some();
+    let failed = failure(&m.res, ended.observer_failure, ended.aborted_by_hook);
+    let closing = Closing::gather(&m, &backend, a.prefill);
+    let facts = TrailerFacts {
+        prompt_tokens: a.tokens.len(),
+        elapsed,
+        failed: failed.is_some(),
+        dropped_events: telemetry.dropped(),
+        head: &ended.head,
+        startup: &ended.startup,
+        closing: &closing,
     };
+    let trailer = trailer(&m, &facts);
+    let done_line = json_object(&trailer);
+    let finished = telemetry.finish(trailer, Duration::from_secs(5));
+    let failed = failed.map(|f| (f, stream_failed));
+    let generation = outcome(m.res, failed, finished, &done_line)?;
+    let kernel_read_bytes = (m.kernel_read_bytes_before)
+        .zip(memory::io_read_bytes())
+        .map(|(a, b)| b.saturating_sub(a));
+    // The verify hook goes with the context: every decode's trace is flushed.
+    drop(ctx);
+    let warm_lines = close_streamer(&backend, &mut notes)?;
+    let (reader, budget, flash_bytes, peak_resident) = report::flash_facts(backend.streamer());
     Ok(RunReport {
         generation,
         decode_span: m.decode_span,
-        speculation: cfg.speculation,
-        draft_max: cfg.draft_max,
-        head_read_bytes,
-        verify_read_bytes,
-        head,
+        speculation: a.cfg.speculation,
+        draft_max: a.cfg.draft_max,
+        head_read_bytes: closing.split.head,
+        verify_read_bytes: closing.split.verify,
+        head: ended.head,
         rows: m.rows,
-        mode: backend.mode(),
+        mode: backend.kind(),
         notes,
         cache_budget_bytes: budget,
         reader,
         flash_read_bytes: flash_bytes,
-        kernel_read_bytes: m
-            .kernel_read_bytes_before
-            .zip(kernel1)
-            .map(|(a, b)| b.saturating_sub(a)),
+        kernel_read_bytes,
         peak_resident_bytes: peak_resident,
-        prefetch,
+        prefetch: prefetch(&backend, m.predicted),
         warm_lines,
-        experts_used: k,
-        experts_used_model: layout.n_expert_used,
+        experts_used: a.k,
+        experts_used_model: a.layout.n_expert_used,
         drop_cold: backend.drop_cold(),
-        peak_rss_bytes: peak_rss,
-        dense_bytes: layout.dense_bytes(),
-        layout,
+        peak_rss_bytes: closing.peak_rss_bytes,
+        dense_bytes: a.layout.dense_bytes(),
+        layout: a.layout,
         done_line,
-        startup,
-        prefill,
+        startup: ended.startup,
+        prefill: closing.prefill,
     })
 }
 

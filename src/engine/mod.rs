@@ -1,8 +1,6 @@
 //! Engine assembly for `bmoe run`: resident (plain llama.cpp mmap) or streamed
 //! (flash actor + verify hook), greedy generation, per-token accounting.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::draft::{DraftError, HeadReport, MtpActor};
@@ -23,7 +21,7 @@ mod session;
 mod sink;
 mod startup;
 mod summary;
-use assemble::Backend;
+use assemble::Prompt;
 use config::preamble;
 pub use config::{Mode, RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
@@ -101,7 +99,9 @@ pub struct RunReport {
     /// The MTP head's streaming on the draft actor (zeros otherwise).
     pub head: HeadReport,
     pub rows: Vec<TokenRow>,
-    pub mode: RunMode,
+    /// Where the experts came from: llama.cpp's mapping (`--resident`, or a
+    /// dense model) or the flash actor.
+    pub mode: Mode<()>,
     pub notes: Vec<String>,
     pub cache_budget_bytes: u64,
     pub reader: String,
@@ -128,37 +128,6 @@ pub struct RunReport {
     pub startup: Startup,
     /// The prompt's pass: its micro-batch, time and (streamed) reads.
     pub prefill: PrefillReport,
-}
-
-/// Where the experts came from in a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunMode {
-    /// llama.cpp's mmap (`--resident`, or a dense model).
-    Resident,
-    /// Streamed by the flash actor.
-    Stream,
-}
-
-impl RunMode {
-    /// The name in the CSV preamble and the summary (`resident`, `stream`).
-    pub fn name(self) -> &'static str {
-        match self {
-            RunMode::Resident => "resident",
-            RunMode::Stream => "stream",
-        }
-    }
-}
-
-impl std::fmt::Display for RunMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl PartialEq<&str> for RunMode {
-    fn eq(&self, name: &&str) -> bool {
-        self.name() == *name
-    }
 }
 
 /// What prefetching did over a run.
@@ -193,50 +162,28 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .map(telemetry::open_csv)
         .transpose()?;
     let t_run = Instant::now();
-    let layout = MoeLayout::open(&cfg.model)?;
-    let cfg = &cfg.for_model(&layout);
-    let (mode, mut notes) = cfg.check_against(&layout)?;
-    let k = cfg.experts_used(&layout);
-    let mut backend = Backend::start(cfg, &layout, mode, k)?;
-    let (t_load, io_load) = (Instant::now(), memory::io_read_bytes());
-    let model = assemble::load_model(cfg, &layout, &backend)?;
-    let tokens = generate::prompt_tokens(&model, &cfg.prompt, cfg.chat)?;
-    let prefill = assemble::prefill_facts(cfg, &model, &layout, &backend, tokens.len());
-    let abort = Arc::new(AtomicBool::new(false));
-    let (mut ctx, anon) = assemble::target_context(
+    let mut a = assemble::assemble(
         cfg,
-        &model,
-        &backend,
-        &abort,
-        (prefill.ubatch, 1),
-        &mut notes,
+        Prompt::Text {
+            text: &cfg.prompt,
+            chat: cfg.chat,
+        },
+        1,
     )?;
-    // The MTP head runs on the draft actor's thread, tied to the target before
-    // its first decode.
-    let mut mtp = match assemble::mtp_config(cfg, &model, &backend, anon, prefill.ubatch) {
-        Some(actor_cfg) => Some(MtpActor::spawn(&mut ctx, actor_cfg)?),
-        None => None,
-    };
-    notes.extend(backend.settle_auto(&model, ctx.n_ctx(), prefill.ubatch, mtp.is_some()));
-    backend.start_warm()?;
-    let reader = backend.streamer().map(config::ReaderFacts::of);
-    let mut startup = Startup {
-        load: t_load.elapsed(),
-        load_read_bytes: io_load
-            .zip(memory::io_read_bytes())
-            .map(|(a, b)| b.saturating_sub(a)),
-        before_prefill: Duration::ZERO,
-        unpopulated: backend.streamer().is_some(),
-    };
-    let shape = (model.n_layer(), ctx.n_ctx(), prefill.ubatch);
-    let mut preamble = preamble(cfg, &layout, reader.as_ref(), shape);
+    // The MTP head runs on the draft actor's thread.
+    let mut mtp = a.spawn_mtp()?;
+    a.settle(mtp.is_some())?;
+    let reader = a.backend.streamer().map(config::ReaderFacts::of);
+    let mut startup = a.startup();
+    let shape = (a.model.n_layer(), a.ctx.n_ctx(), a.prefill.ubatch);
+    let mut preamble = preamble(&a.cfg, &a.layout, reader.as_ref(), shape);
     preamble.extend(startup.load_pairs());
-    let telemetry = Telemetry::start(&cfg.telemetry, csv_file, &preamble)?;
+    let telemetry = Telemetry::start(&a.cfg.telemetry, csv_file, &preamble)?;
     startup.before_prefill = t_run.elapsed();
     let metered = generate_metered(
-        cfg,
-        &mut ctx,
-        (&tokens, prefill.ubatch),
+        &a.cfg,
+        &mut a.ctx,
+        (&a.tokens, a.prefill.ubatch),
         &telemetry,
         on_text,
         mtp.as_mut(),
@@ -246,13 +193,11 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     let ended = finish::Ended {
         metered,
         head,
-        prompt_tokens: tokens.len(),
-        observer_failure: ctx.observer_failure(),
-        aborted_by_hook: abort.load(std::sync::atomic::Ordering::SeqCst),
+        observer_failure: a.ctx.observer_failure(),
+        aborted_by_hook: a.abort.load(std::sync::atomic::Ordering::SeqCst),
         startup,
-        prefill,
     };
-    finish::report(cfg, ctx, backend, layout, k, notes, telemetry, ended)
+    finish::report(a, telemetry, ended)
 }
 
 /// The run's draft sources: the matcher, the head, or both (`--spec auto`

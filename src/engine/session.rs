@@ -2,13 +2,12 @@
 //! context whose KV cache keeps the previous turn's tokens, so a prompt that
 //! shares their prefix decodes only the rest, and whose expert cache stays warm.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bmoe_actors::metrics::DecodeMetrics;
 
-use super::assemble::{self, Backend};
+use super::assemble::{self, Assembly, Backend, Prompt};
 use super::{EngineError, RunConfig, Speculation};
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::layout::MoeLayout;
@@ -98,26 +97,24 @@ impl Session {
             speculation: Speculation::Off,
             ..cfg.clone()
         };
-        let layout = MoeLayout::open(&cfg.model)?;
-        let (mode, mut notes) = cfg.check_against(&layout)?;
-        let k = cfg.experts_used(&layout);
-        let mut backend = Backend::start(&cfg, &layout, mode, k)?;
-        let model = assemble::load_model(&cfg, &layout, &backend)?;
-        // The micro-batch for the longest prompt the context takes.
-        let facts = assemble::prefill_facts(&cfg, &model, &layout, &backend, cfg.n_ctx as usize);
-        let abort = Arc::new(AtomicBool::new(false));
-        let shape = (facts.ubatch, n_seq);
-        let (ctx, _) = assemble::target_context(&cfg, &model, &backend, &abort, shape, &mut notes)?;
-        let kv_positions = ctx.n_ctx().saturating_mul(ctx.n_seq());
-        notes.extend(backend.settle_auto(&model, kv_positions, facts.ubatch, false));
-        backend.start_warm()?;
+        let mut a = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
+        a.settle(false)?;
+        let Assembly {
+            ctx,
+            model,
+            backend,
+            layout,
+            notes,
+            prefill,
+            ..
+        } = a;
         Ok(Self {
             ctx,
             model,
             backend,
             layout,
             kv: Vec::new(),
-            ubatch: facts.ubatch,
+            ubatch: prefill.ubatch,
             notes,
             totals: TurnFigures::default(),
         })

@@ -2,7 +2,7 @@
 //! [`RunReport`], one per line family (generation, moe-*, speculation).
 
 use super::report::mean;
-use super::{RunMode, RunReport, Speculation, TokenRow};
+use super::{Mode, RunReport, Speculation, TokenRow};
 use crate::generate::{SpecStats, StopReason};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -22,7 +22,7 @@ impl RunReport {
     pub fn summary_lines(&self) -> Vec<String> {
         let t = self.per_token();
         let mut v = self.generation_lines(&t);
-        if self.mode == RunMode::Stream {
+        if self.mode == Mode::Stream(()) {
             v.extend(self.stream_lines(&t));
             v.extend(self.prefetch_line());
             v.extend(self.predict_line());
@@ -255,7 +255,7 @@ impl RunReport {
             ),
         ];
         v.extend(sp.gate.map(|g| gate_line(&g)));
-        if self.mode == RunMode::Stream && self.speculation.head().is_some() {
+        if self.mode == Mode::Stream(()) && self.speculation.head().is_some() {
             v.extend(self.mtp_stream_lines(sp));
         }
         v
@@ -367,7 +367,7 @@ mod tests {
                 row(false, 100.0, 4, 4),
                 row(false, 50.0, 0, 8),
             ],
-            mode: RunMode::Stream,
+            mode: Mode::Stream(()),
             notes: vec!["a note".into()],
             cache_budget_bytes: 64 << 20,
             reader: "io_uring".into(),
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn a_resident_run_has_no_moe_lines_and_a_lossy_one_says_so() {
         let mut r = streamed();
-        r.mode = RunMode::Resident;
+        r.mode = Mode::Resident;
         assert!(r.summary_lines().iter().all(|l| !l.starts_with("moe-")));
         r.experts_used = 1;
         let drop = r

@@ -106,9 +106,9 @@ unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
     unsafe { abort_cb(data) }
 }
 
-/// llama.cpp's context parameters for `params`, with `n_seq` sequences of
-/// `n_ctx` positions each (the callbacks are set by the caller).
-fn llama_params(params: &ContextParams, n_seq: u32) -> sys::llama_context_params {
+/// llama.cpp's parameters for `params` with `n_seq` sequences (the abort
+/// flag's and the observer's user data are set by [`Context::new`]).
+fn raw_params(params: &ContextParams, n_seq: u32) -> sys::llama_context_params {
     // SAFETY: returns a plain struct by value.
     let mut cp = unsafe { sys::llama_context_default_params() };
     // Each sequence its own stream of `n_ctx` positions (not one pool).
@@ -125,13 +125,29 @@ fn llama_params(params: &ContextParams, n_seq: u32) -> sys::llama_context_params
         ContextKind::Target => sys::LLAMA_CONTEXT_TYPE_DEFAULT,
         ContextKind::Mtp => sys::LLAMA_CONTEXT_TYPE_MTP,
     };
+    // The target stops on a signal mid-decode; a draft head's decodes are
+    // short, and the loop stops before the next one.
+    cp.abort_callback = Some(match params.kind {
+        ContextKind::Target => abort_or_signal_cb,
+        ContextKind::Mtp => abort_cb,
+    });
     cp
 }
 
-/// Give the context `ctx` a persistent thread pool of `n_threads` that sleeps
-/// instead of spinning (poll = 0), so workers do not burn CPU while an eval
-/// callback blocks. Returns the pool (null if ggml could not make one: the
-/// context then keeps its own), for the context's owner to free after it.
+/// Why llama.cpp refused to create the context.
+fn refused(model: &Model, params: &ContextParams) -> LlamaError {
+    LlamaError::ContextFailed(match params.kind {
+        ContextKind::Mtp if model.n_layer_nextn() == 0 => {
+            "the model has no MTP (nextn) layers".to_string()
+        }
+        ContextKind::Mtp => "MTP context refused by llama.cpp".to_string(),
+        ContextKind::Target => format!("n_ctx {} n_ubatch {}", params.n_ctx, params.n_ubatch),
+    })
+}
+
+/// A persistent thread pool for `ctx` that sleeps instead of spinning
+/// (poll = 0), so workers do not burn CPU while an eval callback blocks; null
+/// when ggml could not make one (llama.cpp then uses its own).
 fn attach_sleeping_threadpool(
     ctx: NonNull<sys::llama_context>,
     n_threads: u32,
@@ -149,7 +165,7 @@ fn attach_sleeping_threadpool(
 }
 
 impl Context {
-    pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Self, LlamaError> {
+    pub fn new(model: Arc<Model>, mut params: ContextParams) -> Result<Self, LlamaError> {
         if params.kind == ContextKind::Mtp && model.n_layer_nextn() > 0 && !model.mtp_loaded() {
             // llama.cpp aborts the process on an MTP graph without its block.
             return Err(LlamaError::ContextFailed(
@@ -157,19 +173,15 @@ impl Context {
             ));
         }
         let n_seq = params.n_seq.clamp(1, MAX_SEQUENCES);
-        let mut cp = llama_params(&params, n_seq);
+        let mut cp = raw_params(&params, n_seq);
         let abort = params
             .abort
+            .take()
             .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
-        // The target stops on a signal mid-decode; a draft head's decodes are
-        // short, and the loop stops before the next one.
-        cp.abort_callback = Some(match params.kind {
-            ContextKind::Target => abort_or_signal_cb,
-            ContextKind::Mtp => abort_cb,
-        });
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
         let mut observer = params
             .observer
+            .take()
             .map(|o| Box::new(ObserverCell::new(o, abort.clone())));
         if let Some(cell) = observer.as_mut() {
             cp.cb_eval = Some(trampoline);
@@ -179,17 +191,7 @@ impl Context {
         // Arc); the callback user data pointers stay valid because the boxes they
         // point into are stored in the returned Context.
         let raw = unsafe { sys::llama_init_from_model(model.as_ptr(), cp) };
-        let ptr = NonNull::new(raw).ok_or_else(|| {
-            LlamaError::ContextFailed(match params.kind {
-                ContextKind::Mtp if model.n_layer_nextn() == 0 => {
-                    "the model has no MTP (nextn) layers".to_string()
-                }
-                ContextKind::Mtp => "MTP context refused by llama.cpp".to_string(),
-                ContextKind::Target => {
-                    format!("n_ctx {} n_ubatch {}", params.n_ctx, params.n_ubatch)
-                }
-            })
-        })?;
+        let ptr = NonNull::new(raw).ok_or_else(|| refused(&model, &params))?;
         let threadpool = attach_sleeping_threadpool(ptr, params.n_threads);
         // SAFETY: valid context pointer; pure getter (positions per sequence).
         let n_ctx = unsafe { sys::llama_n_ctx_seq(ptr.as_ptr()) };
