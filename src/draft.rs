@@ -3,12 +3,13 @@
 //! The actor owns the draft context (and, when streaming, its eval hook); the
 //! verify loop talks to it through [`MtpActor`], a [`Drafter`] whose every call
 //! is one request and one reply over bounded channels. Each call lends the
-//! target context: the request carries a [`TargetTurn`] made from the call's
-//! `&mut Context`, the actor drops it before it replies, and the call returns
-//! only after the reply. So the head reads the target's hidden states only while
-//! the verify thread waits, and only while the target is alive: the compiler
-//! checks the borrow, and one unchecked step (the turn's lifetime erased to cross
-//! the channel, in `MtpActor::call`, with its SAFETY comment) rests on that wait alone.
+//! target context: the request carries the [`TargetTurn`] taken out of the
+//! verify loop's [`Target`] (its exclusive borrow of the context) and the reply
+//! brings it back, so the head reads the target's hidden states only while the
+//! verify thread waits. The actor's thread is a scoped thread
+//! ([`std::thread::scope`]) within the borrow the turns come from, so the
+//! compiler checks that the head never holds the target past its life: no
+//! lifetime is erased anywhere.
 //!
 //! What runs concurrently, when the experts stream: once the actor has handed
 //! its drafts over, the verify decode runs on the other thread and the actor
@@ -28,22 +29,22 @@
 //!
 //! Shutdown: [`MtpActor::finish`] (or drop) raises the draft context's abort
 //! flag, closes the request channel and joins the thread (an aborted decode
-//! returns within one graph node). The actor holds nothing of the target
-//! between calls, so it may outlive it.
+//! returns within one graph node); the scope joins it at the latest.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, SendError, Sender};
 
 use bmoe_actors::flash::FlashClient;
 use bmoe_actors::metrics::DecodeMetrics;
 
-use crate::generate::{Accepted, Drafter, GenerateError, MtpDrafter};
+use crate::generate::{Accepted, Drafted, Drafter, Follow, GenerateError, MtpDrafter};
 use crate::llama::{
-    Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, TargetTurn, Token,
+    Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, Target, TargetTurn,
+    Token,
 };
 use crate::stream::DraftHookParts;
 
@@ -111,56 +112,85 @@ enum Request {
     },
 }
 
-/// A request with the target lent for it (dropped by the actor before it replies).
-struct Call {
+impl Request {
+    /// What the head is told, as a request it owns.
+    fn follow(event: Follow<'_>) -> Self {
+        match event {
+            Follow::Begin(prompt) => Request::Begin(prompt.to_vec()),
+            Follow::Decoded(batch) => {
+                Request::Decoded((0..batch.len()).filter_map(|i| batch.get(i)).collect())
+            }
+            Follow::Accepted(step) => Request::Accepted(step),
+            Follow::Forget => Request::Forget,
+        }
+    }
+}
+
+/// A request with the target lent for it (the reply brings the turn back).
+struct Call<'t> {
     req: Request,
-    turn: TargetTurn<'static>,
+    turn: TargetTurn<'t>,
 }
 
 type Reply = Result<Vec<Token>, GenerateError>;
 
-/// The verify loop's handle on the draft actor.
-pub struct MtpActor {
-    tx: Option<Sender<Call>>,
-    rx: Receiver<Reply>,
-    join: Option<JoinHandle<HeadReport>>,
+/// What the actor sends back: the reply and the target's turn.
+type Answer<'t> = (Reply, TargetTurn<'t>);
+
+/// The verify loop's handle on the draft actor, a thread of `'scope` lent the
+/// target borrowed for `'t`.
+pub struct MtpActor<'scope, 't> {
+    tx: Option<Sender<Call<'t>>>,
+    rx: Receiver<Answer<'t>>,
+    join: Option<ScopedJoinHandle<'scope, HeadReport>>,
     abort: Arc<AtomicBool>,
     /// Corpus tokens already sent.
     sent: usize,
     report: Option<HeadReport>,
 }
 
-impl MtpActor {
-    /// Start the actor: it creates the draft context and ties the head to
-    /// `target` before returning (call before the target's first decode).
-    pub fn spawn(target: &mut Context, cfg: MtpActorConfig) -> Result<Self, DraftError> {
-        let (tx, req_rx) = bounded::<Call>(DRAFT_QUEUE_CAPACITY);
-        let (reply_tx, rx) = bounded::<Reply>(DRAFT_REPLY_CAPACITY);
-        let (ready_tx, ready_rx) = bounded::<Result<(), LlamaError>>(1);
+impl<'scope, 't: 'scope> MtpActor<'scope, 't> {
+    /// Start the actor on a thread of `scope`: it creates the draft context
+    /// and ties the head to `target` before returning (call before the
+    /// target's first decode).
+    pub fn spawn<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        target: &mut Target<'t>,
+        cfg: MtpActorConfig,
+    ) -> Result<Self, DraftError> {
+        let (tx, req_rx) = bounded::<Call<'t>>(DRAFT_QUEUE_CAPACITY);
+        let (reply_tx, rx) = bounded::<Answer<'t>>(DRAFT_REPLY_CAPACITY);
+        let (ready_tx, ready_rx) = bounded::<(Result<(), LlamaError>, TargetTurn<'t>)>(1);
         let abort = Arc::new(AtomicBool::new(false));
         let thread_abort = abort.clone();
-        // The thread uses the turn only in Actor::new, before it sends on
-        // `ready_tx` (or ends), and this function waits for that below.
-        // SAFETY: the detached turn is done with while `target` is still borrowed.
-        let turn = unsafe { TargetTurn::new(target).detach() };
+        let mut turn = target.lend()?;
         let join = std::thread::Builder::new()
             .name("bmoe-draft".into())
-            .spawn(move || {
-                let mut actor = match Actor::new(turn, cfg, thread_abort) {
-                    Ok(a) => {
-                        let _ = ready_tx.send(Ok(()));
-                        a
+            .spawn_scoped(scope, move || {
+                match Actor::new(&mut turn, cfg, thread_abort) {
+                    Ok(mut actor) => {
+                        let _ = ready_tx.send((Ok(()), turn));
+                        actor.run(req_rx, reply_tx)
                     }
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return HeadReport::default();
+                        let _ = ready_tx.send((Err(e), turn));
+                        HeadReport::default()
                     }
-                };
-                actor.run(req_rx, reply_tx)
+                }
             })
             .map_err(DraftError::Spawn)?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Self {
+        let ready = match ready_rx.recv() {
+            Ok((ready, turn)) => {
+                target.restore(turn);
+                ready
+            }
+            Err(_) => {
+                let _ = join.join();
+                return Err(DraftError::Died);
+            }
+        };
+        match ready {
+            Ok(()) => Ok(Self {
                 tx: Some(tx),
                 rx,
                 join: Some(join),
@@ -168,29 +198,30 @@ impl MtpActor {
                 sent: 0,
                 report: None,
             }),
-            Ok(Err(e)) => {
+            Err(e) => {
                 let _ = join.join();
                 Err(e.into())
             }
-            Err(_) => {
-                let _ = join.join();
-                Err(DraftError::Died)
-            }
         }
     }
+}
 
-    /// One request with `target` lent for it; returns the actor's reply.
-    fn call(&mut self, target: &mut Context, req: Request) -> Reply {
+impl<'t> MtpActor<'_, 't> {
+    /// One request with the target lent for it; returns the actor's reply
+    /// once the target is back.
+    fn call(&mut self, target: &mut Target<'t>, req: Request) -> Reply {
         let stopped = || GenerateError::DraftActor("the draft actor stopped".into());
         let tx = self.tx.as_ref().ok_or_else(stopped)?;
-        // The actor drops the turn before it sends its reply, and this function
-        // returns only after receiving that reply or after the reply channel
-        // closed (the actor thread ended). If the send fails, the call (and the
-        // turn) is dropped here.
-        // SAFETY: so the detached turn is done with while `target` is still borrowed.
-        let turn = unsafe { TargetTurn::new(target).detach() };
-        tx.send(Call { req, turn }).map_err(|_| stopped())?;
-        self.rx.recv().map_err(|_| stopped())?
+        let turn = target.lend()?;
+        if let Err(SendError(call)) = tx.send(Call { req, turn }) {
+            target.restore(call.turn);
+            return Err(stopped());
+        }
+        // An actor that ended holding the turn leaves the target lent: the
+        // verify loop's next use of it fails too.
+        let (reply, turn) = self.rx.recv().map_err(|_| stopped())?;
+        target.restore(turn);
+        reply
     }
 
     /// Stop the actor and return what the head's streaming did.
@@ -213,45 +244,26 @@ impl MtpActor {
     }
 }
 
-impl Drop for MtpActor {
+impl Drop for MtpActor<'_, '_> {
     fn drop(&mut self) {
         self.finish();
     }
 }
 
-impl Drafter for MtpActor {
+impl<'t> Drafter<'t> for MtpActor<'_, 't> {
     fn name(&self) -> &'static str {
         "mtp"
     }
 
-    fn draft(
-        &mut self,
-        target: &mut Context,
-        corpus: &[Token],
-        max: usize,
-    ) -> Result<Vec<Token>, GenerateError> {
+    fn draft(&mut self, target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted {
         let from = self.sent.min(corpus.len());
         self.sent = corpus.len();
         let tail = corpus[from..].to_vec();
         self.call(target, Request::Draft { tail, max })
     }
 
-    fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
-        let rows = (0..batch.len()).filter_map(|i| batch.get(i)).collect();
-        self.call(target, Request::Decoded(rows)).map(|_| ())
-    }
-
-    fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
-        self.call(target, Request::Begin(prompt.to_vec()))
-            .map(|_| ())
-    }
-
-    fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
-        self.call(target, Request::Accepted(step)).map(|_| ())
-    }
-
-    fn forget(&mut self, target: &mut Context) -> Result<(), GenerateError> {
-        self.call(target, Request::Forget).map(|_| ())
+    fn follow(&mut self, target: &mut Target<'t>, event: Follow<'_>) -> Result<(), GenerateError> {
+        self.call(target, Request::follow(event)).map(|_| ())
     }
 }
 
@@ -273,7 +285,7 @@ struct Actor {
 
 impl Actor {
     fn new(
-        turn: TargetTurn<'_>,
+        turn: &mut TargetTurn<'_>,
         cfg: MtpActorConfig,
         abort: Arc<AtomicBool>,
     ) -> Result<Self, LlamaError> {
@@ -308,18 +320,18 @@ impl Actor {
         })
     }
 
-    fn run(&mut self, rx: Receiver<Call>, tx: Sender<Reply>) -> HeadReport {
+    fn run<'t>(&mut self, rx: Receiver<Call<'t>>, tx: Sender<Answer<'t>>) -> HeadReport {
         // After the first failure every later call is answered with it, so the
         // actor (and the draft context) is torn down only inside `finish`'s
         // join, never while the verify thread runs on.
         let mut failed: Option<String> = None;
-        while let Ok(call) = rx.recv() {
-            let drafting = matches!(call.req, Request::Draft { .. });
-            let reply = self.answer(call, &failed);
+        while let Ok(Call { req, mut turn }) = rx.recv() {
+            let drafting = matches!(req, Request::Draft { .. });
+            let reply = self.answer(req, &mut turn, &failed);
             if let Err(e) = &reply {
                 failed.get_or_insert_with(|| e.to_string());
             }
-            if tx.send(reply).is_err() {
+            if tx.send((reply, turn)).is_err() {
                 break;
             }
             if drafting && failed.is_none() {
@@ -345,16 +357,20 @@ impl Actor {
         report
     }
 
-    /// Serve one call (or repeat the first failure). The call's turn ends
-    /// here: the target is the caller's again before the reply is sent.
-    fn answer(&mut self, call: Call, failed: &Option<String>) -> Reply {
-        let Call { req, mut turn } = call;
+    /// Serve one call (or repeat the first failure), with the target lent
+    /// for it (the turn goes back with the reply).
+    fn answer(
+        &mut self,
+        req: Request,
+        turn: &mut TargetTurn<'_>,
+        failed: &Option<String>,
+    ) -> Reply {
         let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
         let _g = span.enter();
         let drafting = matches!(req, Request::Draft { .. });
         let reply = match failed {
             Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
-            None => self.serve(&mut turn, req),
+            None => self.serve(turn, req),
         };
         self.account(drafting);
         // The head's hook aborts its decode on a failed read and keeps the
@@ -368,7 +384,13 @@ impl Actor {
     }
 
     fn serve(&mut self, turn: &mut TargetTurn<'_>, req: Request) -> Reply {
-        match req {
+        let event = match req {
+            Request::Draft { tail, max } => {
+                self.corpus.extend(tail);
+                // Only the drafting pass's routing predicts its catch-up.
+                self.account(false);
+                return self.drafter.draft_in(turn, &self.corpus, max);
+            }
             Request::Decoded(rows) => {
                 self.batch.clear();
                 let n = rows.len();
@@ -381,20 +403,13 @@ impl Actor {
                         .into());
                     }
                 }
-                self.drafter
-                    .decoded_in(turn, &self.batch)
-                    .map(|_| Vec::new())
+                Follow::Decoded(&self.batch)
             }
-            Request::Begin(prompt) => self.drafter.begin_in(turn, &prompt).map(|_| Vec::new()),
-            Request::Accepted(step) => self.drafter.accepted_in(turn, step).map(|_| Vec::new()),
-            Request::Forget => self.drafter.forget_cache().map(|_| Vec::new()),
-            Request::Draft { tail, max } => {
-                self.corpus.extend(tail);
-                // Only the drafting pass's routing predicts its catch-up.
-                self.account(false);
-                self.drafter.draft_in(turn, &self.corpus, max)
-            }
-        }
+            Request::Begin(ref prompt) => Follow::Begin(prompt),
+            Request::Accepted(step) => Follow::Accepted(step),
+            Request::Forget => Follow::Forget,
+        };
+        self.drafter.follow_in(turn, event).map(|_| Vec::new())
     }
 
     /// Add what the head's decodes streamed to the run's totals; after a

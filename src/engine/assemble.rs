@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::prefill::{choose_ubatch, PrefillFacts};
 use super::Startup;
 use super::{EngineError, Mode, RunConfig, Speculation, MTP_UBATCH, TARGET_UBATCH};
-use crate::draft::{DraftError, MtpActor, MtpActorConfig};
+use crate::draft::MtpActorConfig;
 use crate::generate;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, Token};
@@ -31,6 +31,12 @@ pub(super) enum Prompt<'a> {
 /// model and the streamer.
 pub(super) struct Assembly {
     pub(super) ctx: Context,
+    pub(super) loaded: Loaded,
+}
+
+/// Everything of an [`Assembly`] but the target context (which a generation
+/// lends to the MTP head while these are in use).
+pub(super) struct Loaded {
     pub(super) model: Arc<Model>,
     pub(super) backend: Backend,
     pub(super) layout: MoeLayout,
@@ -44,6 +50,9 @@ pub(super) struct Assembly {
     /// The prompt's tokens (none for [`Prompt::Longest`]).
     pub(super) tokens: Vec<Token>,
     pub(super) prefill: PrefillFacts,
+    /// The target context's positions per sequence, and over all sequences.
+    pub(super) n_ctx: u32,
+    pub(super) kv_positions: u32,
     /// The target context's abort flag (the verify hook raises it).
     pub(super) abort: Arc<AtomicBool>,
     /// The verify hook's dense copies, for the MTP head to share.
@@ -54,7 +63,7 @@ pub(super) struct Assembly {
 
 /// Check `cfg` against the model's layout, start the backend, load the model
 /// and create the target context of `n_seq` sequences with its hook; finish
-/// with [`Assembly::settle`] once every other context exists.
+/// with [`Loaded::settle`] once every other context exists.
 pub(super) fn assemble(
     cfg: &RunConfig,
     prompt: Prompt<'_>,
@@ -79,8 +88,7 @@ pub(super) fn assemble(
     let abort = Arc::new(AtomicBool::new(false));
     let shape = (prefill.ubatch, n_seq);
     let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes)?;
-    Ok(Assembly {
-        ctx,
+    let loaded = Loaded {
         model,
         backend,
         layout,
@@ -89,20 +97,33 @@ pub(super) fn assemble(
         notes,
         tokens,
         prefill,
+        n_ctx: ctx.n_ctx(),
+        kv_positions: ctx.n_ctx().saturating_mul(ctx.n_seq()),
         abort,
         anon,
         load_start,
-    })
+    };
+    Ok(Assembly { ctx, loaded })
 }
 
-impl Assembly {
-    /// The MTP draft actor for `--mtp`, tied to the target before its first
-    /// decode (None without a head).
-    pub(super) fn spawn_mtp(&mut self) -> Result<Option<MtpActor>, DraftError> {
-        match mtp_config(self) {
-            Some(actor_cfg) => MtpActor::spawn(&mut self.ctx, actor_cfg).map(Some),
-            None => Ok(None),
-        }
+impl Loaded {
+    /// The MTP draft actor's configuration for `--mtp` (None otherwise). The
+    /// head's experts stream too (requester Draft), and its dense weights
+    /// share the verify hook's anonymous copies.
+    pub(super) fn mtp_config(&mut self) -> Option<MtpActorConfig> {
+        let (p_min, predemand) = self.cfg.speculation.head()?;
+        let anon = self.anon.take();
+        Some(MtpActorConfig {
+            model: self.model.clone(),
+            n_ctx: self.cfg.n_ctx,
+            n_threads: self.cfg.threads,
+            n_ubatch: MTP_UBATCH,
+            n_batch: self.prefill.ubatch,
+            draft_max: self.cfg.draft_max as usize,
+            p_min,
+            hook: self.backend.streamer().map(|s| s.draft_hook_parts(anon)),
+            predemand,
+        })
     }
 
     /// What loading took since the model began to load (call once every
@@ -122,11 +143,8 @@ impl Assembly {
     /// `--cache-mb auto` settled once every context exists (with the MTP
     /// head's compute when `mtp`), then `--cache-warm` started.
     pub(super) fn settle(&mut self, mtp: bool) -> Result<(), StreamError> {
-        let kv_positions = self.ctx.n_ctx().saturating_mul(self.ctx.n_seq());
-        let ubatch = self.prefill.ubatch;
-        let note = self
-            .backend
-            .settle_auto(&self.model, kv_positions, ubatch, mtp);
+        let (kv, ubatch) = (self.kv_positions, self.prefill.ubatch);
+        let note = self.backend.settle_auto(&self.model, kv, ubatch, mtp);
         self.notes.extend(note);
         self.backend.start_warm()
     }
@@ -298,23 +316,4 @@ pub(super) fn prefill_facts(
         readahead_allowance_bytes: if streamed { largest_layer } else { 0 },
         compute_extra_bytes: compute(ubatch).saturating_sub(base),
     }
-}
-
-/// The MTP draft actor's configuration for `--mtp` (None otherwise). The
-/// head's experts stream too (requester Draft), and its dense weights share
-/// the verify hook's anonymous copies.
-fn mtp_config(a: &mut Assembly) -> Option<MtpActorConfig> {
-    let (p_min, predemand) = a.cfg.speculation.head()?;
-    let anon = a.anon.take();
-    Some(MtpActorConfig {
-        model: a.model.clone(),
-        n_ctx: a.cfg.n_ctx,
-        n_threads: a.cfg.threads,
-        n_ubatch: MTP_UBATCH,
-        n_batch: a.prefill.ubatch,
-        draft_max: a.cfg.draft_max as usize,
-        p_min,
-        hook: a.backend.streamer().map(|s| s.draft_hook_parts(anon)),
-        predemand,
-    })
 }

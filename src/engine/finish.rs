@@ -8,7 +8,7 @@ use bmoe_actors::cache::Requester;
 use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
-use super::assemble::{Assembly, Backend};
+use super::assemble::{Assembly, Backend, Loaded};
 use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
 use super::{EngineError, Metered, PrefetchReport, RunReport};
@@ -194,11 +194,9 @@ pub(super) fn report(
 ) -> Result<RunReport, EngineError> {
     let m = ended.metered;
     let elapsed: Duration = m.started.elapsed();
-    let Assembly {
-        ctx,
-        backend,
-        mut notes,
-        ..
+    let Assembly { ctx, loaded: a } = a;
+    let Loaded {
+        backend, mut notes, ..
     } = a;
     notes.extend(
         backend

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::draft::{DraftError, HeadReport, MtpActor};
 use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
-use crate::llama::{Context, LlamaError};
+use crate::llama::{LlamaError, Target};
 use crate::stream::{memory, StreamError};
 use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::{self, Row, Telemetry, TelemetryError};
@@ -22,7 +22,7 @@ mod session;
 mod sink;
 mod startup;
 mod summary;
-use assemble::Prompt;
+use assemble::{Loaded, Prompt};
 use config::preamble;
 pub use config::{RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use mode::Mode;
@@ -164,50 +164,75 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .map(telemetry::open_csv)
         .transpose()?;
     let t_run = Instant::now();
-    let mut a = assemble::assemble(
-        cfg,
-        Prompt::Text {
-            text: &cfg.prompt,
-            chat: cfg.chat,
-        },
-        1,
-    )?;
-    // The MTP head runs on the draft actor's thread.
-    let mut mtp = a.spawn_mtp()?;
-    a.settle(mtp.is_some())?;
-    let reader = a.backend.streamer().map(config::ReaderFacts::of);
-    let mut startup = a.startup();
-    let shape = (a.model.n_layer(), a.ctx.n_ctx(), a.prefill.ubatch);
-    let mut preamble = preamble(&a.cfg, &a.layout, reader.as_ref(), shape);
+    let text = Prompt::Text {
+        text: &cfg.prompt,
+        chat: cfg.chat,
+    };
+    let mut a = assemble::assemble(cfg, text, 1)?;
+    let loaded = &mut a.loaded;
+    let mut target = Target::new(&mut a.ctx);
+    let started = Started { csv_file, t_run };
+    let (telemetry, metered, head, startup) =
+        std::thread::scope(|scope| generate_scoped(scope, loaded, &mut target, started, on_text))?;
+    let ended = finish::Ended {
+        metered,
+        head,
+        observer_failure: a.ctx.observer_failure(),
+        aborted_by_hook: a.loaded.abort.load(std::sync::atomic::Ordering::SeqCst),
+        startup,
+    };
+    finish::report(a, telemetry, ended)
+}
+
+/// What the run opened before assembling: the CSV, and when it started.
+struct Started {
+    csv_file: Option<telemetry::CsvOut>,
+    t_run: Instant,
+}
+
+/// From the assembled model to the generation's end, with the MTP draft actor
+/// (for `--mtp`) on a thread of `scope`, lent `target` for each of its calls
+/// and joined before this returns: the draft context, the cache settled, the
+/// CSV preamble and telemetry, then the generation.
+fn generate_scoped<'scope, 't: 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    loaded: &mut Loaded,
+    target: &mut Target<'t>,
+    started: Started,
+    on_text: impl FnMut(&str),
+) -> Result<(Telemetry, Metered, HeadReport, Startup), EngineError> {
+    let mut mtp = match loaded.mtp_config() {
+        Some(actor_cfg) => Some(MtpActor::spawn(scope, target, actor_cfg)?),
+        None => None,
+    };
+    loaded.settle(mtp.is_some())?;
+    let reader = loaded.backend.streamer().map(config::ReaderFacts::of);
+    let mut startup = loaded.startup();
+    let shape = (loaded.model.n_layer(), loaded.n_ctx, loaded.prefill.ubatch);
+    let mut preamble = preamble(&loaded.cfg, &loaded.layout, reader.as_ref(), shape);
     preamble.extend(startup.load_pairs());
-    let telemetry = Telemetry::start(&a.cfg.telemetry, csv_file, &preamble)?;
-    startup.before_prefill = t_run.elapsed();
+    let telemetry = Telemetry::start(&loaded.cfg.telemetry, started.csv_file, &preamble)?;
+    startup.before_prefill = started.t_run.elapsed();
+    let prompt = (&loaded.tokens[..], loaded.prefill.ubatch);
     let metered = generate_metered(
-        &a.cfg,
-        &mut a.ctx,
-        (&a.tokens, a.prefill.ubatch),
+        &loaded.cfg,
+        target,
+        prompt,
         &telemetry,
         on_text,
         mtp.as_mut(),
     );
     // Join the draft actor before anything else reads the target context.
     let head = mtp.as_mut().map(|a| a.finish()).unwrap_or_default();
-    let ended = finish::Ended {
-        metered,
-        head,
-        observer_failure: a.ctx.observer_failure(),
-        aborted_by_hook: a.abort.load(std::sync::atomic::Ordering::SeqCst),
-        startup,
-    };
-    finish::report(a, telemetry, ended)
+    Ok((telemetry, metered, head, startup))
 }
 
 /// The run's draft sources: the matcher, the head, or both (`--spec auto`
 /// on a model with a head).
-fn gated_sources<'d>(
+fn gated_sources<'d, 't>(
     ngram: Option<&'d mut generate::NgramDrafter>,
-    head: Option<&'d mut MtpActor>,
-) -> Option<generate::Sources<'d>> {
+    head: Option<&'d mut MtpActor<'_, 't>>,
+) -> Option<generate::Sources<'d, 't>> {
     use bmoe_actors::spec_gate::Source;
     match (ngram, head) {
         (Some(ngram), Some(head)) => Some(generate::Sources::Auto { ngram, head }),
@@ -234,13 +259,13 @@ pub(super) struct Metered {
 }
 
 /// Generate through the accounting sink: one row per token to `telemetry`.
-fn generate_metered(
+fn generate_metered<'t>(
     cfg: &RunConfig,
-    ctx: &mut Context,
+    target: &mut Target<'t>,
     (tokens, ubatch): (&[crate::llama::Token], u32),
     telemetry: &Telemetry,
     on_text: impl FnMut(&str),
-    mtp: Option<&mut MtpActor>,
+    mtp: Option<&mut MtpActor<'_, 't>>,
 ) -> Metered {
     memory::reset_peak_rss();
     let kernel_read_bytes_before = memory::io_read_bytes();
@@ -267,8 +292,8 @@ fn generate_metered(
         draft_max: cfg.draft_max as usize,
         cached: 0,
     };
-    let mut run = |d: Option<&mut dyn generate::Drafter>| {
-        generate::generate_opts(ctx, tokens, &opts, &mut sink, d)
+    let mut run = |d: Option<&mut dyn generate::Drafter<'t>>| {
+        generate::generate_opts(target, tokens, &opts, &mut sink, d)
     };
     let res = match gated_sources(ngram.as_mut(), mtp) {
         Some(generate::Sources::One(d, _)) if !cfg.spec_gate => run(Some(d)),

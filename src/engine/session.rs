@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use bmoe_actors::metrics::DecodeMetrics;
 
-use super::assemble::{self, Assembly, Backend, Prompt};
+use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::{EngineError, RunConfig, Speculation};
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::layout::MoeLayout;
-use crate::llama::{Context, Model, Token};
+use crate::llama::{Context, Model, Target, Token};
 
 /// The loaded model and its one context. Fields drop in order: the context
 /// (and the verify hook with it) before the model and the streamer.
@@ -97,17 +97,16 @@ impl Session {
             speculation: Speculation::Off,
             ..cfg.clone()
         };
-        let mut a = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
-        a.settle(false)?;
-        let Assembly {
-            ctx,
+        let Assembly { ctx, mut loaded } = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
+        loaded.settle(false)?;
+        let Loaded {
             model,
             backend,
             layout,
             notes,
             prefill,
             ..
-        } = a;
+        } = loaded;
         Ok(Self {
             ctx,
             model,
@@ -193,7 +192,8 @@ impl Session {
             metrics: DecodeMetrics::default(),
         };
         let t0 = Instant::now();
-        let res = generate::generate_opts(&mut self.ctx, prompt, &opts, &mut metering, None);
+        let mut target = Target::new(&mut self.ctx);
+        let res = generate::generate_opts(&mut target, prompt, &opts, &mut metering, None);
         let g = match res {
             Ok(g) => g,
             Err(e) => {

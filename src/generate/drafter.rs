@@ -2,13 +2,14 @@
 //! this thread ([`MtpDrafter`]) and the n-gram matcher ([`NgramDrafter`]).
 
 use super::GenerateError;
-use crate::llama::{Batch, Context, MtpHead, TargetTurn, Token};
+use crate::llama::{Batch, MtpHead, Target, TargetTurn, Token};
 
-/// A source of draft tokens for the verify loop. The hooks other than
-/// [`draft`](Self::draft) let a source that reads the target's hidden states
-/// (the MTP head) follow every target decode; they default to nothing. Every
-/// call lends the source the target context: a source may read it only then.
-pub trait Drafter {
+/// A source of draft tokens for the verify loop, for a generation holding the
+/// target context for `'t`. Every call lends the source the target: a source
+/// may read it only then. Besides [`draft`](Self::draft), a source that reads
+/// the target's hidden states (the MTP head) [follows](Self::follow) every
+/// change of the target's cache; the others ignore it.
+pub trait Drafter<'t> {
     /// The source's name (`ngram`, `mtp`), for spans.
     fn name(&self) -> &'static str {
         "draft"
@@ -17,30 +18,13 @@ pub trait Drafter {
     /// confirmed token; its last token is the one about to be decoded, at
     /// position `corpus.len() - 1`). An empty draft takes the plain
     /// single-token path.
-    fn draft(
+    fn draft(&mut self, target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted;
+    /// What happened to the target's cache (see [`Follow`]); nothing by default.
+    fn follow(
         &mut self,
-        target: &mut Context,
-        corpus: &[Token],
-        max: usize,
-    ) -> Result<Vec<Token>, GenerateError>;
-    /// The target decoded `batch`: a prefill chunk, or the kept rows of a
-    /// verify batch (`[last, d1..dk]`, the rejected tail already cut off).
-    fn decoded(&mut self, _target: &mut Context, _batch: &Batch) -> Result<(), GenerateError> {
-        Ok(())
-    }
-    /// The prompt is in the target's cache.
-    fn begin(&mut self, _target: &mut Context, _prompt: &[Token]) -> Result<(), GenerateError> {
-        Ok(())
-    }
-    /// The verify step kept `accepted` of `drafted` drafts; the target's cache
-    /// now ends before position `n_past` (the next token goes there).
-    fn accepted(&mut self, _target: &mut Context, _step: Accepted) -> Result<(), GenerateError> {
-        Ok(())
-    }
-    /// Drop everything the source keeps of the target's past (the MTP head's
-    /// own cache): it follows again from the next decoded batch it is told
-    /// of, which may start at any position. For a gated head at rest.
-    fn forget(&mut self, _target: &mut Context) -> Result<(), GenerateError> {
+        _target: &mut Target<'t>,
+        _event: Follow<'_>,
+    ) -> Result<(), GenerateError> {
         Ok(())
     }
     /// How sure the source was of each token of its last draft (the n-gram
@@ -52,6 +36,26 @@ pub trait Drafter {
     fn gate_step(&self) -> Option<super::GateStep> {
         None
     }
+}
+
+/// A source's drafts for one step.
+pub type Drafted = Result<Vec<Token>, GenerateError>;
+
+/// What a source that follows the target is told.
+#[derive(Clone, Copy)]
+pub enum Follow<'a> {
+    /// The prompt is in the target's cache.
+    Begin(&'a [Token]),
+    /// The target decoded this batch: a prefill chunk, or the kept rows of a
+    /// verify batch (`[last, d1..dk]`, the rejected tail already cut off).
+    Decoded(&'a Batch),
+    /// The verify step kept `accepted` of `drafted` drafts; the target's cache
+    /// now ends before position `n_past` (the next token goes there).
+    Accepted(Accepted),
+    /// Drop everything the source keeps of the target's past (the MTP head's
+    /// own cache): it follows again from the next decoded batch it is told
+    /// of, which may start at any position. For a gated head at rest.
+    Forget,
 }
 
 /// What a verify step kept: `accepted` of `drafted` drafts, the next token at
@@ -67,7 +71,7 @@ pub struct Accepted {
 
 /// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
 /// Its methods take the target as a [`TargetTurn`], which the draft actor
-/// receives on its own thread; the [`Drafter`] impl lends it from `&mut Context`.
+/// receives on its own thread; the [`Drafter`] impl uses the [`Target`]'s.
 pub struct MtpDrafter {
     head: MtpHead,
 }
@@ -103,71 +107,38 @@ impl MtpDrafter {
         Ok(d)
     }
 
-    /// [`Drafter::decoded`] with the target lent as a turn.
-    pub fn decoded_in(
+    /// [`Drafter::follow`] with the target lent as a turn.
+    pub fn follow_in(
         &mut self,
         turn: &mut TargetTurn<'_>,
-        batch: &Batch,
+        event: Follow<'_>,
     ) -> Result<(), GenerateError> {
-        Ok(self.head.process(turn, batch)?)
-    }
-
-    /// [`Drafter::begin`] with the target lent as a turn.
-    pub fn begin_in(
-        &mut self,
-        turn: &mut TargetTurn<'_>,
-        prompt: &[Token],
-    ) -> Result<(), GenerateError> {
-        Ok(self.head.begin(turn, prompt)?)
-    }
-
-    /// [`Drafter::forget`]: the head's cache emptied.
-    pub fn forget_cache(&mut self) -> Result<(), GenerateError> {
-        Ok(self.head.forget()?)
-    }
-
-    /// [`Drafter::accepted`] with the target lent as a turn.
-    pub fn accepted_in(
-        &mut self,
-        turn: &mut TargetTurn<'_>,
-        step: Accepted,
-    ) -> Result<(), GenerateError> {
-        if step.drafted > 0 {
-            self.head.accept(turn, step.accepted)?;
+        match event {
+            Follow::Begin(prompt) => self.head.begin(turn, prompt)?,
+            Follow::Decoded(batch) => self.head.process(turn, batch)?,
+            Follow::Accepted(step) => {
+                if step.drafted > 0 {
+                    self.head.accept(turn, step.accepted)?;
+                }
+                self.head.trim_draft(step.n_past);
+            }
+            Follow::Forget => self.head.forget()?,
         }
-        self.head.trim_draft(step.n_past);
         Ok(())
     }
 }
 
-impl Drafter for MtpDrafter {
+impl<'t> Drafter<'t> for MtpDrafter {
     fn name(&self) -> &'static str {
         "mtp"
     }
 
-    fn draft(
-        &mut self,
-        target: &mut Context,
-        corpus: &[Token],
-        max: usize,
-    ) -> Result<Vec<Token>, GenerateError> {
-        self.draft_in(&mut TargetTurn::new(target), corpus, max)
+    fn draft(&mut self, target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted {
+        self.draft_in(target.turn()?, corpus, max)
     }
 
-    fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
-        self.decoded_in(&mut TargetTurn::new(target), batch)
-    }
-
-    fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
-        self.begin_in(&mut TargetTurn::new(target), prompt)
-    }
-
-    fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
-        self.accepted_in(&mut TargetTurn::new(target), step)
-    }
-
-    fn forget(&mut self, _target: &mut Context) -> Result<(), GenerateError> {
-        self.forget_cache()
+    fn follow(&mut self, target: &mut Target<'t>, event: Follow<'_>) -> Result<(), GenerateError> {
+        self.follow_in(target.turn()?, event)
     }
 }
 
@@ -193,17 +164,12 @@ impl NgramDrafter {
     }
 }
 
-impl Drafter for NgramDrafter {
+impl<'t> Drafter<'t> for NgramDrafter {
     fn name(&self) -> &'static str {
         "ngram"
     }
 
-    fn draft(
-        &mut self,
-        _target: &mut Context,
-        corpus: &[Token],
-        max: usize,
-    ) -> Result<Vec<Token>, GenerateError> {
+    fn draft(&mut self, _target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted {
         // The corpus only grows (rejected drafts never enter it): convert the new tail.
         if self.ids.len() > corpus.len() {
             self.ids.clear();

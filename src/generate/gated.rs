@@ -12,8 +12,8 @@
 use bmoe_actors::spec_gate::upkeep::{HeadStep, Upkeep};
 use bmoe_actors::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
 
-use super::{Accepted, Drafter, GenerateError, NgramDrafter};
-use crate::llama::{Batch, Context, Token};
+use super::{Accepted, Drafted, Drafter, Follow, GenerateError, NgramDrafter};
+use crate::llama::{Target, Token};
 
 /// What the gate decided on one step, for the telemetry row.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,13 +26,13 @@ pub struct GateStep {
 }
 
 /// Where a gated step's drafts come from.
-pub enum Sources<'d> {
+pub enum Sources<'d, 't> {
     /// One source (`--spec ngram|mtp`).
-    One(&'d mut dyn Drafter, Source),
+    One(&'d mut dyn Drafter<'t>, Source),
     /// `--spec auto` with a head: the matcher when it matches, else the head.
     Auto {
         ngram: &'d mut NgramDrafter,
-        head: &'d mut dyn Drafter,
+        head: &'d mut dyn Drafter<'t>,
     },
 }
 
@@ -69,8 +69,8 @@ impl GateStats {
 }
 
 /// A draft source behind the gate.
-pub struct GatedDrafter<'d> {
-    sources: Sources<'d>,
+pub struct GatedDrafter<'d, 't> {
+    sources: Sources<'d, 't>,
     gate: Gate,
     /// The source of the last step's draft, its buckets (one per verified
     /// draft) and the decision.
@@ -109,8 +109,8 @@ struct Asked {
     evidence: Vec<f32>,
 }
 
-impl<'d> GatedDrafter<'d> {
-    pub fn new(sources: Sources<'d>, max_draft: usize) -> Self {
+impl<'d, 't> GatedDrafter<'d, 't> {
+    pub fn new(sources: Sources<'d, 't>, max_draft: usize) -> Self {
         let source = match &sources {
             Sources::One(_, s) => *s,
             Sources::Auto { .. } => Source::Ngram,
@@ -142,11 +142,11 @@ impl<'d> GatedDrafter<'d> {
     /// Ask the step's source for up to `max` drafts.
     fn ask(
         &mut self,
-        target: &mut Context,
+        target: &mut Target<'t>,
         corpus: &[Token],
         max: usize,
     ) -> Result<Asked, GenerateError> {
-        let (inner, source): (&mut dyn Drafter, Source) = match &mut self.sources {
+        let (inner, source): (&mut dyn Drafter<'t>, Source) = match &mut self.sources {
             Sources::One(d, s) => (&mut **d, *s),
             Sources::Auto { ngram, head } => {
                 let draft = ngram.draft(target, corpus, max)?;
@@ -170,7 +170,7 @@ impl<'d> GatedDrafter<'d> {
                 let step = self.upkeep.step(cap);
                 self.stats.count_upkeep(step);
                 if step == (HeadStep::Rest { forget: true }) {
-                    inner.forget(target)?;
+                    inner.follow(target, Follow::Forget)?;
                 }
                 step.cap()
             }
@@ -190,7 +190,7 @@ impl<'d> GatedDrafter<'d> {
 
     /// The source that follows the target's cache (the head in `auto`; the
     /// matcher needs no telling): it is told of every decode and step.
-    fn follower(&mut self) -> &mut dyn Drafter {
+    fn follower(&mut self) -> &mut dyn Drafter<'t> {
         match &mut self.sources {
             Sources::One(d, _) => &mut **d,
             Sources::Auto { head, .. } => &mut **head,
@@ -206,6 +206,38 @@ impl<'d> GatedDrafter<'d> {
         if let Some(&t) = corpus.get(u.at) {
             let kept = t == u.token;
             (self.gate).observe_unverified(Source::Ngram, u.position, u.bucket, kept);
+        }
+    }
+
+    /// Tell the gate what the step cost and kept; the step as the follower
+    /// sees it (in `auto` the head keeps what the target kept, having seen
+    /// the decoded rows: the matcher's draft is nothing for it to accept).
+    fn observe(&mut self, step: Accepted) -> Accepted {
+        let cost = StepCost {
+            verify_s: step.verify.as_secs_f64(),
+            draft_s: self.draft_call.as_secs_f64(),
+        };
+        let buckets = std::mem::take(&mut self.buckets);
+        if step.accepted < step.drafted {
+            // A verified draft was rejected: the cut one is judged by nothing.
+            self.unverified = None;
+        }
+        debug_assert_eq!(
+            buckets.len(),
+            step.drafted,
+            "the loop verified what the gate chose"
+        );
+        self.gate
+            .observe(self.source, &buckets, step.accepted, cost);
+        let matcher_drafted_for_head =
+            matches!(self.sources, Sources::Auto { .. }) && self.source == Source::Ngram;
+        match matcher_drafted_for_head {
+            true => Accepted {
+                drafted: 0,
+                accepted: 0,
+                ..step
+            },
+            false => step,
         }
     }
 
@@ -229,7 +261,7 @@ impl<'d> GatedDrafter<'d> {
     }
 }
 
-impl Drafter for GatedDrafter<'_> {
+impl<'t> Drafter<'t> for GatedDrafter<'_, 't> {
     fn name(&self) -> &'static str {
         match &self.sources {
             Sources::One(d, _) => d.name(),
@@ -237,12 +269,7 @@ impl Drafter for GatedDrafter<'_> {
         }
     }
 
-    fn draft(
-        &mut self,
-        target: &mut Context,
-        corpus: &[Token],
-        max: usize,
-    ) -> Result<Vec<Token>, GenerateError> {
+    fn draft(&mut self, target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted {
         self.judge_unverified(corpus);
         let t = std::time::Instant::now();
         let Asked {
@@ -287,51 +314,20 @@ impl Drafter for GatedDrafter<'_> {
         Ok(draft)
     }
 
-    fn decoded(&mut self, target: &mut Context, batch: &Batch) -> Result<(), GenerateError> {
-        if self.upkeep.resting() {
-            return Ok(());
-        }
-        self.follower().decoded(target, batch)
-    }
-
-    fn begin(&mut self, target: &mut Context, prompt: &[Token]) -> Result<(), GenerateError> {
-        self.follower().begin(target, prompt)
-    }
-
-    fn accepted(&mut self, target: &mut Context, step: Accepted) -> Result<(), GenerateError> {
-        let cost = StepCost {
-            verify_s: step.verify.as_secs_f64(),
-            draft_s: self.draft_call.as_secs_f64(),
+    /// The follower hears of the target's cache, except while it rests (its
+    /// cache is empty: nothing to catch up, keep or trim); the gate learns
+    /// what each step cost and kept.
+    fn follow(&mut self, target: &mut Target<'t>, event: Follow<'_>) -> Result<(), GenerateError> {
+        let event = match event {
+            Follow::Accepted(step) => Follow::Accepted(self.observe(step)),
+            Follow::Forget => return Ok(()),
+            e => e,
         };
-        let buckets = std::mem::take(&mut self.buckets);
-        if step.accepted < step.drafted {
-            // A verified draft was rejected: the cut one is judged by nothing.
-            self.unverified = None;
+        match event {
+            Follow::Begin(_) => self.follower().follow(target, event),
+            _ if self.upkeep.resting() => Ok(()),
+            _ => self.follower().follow(target, event),
         }
-        debug_assert_eq!(
-            buckets.len(),
-            step.drafted,
-            "the loop verified what the gate chose"
-        );
-        self.gate
-            .observe(self.source, &buckets, step.accepted, cost);
-        // In `auto` the head keeps what the target kept (it saw the decoded
-        // rows); the matcher's draft is nothing for it to accept.
-        let matcher_drafted_for_head =
-            matches!(self.sources, Sources::Auto { .. }) && self.source == Source::Ngram;
-        let step = match matcher_drafted_for_head {
-            true => Accepted {
-                drafted: 0,
-                accepted: 0,
-                ..step
-            },
-            false => step,
-        };
-        if self.upkeep.resting() {
-            // Its cache is empty: nothing to keep or trim.
-            return Ok(());
-        }
-        self.follower().accepted(target, step)
     }
 
     fn gate_step(&self) -> Option<GateStep> {

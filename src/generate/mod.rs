@@ -16,7 +16,7 @@ use bmoe_actors::sampling::SamplingParams;
 
 use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
-pub use drafter::{Accepted, Drafter, MtpDrafter, NgramDrafter};
+pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
 pub use gated::{GateStats, GateStep, GatedDrafter, Sources};
 pub use multi::{common_prefix, Finished, Multi, Request, Step};
 pub use verify::{generate_opts, generate_with};

@@ -7,23 +7,23 @@ use std::time::{Duration, Instant};
 use super::emit::Emitter;
 use super::picker::Picker;
 use super::{
-    Accepted, DecodeStep, Drafter, GateStep, GenerateError, Generation, GenerationSink, Limit,
-    Options, SpecStats, StopReason,
+    Accepted, DecodeStep, Drafter, Follow, GateStep, GenerateError, Generation, GenerationSink,
+    Limit, Options, SpecStats, StopReason,
 };
-use crate::llama::{Batch, Context, LlamaError, Model, Token};
+use crate::llama::{Batch, Context, LlamaError, Model, Target, Token};
 
 /// [`generate`](super::generate) with an optional drafter: each step drafts up
 /// to `draft_max` tokens, decodes [last, d1..dN] in one batch with logits on
 /// every row, keeps the longest prefix of drafts equal to the target's own
 /// argmax plus the target's next token, and trims the rejected tail from the
 /// KV cache. A step with no draft is exactly the plain single-token decode.
-pub fn generate_with(
-    ctx: &mut Context,
+pub fn generate_with<'t>(
+    ctx: &'t mut Context,
     prompt: &[Token],
     limit: impl Into<Limit>,
     n_batch: usize,
     sink: &mut dyn GenerationSink,
-    drafter: Option<&mut dyn Drafter>,
+    drafter: Option<&mut dyn Drafter<'t>>,
     draft_max: usize,
 ) -> Result<Generation, GenerateError> {
     let opts = Options {
@@ -32,21 +32,23 @@ pub fn generate_with(
         draft_max,
         ..Options::default()
     };
-    generate_opts(ctx, prompt, &opts, sink, drafter)
+    generate_opts(&mut Target::new(ctx), prompt, &opts, sink, drafter)
 }
 
 /// [`generate_with`] under [`Options`]: sampled or greedy, cut at stop
 /// strings, after a prompt whose first `opts.cached` tokens are already in
 /// the KV cache (the rest of the cache is dropped, only the new tokens are
 /// prefilled). Drafts need greedy picks and a prompt prefilled from its start.
-pub fn generate_opts(
-    ctx: &mut Context,
+/// The drafter borrows `target` for each of its calls.
+pub fn generate_opts<'t>(
+    target: &mut Target<'t>,
     prompt: &[Token],
     opts: &Options,
     sink: &mut dyn GenerationSink,
-    mut drafter: Option<&mut dyn Drafter>,
+    mut drafter: Option<&mut dyn Drafter<'t>>,
 ) -> Result<Generation, GenerateError> {
     let limit = opts.limit;
+    let ctx = target.ctx()?;
     check_prompt(ctx, prompt)?;
     if drafter.is_some() && (!opts.sampling.is_greedy() || opts.cached > 0) {
         return Err(GenerateError::DraftNeedsGreedy);
@@ -55,24 +57,26 @@ pub fn generate_opts(
     let n_batch = opts.n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
     let mut picker = Picker::new(ctx.model(), limit.ignore_eos, &opts.sampling, prompt)?;
+    let model = ctx.model().clone();
     let t0 = Instant::now();
     let fresh = (&prompt[cached..], cached as i32);
-    if !prefill(ctx, fresh, &mut batch, sink, drafter.as_deref_mut())? {
+    if !prefill(target, fresh, &mut batch, sink, drafter.as_deref_mut())? {
         return Ok(Generation::interrupted_in_prefill(
             prompt.len(),
             t0.elapsed(),
         ));
     }
     if let Some(d) = drafter.as_deref_mut() {
-        d.begin(ctx, prompt)?;
+        d.follow(target, Follow::Begin(prompt))?;
     }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let first = picker.pick(ctx, (batch.len() - 1) as i32)?;
+    let first = picker.pick(target.ctx()?, (batch.len() - 1) as i32)?;
     let draft_max = opts.draft_max;
     let mut run = Loop {
-        model: ctx.model().clone(),
-        ctx,
+        n_ctx: target.ctx()?.n_ctx(),
+        model,
+        target,
         picker,
         batch,
         sink,
@@ -138,13 +142,15 @@ impl Generation {
 }
 
 /// The state of one generation after its prefill.
-struct Loop<'c, 's, 'd> {
-    ctx: &'c mut Context,
+struct Loop<'c, 't, 's, 'd> {
+    target: &'c mut Target<'t>,
+    /// The context's positions.
+    n_ctx: u32,
     model: std::sync::Arc<Model>,
     picker: Picker,
     batch: Batch,
     sink: &'s mut dyn GenerationSink,
-    drafter: Option<&'d mut dyn Drafter>,
+    drafter: Option<&'d mut dyn Drafter<'t>>,
     draft_max: usize,
     /// Where the next decoded token goes.
     pos: i32,
@@ -161,14 +167,14 @@ struct Loop<'c, 's, 'd> {
     costs: (Duration, Duration),
 }
 
-impl Loop<'_, '_, '_> {
+impl Loop<'_, '_, '_, '_> {
     /// Emit the tokens each decode determined and decode again until a stop.
     fn until_stop(&mut self, mut ready: Vec<Token>) -> Result<StopReason, GenerateError> {
         loop {
             if let Some(stop) = self.emit(ready) {
                 return Ok(stop);
             }
-            if self.pos as u32 >= self.ctx.n_ctx() {
+            if self.pos as u32 >= self.n_ctx {
                 return Ok(StopReason::ContextFull);
             }
             if self.sink.should_stop() {
@@ -218,8 +224,9 @@ impl Loop<'_, '_, '_> {
             .decode_end
             .map_or(Duration::ZERO, |e| (td - e).saturating_sub(draft_time));
         let (pos, rows) = (self.pos, self.batch.len());
+        let ctx = self.target.ctx()?;
         let decoded = tracing::debug_span!("verify.decode", pos, rows, prefill = false)
-            .in_scope(|| self.ctx.decode(&self.batch));
+            .in_scope(|| ctx.decode(&self.batch));
         if let Err(LlamaError::Interrupted) = decoded {
             return Ok(None);
         }
@@ -233,7 +240,7 @@ impl Loop<'_, '_, '_> {
             draft: draft_time,
             loop_overhead,
             gate,
-            metrics: self.ctx.take_metrics(),
+            metrics: ctx.take_metrics(),
         });
         self.spec.loop_overhead += loop_overhead;
         self.costs = (elapsed, draft_time);
@@ -250,13 +257,13 @@ impl Loop<'_, '_, '_> {
         let room = self
             .draft_max
             .min(self.out.room() - 1)
-            .min(self.ctx.n_ctx() as usize - self.pos as usize - 1)
+            .min(self.n_ctx as usize - self.pos as usize - 1)
             .min(self.batch.capacity() - 1);
-        let (pos, corpus, ctx) = (self.pos, &self.corpus, &mut *self.ctx);
+        let (pos, corpus, target) = (self.pos, &self.corpus, &mut *self.target);
         let (mut draft, gate) = match self.drafter.as_deref_mut() {
             Some(d) if room > 0 => {
                 let draft = tracing::debug_span!("draft", source = d.name(), pos, max = room)
-                    .in_scope(|| d.draft(ctx, corpus, room))?;
+                    .in_scope(|| d.draft(target, corpus, room))?;
                 (draft, d.gate_step())
             }
             _ => (Vec::new(), None),
@@ -271,8 +278,9 @@ impl Loop<'_, '_, '_> {
     fn accept(&mut self, draft: &[Token]) -> Result<Vec<Token>, GenerateError> {
         let mut ready = Vec::with_capacity(draft.len() + 1);
         let mut accepted = 0usize;
+        let ctx = self.target.ctx()?;
         loop {
-            let t = self.picker.pick(self.ctx, accepted as i32)?;
+            let t = self.picker.pick(ctx, accepted as i32)?;
             ready.push(t);
             if accepted < draft.len() && draft[accepted] == t {
                 accepted += 1;
@@ -282,11 +290,10 @@ impl Loop<'_, '_, '_> {
         }
         debug_assert!(
             self.picker.sampler.is_some()
-                || ready.iter().enumerate().all(|(i, &t)| self
-                    .picker
-                    .pick(self.ctx, i as i32)
-                    .ok()
-                    == Some(t)),
+                || ready
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &t)| self.picker.pick(ctx, i as i32).ok() == Some(t)),
             "every kept token is the argmax of the verify row that produced it"
         );
         self.pos += 1 + accepted as i32;
@@ -294,7 +301,7 @@ impl Loop<'_, '_, '_> {
             self.spec.drafted_steps += 1;
             self.spec.drafted += draft.len() as u64;
             self.spec.accepted += accepted as u64;
-            if accepted < draft.len() && !self.ctx.trim(self.pos, -1) {
+            if accepted < draft.len() && !ctx.trim(self.pos, -1) {
                 return Err(GenerateError::Rollback { pos: self.pos });
             }
         }
@@ -303,7 +310,7 @@ impl Loop<'_, '_, '_> {
             // never holds a rejected tail to drop.
             let tc = Instant::now();
             self.batch.truncate(1 + accepted);
-            d.decoded(self.ctx, &self.batch)?;
+            d.follow(self.target, Follow::Decoded(&self.batch))?;
             let step = Accepted {
                 drafted: draft.len(),
                 accepted,
@@ -311,7 +318,7 @@ impl Loop<'_, '_, '_> {
                 verify: self.costs.0,
                 draft: self.costs.1,
             };
-            d.accepted(self.ctx, step)?;
+            d.follow(self.target, Follow::Accepted(step))?;
             self.catch_up = tc.elapsed();
         }
         Ok(ready)
@@ -343,12 +350,12 @@ impl Loop<'_, '_, '_> {
 /// Decode the prompt in batches of `batch`'s capacity, logits on its last
 /// row only. Returns false when a signal or a failed output stopped it
 /// (between batches, or inside one through the context's abort callback).
-fn prefill<'d>(
-    ctx: &mut Context,
+fn prefill<'t, 'd>(
+    target: &mut Target<'t>,
     (prompt, mut pos): (&[Token], i32),
     batch: &mut Batch,
     sink: &mut dyn GenerationSink,
-    mut drafter: Option<&mut (dyn Drafter + 'd)>,
+    mut drafter: Option<&mut (dyn Drafter<'t> + 'd)>,
 ) -> Result<bool, GenerateError> {
     let n_batch = batch.capacity();
     for (ci, chunk) in prompt.chunks(n_batch).enumerate() {
@@ -362,6 +369,7 @@ fn prefill<'d>(
             pos += 1;
         }
         let td = Instant::now();
+        let ctx = target.ctx()?;
         let decoded =
             tracing::debug_span!("verify.decode", pos, rows = batch.len(), prefill = true)
                 .in_scope(|| ctx.decode(batch));
@@ -379,7 +387,7 @@ fn prefill<'d>(
             metrics: ctx.take_metrics(),
         });
         if let Some(d) = drafter.as_deref_mut() {
-            d.decoded(ctx, batch)?;
+            d.follow(target, Follow::Decoded(batch))?;
         }
     }
     Ok(true)

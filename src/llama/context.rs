@@ -215,6 +215,11 @@ impl Context {
         self.ptr.as_ptr()
     }
 
+    /// The raw context as a non-null pointer (the MTP head's target).
+    pub(super) fn non_null(&self) -> NonNull<sys::llama_context> {
+        self.ptr
+    }
+
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }

@@ -65,6 +65,10 @@ pub enum LlamaError {
     Quant(String),
     #[error("MTP draft head: {0}")]
     Mtp(String),
+    #[error(
+        "the target context was lent to the MTP draft actor, which stopped without giving it back"
+    )]
+    TargetLent,
     #[error("stopped by a signal")]
     Interrupted,
     #[error("path {0:?} contains a NUL byte")]

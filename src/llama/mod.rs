@@ -16,6 +16,7 @@ mod mtp;
 mod populate;
 pub mod quant;
 mod sampler;
+mod target;
 
 pub use backend::init_backend;
 pub use batch::Batch;
@@ -23,9 +24,10 @@ pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQU
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
-pub use mtp::{MtpHead, TargetTurn};
+pub use mtp::MtpHead;
 pub use populate::Armed as UnpopulatedLoad;
 pub use sampler::Sampler;
+pub use target::{Target, TargetTurn};
 
 /// A vocabulary token id, as llama.cpp numbers them.
 pub type Token = i32;

@@ -9,50 +9,14 @@
 //! the target is alive and used by no one else whenever the head touches it,
 //! and the compiler checks both. (Freeing the state touches only the draft
 //! context.) The head may live on another thread than the target (the draft
-//! actor); the turn is what crosses over.
+//! actor); the turn is what crosses over, and back (`super::target`).
 
-use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
+use super::target::TargetTurn;
 use super::{Batch, Context, LlamaError, Token};
-
-/// The target context lent to the MTP head for one call: it stands for a
-/// `&'a mut Context`, and, unlike one, may be sent to the draft actor's thread.
-pub struct TargetTurn<'a> {
-    ptr: NonNull<sys::llama_context>,
-    _borrow: PhantomData<&'a mut Context>,
-}
-
-// SAFETY: a TargetTurn is an exclusive borrow of a llama context for 'a.
-// llama.cpp contexts may be used from any thread, one thread at a time; the
-// exclusive borrow makes it one at a time.
-unsafe impl Send for TargetTurn<'_> {}
-
-impl<'a> TargetTurn<'a> {
-    pub fn new(target: &'a mut Context) -> Self {
-        // SAFETY: as_ptr returns the context's non-null pointer.
-        let ptr = unsafe { NonNull::new_unchecked(target.as_ptr()) };
-        Self {
-            ptr,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// The same turn with its lifetime erased, to cross a channel to a thread
-    /// that outlives the call.
-    ///
-    /// # Safety
-    /// The returned turn must be dropped (and not used) before `'a` ends: the
-    /// caller waits for the thread to finish with it.
-    pub unsafe fn detach(self) -> TargetTurn<'static> {
-        TargetTurn {
-            ptr: self.ptr,
-            _borrow: PhantomData,
-        }
-    }
-}
 
 /// The MTP draft head: a draft context of type MTP on the target's model, and
 /// the speculative state tying it to the target context.
@@ -80,7 +44,7 @@ impl MtpHead {
     /// model) to the target of `turn`. Call before the target's first decode
     /// (it turns on the target's hidden-state output).
     pub fn new(
-        turn: TargetTurn<'_>,
+        turn: &mut TargetTurn<'_>,
         draft: Context,
         max: usize,
         p_min: f32,
@@ -92,7 +56,7 @@ impl MtpHead {
         // SAFETY: both context pointers are valid for the call, as above.
         let raw = unsafe {
             sys::llama_rs_mtp_speculative_init(
-                turn.ptr.as_ptr(),
+                turn.ptr().as_ptr(),
                 draft.as_ptr(),
                 max as i32,
                 0,
@@ -104,7 +68,7 @@ impl MtpHead {
         let n_batch = draft.n_batch() as usize;
         Ok(Self {
             spec,
-            target: turn.ptr,
+            target: turn.ptr(),
             draft,
             max,
             n_batch,
@@ -114,7 +78,7 @@ impl MtpHead {
     /// A turn for another context than the head's target is refused (the
     /// state would read the wrong hidden states).
     fn check(&self, turn: &TargetTurn<'_>) -> Result<(), LlamaError> {
-        if turn.ptr == self.target {
+        if turn.ptr() == self.target {
             Ok(())
         } else {
             Err(LlamaError::Mtp(

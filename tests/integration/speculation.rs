@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use bmoe::generate::{self, Drafter, StopReason};
 use bmoe::lab::compare::RunCsv;
-use bmoe::llama::{Context, ContextParams, Model, ModelParams, Token};
+use bmoe::generate::{self, Drafter, Follow, StopReason};
+use bmoe::llama::{Context, ContextParams, Model, ModelParams, Target, Token};
 
 use crate::common::*;
 
@@ -23,10 +23,10 @@ fn copy_prompt() -> &'static str {
 
 /// Drafts the known greedy continuation (every draft is right).
 struct Oracle(Vec<Token>, usize);
-impl Drafter for Oracle {
+impl<'t> Drafter<'t> for Oracle {
     fn draft(
         &mut self,
-        _target: &mut Context,
+        _target: &mut Target<'t>,
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, generate::GenerateError> {
@@ -37,10 +37,10 @@ impl Drafter for Oracle {
 
 /// Drafts tokens that are never the greedy ones (every step rolls back).
 struct Wrong(Vec<Token>, usize);
-impl Drafter for Wrong {
+impl<'t> Drafter<'t> for Wrong {
     fn draft(
         &mut self,
-        _target: &mut Context,
+        _target: &mut Target<'t>,
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, generate::GenerateError> {
@@ -142,8 +142,9 @@ fn check_drafts(model: &Arc<Model>, text: &str, widths: &[usize]) -> usize {
     let mut identical = 0;
     let prompt = generate::prompt_tokens(model, text, false).unwrap();
     let n = 40;
-    let run = |drafter: Option<&mut dyn Drafter>, width: usize| {
+    let run = |drafter: Option<&mut dyn for<'t> Drafter<'t>>, width: usize| {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
+        let drafter = drafter.map(|d| d as &mut dyn Drafter<'_>);
         generate::generate_with(&mut ctx, &prompt, n, 512, &mut |_: &str| {}, drafter, width)
             .unwrap()
     };
@@ -481,10 +482,10 @@ struct DearHead {
     forgot: usize,
 }
 
-impl Drafter for DearHead {
+impl<'t> Drafter<'t> for DearHead {
     fn draft(
         &mut self,
-        target: &mut Context,
+        target: &mut Target<'t>,
         corpus: &[Token],
         max: usize,
     ) -> Result<Vec<Token>, generate::GenerateError> {
@@ -500,31 +501,17 @@ impl Drafter for DearHead {
         }
         Ok(draft)
     }
-    fn decoded(
+    fn follow(
         &mut self,
-        target: &mut Context,
-        batch: &bmoe::llama::Batch,
+        target: &mut Target<'t>,
+        event: Follow<'_>,
     ) -> Result<(), generate::GenerateError> {
-        self.caught_up += 1;
-        self.head.decoded(target, batch)
-    }
-    fn begin(
-        &mut self,
-        target: &mut Context,
-        prompt: &[Token],
-    ) -> Result<(), generate::GenerateError> {
-        self.head.begin(target, prompt)
-    }
-    fn accepted(
-        &mut self,
-        target: &mut Context,
-        step: generate::Accepted,
-    ) -> Result<(), generate::GenerateError> {
-        self.head.accepted(target, step)
-    }
-    fn forget(&mut self, target: &mut Context) -> Result<(), generate::GenerateError> {
-        self.forgot += 1;
-        self.head.forget(target)
+        match event {
+            Follow::Decoded(_) => self.caught_up += 1,
+            Follow::Forget => self.forgot += 1,
+            Follow::Begin(_) | Follow::Accepted(_) => {}
+        }
+        self.head.follow(target, event)
     }
 }
 
@@ -568,7 +555,7 @@ fn a_head_the_gate_holds_back_rests_wakes_and_keeps_the_text() {
         ..params()
     };
     let draft = Context::new(model.clone(), draft_params).unwrap();
-    let head = MtpHead::new(TargetTurn::new(&mut ctx), draft, 3, 0.0).unwrap();
+    let head = MtpHead::new(&mut TargetTurn::new(&mut ctx), draft, 3, 0.0).unwrap();
     let mut dear = DearHead {
         head: generate::MtpDrafter::new(head),
         truth: [prompt.as_slice(), plain.tokens.as_slice()].concat(),
