@@ -5,60 +5,9 @@ use std::path::PathBuf;
 
 use bmoe_actors::telemetry::TelemetryConfig;
 
-use super::EngineError;
+use super::{EngineError, Mode};
 use crate::layout::MoeLayout;
-use crate::stream::{StreamConfig, StreamError, Streamer};
-
-/// How expert weights reach the matmuls: the one encoding of the run mode.
-/// What streaming carries depends on the stage: the settings asked for
-/// (`Mode<StreamConfig>`, the default), the running streamer with them
-/// (`Mode<Streaming>`, the engine's backend), nothing (`Mode<()>`, what a
-/// report keeps).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Mode<S = StreamConfig> {
-    /// llama.cpp's own mmap path (the comparison baseline).
-    Resident,
-    /// Experts streamed by the flash actor (the default for MoE models).
-    Stream(S),
-}
-
-impl<S> Mode<S> {
-    /// The name in the CSV preamble and the summary (`resident`, `stream`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Mode::Resident => "resident",
-            Mode::Stream(_) => "stream",
-        }
-    }
-
-    /// What streaming carries, when streamed.
-    pub fn stream(&self) -> Option<&S> {
-        match self {
-            Mode::Resident => None,
-            Mode::Stream(s) => Some(s),
-        }
-    }
-
-    /// The mode alone, without what streaming carries.
-    pub fn kind(&self) -> Mode<()> {
-        match self {
-            Mode::Resident => Mode::Resident,
-            Mode::Stream(_) => Mode::Stream(()),
-        }
-    }
-}
-
-impl<S> std::fmt::Display for Mode<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl<S> PartialEq<&str> for Mode<S> {
-    fn eq(&self, name: &&str) -> bool {
-        self.name() == *name
-    }
-}
+use crate::stream::{StreamError, Streamer};
 
 /// The MTP draft context's physical batch (its compute buffer scales with
 /// n_ubatch x vocab; the drafts are a few tokens wide).
@@ -380,6 +329,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::stream::StreamConfig;
 
     fn layout() -> MoeLayout {
         MoeLayout {
