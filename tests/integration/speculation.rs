@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use bmoe::lab::compare::RunCsv;
 use bmoe::generate::{self, Drafter, Follow, StopReason};
+use bmoe::lab::compare::RunCsv;
 use bmoe::llama::{Context, ContextParams, Model, ModelParams, Target, Token};
 
 use crate::common::*;
