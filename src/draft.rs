@@ -50,9 +50,9 @@ use crate::stream::DraftHookParts;
 
 /// Requests queued to the draft actor (the verify loop waits for each reply,
 /// so one is in flight at a time; the rest is slack).
-pub const DRAFT_QUEUE_CAPACITY: usize = 4;
+pub(crate) const DRAFT_QUEUE_CAPACITY: usize = 4;
 /// Replies from the draft actor in flight.
-pub const DRAFT_REPLY_CAPACITY: usize = 1;
+pub(crate) const DRAFT_REPLY_CAPACITY: usize = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DraftError {
@@ -65,38 +65,38 @@ pub enum DraftError {
 }
 
 /// How to build the head on the actor's thread.
-pub struct MtpActorConfig {
-    pub model: Arc<Model>,
-    pub n_ctx: u32,
-    pub n_threads: u32,
+pub(crate) struct MtpActorConfig {
+    pub(crate) model: Arc<Model>,
+    pub(crate) n_ctx: u32,
+    pub(crate) n_threads: u32,
     /// The draft context's physical batch.
-    pub n_ubatch: u32,
+    pub(crate) n_ubatch: u32,
     /// The largest batch it processes: a prefill micro-batch of the target
     /// (the target's n_batch).
-    pub n_batch: u32,
+    pub(crate) n_batch: u32,
     /// The most drafts per step (`--draft`).
-    pub draft_max: usize,
+    pub(crate) draft_max: usize,
     /// `--mtp-p-min`.
-    pub p_min: f32,
+    pub(crate) p_min: f32,
     /// The streamed head's hook ingredients (None when resident).
-    pub hook: Option<DraftHookParts>,
+    pub(crate) hook: Option<DraftHookParts>,
     /// Pre-demand the drafting pass's experts during the verify decode.
-    pub predemand: bool,
+    pub(crate) predemand: bool,
 }
 
 /// What the head's streaming did over a run (zeros when resident).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct HeadReport {
+pub(crate) struct HeadReport {
     /// Time the head's decodes waited for expert reads.
-    pub stall: Duration,
+    pub(crate) stall: Duration,
     /// The head's demands and their hits/misses (experts of its layer).
-    pub demands: u64,
-    pub hits: u64,
-    pub misses: u64,
+    pub(crate) demands: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
     /// Pre-demands sent during verify decodes, and the bytes the flash actor
     /// read for them in the background.
-    pub predemands: u64,
-    pub predemand_read_bytes: u64,
+    pub(crate) predemands: u64,
+    pub(crate) predemand_read_bytes: u64,
 }
 
 enum Request {
@@ -139,7 +139,7 @@ type Answer<'t> = (Reply, TargetTurn<'t>);
 
 /// The verify loop's handle on the draft actor, a thread of `'scope` lent the
 /// target borrowed for `'t`.
-pub struct MtpActor<'scope, 't> {
+pub(crate) struct MtpActor<'scope, 't> {
     tx: Option<Sender<Call<'t>>>,
     rx: Receiver<Answer<'t>>,
     join: Option<ScopedJoinHandle<'scope, HeadReport>>,
@@ -153,7 +153,7 @@ impl<'scope, 't: 'scope> MtpActor<'scope, 't> {
     /// Start the actor on a thread of `scope`: it creates the draft context
     /// and ties the head to `target` before returning (call before the
     /// target's first decode).
-    pub fn spawn<'env>(
+    pub(crate) fn spawn<'env>(
         scope: &'scope Scope<'scope, 'env>,
         target: &mut Target<'t>,
         cfg: MtpActorConfig,
@@ -225,7 +225,7 @@ impl<'t> MtpActor<'_, 't> {
     }
 
     /// Stop the actor and return what the head's streaming did.
-    pub fn finish(&mut self) -> HeadReport {
+    pub(crate) fn finish(&mut self) -> HeadReport {
         if let Some(r) = self.report {
             return r;
         }

@@ -112,7 +112,7 @@ fn shard_lines(s: &mut String, l: &MoeLayout) {
 
 /// Whether bmoe can stream the model, and where its routed bytes come from;
 /// or why not.
-pub fn verdict(l: &MoeLayout) -> String {
+pub(crate) fn verdict(l: &MoeLayout) -> String {
     if l.n_expert == 0 && l.experts.is_empty() {
         return "not streamable: a dense model (no experts); it runs resident".into();
     }

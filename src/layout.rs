@@ -14,8 +14,8 @@ pub use bmoe_actors::proj::Proj;
 /// One stacked expert tensor `blk.{layer}.ffn_{proj}_exps.weight` = [ne0, ne1, n_expert].
 #[derive(Debug, Clone)]
 pub struct ExpertTensor {
-    pub layer: u32,
-    pub proj: Proj,
+    pub(crate) layer: u32,
+    pub(crate) proj: Proj,
     pub name: String,
     pub ggml_type: GgmlType,
     /// The file (index into [`MoeLayout::shards`]) that holds it.
@@ -24,7 +24,7 @@ pub struct ExpertTensor {
     pub file_offset: u64,
     /// Offset of expert 0 in the streaming address space (its shard's base +
     /// `file_offset`): what the flash actor reads.
-    pub stream_offset: u64,
+    pub(crate) stream_offset: u64,
     /// Bytes of one expert (ne0 x ne1); expert e starts at file_offset + e * slice_bytes.
     pub slice_bytes: u64,
     pub n_expert: u32,
@@ -36,7 +36,7 @@ impl ExpertTensor {
     }
 
     /// Gate and up in one tensor (`ffn_gate_up_exps`), streamed as the gate.
-    pub fn is_fused(&self) -> bool {
+    pub(crate) fn is_fused(&self) -> bool {
         self.name.ends_with("ffn_gate_up_exps.weight")
     }
 
@@ -49,13 +49,13 @@ impl ExpertTensor {
 /// One file of the model (the only one, or a shard of a split model).
 #[derive(Debug, Clone)]
 pub struct Shard {
-    pub path: PathBuf,
-    pub file_bytes: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) file_bytes: u64,
     /// Where byte 0 of this file lies in the streaming address space: the
     /// flash actor sees the shards one after another, each starting on a
     /// 4096-byte boundary (so O_DIRECT alignment is the same in both).
-    pub base: u64,
-    pub tensors: u32,
+    pub(crate) base: u64,
+    pub(crate) tensors: u32,
 }
 
 /// Shard bases are rounded up to this.
@@ -71,21 +71,21 @@ pub struct MoeLayout {
     pub n_expert_used: u32,
     /// The first layers routed by token id through a table of `n_expert_used`
     /// experts per token (deepseek4's `hash_layer_count`).
-    pub hash_layers: u32,
+    pub(crate) hash_layers: u32,
     pub experts: Vec<ExpertTensor>,
-    pub total_tensor_bytes: u64,
+    pub(crate) total_tensor_bytes: u64,
     /// Bytes of all files.
-    pub file_bytes: u64,
+    pub(crate) file_bytes: u64,
     /// The model's files: one, or the shards of a split model in order.
     pub shards: Vec<Shard>,
-    pub alignment: u64,
+    pub(crate) alignment: u64,
     /// Tensor count and bytes per ggml type name.
-    pub types: BTreeMap<String, (u32, u64)>,
+    pub(crate) types: BTreeMap<String, (u32, u64)>,
     /// Blocks the tensor table names (`blk.N.*`: the largest N + 1).
-    pub blocks_in_table: u32,
+    pub(crate) blocks_in_table: u32,
     /// Tensors named like stacked experts (`blk.N.*exps.weight`) whose
     /// projection bmoe does not know: they are not streamed.
-    pub unknown_experts: Vec<String>,
+    pub(crate) unknown_experts: Vec<String>,
 }
 
 /// N of a `blk.N.*` tensor name.
@@ -111,7 +111,7 @@ fn parse_expert_name(name: &str) -> Option<(u32, Proj)> {
 
 impl MoeLayout {
     /// The layout of a model in `files` (the first holds the metadata).
-    pub fn from_files(files: &[GgufFile]) -> Self {
+    pub(crate) fn from_files(files: &[GgufFile]) -> Self {
         let g = &files[0];
         let arch = g.arch().unwrap_or_else(|| "unknown".into());
         // Out-of-range values saturate (and `check` refuses them).
@@ -186,7 +186,7 @@ impl MoeLayout {
     /// The expert tensors agree with the hyperparameters and the file: every
     /// slice lies inside the file, so no arithmetic on them can overflow.
     /// Returns what is wrong.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let blocks = self.n_layer + self.n_layer_nextn;
         if blocks != self.blocks_in_table {
             return Err(format!(
@@ -240,12 +240,12 @@ impl MoeLayout {
     }
 
     /// Bytes of the experts stored in file `shard`.
-    pub fn shard_expert_bytes(&self, shard: usize) -> u64 {
+    pub(crate) fn shard_expert_bytes(&self, shard: usize) -> u64 {
         let of_shard = self.experts.iter().filter(|e| e.shard == shard);
         of_shard.map(ExpertTensor::bytes).sum()
     }
 
-    pub fn is_split(&self) -> bool {
+    pub(crate) fn is_split(&self) -> bool {
         self.shards.len() > 1
     }
 
@@ -262,7 +262,7 @@ impl MoeLayout {
     }
 
     /// Bytes of one expert of `layer` (all projections).
-    pub fn layer_expert_bytes(&self, layer: u32) -> u64 {
+    pub(crate) fn layer_expert_bytes(&self, layer: u32) -> u64 {
         self.experts
             .iter()
             .filter(|e| e.layer == layer)

@@ -9,7 +9,7 @@
 
 pub mod chat;
 pub mod chrome_trace;
-pub mod draft;
+pub(crate) mod draft;
 pub mod engine;
 pub mod fixture;
 pub mod generate;
@@ -23,4 +23,4 @@ pub mod stdio;
 pub mod stream;
 
 /// The engine version written into telemetry.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -25,7 +25,7 @@ pub enum TemplateSource {
 }
 
 impl TemplateSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             TemplateSource::Jinja => "the model's own Jinja chat template (minijinja)",
             TemplateSource::Builtin => "llama.cpp's built-in template for this model",

@@ -46,7 +46,7 @@ pub enum Speculation {
 }
 
 impl Speculation {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Speculation::Off => "off",
             Speculation::Ngram { .. } => "ngram",
@@ -56,7 +56,7 @@ impl Speculation {
     }
 
     /// The MTP head's settings (p_min, predemand) when this drafts with it.
-    pub fn head(self) -> Option<(f32, bool)> {
+    pub(crate) fn head(self) -> Option<(f32, bool)> {
         match self {
             Speculation::Mtp { p_min, predemand }
             | Speculation::Auto {
@@ -70,7 +70,7 @@ impl Speculation {
     }
 
     /// The n-gram matcher's shortest match when this drafts with it.
-    pub fn ngram(self) -> Option<u32> {
+    pub(crate) fn ngram(self) -> Option<u32> {
         match self {
             Speculation::Ngram { min_match } | Speculation::Auto { min_match, .. } => {
                 Some(min_match)
@@ -80,7 +80,7 @@ impl Speculation {
     }
 
     /// `--spec auto` on this model: with the head only if it has one.
-    pub fn for_model(self, layout: &MoeLayout) -> Self {
+    pub(crate) fn for_model(self, layout: &MoeLayout) -> Self {
         match self {
             Speculation::Auto {
                 min_match,
@@ -134,7 +134,7 @@ pub struct RunConfig {
 impl RunConfig {
     /// This configuration for the model it runs: `--spec auto` drafts with
     /// the MTP head only where the model has one.
-    pub fn for_model(&self, layout: &MoeLayout) -> RunConfig {
+    pub(crate) fn for_model(&self, layout: &MoeLayout) -> RunConfig {
         RunConfig {
             speculation: self.speculation.for_model(layout),
             ..self.clone()
@@ -142,12 +142,12 @@ impl RunConfig {
     }
 
     /// Experts routed per token, after `--n-expert-used`.
-    pub fn experts_used(&self, layout: &MoeLayout) -> u32 {
+    pub(crate) fn experts_used(&self, layout: &MoeLayout) -> u32 {
         self.n_expert_used.unwrap_or(layout.n_expert_used)
     }
 
     /// Whether a knob that changes the output is on.
-    pub fn lossy(&self, layout: &MoeLayout) -> bool {
+    pub(crate) fn lossy(&self, layout: &MoeLayout) -> bool {
         let drop = self.mode.stream().is_some_and(|sc| sc.drop_cold > 0.0);
         drop || self.experts_used(layout) != layout.n_expert_used
     }
@@ -158,7 +158,10 @@ impl RunConfig {
     /// already): a streamed mode on a model bmoe cannot stream, `--n-expert-used`
     /// out of range, `--mtp` without a head. Returns the mode to run (a dense
     /// model runs resident) and notes for the summary.
-    pub fn check_against(&self, layout: &MoeLayout) -> Result<(Mode, Vec<String>), EngineError> {
+    pub(crate) fn check_against(
+        &self,
+        layout: &MoeLayout,
+    ) -> Result<(Mode, Vec<String>), EngineError> {
         let mut notes = Vec::new();
         let mut mode = self.mode.clone();
         if let Mode::Stream(_) = mode {

@@ -27,10 +27,9 @@ use config::preamble;
 pub use config::{RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use mode::Mode;
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
-pub use report::decode_rate;
 pub use session::{Session, Turn, TurnFigures};
 use sink::Sink;
-pub use startup::Startup;
+pub(crate) use startup::Startup;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -84,50 +83,50 @@ impl EngineError {
 
 /// Per-token accounting (row i is the decode that produced token i; row 0 the
 /// prefill; under a multi-token decode its whole cost sits on its first row).
-pub type TokenRow = Row;
+pub(crate) type TokenRow = Row;
 
 /// What a run produced and measured.
 #[derive(Debug, Clone)]
 pub struct RunReport {
     pub generation: Generation,
     /// From the first token to the last (see [`decode_rate`]).
-    pub decode_span: Duration,
+    pub(crate) decode_span: Duration,
     /// The draft source and width (`Off` and 0 without speculation).
-    pub speculation: Speculation,
-    pub draft_max: u32,
+    pub(crate) speculation: Speculation,
+    pub(crate) draft_max: u32,
     /// Streamed bytes read for the MTP head's passes and for the verify decodes.
-    pub head_read_bytes: u64,
-    pub verify_read_bytes: u64,
+    pub(crate) head_read_bytes: u64,
+    pub(crate) verify_read_bytes: u64,
     /// The MTP head's streaming on the draft actor (zeros otherwise).
-    pub head: HeadReport,
+    pub(crate) head: HeadReport,
     pub rows: Vec<TokenRow>,
     /// Where the experts came from: llama.cpp's mapping (`--resident`, or a
     /// dense model) or the flash actor.
     pub mode: Mode<()>,
     pub notes: Vec<String>,
     pub cache_budget_bytes: u64,
-    pub reader: String,
+    pub(crate) reader: String,
     /// Flash actor's total bytes over the whole run (prefill included).
     pub flash_read_bytes: u64,
     /// Kernel-reported storage reads of the process over the generation.
-    pub kernel_read_bytes: Option<u64>,
-    pub peak_resident_bytes: u64,
-    pub peak_rss_bytes: u64,
+    pub(crate) kernel_read_bytes: Option<u64>,
+    pub(crate) peak_resident_bytes: u64,
+    pub(crate) peak_rss_bytes: u64,
     /// Read-ahead: settings and the flash actor's verdicts.
     pub prefetch: PrefetchReport,
     /// `--cache-warm`: what was read ahead and used, and the profile saved.
-    pub warm_lines: Vec<String>,
+    pub(crate) warm_lines: Vec<String>,
     /// Experts routed per token (after `--n-expert-used`) and the model's own count.
-    pub experts_used: u32,
-    pub experts_used_model: u32,
+    pub(crate) experts_used: u32,
+    pub(crate) experts_used_model: u32,
     /// `--drop-cold-experts` threshold (0: off).
-    pub drop_cold: f32,
-    pub dense_bytes: u64,
+    pub(crate) drop_cold: f32,
+    pub(crate) dense_bytes: u64,
     pub layout: MoeLayout,
     /// The `BMOE_DONE` JSON object (the same totals as the CSV trailer).
     pub done_line: String,
     /// The load and the time to the first token.
-    pub startup: Startup,
+    pub(crate) startup: Startup,
     /// The prompt's pass: its micro-batch, time and (streamed) reads.
     pub prefill: PrefillReport,
 }
@@ -136,20 +135,20 @@ pub struct RunReport {
 #[derive(Debug, Clone, Default)]
 pub struct PrefetchReport {
     /// `--prefetch K` (temporal depth) and `--predict-prefetch`.
-    pub layers: u32,
-    pub predictive: bool,
+    pub(crate) layers: u32,
+    pub(crate) predictive: bool,
     /// Bytes read ahead (all of them, including any after the last decode).
     pub read_bytes: u64,
     pub useful_bytes: u64,
     pub wasted_bytes: u64,
-    pub hints_dropped: u64,
-    pub errors: u64,
+    pub(crate) hints_dropped: u64,
+    pub(crate) errors: u64,
     /// Predictive: experts guessed and how many the real routing used, per layer.
     pub predicted: PredictorTally,
 }
 
 impl PrefetchReport {
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.layers > 0 || self.predictive
     }
 }

@@ -17,7 +17,7 @@ pub enum Mode<S = StreamConfig> {
 
 impl<S> Mode<S> {
     /// The name in the CSV preamble and the summary (`resident`, `stream`).
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Mode::Resident => "resident",
             Mode::Stream(_) => "stream",
@@ -25,7 +25,7 @@ impl<S> Mode<S> {
     }
 
     /// What streaming carries, when streamed.
-    pub fn stream(&self) -> Option<&S> {
+    pub(crate) fn stream(&self) -> Option<&S> {
         match self {
             Mode::Resident => None,
             Mode::Stream(s) => Some(s),
@@ -33,7 +33,7 @@ impl<S> Mode<S> {
     }
 
     /// The mode alone, without what streaming carries.
-    pub fn kind(&self) -> Mode<()> {
+    pub(crate) fn kind(&self) -> Mode<()> {
         match self {
             Mode::Resident => Mode::Resident,
             Mode::Stream(_) => Mode::Stream(()),

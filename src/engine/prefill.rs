@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::{TokenRow, TARGET_UBATCH};
 
 /// The smallest `--ubatch` (a verify batch of the widest draft must fit one).
-pub const UBATCH_MIN: u32 = 16;
+pub(crate) const UBATCH_MIN: u32 = 16;
 const _: () = assert!(super::MAX_DRAFT + 2 <= UBATCH_MIN);
 /// The largest micro-batch auto picks (its compute buffers grow with it).
 pub const UBATCH_MAX: u32 = 8192;
@@ -79,12 +79,12 @@ pub fn choose_ubatch(
 pub struct PrefillFacts {
     /// The micro-batch the prompt runs in.
     pub ubatch: u32,
-    pub streamed: bool,
+    pub(crate) streamed: bool,
     /// The allowance over `--cache-mb` while the prompt runs: the next layer's
     /// experts read ahead (the largest layer), and the compute buffers beyond
     /// those of a [`TARGET_UBATCH`] micro-batch (estimated).
-    pub readahead_allowance_bytes: u64,
-    pub compute_extra_bytes: u64,
+    pub(crate) readahead_allowance_bytes: u64,
+    pub(crate) compute_extra_bytes: u64,
 }
 
 /// What the prompt's pass cost.
@@ -92,12 +92,12 @@ pub struct PrefillFacts {
 pub struct PrefillReport {
     pub facts: PrefillFacts,
     pub tokens: u64,
-    pub time: Duration,
+    pub(crate) time: Duration,
     /// Streamed only: bytes the flash actor read during the prompt's pass
     /// (read-ahead included), of which read ahead, and the time it waited.
-    pub read_bytes: u64,
+    pub(crate) read_bytes: u64,
     pub readahead_bytes: u64,
-    pub stall: Duration,
+    pub(crate) stall: Duration,
     /// Bytes of the distinct (layer, expert) slices the prompt routed to: the
     /// floor of what a prompt must read with a cold cache.
     pub distinct_bytes: u64,
@@ -106,7 +106,7 @@ pub struct PrefillReport {
 impl PrefillReport {
     /// From the prefill's row (the micro-batches folded in one), the bytes of
     /// the distinct slices its decodes routed to, and the engine's facts.
-    pub fn new(row: Option<&TokenRow>, distinct_bytes: u64, facts: PrefillFacts) -> Self {
+    pub(crate) fn new(row: Option<&TokenRow>, distinct_bytes: u64, facts: PrefillFacts) -> Self {
         let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1e3);
         Self {
             facts,
@@ -124,7 +124,7 @@ impl PrefillReport {
         self.tokens.div_ceil(u64::from(self.facts.ubatch.max(1))) as u32
     }
 
-    pub fn tok_s(&self) -> f64 {
+    pub(crate) fn tok_s(&self) -> f64 {
         let s = self.time.as_secs_f64();
         if s > 0.0 {
             self.tokens as f64 / s
@@ -140,7 +140,7 @@ impl PrefillReport {
     }
 
     /// The summary's `prefill:` line.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let n = self.micro_batches();
         let plural = if n == 1 { "" } else { "es" };
         let mut s = format!(
@@ -170,7 +170,7 @@ impl PrefillReport {
     }
 
     /// The CSV trailer's and `BMOE_DONE`'s prefill pairs.
-    pub fn pairs(&self) -> Vec<(String, String)> {
+    pub(crate) fn pairs(&self) -> Vec<(String, String)> {
         let secs = |d: Duration| format!("{:.3}", d.as_secs_f64());
         let mut v = vec![
             ("prefill_s".to_string(), secs(self.time)),

@@ -18,7 +18,7 @@ use crate::stream::{StreamConfig, Streamer};
 /// wall time from the first token to the last (decodes, drafting, sampling,
 /// output and telemetry included: the rate a user sees). 0 when there is no
 /// such token or time.
-pub fn decode_rate(tokens_after_first: usize, span: Duration) -> f64 {
+pub(crate) fn decode_rate(tokens_after_first: usize, span: Duration) -> f64 {
     if tokens_after_first == 0 || span.is_zero() {
         return 0.0;
     }
@@ -195,7 +195,7 @@ impl RunReport {
     }
 
     /// Streamed bytes per generated token, over the single-token decodes.
-    pub fn decode_bytes_per_token(&self) -> f64 {
+    pub(crate) fn decode_bytes_per_token(&self) -> f64 {
         let (n, b) = self
             .decode_rows()
             .fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.read_bytes));

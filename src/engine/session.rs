@@ -10,7 +10,6 @@ use bmoe_actors::metrics::DecodeMetrics;
 use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::{EngineError, RunConfig, Speculation};
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
-use crate::layout::MoeLayout;
 use crate::llama::{Context, Model, Target, Token};
 
 /// The loaded model and its one context. Fields drop in order: the context
@@ -19,7 +18,6 @@ pub struct Session {
     ctx: Context,
     model: Arc<Model>,
     backend: Backend,
-    layout: MoeLayout,
     /// The tokens whose KV entries the context holds, from position 0.
     kv: Vec<Token>,
     ubatch: u32,
@@ -37,10 +35,10 @@ pub struct TurnFigures {
     pub reused_tokens: u64,
     pub prefilled_tokens: u64,
     pub generated_tokens: u64,
-    pub prefill: Duration,
-    pub decode: Duration,
+    pub(crate) prefill: Duration,
+    pub(crate) decode: Duration,
     /// The decodes' streaming counters (zeros when resident).
-    pub metrics: DecodeMetrics,
+    pub(crate) metrics: DecodeMetrics,
 }
 
 impl TurnFigures {
@@ -92,7 +90,7 @@ impl Session {
 
     /// [`Self::open`] with a context of `n_seq` sequences, each of `-c`
     /// positions, for generations side by side ([`generate::Multi`]).
-    pub fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
+    pub(crate) fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
         let cfg = RunConfig {
             speculation: Speculation::Off,
             ..cfg.clone()
@@ -102,7 +100,6 @@ impl Session {
         let Loaded {
             model,
             backend,
-            layout,
             notes,
             prefill,
             ..
@@ -111,7 +108,6 @@ impl Session {
             ctx,
             model,
             backend,
-            layout,
             kv: Vec::new(),
             ubatch: prefill.ubatch,
             notes,
@@ -123,33 +119,29 @@ impl Session {
         &self.model
     }
 
-    pub fn layout(&self) -> &MoeLayout {
-        &self.layout
-    }
-
     /// The context's size in tokens (prompt and reply together).
     pub fn n_ctx(&self) -> u32 {
         self.ctx.n_ctx()
     }
 
     /// Whether experts stream (false: resident).
-    pub fn streamed(&self) -> bool {
+    pub(crate) fn streamed(&self) -> bool {
         self.backend.streamer().is_some()
     }
 
     /// The context and its micro-batch, for generations side by side
     /// ([`generate::Multi`]); record their figures with [`Self::record`].
-    pub fn context(&mut self) -> (&mut Context, usize) {
+    pub(crate) fn context(&mut self) -> (&mut Context, usize) {
         (&mut self.ctx, self.ubatch as usize)
     }
 
     /// Add figures of generations run through [`Self::context`] to the totals.
-    pub fn record(&mut self, figures: &TurnFigures) {
+    pub(crate) fn record(&mut self, figures: &TurnFigures) {
         self.totals.add(figures);
     }
 
     /// How many of `prompt`'s first tokens the KV cache holds now.
-    pub fn reusable(&self, prompt: &[Token]) -> usize {
+    pub(crate) fn reusable(&self, prompt: &[Token]) -> usize {
         common_prefix(&self.kv, prompt)
     }
 

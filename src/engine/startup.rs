@@ -8,27 +8,27 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// The run's start-up, measured by the engine.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Startup {
+pub(crate) struct Startup {
     /// Loading the model, creating the contexts and preparing the mapping
     /// (the dense weights warmed, locked or noted for copying).
-    pub load: Duration,
+    pub(crate) load: Duration,
     /// Bytes the process read from storage in that time (the kernel's count;
     /// None where /proc/self/io is unreadable).
-    pub load_read_bytes: Option<u64>,
+    pub(crate) load_read_bytes: Option<u64>,
     /// From the start of the run to the prefill.
-    pub before_prefill: Duration,
+    pub(crate) before_prefill: Duration,
     /// llama.cpp's mapping was made without reading the files in (streamed).
-    pub unpopulated: bool,
+    pub(crate) unpopulated: bool,
 }
 
 impl Startup {
     /// From the start of the run to the first generated token.
-    pub fn first_token(&self, prefill: Duration) -> Duration {
+    pub(crate) fn first_token(&self, prefill: Duration) -> Duration {
         self.before_prefill + prefill
     }
 
     /// `load_s`, `load_read_bytes` (for the CSV preamble).
-    pub fn load_pairs(&self) -> Vec<(String, String)> {
+    pub(crate) fn load_pairs(&self) -> Vec<(String, String)> {
         vec![
             ("load_s".into(), format!("{:.3}", self.load.as_secs_f64())),
             (
@@ -39,7 +39,7 @@ impl Startup {
     }
 
     /// The load pairs and `ttft_s` (for the CSV trailer and `BMOE_DONE`).
-    pub fn trailer_pairs(&self, prefill: Duration) -> Vec<(String, String)> {
+    pub(crate) fn trailer_pairs(&self, prefill: Duration) -> Vec<(String, String)> {
         let mut v = self.load_pairs();
         let ttft = self.first_token(prefill).as_secs_f64();
         v.push(("ttft_s".into(), format!("{ttft:.3}")));
@@ -47,7 +47,7 @@ impl Startup {
     }
 
     /// The summary's `load:` line.
-    pub fn line(&self, prefill: Duration) -> String {
+    pub(crate) fn line(&self, prefill: Duration) -> String {
         let read = match self.load_read_bytes {
             Some(b) => format!("{:.1} MiB read from storage", b as f64 / MIB),
             None => "storage reads unknown".into(),

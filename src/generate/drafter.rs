@@ -62,11 +62,11 @@ pub enum Follow<'a> {
 /// `n_past`; and what it cost: the verify decode and the drafting before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accepted {
-    pub drafted: usize,
-    pub accepted: usize,
-    pub n_past: i32,
-    pub verify: std::time::Duration,
-    pub draft: std::time::Duration,
+    pub(crate) drafted: usize,
+    pub(crate) accepted: usize,
+    pub(crate) n_past: i32,
+    pub(crate) verify: std::time::Duration,
+    pub(crate) draft: std::time::Duration,
 }
 
 /// The MTP drafter (`--mtp`): the model's own nextn head on a draft context.
@@ -82,17 +82,17 @@ impl MtpDrafter {
     }
 
     /// What the head's own decodes streamed since the last call.
-    pub fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+    pub(crate) fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
         self.head.take_metrics()
     }
 
     /// The first error of the head's streaming hook.
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.head.observer_failure()
     }
 
     /// [`Drafter::draft`] with the target lent as a turn.
-    pub fn draft_in(
+    pub(crate) fn draft_in(
         &mut self,
         turn: &mut TargetTurn<'_>,
         corpus: &[Token],
@@ -108,7 +108,7 @@ impl MtpDrafter {
     }
 
     /// [`Drafter::follow`] with the target lent as a turn.
-    pub fn follow_in(
+    pub(crate) fn follow_in(
         &mut self,
         turn: &mut TargetTurn<'_>,
         event: Follow<'_>,
@@ -145,8 +145,8 @@ impl<'t> Drafter<'t> for MtpDrafter {
 /// The n-gram drafter (`--ngram`): the pure matcher of `bmoe_actors::ngram`.
 #[derive(Debug, Clone)]
 pub struct NgramDrafter {
-    pub min_match: usize,
-    pub max_match: usize,
+    pub(crate) min_match: usize,
+    pub(crate) max_match: usize,
     /// The corpus as the matcher's ids (grown as tokens are confirmed).
     ids: Vec<u32>,
     /// The last draft's match length and token count.
@@ -154,7 +154,7 @@ pub struct NgramDrafter {
 }
 
 impl NgramDrafter {
-    pub fn new(min_match: usize) -> Self {
+    pub(crate) fn new(min_match: usize) -> Self {
         Self {
             min_match,
             max_match: bmoe_actors::ngram::DEFAULT_MAX_MATCH,

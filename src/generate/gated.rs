@@ -19,10 +19,10 @@ use crate::llama::{Target, Token};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GateStep {
     /// The source whose draft the gate judged.
-    pub source: Source,
+    pub(crate) source: Source,
     /// Drafts the source had.
-    pub available: usize,
-    pub choice: Choice,
+    pub(crate) available: usize,
+    pub(crate) choice: Choice,
 }
 
 /// Where a gated step's drafts come from.
@@ -41,18 +41,18 @@ pub enum Sources<'d, 't> {
 pub struct GateStats {
     pub steps: u64,
     /// Steps that verified at least one draft, and the drafts they verified.
-    pub drafted_steps: u64,
-    pub drafted: u64,
+    pub(crate) drafted_steps: u64,
+    pub(crate) drafted: u64,
     /// Steps whose source had nothing to draft.
-    pub no_draft: u64,
+    pub(crate) no_draft: u64,
     /// Steps that verified fewer drafts than the source had, and of them the
     /// ones that verified none.
-    pub shortened: u64,
-    pub held_to_plain: u64,
+    pub(crate) shortened: u64,
+    pub(crate) held_to_plain: u64,
     /// One-token drafts taken against the estimates to refresh them.
     pub explored: u64,
     /// Steps that verified drafts, per source (`Source as usize`).
-    pub drafted_steps_by: [u64; 2],
+    pub(crate) drafted_steps_by: [u64; 2],
     /// Steps the MTP head rested (no catch-up), and the times it woke.
     pub rested: u64,
     pub woke: u64,

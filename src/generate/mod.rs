@@ -18,7 +18,7 @@ use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
 pub use gated::{GateStats, GateStep, GatedDrafter, Sources};
-pub use multi::{common_prefix, Finished, Multi, Request, Step};
+pub(crate) use multi::{common_prefix, Finished, Multi, Request, Step};
 pub use verify::{generate_opts, generate_with};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,13 +59,13 @@ pub enum StopReason {
 /// The outcome of one generation.
 #[derive(Debug, Clone)]
 pub struct Generation {
-    pub prompt_tokens: usize,
+    pub(crate) prompt_tokens: usize,
     /// Generated tokens (an end-of-generation token is not included).
     pub tokens: Vec<Token>,
     pub text: String,
     pub stop: StopReason,
-    pub prefill: Duration,
-    pub decode: Duration,
+    pub(crate) prefill: Duration,
+    pub(crate) decode: Duration,
     /// Speculation counters (all zero without a drafter).
     pub spec: SpecStats,
 }
@@ -81,31 +81,31 @@ pub struct SpecStats {
     pub drafted: u64,
     pub accepted: u64,
     /// Time spent drafting, the drafter's catch-up on each verify step included.
-    pub draft: Duration,
+    pub(crate) draft: Duration,
     /// Verify-loop time outside decodes and drafting (see [`DecodeStep`]).
-    pub loop_overhead: Duration,
+    pub(crate) loop_overhead: Duration,
     /// What the speculation gate decided (gated runs only).
-    pub gate: Option<GateStats>,
+    pub(crate) gate: Option<GateStats>,
 }
 
 /// One `llama_decode` call as seen by a [`GenerationSink`].
 #[derive(Debug, Clone)]
 pub struct DecodeStep {
     /// Tokens in the batch.
-    pub n_tokens: usize,
+    pub(crate) n_tokens: usize,
     /// Part of the prompt prefill (the last prefill decode yields the first token).
-    pub prefill: bool,
-    pub elapsed: Duration,
+    pub(crate) prefill: bool,
+    pub(crate) elapsed: Duration,
     /// Speculation: time spent drafting this decode's batch (zero otherwise).
-    pub draft: Duration,
+    pub(crate) draft: Duration,
     /// Verify-loop time since the previous decode ended that was neither
     /// drafting nor a decode (picking and emitting tokens, the sink's own work,
     /// trimming the KV cache); zero for the prompt's decodes and the first.
-    pub loop_overhead: Duration,
+    pub(crate) loop_overhead: Duration,
     /// What the speculation gate decided for this decode (gated runs only).
-    pub gate: Option<GateStep>,
+    pub(crate) gate: Option<GateStep>,
     /// What the decode's expert streaming cost (zeros on a resident context).
-    pub metrics: DecodeMetrics,
+    pub(crate) metrics: DecodeMetrics,
 }
 
 /// Receives generated text and per-decode timing.
@@ -152,7 +152,7 @@ pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
     pub n_predict: u32,
-    pub ignore_eos: bool,
+    pub(crate) ignore_eos: bool,
 }
 
 impl Default for Limit {

@@ -14,43 +14,43 @@ use super::{GenerateError, Generation, GenerationSink, Options, SpecStats, StopR
 use crate::llama::{Batch, Context, LlamaError, Token};
 
 /// One generation to run beside others (drafts are not used here).
-pub struct Request<S> {
-    pub prompt: Vec<Token>,
-    pub opts: Options,
-    pub sink: S,
+pub(crate) struct Request<S> {
+    pub(crate) prompt: Vec<Token>,
+    pub(crate) opts: Options,
+    pub(crate) sink: S,
 }
 
 /// A request [`Multi::admit`] could not start, with why (boxed: a request
 /// carries its prompt and options).
-pub type Refused<S> = Box<(GenerateError, Request<S>)>;
+pub(crate) type Refused<S> = Box<(GenerateError, Request<S>)>;
 
 /// A generation that ended, with its sink back.
-pub struct Finished<S> {
-    pub sink: S,
-    pub generation: Generation,
+pub(crate) struct Finished<S> {
+    pub(crate) sink: S,
+    pub(crate) generation: Generation,
     /// Prompt tokens whose KV entries an earlier generation in the same
     /// sequence left (they were not decoded again).
-    pub reused: usize,
+    pub(crate) reused: usize,
     /// Its share of the decodes it took part in: each decode's flash bytes,
     /// cache hits and misses and stall split by the rows each sequence had
     /// in it (the other counters stay zero).
-    pub share: DecodeMetrics,
+    pub(crate) share: DecodeMetrics,
 }
 
 /// What one step decoded, and the generations it ended.
-pub struct Step<S> {
-    pub finished: Vec<Finished<S>>,
+pub(crate) struct Step<S> {
+    pub(crate) finished: Vec<Finished<S>>,
     /// Rows in the batch (0: nothing was left to decode).
-    pub rows: usize,
+    pub(crate) rows: usize,
     /// Sequences with a row in it.
-    pub sequences: usize,
-    pub elapsed: Duration,
+    pub(crate) sequences: usize,
+    pub(crate) elapsed: Duration,
     /// The decode's streaming counters (zeros when resident).
-    pub metrics: DecodeMetrics,
+    pub(crate) metrics: DecodeMetrics,
 }
 
 /// The sequences of one context and the generations running in them.
-pub struct Multi<S> {
+pub(crate) struct Multi<S> {
     slots: Vec<Slot<S>>,
     batch: Batch,
 }
@@ -77,7 +77,7 @@ struct Active<S> {
 
 impl<S: GenerationSink> Multi<S> {
     /// `n_seq` sequences (the context's), batches of up to `n_batch` rows.
-    pub fn new(n_seq: usize, n_batch: usize) -> Self {
+    pub(crate) fn new(n_seq: usize, n_batch: usize) -> Self {
         let slots = (0..n_seq.max(1))
             .map(|i| Slot {
                 seq: i as i32,
@@ -92,19 +92,19 @@ impl<S: GenerationSink> Multi<S> {
     }
 
     /// Sequences with no generation in them.
-    pub fn free(&self) -> usize {
+    pub(crate) fn free(&self) -> usize {
         self.slots.iter().filter(|s| s.job.is_none()).count()
     }
 
     /// Sequences generating.
-    pub fn busy(&self) -> usize {
+    pub(crate) fn busy(&self) -> usize {
         self.slots.len() - self.free()
     }
 
     /// Start `req` in the free sequence whose KV cache shares the longest
     /// prefix with its prompt (only the rest is prefilled). The request back
     /// when no sequence is free or the prompt does not fit.
-    pub fn admit(&mut self, ctx: &mut Context, req: Request<S>) -> Result<(), Refused<S>> {
+    pub(crate) fn admit(&mut self, ctx: &mut Context, req: Request<S>) -> Result<(), Refused<S>> {
         if let Err(e) = check_prompt(ctx, &req.prompt) {
             return Err(Box::new((e, req)));
         }
@@ -151,7 +151,7 @@ impl<S: GenerationSink> Multi<S> {
     /// to stop or whose sequence is full, decode the rest's next tokens and
     /// the waiting prompts' next chunks, and hand out the picked tokens.
     /// After an error, [`Self::end_all`] ends the generations left.
-    pub fn step(&mut self, ctx: &mut Context) -> Result<Step<S>, GenerateError> {
+    pub(crate) fn step(&mut self, ctx: &mut Context) -> Result<Step<S>, GenerateError> {
         let mut finished = self.end_stopped(ctx.n_ctx());
         let rows = self.fill_batch();
         if rows.is_empty() {
@@ -182,7 +182,7 @@ impl<S: GenerationSink> Multi<S> {
 
     /// End every generation (after a failed decode, or at shutdown) and
     /// forget what the sequences hold; the sinks back.
-    pub fn end_all(&mut self, ctx: &mut Context, stop: StopReason) -> Vec<Finished<S>> {
+    pub(crate) fn end_all(&mut self, ctx: &mut Context, stop: StopReason) -> Vec<Finished<S>> {
         ctx.clear();
         self.slots.iter_mut().for_each(|s| s.kv.clear());
         (0..self.slots.len())
@@ -325,6 +325,6 @@ impl<S> Step<S> {
 }
 
 /// The length of the longest common prefix.
-pub fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+pub(crate) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -9,7 +9,7 @@ static INIT: Once = Once::new();
 
 /// Initialise llama.cpp's backends once per process and route its log output
 /// into `tracing` (target `llama.cpp`). Safe to call any number of times.
-pub fn init_backend() {
+pub(crate) fn init_backend() {
     INIT.call_once(|| {
         // SAFETY: `log_to_tracing` is a plain `extern "C"` function that lives for
         // the whole program and does not use `user_data`; llama.cpp stores the

@@ -25,22 +25,22 @@ impl Batch {
     }
 
     /// Keep only the first `n` entries.
-    pub fn truncate(&mut self, n: usize) {
+    pub(crate) fn truncate(&mut self, n: usize) {
         if n < self.len() {
             // n < n_tokens <= i32::MAX: no wrap.
             self.raw.n_tokens = n as i32;
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.raw.n_tokens as usize
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
@@ -51,7 +51,7 @@ impl Batch {
     }
 
     /// [`Self::push`] into sequence `seq` (below the context's `n_seq`).
-    pub fn push_seq(&mut self, token: Token, pos: i32, seq: i32, logits: bool) -> bool {
+    pub(crate) fn push_seq(&mut self, token: Token, pos: i32, seq: i32, logits: bool) -> bool {
         let i = self.raw.n_tokens as usize;
         if i >= self.capacity {
             return false;
@@ -70,7 +70,7 @@ impl Batch {
     }
 
     /// Entry `i` as (token, position, logits flag).
-    pub fn get(&self, i: usize) -> Option<(Token, i32, bool)> {
+    pub(crate) fn get(&self, i: usize) -> Option<(Token, i32, bool)> {
         if i >= self.len() {
             return None;
         }
@@ -85,7 +85,7 @@ impl Batch {
     }
 
     /// Entry `i`'s sequence.
-    pub fn seq(&self, i: usize) -> Option<i32> {
+    pub(crate) fn seq(&self, i: usize) -> Option<i32> {
         if i >= self.len() {
             return None;
         }

@@ -220,17 +220,17 @@ impl Context {
         self.ptr
     }
 
-    pub fn model(&self) -> &Arc<Model> {
+    pub(crate) fn model(&self) -> &Arc<Model> {
         &self.model
     }
 
     /// Positions each sequence may hold (prompt and reply together).
-    pub fn n_ctx(&self) -> u32 {
+    pub(crate) fn n_ctx(&self) -> u32 {
         self.n_ctx
     }
 
     /// The largest batch one `decode` accepts (as llama.cpp settled it).
-    pub fn n_batch(&self) -> u32 {
+    pub(crate) fn n_batch(&self) -> u32 {
         self.n_batch
     }
 
@@ -268,7 +268,7 @@ impl Context {
 
     /// What the decodes since the last call cost, as the observer measured
     /// them (zeros without an observer).
-    pub fn take_metrics(&mut self) -> DecodeMetrics {
+    pub(crate) fn take_metrics(&mut self) -> DecodeMetrics {
         self._observer
             .as_mut()
             .map(|o| o.observer.take_metrics())
@@ -276,7 +276,7 @@ impl Context {
     }
 
     /// The observer's first error (it aborted a decode because of it).
-    pub fn observer_failure(&self) -> Option<String> {
+    pub(crate) fn observer_failure(&self) -> Option<String> {
         self._observer.as_ref().and_then(|o| o.observer.failure())
     }
 
@@ -295,12 +295,12 @@ impl Context {
 
     /// Drop positions `[p0, p1)` of sequence 0 (`p1 < 0`: to the end). Returns false when
     /// the memory cannot do it (e.g. a recurrent model without snapshots).
-    pub fn trim(&mut self, p0: i32, p1: i32) -> bool {
+    pub(crate) fn trim(&mut self, p0: i32, p1: i32) -> bool {
         self.trim_seq(0, p0, p1)
     }
 
     /// [`Self::trim`] for sequence `seq` (below the context's `n_seq`).
-    pub fn trim_seq(&mut self, seq: i32, p0: i32, p1: i32) -> bool {
+    pub(crate) fn trim_seq(&mut self, seq: i32, p0: i32, p1: i32) -> bool {
         debug_assert!(
             (0..self.n_seq as i32).contains(&seq),
             "sequence {seq} out of range"
@@ -312,7 +312,7 @@ impl Context {
     }
 
     /// How many sequences one decode may carry.
-    pub fn n_seq(&self) -> u32 {
+    pub(crate) fn n_seq(&self) -> u32 {
         self.n_seq
     }
 

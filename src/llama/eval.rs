@@ -56,18 +56,18 @@ impl<'a> NodeView<'a> {
     }
 
     /// Byte strides, ggml order.
-    pub fn nb(&self) -> [u64; 4] {
+    pub(crate) fn nb(&self) -> [u64; 4] {
         self.raw().nb.map(|x| x as u64)
     }
 
     /// An expert matmul (`GGML_OP_MUL_MAT_ID`): src 0 is the stacked expert
     /// weight tensor, src 2 the routed ids.
-    pub fn is_mul_mat_id(&self) -> bool {
+    pub(crate) fn is_mul_mat_id(&self) -> bool {
         self.raw().op == sys::GGML_OP_MUL_MAT_ID
     }
 
     /// Source tensor `i` of this node.
-    pub fn src(&self, i: usize) -> Option<NodeView<'a>> {
+    pub(crate) fn src(&self, i: usize) -> Option<NodeView<'a>> {
         let p = *self.raw().src.get(i)?;
         // SAFETY: a node's sources outlive the node (they belong to the same graph
         // or are model weights), so they are live for 'a as well.
@@ -75,7 +75,7 @@ impl<'a> NodeView<'a> {
     }
 
     /// Whether this tensor is a model weight (allocated in a weights buffer).
-    pub fn is_weight(&self) -> bool {
+    pub(crate) fn is_weight(&self) -> bool {
         let b = self.raw().buffer;
         if b.is_null() {
             return false;
@@ -86,12 +86,12 @@ impl<'a> NodeView<'a> {
     }
 
     /// The address the kernels read this tensor's bytes from.
-    pub fn data_addr(&self) -> usize {
+    pub(crate) fn data_addr(&self) -> usize {
         self.raw().data as usize
     }
 
     /// Total bytes of the tensor's data (ggml_nbytes).
-    pub fn nbytes(&self) -> u64 {
+    pub(crate) fn nbytes(&self) -> u64 {
         // SAFETY: a live tensor; pure computation from its shape and type.
         unsafe { sys::ggml_nbytes(self.t) as u64 }
     }
@@ -103,18 +103,18 @@ impl<'a> NodeView<'a> {
     /// `ptr` must be valid for reads of [`nbytes`](Self::nbytes) bytes, laid out
     /// exactly as the tensor's own data, for as long as any decode may read this
     /// tensor, and the bytes the computation actually reads must be initialised.
-    pub unsafe fn rebind_data(&self, ptr: *mut u8) {
+    pub(crate) unsafe fn rebind_data(&self, ptr: *mut u8) {
         // SAFETY: `t` is live (constructor contract); writing the data pointer
         // of a weight tensor is what ggml's own allocators do; validity of `ptr`
         // is the caller's contract.
         unsafe { (*self.t).data = ptr as *mut std::ffi::c_void };
     }
 
-    pub fn is_i32(&self) -> bool {
+    pub(crate) fn is_i32(&self) -> bool {
         self.raw().type_ == sys::GGML_TYPE_I32
     }
 
-    pub fn is_f32(&self) -> bool {
+    pub(crate) fn is_f32(&self) -> bool {
         self.raw().type_ == sys::GGML_TYPE_F32
     }
 
@@ -142,7 +142,7 @@ impl<'a> NodeView<'a> {
     }
 
     /// Copy a tensor of F32 values with shape [ne0, ne1] (strided) into `out`.
-    pub fn copy_f32_2d(&self, out: &mut Vec<f32>) -> bool {
+    pub(crate) fn copy_f32_2d(&self, out: &mut Vec<f32>) -> bool {
         self.is_f32() && self.copy_2d(out)
     }
 
@@ -167,7 +167,7 @@ impl<'a> NodeView<'a> {
     /// Call only from [`EvalObserver::observe`] of this node or of a later node
     /// whose computation has not yet consumed it, so the write is seen by the
     /// nodes that read it afterwards and races with nothing.
-    pub unsafe fn set_i32(&self, idx: [u64; 3], v: i32) -> bool {
+    pub(crate) unsafe fn set_i32(&self, idx: [u64; 3], v: i32) -> bool {
         if !self.is_i32() {
             return false;
         }
@@ -184,7 +184,7 @@ impl<'a> NodeView<'a> {
     ///
     /// # Safety
     /// As [`set_i32`](Self::set_i32).
-    pub unsafe fn set_f32(&self, idx: [u64; 3], v: f32) -> bool {
+    pub(crate) unsafe fn set_f32(&self, idx: [u64; 3], v: f32) -> bool {
         if !self.is_f32() {
             return false;
         }

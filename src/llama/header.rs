@@ -164,7 +164,7 @@ fn check_elements(ne: &[i64]) -> Result<(), String> {
 
 /// Walk the header of `path` (`file_bytes` long, magic already checked).
 /// Returns what is wrong, for a "corrupt gguf header" error.
-pub fn check(path: &Path, file_bytes: u64) -> Result<(), String> {
+pub(crate) fn check(path: &Path, file_bytes: u64) -> Result<(), String> {
     let f = File::open(path).map_err(|e| e.to_string())?;
     let mut c = Cursor {
         r: BufReader::with_capacity(1 << 16, f),

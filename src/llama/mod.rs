@@ -18,15 +18,14 @@ pub mod quant;
 mod sampler;
 mod target;
 
-pub use backend::init_backend;
+pub(crate) use backend::init_backend;
 pub use batch::Batch;
 pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
 pub use model::{ChatMessage, Model, ModelParams};
 pub use mtp::MtpHead;
-pub use populate::Armed as UnpopulatedLoad;
-pub use sampler::Sampler;
+pub(crate) use sampler::Sampler;
 pub use target::{Target, TargetTurn};
 
 /// A vocabulary token id, as llama.cpp numbers them.

@@ -88,22 +88,21 @@ impl MtpHead {
     }
 
     /// What the head's own decodes cost since the last call (its context's observer).
-    pub fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+    pub(crate) fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
         self.draft.take_metrics()
     }
 
     /// The first error of the draft context's observer.
-    pub fn observer_failure(&self) -> Option<String> {
+    pub(crate) fn observer_failure(&self) -> Option<String> {
         self.draft.observer_failure()
     }
 
-    /// The largest batch [`process`](Self::process) takes.
-    pub fn n_batch(&self) -> usize {
-        self.n_batch
-    }
-
     /// Feed a batch the target just decoded (its hidden states) to the head.
-    pub fn process(&mut self, turn: &mut TargetTurn<'_>, batch: &Batch) -> Result<(), LlamaError> {
+    pub(crate) fn process(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        batch: &Batch,
+    ) -> Result<(), LlamaError> {
         self.check(turn)?;
         if batch.len() > self.n_batch {
             // The wrapper aborts (not an error code) on a batch above n_batch.
@@ -121,7 +120,11 @@ impl MtpHead {
     }
 
     /// Start a generation after the prompt was processed.
-    pub fn begin(&mut self, turn: &mut TargetTurn<'_>, prompt: &[Token]) -> Result<(), LlamaError> {
+    pub(crate) fn begin(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        prompt: &[Token],
+    ) -> Result<(), LlamaError> {
         self.check(turn)?;
         // SAFETY: valid state; the token slice is valid for its length; the
         // target is ours for the call (turn).
@@ -132,7 +135,7 @@ impl MtpHead {
 
     /// Up to `max` (at most the head's width) draft tokens after `last` at
     /// position `n_past`, given the whole token history.
-    pub fn draft(
+    pub(crate) fn draft(
         &mut self,
         turn: &mut TargetTurn<'_>,
         n_past: i32,
@@ -164,7 +167,11 @@ impl MtpHead {
 
     /// Tell the head how many of its last draft the target accepted (only
     /// after a draft that proposed something).
-    pub fn accept(&mut self, turn: &mut TargetTurn<'_>, accepted: usize) -> Result<(), LlamaError> {
+    pub(crate) fn accept(
+        &mut self,
+        turn: &mut TargetTurn<'_>,
+        accepted: usize,
+    ) -> Result<(), LlamaError> {
         self.check(turn)?;
         let n = u16::try_from(accepted).map_err(|_| LlamaError::Mtp("accept: too many".into()))?;
         // SAFETY: valid state; the target is ours for the call (turn).
@@ -175,7 +182,7 @@ impl MtpHead {
 
     /// Drop the draft context's positions from `p0` on (its positions may only
     /// move forward).
-    pub fn trim_draft(&mut self, p0: i32) -> bool {
+    pub(crate) fn trim_draft(&mut self, p0: i32) -> bool {
         self.draft.trim(p0, -1)
     }
 }
@@ -185,7 +192,7 @@ impl MtpHead {
     /// may start at any position (llama.cpp requires a sequence's positions
     /// to follow its last one, unless it holds none). Its first row is paired
     /// with the last hidden state the head kept, an older token's.
-    pub fn forget(&mut self) -> Result<(), LlamaError> {
+    pub(crate) fn forget(&mut self) -> Result<(), LlamaError> {
         match self.trim_draft(0) {
             true => Ok(()),
             false => Err(LlamaError::Mtp("could not empty the head's cache".into())),

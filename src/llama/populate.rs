@@ -41,14 +41,14 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// While alive, llama.cpp's mappings of the given files are made without
 /// populating them. Dropping it disarms.
-pub struct Armed {
+pub(crate) struct Armed {
     _guard: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Armed {
     /// Arm for `paths` (a model's files); files that cannot be stat'ed (or more
     /// than the table holds) are left alone and load as before.
-    pub fn new(paths: &[&Path]) -> Self {
+    pub(crate) fn new(paths: &[&Path]) -> Self {
         let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         for (slot, p) in FILES.iter().zip(paths) {
             if let Ok(m) = std::fs::metadata(p) {
@@ -61,7 +61,8 @@ impl Armed {
     }
 
     /// Mappings made unpopulated since the process started.
-    pub fn unpopulated_total() -> u64 {
+    #[cfg(test)]
+    pub(crate) fn unpopulated_total() -> u64 {
         UNPOPULATED.load(Ordering::SeqCst)
     }
 }
@@ -120,7 +121,7 @@ fn in_remembered_map(addr: usize, len: usize) -> bool {
 #[no_mangle]
 // MAP_POPULATE is advisory: dropping it on the armed files leaves the same mapping.
 // SAFETY: the C library's contract, forwarded to the kernel unchanged but for that.
-pub unsafe extern "C" fn mmap(
+pub(crate) unsafe extern "C" fn mmap(
     addr: *mut c_void,
     len: libc::size_t,
     prot: c_int,
@@ -155,7 +156,7 @@ pub unsafe extern "C" fn mmap(
 /// As `posix_madvise(3)`.
 #[no_mangle]
 // SAFETY: the C library's contract; advice only, nothing is mapped or freed.
-pub unsafe extern "C" fn posix_madvise(
+pub(crate) unsafe extern "C" fn posix_madvise(
     addr: *mut c_void,
     len: libc::size_t,
     advice: c_int,

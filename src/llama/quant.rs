@@ -11,14 +11,11 @@ use super::LlamaError;
 pub struct GgmlType(pub sys::ggml_type);
 
 impl GgmlType {
-    pub const F32: GgmlType = GgmlType(sys::GGML_TYPE_F32);
-    pub const I32: GgmlType = GgmlType(sys::GGML_TYPE_I32);
-    pub const F16: GgmlType = GgmlType(sys::GGML_TYPE_F16);
-    pub const Q4_1: GgmlType = GgmlType(sys::GGML_TYPE_Q4_1);
-    pub const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);
-    pub const Q4_K: GgmlType = GgmlType(sys::GGML_TYPE_Q4_K);
-    pub const Q6_K: GgmlType = GgmlType(sys::GGML_TYPE_Q6_K);
-    pub const BF16: GgmlType = GgmlType(sys::GGML_TYPE_BF16);
+    pub(crate) const F32: GgmlType = GgmlType(sys::GGML_TYPE_F32);
+    pub(crate) const I32: GgmlType = GgmlType(sys::GGML_TYPE_I32);
+    pub(crate) const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);
+    pub(crate) const Q4_K: GgmlType = GgmlType(sys::GGML_TYPE_Q4_K);
+    pub(crate) const Q6_K: GgmlType = GgmlType(sys::GGML_TYPE_Q6_K);
 
     /// The types `ggml_quantize_chunk` converts f32 to (the others, such as
     /// q8_1, q8_K or the integer types, are only computed inside ggml).
@@ -74,14 +71,14 @@ impl GgmlType {
     }
 
     /// Elements per quantization block (1 for float types).
-    pub fn block_size(self) -> u64 {
+    pub(crate) fn block_size(self) -> u64 {
         self.traits()
             .map(|t| t.blck_size.max(1) as u64)
             .unwrap_or(1)
     }
 
     /// Bytes of a row of `ne0` elements.
-    pub fn row_bytes(self, ne0: u64) -> u64 {
+    pub(crate) fn row_bytes(self, ne0: u64) -> u64 {
         if self.traits().is_none() {
             return 0;
         }
@@ -101,14 +98,10 @@ impl GgmlType {
     pub fn is_writable(self) -> bool {
         Self::WRITABLE.contains(&self.0)
     }
-
-    pub fn is_quantized(self) -> bool {
-        self.traits().map(|t| t.is_quantized).unwrap_or(false)
-    }
 }
 
 /// Convert `n` elements of type `ty` stored in `src` to f32.
-pub fn dequantize(ty: GgmlType, src: &[u8], n: u64) -> Result<Vec<f32>, LlamaError> {
+pub(crate) fn dequantize(ty: GgmlType, src: &[u8], n: u64) -> Result<Vec<f32>, LlamaError> {
     let need = ty.row_bytes(n);
     if (src.len() as u64) < need || n % ty.block_size() != 0 {
         return Err(LlamaError::Quant(format!(
@@ -136,7 +129,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], n: u64) -> Result<Vec<f32>, LlamaErr
 }
 
 /// Quantize `src` (rows of `n_per_row` f32 values) to `ty`, appending to `out`.
-pub fn quantize(
+pub(crate) fn quantize(
     ty: GgmlType,
     src: &[f32],
     n_per_row: u64,

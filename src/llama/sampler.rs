@@ -10,7 +10,7 @@ use llama_cpp_sys_2 as sys;
 use super::{LlamaError, Token};
 
 /// A sampler chain and the scratch array it works on.
-pub struct Sampler {
+pub(crate) struct Sampler {
     chain: NonNull<sys::llama_sampler>,
     /// One entry per vocabulary token, refilled from each logits row.
     candidates: Vec<sys::llama_token_data>,
@@ -20,7 +20,7 @@ impl Sampler {
     /// The chain for `p` over a vocabulary of `n_vocab` tokens (`p` checked by
     /// [`SamplingParams::check`]; a greedy `p` still draws, at temperature 0
     /// llama.cpp's chain picks the argmax).
-    pub fn new(n_vocab: usize, p: &SamplingParams) -> Result<Self, LlamaError> {
+    pub(crate) fn new(n_vocab: usize, p: &SamplingParams) -> Result<Self, LlamaError> {
         let failed = || LlamaError::Sampler("llama.cpp could not create a sampler".into());
         // SAFETY: plain constructor; the params struct is returned by value.
         let params = unsafe { sys::llama_sampler_chain_default_params() };
@@ -41,14 +41,14 @@ impl Sampler {
     }
 
     /// Tell the penalties about a token of the text (prompt or generated).
-    pub fn accept(&mut self, token: Token) {
+    pub(crate) fn accept(&mut self, token: Token) {
         // SAFETY: valid chain; accept only updates its state.
         unsafe { sys::llama_sampler_accept(self.chain.as_ptr(), token) }
     }
 
     /// Draw a token from `logits` with every token in `banned` (sorted) left
     /// out, and accept it. `None` when nothing can be drawn.
-    pub fn sample(&mut self, logits: &[f32], banned: &[Token]) -> Option<Token> {
+    pub(crate) fn sample(&mut self, logits: &[f32], banned: &[Token]) -> Option<Token> {
         self.candidates.clear();
         self.candidates.extend(
             logits

@@ -53,7 +53,7 @@ pub struct Target<'t> {
 }
 
 impl<'t> Target<'t> {
-    pub fn new(ctx: &'t mut Context) -> Self {
+    pub(crate) fn new(ctx: &'t mut Context) -> Self {
         Self {
             held: Some(TargetTurn::new(ctx)),
             _here: PhantomData,
@@ -61,7 +61,7 @@ impl<'t> Target<'t> {
     }
 
     /// The context, unless a lend never came back.
-    pub fn ctx(&mut self) -> Result<&mut Context, LlamaError> {
+    pub(crate) fn ctx(&mut self) -> Result<&mut Context, LlamaError> {
         match self.held.as_mut() {
             Some(turn) => Ok(&mut *turn.ctx),
             None => Err(LlamaError::TargetLent),
@@ -69,18 +69,18 @@ impl<'t> Target<'t> {
     }
 
     /// The turn, for a head driven on this thread.
-    pub fn turn(&mut self) -> Result<&mut TargetTurn<'t>, LlamaError> {
+    pub(crate) fn turn(&mut self) -> Result<&mut TargetTurn<'t>, LlamaError> {
         self.held.as_mut().ok_or(LlamaError::TargetLent)
     }
 
     /// Take the turn out, for a call on another thread; give it back with
     /// [`Self::restore`].
-    pub fn lend(&mut self) -> Result<TargetTurn<'t>, LlamaError> {
+    pub(crate) fn lend(&mut self) -> Result<TargetTurn<'t>, LlamaError> {
         self.held.take().ok_or(LlamaError::TargetLent)
     }
 
     /// The turn a call lent is back.
-    pub fn restore(&mut self, turn: TargetTurn<'t>) {
+    pub(crate) fn restore(&mut self, turn: TargetTurn<'t>) {
         self.held = Some(turn);
     }
 }

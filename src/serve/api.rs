@@ -11,21 +11,21 @@ use crate::chat::TemplateOptions;
 use crate::llama::ChatMessage;
 
 /// Stop strings a request may give at most.
-pub const MAX_STOP_STRINGS: usize = 16;
+pub(crate) const MAX_STOP_STRINGS: usize = 16;
 
 /// An OpenAI-style error: its status and `{"error": {...}}` body.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
     /// OpenAI's `type` (invalid_request_error, authentication_error, ...).
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// The request field at fault, if one is.
-    pub param: Option<&'static str>,
+    pub(crate) param: Option<&'static str>,
 }
 
 impl ApiError {
-    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -34,7 +34,7 @@ impl ApiError {
         }
     }
 
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -43,7 +43,7 @@ impl ApiError {
         }
     }
 
-    pub fn body(&self) -> serde_json::Value {
+    pub(crate) fn body(&self) -> serde_json::Value {
         serde_json::json!({"error": {
             "message": self.message,
             "type": self.kind,
@@ -61,113 +61,113 @@ impl IntoResponse for ApiError {
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Deserialize)]
-pub struct ChatRequest {
-    pub messages: Vec<InMessage>,
+pub(crate) struct ChatRequest {
+    pub(crate) messages: Vec<InMessage>,
     #[serde(flatten)]
-    pub common: Common,
+    pub(crate) common: Common,
     /// Options the chat template reads (e.g. `{"enable_thinking": false}`),
     /// as llama.cpp's server names them.
     #[serde(default)]
-    pub chat_template_kwargs: Option<TemplateOptions>,
+    pub(crate) chat_template_kwargs: Option<TemplateOptions>,
 }
 
 /// `POST /v1/completions`.
 #[derive(Debug, Deserialize)]
-pub struct CompletionRequest {
-    pub prompt: PromptIn,
+pub(crate) struct CompletionRequest {
+    pub(crate) prompt: PromptIn,
     #[serde(flatten)]
-    pub common: Common,
+    pub(crate) common: Common,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct InMessage {
-    pub role: String,
+pub(crate) struct InMessage {
+    pub(crate) role: String,
     #[serde(default)]
-    pub content: Option<ContentIn>,
+    pub(crate) content: Option<ContentIn>,
 }
 
 /// A message's content: text, or a list of parts of which only text is taken.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum ContentIn {
+pub(crate) enum ContentIn {
     Text(String),
     Parts(Vec<Part>),
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Part {
+pub(crate) struct Part {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum PromptIn {
+pub(crate) enum PromptIn {
     Text(String),
     List(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum StopIn {
+pub(crate) enum StopIn {
     One(String),
     Many(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct StreamOptions {
+pub(crate) struct StreamOptions {
     #[serde(default)]
-    pub include_usage: bool,
+    pub(crate) include_usage: bool,
 }
 
 /// The fields both endpoints share (unknown fields are ignored, as OpenAI's
 /// clients send some this server has no use for).
 #[derive(Debug, Default, Deserialize)]
-pub struct Common {
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f32>,
-    pub presence_penalty: Option<f32>,
-    pub frequency_penalty: Option<f32>,
-    pub repeat_penalty: Option<f32>,
-    pub seed: Option<i64>,
-    pub stop: Option<StopIn>,
+pub(crate) struct Common {
+    pub(crate) max_tokens: Option<i64>,
+    pub(crate) max_completion_tokens: Option<i64>,
+    pub(crate) temperature: Option<f32>,
+    pub(crate) top_p: Option<f32>,
+    pub(crate) top_k: Option<i64>,
+    pub(crate) min_p: Option<f32>,
+    pub(crate) presence_penalty: Option<f32>,
+    pub(crate) frequency_penalty: Option<f32>,
+    pub(crate) repeat_penalty: Option<f32>,
+    pub(crate) seed: Option<i64>,
+    pub(crate) stop: Option<StopIn>,
     #[serde(default)]
-    pub stream: bool,
-    pub stream_options: Option<StreamOptions>,
-    pub n: Option<i64>,
+    pub(crate) stream: bool,
+    pub(crate) stream_options: Option<StreamOptions>,
+    pub(crate) n: Option<i64>,
     /// Who asks (OpenAI's end-user id): the `requester` label of the
     /// per-requester metrics.
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
 }
 
 /// The `requester` label of a request without a `user`.
-pub const ANONYMOUS: &str = "anonymous";
+pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// Longest `requester` label kept (longer ids are cut).
-pub const REQUESTER_MAX_CHARS: usize = 64;
+pub(crate) const REQUESTER_MAX_CHARS: usize = 64;
 
 /// What a request asks the engine for, checked.
 #[derive(Debug, Clone)]
-pub struct JobSpec {
-    pub prompt: PromptSpec,
-    pub sampling: SamplingParams,
-    pub stop: Vec<String>,
+pub(crate) struct JobSpec {
+    pub(crate) prompt: PromptSpec,
+    pub(crate) sampling: SamplingParams,
+    pub(crate) stop: Vec<String>,
     /// None: up to what the context leaves.
-    pub max_tokens: Option<u32>,
-    pub stream: bool,
-    pub include_usage: bool,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
     /// The request's `user`, cut to [`REQUESTER_MAX_CHARS`], or [`ANONYMOUS`].
-    pub requester: String,
+    pub(crate) requester: String,
 }
 
 #[derive(Debug, Clone)]
-pub enum PromptSpec {
+pub(crate) enum PromptSpec {
     Chat {
         messages: Vec<ChatMessage>,
         options: TemplateOptions,
@@ -176,13 +176,13 @@ pub enum PromptSpec {
 }
 
 impl PromptSpec {
-    pub fn is_chat(&self) -> bool {
+    pub(crate) fn is_chat(&self) -> bool {
         matches!(self, PromptSpec::Chat { .. })
     }
 }
 
 impl ChatRequest {
-    pub fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+    pub(crate) fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::invalid(
                 Some("messages"),
@@ -203,7 +203,7 @@ impl ChatRequest {
 }
 
 impl CompletionRequest {
-    pub fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+    pub(crate) fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
         let text = match self.prompt {
             PromptIn::Text(t) => t,
             PromptIn::List(mut l) if l.len() == 1 => l.remove(0),
@@ -357,7 +357,7 @@ fn fresh_seed() -> u32 {
 }
 
 /// Parse a JSON body into `T`, an OpenAI-style 400 naming what is wrong.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         let what = if e.is_syntax() || e.is_eof() {
             "invalid JSON"

@@ -13,7 +13,7 @@ use crate::engine::TurnFigures;
 use crate::generate::Step;
 
 /// Install the process-wide recorder; the handle renders the text format.
-pub fn install() -> Result<PrometheusHandle, String> {
+pub(crate) fn install() -> Result<PrometheusHandle, String> {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
@@ -21,32 +21,32 @@ pub fn install() -> Result<PrometheusHandle, String> {
 }
 
 /// A finished request, by route and status.
-pub fn request(route: &'static str, status: u16) {
+pub(crate) fn request(route: &'static str, status: u16) {
     counter!("bmoe_requests_total", "route" => route, "status" => status.to_string()).increment(1);
 }
 
 /// Requests waiting for the engine.
-pub fn queue_depth(n: usize) {
+pub(crate) fn queue_depth(n: usize) {
     gauge!("bmoe_queue_depth").set(n as f64);
 }
 
 /// A generation stopped because its client went away.
-pub fn cancelled() {
+pub(crate) fn cancelled() {
     counter!("bmoe_requests_cancelled_total").increment(1);
 }
 
 /// Requests refused because the queue was full.
-pub fn rejected() {
+pub(crate) fn rejected() {
     counter!("bmoe_requests_rejected_total").increment(1);
 }
 
 /// Sequences generating now (at most `--parallel`).
-pub fn slots_busy(n: usize) {
+pub(crate) fn slots_busy(n: usize) {
     gauge!("bmoe_slots_busy").set(n as f64);
 }
 
 /// One decode of the generations in flight: what it streamed.
-pub fn decoded(step: &Step<JobSink>) {
+pub(crate) fn decoded(step: &Step<JobSink>) {
     let s = &step.metrics;
     counter!("bmoe_decodes_total").increment(1);
     counter!("bmoe_decode_rows_total").increment(step.rows as u64);
@@ -60,7 +60,7 @@ pub fn decoded(step: &Step<JobSink>) {
 
 /// A job's figures (its share of the flash bytes under its requester), and
 /// the session's running ones.
-pub fn finished(done: &Done, requester: &str, wall: Duration, session: &TurnFigures) {
+pub(crate) fn finished(done: &Done, requester: &str, wall: Duration, session: &TurnFigures) {
     let f = &done.figures;
     counter!("bmoe_prompt_tokens_total").increment(done.prompt_tokens as u64);
     counter!("bmoe_prompt_tokens_reused_total").increment(f.reused_tokens);

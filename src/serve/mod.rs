@@ -17,10 +17,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::engine::{EngineError, RunConfig};
-pub use worker::Loaded;
+pub(crate) use worker::Loaded;
 
 /// How long in-flight requests get to finish after SIGINT/SIGTERM.
-pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

@@ -24,7 +24,10 @@ use super::metrics as m;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// The router over the shared state (`prometheus` renders `/metrics`).
-pub fn router(app: App, prometheus: metrics_exporter_prometheus::PrometheusHandle) -> Router {
+pub(crate) fn router(
+    app: App,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))

@@ -13,19 +13,19 @@ use crate::generate::GenerationSink;
 
 /// Sends a job's text to its request; a closed channel (the client went
 /// away) or a signal stops its generation at the next token.
-pub struct JobSink {
+pub(crate) struct JobSink {
     events: mpsc::Sender<Event>,
     runtime: tokio::runtime::Handle,
     /// Text the channel had no room for yet, oldest first.
     held: String,
     gone: bool,
-    pub notes: Vec<String>,
-    pub requester: String,
-    pub t0: Instant,
+    pub(crate) notes: Vec<String>,
+    pub(crate) requester: String,
+    pub(crate) t0: Instant,
 }
 
 impl JobSink {
-    pub fn new(
+    pub(crate) fn new(
         events: mpsc::Sender<Event>,
         runtime: tokio::runtime::Handle,
         notes: Vec<String>,
@@ -43,7 +43,7 @@ impl JobSink {
     }
 
     /// Whether the client went away.
-    pub fn gone(&self) -> bool {
+    pub(crate) fn gone(&self) -> bool {
         self.gone
     }
 
@@ -55,7 +55,7 @@ impl JobSink {
 
     /// Send the held text and then `last` without blocking: what does not fit
     /// now is sent by a task that waits for the client.
-    pub fn finish(mut self, last: Event) {
+    pub(crate) fn finish(mut self, last: Event) {
         let mut queue = Vec::with_capacity(2);
         if !self.held.is_empty() {
             queue.push(Event::Text(std::mem::take(&mut self.held)));

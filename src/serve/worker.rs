@@ -24,17 +24,17 @@ use crate::generate::{Finished, Limit, Multi, Options, Request, StopReason};
 use crate::llama::Token;
 
 /// Events a job sends back to its request before it is done.
-pub const EVENT_CAPACITY: usize = 64;
+pub(crate) const EVENT_CAPACITY: usize = 64;
 
 /// One request's work.
-pub struct Job {
-    pub spec: JobSpec,
-    pub events: mpsc::Sender<Event>,
+pub(crate) struct Job {
+    pub(crate) spec: JobSpec,
+    pub(crate) events: mpsc::Sender<Event>,
 }
 
 /// What a job reports to its request, in order: `Started` or `Failed` first.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     Started,
     Text(String),
     Done(Done),
@@ -43,18 +43,18 @@ pub enum Event {
 
 /// How a job ended.
 #[derive(Debug, Clone)]
-pub struct Done {
+pub(crate) struct Done {
     /// OpenAI's `finish_reason`: "stop" or "length".
-    pub finish_reason: &'static str,
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    pub figures: TurnFigures,
-    pub notes: Vec<String>,
+    pub(crate) finish_reason: &'static str,
+    pub(crate) prompt_tokens: usize,
+    pub(crate) completion_tokens: usize,
+    pub(crate) figures: TurnFigures,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The engine thread and its queue's sending side.
-pub struct Worker {
-    pub jobs: crossbeam_channel::Sender<Job>,
+pub(crate) struct Worker {
+    pub(crate) jobs: crossbeam_channel::Sender<Job>,
     /// The shutdown message: once sent, the thread takes no more jobs, ends
     /// those it runs and says it is done on its one-shot channel.
     stop: crossbeam_channel::Sender<Stop>,
@@ -78,7 +78,7 @@ impl Worker {
     /// Start the thread, which loads the model (the context lives on it, with
     /// `parallel` sequences) and then takes jobs from a queue of `queue`;
     /// returns once it has loaded.
-    pub fn start(
+    pub(crate) fn start(
         cfg: RunConfig,
         queue: usize,
         parallel: usize,
@@ -125,7 +125,7 @@ impl Worker {
     /// Send the shutdown message, then join the thread once it says it is
     /// done, all within `deadline` (false: it did not end in time and is left
     /// detached, the process exit reclaims it; or it had panicked).
-    pub fn stop(self, deadline: Duration) -> bool {
+    pub(crate) fn stop(self, deadline: Duration) -> bool {
         let t0 = Instant::now();
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
         // The stop channel holds one message and only this call sends: the
@@ -401,15 +401,15 @@ fn prompt_of(
 }
 
 /// Shared by the handlers: the queue and what they say about the model.
-pub struct Shared {
-    pub jobs: crossbeam_channel::Sender<Job>,
-    pub model_id: String,
-    pub defaults: bmoe_actors::sampling::SamplingParams,
-    pub api_key: Option<String>,
-    pub body_limit_bytes: usize,
-    pub next_id: std::sync::atomic::AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) jobs: crossbeam_channel::Sender<Job>,
+    pub(crate) model_id: String,
+    pub(crate) defaults: bmoe_actors::sampling::SamplingParams,
+    pub(crate) api_key: Option<String>,
+    pub(crate) body_limit_bytes: usize,
+    pub(crate) next_id: std::sync::atomic::AtomicU64,
     /// Seconds since the epoch when the server started (OpenAI's `created`).
-    pub created_s: u64,
+    pub(crate) created_s: u64,
 }
 
-pub type App = Arc<Shared>;
+pub(crate) type App = Arc<Shared>;

@@ -11,34 +11,34 @@ const MIB: u64 = 1024 * 1024;
 
 /// Memory left for everything else (the allocator, the reader's buffers,
 /// the rest of the system).
-pub const HEADROOM_BYTES: u64 = 512 * MIB;
+pub(crate) const HEADROOM_BYTES: u64 = 512 * MIB;
 
 /// One context's compute buffers, estimated from its shape: the logits of one
 /// micro-batch (`n_ubatch x n_vocab` floats) and its attention scores
 /// (`n_ubatch x n_ctx x n_head` floats; llama.cpp's CPU path keeps one layer's).
-pub fn compute_estimate_bytes(n_ubatch: u64, n_vocab: u64, n_ctx: u64, n_head: u64) -> u64 {
+pub(crate) fn compute_estimate_bytes(n_ubatch: u64, n_vocab: u64, n_ctx: u64, n_head: u64) -> u64 {
     let floats = n_ubatch.saturating_mul(n_vocab.saturating_add(n_ctx.saturating_mul(n_head)));
     floats.saturating_mul(4)
 }
 
 /// The terms `--cache-mb auto` is resolved from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AutoTerms {
+pub(crate) struct AutoTerms {
     /// MemAvailable after the load and the contexts.
-    pub available: u64,
-    pub dense: u64,
+    pub(crate) available: u64,
+    pub(crate) dense: u64,
     /// Every context's compute buffers (see [`compute_estimate_bytes`]).
-    pub compute: u64,
-    pub headroom: u64,
+    pub(crate) compute: u64,
+    pub(crate) headroom: u64,
     /// `--cache-ceil-mb` (None: what the host can spare).
-    pub ceiling: Option<u64>,
+    pub(crate) ceiling: Option<u64>,
     /// All of the model's expert bytes (a bigger cache is never needed).
-    pub experts: u64,
+    pub(crate) experts: u64,
 }
 
 impl AutoTerms {
     /// What the host can spare.
-    pub fn spare(&self) -> u64 {
+    pub(crate) fn spare(&self) -> u64 {
         self.available
             .saturating_sub(self.dense)
             .saturating_sub(self.compute)
@@ -46,14 +46,14 @@ impl AutoTerms {
     }
 
     /// The budget: what the host can spare, capped by the ceiling and the experts.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.spare()
             .min(self.ceiling.unwrap_or(u64::MAX))
             .min(self.experts)
     }
 
     /// How auto was resolved, for the summary.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mb = |b: u64| b / MIB;
         let mut s = format!(
             "--cache-mb auto = MemAvailable {} MiB after the load and contexts - dense {} MiB \

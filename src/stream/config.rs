@@ -76,7 +76,7 @@ pub enum DenseMode {
 }
 
 impl DenseMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DenseMode::Mmap => "mmap",
             DenseMode::Warm => "warm",

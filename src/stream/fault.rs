@@ -7,7 +7,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use crate::llama::{EvalObserver, NodeView};
 
-pub struct PanicAt {
+pub(crate) struct PanicAt {
     inner: Box<dyn EvalObserver>,
     at: u64,
     seen: u64,
@@ -15,7 +15,7 @@ pub struct PanicAt {
 
 impl PanicAt {
     /// `inner` as it is when `at` is 0, else panicking at its `at`-th observed node.
-    pub fn wrap(inner: Box<dyn EvalObserver>, at: u64) -> Box<dyn EvalObserver> {
+    pub(crate) fn wrap(inner: Box<dyn EvalObserver>, at: u64) -> Box<dyn EvalObserver> {
         if at == 0 {
             return inner;
         }

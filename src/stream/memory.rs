@@ -17,7 +17,7 @@ pub fn mem_available_bytes() -> Option<u64> {
 }
 
 /// Current and peak resident set size of this process, in bytes.
-pub fn rss_bytes() -> (u64, u64) {
+pub(crate) fn rss_bytes() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         s.lines()
@@ -31,12 +31,12 @@ pub fn rss_bytes() -> (u64, u64) {
 }
 
 /// Reset the kernel's peak-RSS mark so that VmHWM covers only what follows.
-pub fn reset_peak_rss() -> bool {
+pub(crate) fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 /// Bytes this process has caused to be read from storage (/proc/self/io read_bytes).
-pub fn io_read_bytes() -> Option<u64> {
+pub(crate) fn io_read_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/io").ok()?;
     s.lines()
         .find(|l| l.starts_with("read_bytes:"))?
@@ -48,13 +48,13 @@ pub fn io_read_bytes() -> Option<u64> {
 
 /// Major faults and CPU time (user + system) of this process.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    pub majflt: u64,
-    pub minflt: u64,
-    pub cpu_ms: f64,
+pub(crate) struct Usage {
+    pub(crate) majflt: u64,
+    pub(crate) minflt: u64,
+    pub(crate) cpu_ms: f64,
 }
 
-pub fn usage() -> Usage {
+pub(crate) fn usage() -> Usage {
     // SAFETY: getrusage writes into the zeroed struct we own.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a rusage struct.
@@ -73,7 +73,7 @@ pub fn usage() -> Usage {
 /// llama.cpp's read-only mapping of the model file in this process. llama.cpp
 /// maps the whole file, then unmaps fragments it does not need (the header,
 /// unused tensors), so the mapping is a set of intervals around one base.
-pub struct FileMapping {
+pub(crate) struct FileMapping {
     base: usize,
     /// Mapped intervals as file offsets [start, end).
     mapped: Vec<(usize, usize)>,
@@ -84,7 +84,7 @@ pub struct FileMapping {
 impl FileMapping {
     /// Bases of the mappings of `path` that exist now (before llama.cpp loads it),
     /// so that [`FileMapping::find`] can tell llama.cpp's new one apart.
-    pub fn existing_bases(path: &Path) -> Vec<usize> {
+    pub(crate) fn existing_bases(path: &Path) -> Vec<usize> {
         let Ok(canon) = std::fs::canonicalize(path) else {
             return Vec::new();
         };
@@ -107,7 +107,7 @@ impl FileMapping {
 
     /// Find the mapping of `path` in /proc/self/maps, skipping mappings whose
     /// base is in `exclude` (they existed before this model was loaded).
-    pub fn find(path: &Path, exclude: &[usize]) -> Result<Self, StreamError> {
+    pub(crate) fn find(path: &Path, exclude: &[usize]) -> Result<Self, StreamError> {
         let canon = std::fs::canonicalize(path).map_err(|e| StreamError::Io {
             what: format!("resolve {}", path.display()),
             source: e,
@@ -164,7 +164,7 @@ impl FileMapping {
     }
 
     /// The mapped intervals as address ranges.
-    pub fn address_ranges(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn address_ranges(&self) -> Vec<(usize, usize)> {
         self.mapped
             .iter()
             .map(|&(a, b)| (self.base + a, self.base + b))
@@ -203,7 +203,7 @@ impl FileMapping {
 
     /// Unmap the pages of [off, off+len) from this process and drop them from the
     /// page cache, so the run starts cold for those bytes.
-    pub fn drop_range(&self, off: u64, len: u64) {
+    pub(crate) fn drop_range(&self, off: u64, len: u64) {
         for (o, l) in self.pages(off, len) {
             // Bmoe never lets a kernel read these expert bytes from the mapping.
             // inside llama.cpp's read-only shared file mapping, MADV_DONTNEED
@@ -223,7 +223,7 @@ impl FileMapping {
     }
 
     /// Touch every page of [off, off+len) once, so the dense weights are resident.
-    pub fn warm_range(&self, off: u64, len: u64) -> u64 {
+    pub(crate) fn warm_range(&self, off: u64, len: u64) -> u64 {
         let page = Self::page();
         let mut sum = 0u64;
         for (a, b) in self.mapped_parts(off, len) {
@@ -250,7 +250,7 @@ impl FileMapping {
     }
 
     /// mlock [off, off+len).
-    pub fn lock_range(&self, off: u64, len: u64) -> std::io::Result<()> {
+    pub(crate) fn lock_range(&self, off: u64, len: u64) -> std::io::Result<()> {
         for (a, b) in self.mapped_parts(off, len) {
             // SAFETY: [a, b) is a mapped interval; mlock only pins its pages.
             let rc = unsafe { libc::mlock((self.base + a) as *const libc::c_void, b - a) };
@@ -264,7 +264,7 @@ impl FileMapping {
 
 /// Drop the whole pages inside [addr, addr+len) of a read-only file mapping
 /// from this process (a later access would fault them back in from the file).
-pub fn drop_pages(addr: usize, len: usize) {
+pub(crate) fn drop_pages(addr: usize, len: usize) {
     let page = FileMapping::page();
     let begin = addr.div_ceil(page) * page;
     let end = (addr + len) / page * page;
@@ -277,7 +277,7 @@ pub fn drop_pages(addr: usize, len: usize) {
 }
 
 /// RLIMIT_MEMLOCK soft limit in bytes (None: unlimited).
-pub fn memlock_limit_bytes() -> Option<u64> {
+pub(crate) fn memlock_limit_bytes() -> Option<u64> {
     // SAFETY: getrlimit writes into the struct we own.
     let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.

@@ -14,13 +14,13 @@ mod streamer;
 mod trace;
 mod warm;
 
-pub use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
+pub(crate) use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
 pub use config::{resolve_cache_bytes, CacheSize, DenseMode, StreamConfig, MAX_CACHE_MB};
-pub use error::StreamError;
+pub(crate) use error::StreamError;
 pub use files::probe_slices;
-pub use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
-pub use predict::Predictor;
-pub use streamer::{DraftHookParts, Streamer};
+pub(crate) use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
+pub(crate) use predict::Predictor;
+pub(crate) use streamer::{DraftHookParts, Streamer};
 pub use warm::{WarmSession, WarmSource};
 
 const MIB: u64 = 1024 * 1024;

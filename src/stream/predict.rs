@@ -27,7 +27,7 @@ struct Router {
 
 /// Routers and norm ratios of every layer, dequantized to f32.
 #[derive(Debug)]
-pub struct Predictor {
+pub(crate) struct Predictor {
     n_embd: usize,
     n_expert: usize,
     k: usize,
@@ -121,7 +121,7 @@ impl Router {
 impl Predictor {
     /// Load the routers (`ffn_gate_inp`, with their biases) and FFN norms of
     /// every MoE layer followed by another; routing `k` experts per token.
-    pub fn load(path: &Path, layout: &MoeLayout, k: u32) -> Result<Self, StreamError> {
+    pub(crate) fn load(path: &Path, layout: &MoeLayout, k: u32) -> Result<Self, StreamError> {
         let fail = |msg: String| StreamError::Predict(format!("{}: {msg}", path.display()));
         let shards = GgufShards::open(path).map_err(|e| fail(e.to_string()))?;
         let n_layer = layout.n_layer as usize;
@@ -163,14 +163,14 @@ impl Predictor {
         })
     }
 
-    pub fn n_embd(&self) -> usize {
+    pub(crate) fn n_embd(&self) -> usize {
         self.n_embd
     }
 
     /// Guess layer `layer + 1`'s experts from layer `layer`'s MoE input row `x`
     /// (length n_embd), best guess first. Returns false (and leaves `out` empty) when there is no
     /// next layer or the row has the wrong length.
-    pub fn predict_next(&self, layer: u32, x: &[f32], out: &mut Vec<u32>) -> bool {
+    pub(crate) fn predict_next(&self, layer: u32, x: &[f32], out: &mut Vec<u32>) -> bool {
         out.clear();
         let l = layer as usize;
         let (Some(ratio), Some(Some(r))) = (self.ratio.get(l), self.router.get(l + 1)) else {

@@ -4,7 +4,7 @@
 mod hooks;
 mod mapping;
 
-pub use hooks::DraftHookParts;
+pub(crate) use hooks::DraftHookParts;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,10 +21,10 @@ use super::{
 use crate::layout::MoeLayout;
 
 /// A running streamer: the flash actor plus what the verify hook needs.
-pub struct Streamer {
-    pub flash: Flash,
-    pub budget_bytes: u64,
-    pub notes: Vec<String>,
+pub(crate) struct Streamer {
+    pub(crate) flash: Flash,
+    pub(crate) budget_bytes: u64,
+    pub(crate) notes: Vec<String>,
     layout: MoeLayout,
     /// Per file of the model: its mappings that existed before llama.cpp loaded it.
     premapped: Vec<Vec<usize>>,
@@ -33,7 +33,7 @@ pub struct Streamer {
     predictor: Option<Arc<Predictor>>,
     drop_cold: f32,
     /// What `--inject-faults` injected (None without it).
-    pub faults: Option<Arc<FaultCounts>>,
+    pub(crate) faults: Option<Arc<FaultCounts>>,
     /// `--inject-faults observer_panic_at=N` (0: off).
     observer_panic_at: u64,
     /// `--route-trace`: the writer, until the verify hook takes it, and the
@@ -47,7 +47,7 @@ pub struct Streamer {
 
 impl Streamer {
     /// Start the flash actor for `layout` of `model_path`.
-    pub fn start(
+    pub(crate) fn start(
         model_path: &Path,
         layout: &MoeLayout,
         cfg: &StreamConfig,
@@ -129,7 +129,7 @@ impl Streamer {
     /// `--cache-warm`, once the budget is settled: find the profile and queue
     /// its hottest slots for the flash actor (read while the prompt is
     /// prefilled, after every demand).
-    pub fn start_warm(&mut self, cfg: &StreamConfig) -> Result<(), StreamError> {
+    pub(crate) fn start_warm(&mut self, cfg: &StreamConfig) -> Result<(), StreamError> {
         if cfg.warm == WarmSource::Off {
             return Ok(());
         }
@@ -149,7 +149,7 @@ impl Streamer {
 
     /// `--cache-warm`: the summary line, and the profile saved with this
     /// run's routing (a failed save is said, not fatal). None when off.
-    pub fn finish_warm(&self) -> Option<(String, String)> {
+    pub(crate) fn finish_warm(&self) -> Option<(String, String)> {
         let session = self.warm.as_ref()?;
         let c = self.flash.counters();
         let saved = session
@@ -161,7 +161,7 @@ impl Streamer {
     /// Move the `--route-trace` file into place (the verify hook, and with it
     /// the writer, must be gone: every decode it saw is flushed). Returns
     /// where it is; None without `--route-trace`.
-    pub fn commit_route_trace(&self) -> Result<Option<PathBuf>, StreamError> {
+    pub(crate) fn commit_route_trace(&self) -> Result<Option<PathBuf>, StreamError> {
         let pending = self.route_trace_file.lock().ok().and_then(|mut f| f.take());
         pending.map(trace::commit).transpose()
     }
@@ -169,7 +169,7 @@ impl Streamer {
     /// `--cache-mb auto`, once the model and every context exist: the budget
     /// the host can spare (see [`AutoTerms`]), given the contexts' estimated
     /// compute buffers. Returns how it was resolved (None for a fixed size).
-    pub fn settle_auto(&mut self, cfg: &StreamConfig, compute: u64) -> Option<AutoTerms> {
+    pub(crate) fn settle_auto(&mut self, cfg: &StreamConfig, compute: u64) -> Option<AutoTerms> {
         if cfg.cache != CacheSize::Auto {
             return None;
         }

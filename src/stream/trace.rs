@@ -13,7 +13,7 @@ use super::StreamError;
 use crate::layout::MoeLayout;
 
 /// The writer the verify hook owns.
-pub type RouteTraceWriter = TraceWriter<BufWriter<File>>;
+pub(crate) type RouteTraceWriter = TraceWriter<BufWriter<File>>;
 
 /// Buffered bytes before a write to the file (the hook flushes at the end
 /// of every decode anyway; a prompt's decode can log far more).
@@ -21,7 +21,7 @@ const BUFFER_BYTES: usize = 1 << 20;
 
 /// The model as a replay needs it: each layer's slot bytes (the flash actor's
 /// layers: up to the last one with experts), experts, k and identity.
-pub fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
+pub(crate) fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
     let mut slot_bytes: Vec<u64> = (0..layout.n_layer + layout.n_layer_nextn)
         .map(|l| layout.layer_expert_bytes(l))
         .collect();
@@ -42,7 +42,7 @@ pub fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
 }
 
 /// Create the trace's temporary file and write its header.
-pub fn create(
+pub(crate) fn create(
     path: &Path,
     header: TraceHeader,
 ) -> Result<(RouteTraceWriter, PendingFile), StreamError> {
@@ -60,7 +60,7 @@ pub fn create(
 }
 
 /// Move the finished trace into place; returns where it is.
-pub fn commit(pending: PendingFile) -> Result<PathBuf, StreamError> {
+pub(crate) fn commit(pending: PendingFile) -> Result<PathBuf, StreamError> {
     let target = pending.target().to_path_buf();
     pending.commit().map_err(|source| StreamError::Io {
         what: format!("--route-trace {}: moving it into place", target.display()),

@@ -20,7 +20,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// metadata and the start of its tensor table).
 const HEADER_HASH_BYTES: u64 = 64 * 1024;
 /// A run that decoded fewer tokens than this leaves the profile as it was.
-pub const MIN_SAVE_TOKENS: f64 = 8.0;
+pub(crate) const MIN_SAVE_TOKENS: f64 = 8.0;
 
 /// `--cache-warm`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,7 +47,7 @@ impl std::str::FromStr for WarmSource {
 
 /// The model's shape as the flash actor counts it, and its identity: a hash
 /// of every file's size and first bytes, and of the expert map.
-pub fn model_shape(layout: &MoeLayout, k: u32) -> Result<ModelShape, StreamError> {
+pub(crate) fn model_shape(layout: &MoeLayout, k: u32) -> Result<ModelShape, StreamError> {
     let n_layer = layout
         .experts
         .iter()
@@ -90,7 +90,7 @@ pub fn model_shape(layout: &MoeLayout, k: u32) -> Result<ModelShape, StreamError
 }
 
 /// Where `auto` keeps the profile of `model`: `<cache dir>/warm/<stem>-<id8>.bmws`.
-pub fn auto_path(model: &Path, identity: u64) -> Result<PathBuf, StreamError> {
+pub(crate) fn auto_path(model: &Path, identity: u64) -> Result<PathBuf, StreamError> {
     let dir = crate::fixture::cache_dir().map_err(|e| StreamError::Warm(e.to_string()))?;
     let stem = model
         .file_stem()
@@ -104,9 +104,9 @@ pub fn auto_path(model: &Path, identity: u64) -> Result<PathBuf, StreamError> {
 /// What a profile gives a run: the slots to read, hottest first, and every
 /// slot's routing rate (to seed the cache policy's counts).
 #[derive(Debug, Default)]
-pub struct WarmPlan {
-    pub keys: Vec<SlotKey>,
-    pub rates: Vec<(SlotKey, f32)>,
+pub(crate) struct WarmPlan {
+    pub(crate) keys: Vec<SlotKey>,
+    pub(crate) rates: Vec<(SlotKey, f32)>,
 }
 
 /// A run's warm start: where its profile lives, what was found there, and
@@ -127,7 +127,7 @@ impl WarmSession {
     /// Find the profile for `source`; plan its slots within `budget_bytes`.
     /// `auto` never fails on a bad or foreign profile (it is set aside and
     /// replaced at the end); a named file does.
-    pub fn open(
+    pub(crate) fn open(
         source: &WarmSource,
         model: &Path,
         shape: ModelShape,
@@ -192,7 +192,7 @@ impl WarmSession {
     }
 
     /// The summary line: what was found, planned, read and used.
-    pub fn line(&self, c: &FlashCounters) -> String {
+    pub(crate) fn line(&self, c: &FlashCounters) -> String {
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let read = ld(&c.warm_read_slots);
         let used = ld(&c.warm_used_slots);
@@ -218,7 +218,7 @@ impl WarmSession {
 
     /// Fold this run's single-token routing into the profile and write it
     /// (temp file, then rename). Returns what happened, in words.
-    pub fn save(&self, c: &FlashCounters) -> Result<String, StreamError> {
+    pub(crate) fn save(&self, c: &FlashCounters) -> Result<String, StreamError> {
         let run = c.decode_uses_snapshot();
         let tokens = bmoe_actors::warm::run_tokens(&self.shape, &run);
         if run.len() != self.prior.counts.len() {

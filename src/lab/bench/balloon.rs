@@ -23,16 +23,15 @@ const READY: &str = "BALLOON_READY";
 
 /// A running balloon; dropping it deflates it.
 #[derive(Debug)]
-pub struct Balloon {
+pub(crate) struct Balloon {
     child: Child,
-    pub mib: u64,
-    pub inflate_s: f64,
+    pub(crate) inflate_s: f64,
 }
 
 impl Balloon {
     /// Start `exe balloon --mib N --max-seconds T` and wait until it has
     /// touched every page.
-    pub fn inflate(exe: &Path, mib: u64, max_seconds: u64) -> Result<Self, BenchError> {
+    pub(crate) fn inflate(exe: &Path, mib: u64, max_seconds: u64) -> Result<Self, BenchError> {
         let t0 = Instant::now();
         let mut child = Command::new(exe)
             .args([
@@ -74,13 +73,12 @@ impl Balloon {
         }
         Ok(Self {
             child,
-            mib,
             inflate_s: t0.elapsed().as_secs_f64(),
         })
     }
 
     /// Whether the balloon still holds its memory (it may have been OOM-killed).
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -94,7 +92,7 @@ impl Drop for Balloon {
 
 /// The balloon size that leaves about `limit_mib` MiB available, given the
 /// current MemAvailable; `None` when memory is already at or below the limit.
-pub fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
+pub(crate) fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
     let avail_mib = available_bytes / MIB;
     (avail_mib > limit_mib).then(|| avail_mib - limit_mib)
 }

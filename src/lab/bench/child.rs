@@ -9,7 +9,7 @@ use std::process::Command;
 /// refuse to start it when the parent is already gone. The death signal comes
 /// when the thread that spawned the child ends: spawn from the bench's own
 /// thread.
-pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+pub(crate) fn dies_with_parent(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     let arm = move || {
         // prctl(PR_SET_PDEATHSIG) takes no pointers and is

@@ -24,21 +24,21 @@ const USER_HZ: f64 = 100.0;
 
 /// Where the flags' thresholds are set: a run is flagged when a disturbance
 /// exceeds its reference run's by more than this.
-pub const OTHER_CPU_CORES_LIMIT: f64 = 0.25;
-pub const STEAL_CORES_LIMIT: f64 = 0.10;
-pub const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
+pub(crate) const OTHER_CPU_CORES_LIMIT: f64 = 0.25;
+pub(crate) const STEAL_CORES_LIMIT: f64 = 0.10;
+pub(crate) const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
 /// MemAvailable at the start may differ from the reference's by this share of MemTotal.
-pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
+pub(crate) const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
 /// The device's ms/read in a run may differ from the median of the same
 /// cell's runs by this factor, either way (same reads, so a different device).
-pub const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
+pub(crate) const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
 /// Fewer reads than this make ms/read too thin to judge.
-pub const DEVICE_MIN_READS: u64 = 256;
+pub(crate) const DEVICE_MIN_READS: u64 = 256;
 /// A run whose CPU kernel (sampled while it ran) is this factor slower or
 /// faster than its reference's is flagged: the counters above miss a CPU
 /// that runs at another speed (a host's frequency or a neighbour on the
 /// same physical core).
-pub const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
+pub(crate) const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
 /// Steps of one CPU kernel sample: a dependent multiply-add chain of about
 /// 2 ms on this host.
 const CPU_KERNEL_STEPS: u32 = 500_000;
@@ -46,7 +46,7 @@ const CPU_KERNEL_STEPS: u32 = 500_000;
 const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 /// A run whose fresh-page time (sampled while it ran) is this factor slower or
 /// faster than its reference's is flagged.
-pub const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
+pub(crate) const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
 /// Bytes of fresh anonymous memory one sample maps, writes page by page and
 /// unmaps: 256 pages, well under a millisecond on a host that backs memory
 /// at once, a few ms on one that does not.
@@ -55,40 +55,40 @@ const PAGE_BYTES: usize = 4096;
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostSample {
-    pub at: Instant,
-    pub cpu: CpuTicks,
+pub(crate) struct HostSample {
+    pub(crate) at: Instant,
+    pub(crate) cpu: CpuTicks,
     /// This process's and its reaped children's CPU time and faults.
-    pub own: OwnStat,
+    pub(crate) own: OwnStat,
     /// `read_bytes` of `/proc/self/io` (includes reaped children's).
-    pub own_read_bytes: Option<u64>,
-    pub disk: Option<DiskCounters>,
-    pub mem_available_bytes: Option<u64>,
-    pub mem_total_bytes: Option<u64>,
-    pub cached_bytes: Option<u64>,
+    pub(crate) own_read_bytes: Option<u64>,
+    pub(crate) disk: Option<DiskCounters>,
+    pub(crate) mem_available_bytes: Option<u64>,
+    pub(crate) mem_total_bytes: Option<u64>,
+    pub(crate) cached_bytes: Option<u64>,
 }
 
 /// What `/proc/self/stat` says of this process and its reaped children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OwnStat {
+pub(crate) struct OwnStat {
     /// utime + stime + cutime + cstime, in clock ticks.
-    pub ticks: u64,
+    pub(crate) ticks: u64,
     /// stime + cstime: the part spent in the kernel.
-    pub sys_ticks: u64,
+    pub(crate) sys_ticks: u64,
     /// minflt + cminflt: page faults served without reading a file.
-    pub minor_faults: u64,
+    pub(crate) minor_faults: u64,
 }
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CpuTicks {
+pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq.
-    pub busy: u64,
+    pub(crate) busy: u64,
     /// idle + iowait.
-    pub idle: u64,
-    pub steal: u64,
+    pub(crate) idle: u64,
+    pub(crate) steal: u64,
     /// The `cpuN` lines: the CPUs the aggregate sums over.
-    pub cpus: u32,
+    pub(crate) cpus: u32,
 }
 
 impl CpuTicks {
@@ -99,50 +99,50 @@ impl CpuTicks {
 
 /// One device's line of `/proc/diskstats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskCounters {
-    pub reads: u64,
-    pub read_bytes: u64,
+pub(crate) struct DiskCounters {
+    pub(crate) reads: u64,
+    pub(crate) read_bytes: u64,
     /// Milliseconds reads spent in the device's queue and service, summed.
-    pub read_ticks_ms: u64,
-    pub io_ticks_ms: u64,
+    pub(crate) read_ticks_ms: u64,
+    pub(crate) io_ticks_ms: u64,
 }
 
 /// What happened on the host between two samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Conditions {
-    pub wall_s: f64,
+pub(crate) struct Conditions {
+    pub(crate) wall_s: f64,
     /// CPU other processes took, in cores (1.0 = one core busy all along).
-    pub other_cpu_cores: f64,
+    pub(crate) other_cpu_cores: f64,
     /// Time the hypervisor gave to others, in cores.
-    pub steal_cores: f64,
+    pub(crate) steal_cores: f64,
     /// Share of the wall time the model's device was busy (None: device unknown).
-    pub disk_busy_share: Option<f64>,
+    pub(crate) disk_busy_share: Option<f64>,
     /// Mean milliseconds per read on the model's device, everyone's reads
     /// (None: device unknown or no read): how fast the device answered.
-    pub read_ms: Option<f64>,
+    pub(crate) read_ms: Option<f64>,
     /// Reads the device completed (0: device unknown).
-    pub device_reads: u64,
+    pub(crate) device_reads: u64,
     /// Bytes per second read from the model's device by anyone but this bench
     /// and its children.
-    pub other_read_mib_s: Option<f64>,
+    pub(crate) other_read_mib_s: Option<f64>,
     /// At the first sample.
-    pub mem_available_mib: Option<f64>,
-    pub cached_mib: Option<f64>,
-    pub mem_total_mib: Option<f64>,
+    pub(crate) mem_available_mib: Option<f64>,
+    pub(crate) cached_mib: Option<f64>,
+    pub(crate) mem_total_mib: Option<f64>,
     /// Median milliseconds of the CPU kernel sampled during the interval
     /// ([`with_speed_samples`]; None: not sampled).
-    pub cpu_kernel_ms: Option<f64>,
+    pub(crate) cpu_kernel_ms: Option<f64>,
     /// Median microseconds to write one fresh anonymous page, sampled the same
     /// way (None: not sampled).
-    pub fresh_page_us: Option<f64>,
+    pub(crate) fresh_page_us: Option<f64>,
     /// CPU seconds the bench and its reaped children spent in the kernel.
-    pub own_sys_s: f64,
+    pub(crate) own_sys_s: f64,
     /// Minor page faults of the bench and its reaped children.
-    pub own_minor_faults: u64,
+    pub(crate) own_minor_faults: u64,
 }
 
 /// Parse the aggregate `cpu` line of `/proc/stat`.
-pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
+pub(crate) fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line
         .split_whitespace()
@@ -166,7 +166,7 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
 /// CPU ticks and minor faults from `/proc/self/stat` (fields 10-11 and 14-17;
 /// the command name in parentheses may hold spaces, so fields count from its
 /// `)`).
-pub fn parse_self_stat(text: &str) -> Option<OwnStat> {
+pub(crate) fn parse_self_stat(text: &str) -> Option<OwnStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After ")": state is field 3, so field n is f[n - 3].
@@ -180,7 +180,7 @@ pub fn parse_self_stat(text: &str) -> Option<OwnStat> {
 
 /// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
 /// meminfo are returned in bytes).
-pub fn parse_key(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn parse_key(text: &str, key: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
     let mut it = line.split(':').nth(1)?.split_whitespace();
     let n: u64 = it.next()?.parse().ok()?;
@@ -188,7 +188,7 @@ pub fn parse_key(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The line of `/proc/diskstats` for device `major:minor`.
-pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
+pub(crate) fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
@@ -205,7 +205,7 @@ pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounter
 }
 
 /// The device (major, minor) holding `path`.
-pub fn device_of(path: &Path) -> Option<(u32, u32)> {
+pub(crate) fn device_of(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
     Some(split_dev(std::fs::metadata(path).ok()?.dev()))
 }
@@ -219,7 +219,7 @@ fn split_dev(dev: u64) -> (u32, u32) {
 }
 
 /// Sample the counters now; `device` is the model's (major, minor).
-pub fn sample(device: Option<(u32, u32)>) -> HostSample {
+pub(crate) fn sample(device: Option<(u32, u32)>) -> HostSample {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let meminfo = read("/proc/meminfo");
     HostSample {
@@ -236,7 +236,7 @@ pub fn sample(device: Option<(u32, u32)>) -> HostSample {
 
 /// Milliseconds of one fixed single-threaded dependent multiply-add chain:
 /// how fast a core runs now.
-pub fn time_cpu_kernel() -> f64 {
+pub(crate) fn time_cpu_kernel() -> f64 {
     let t0 = Instant::now();
     let mut x = std::hint::black_box(1.0f64);
     for i in 0..CPU_KERNEL_STEPS {
@@ -248,7 +248,7 @@ pub fn time_cpu_kernel() -> f64 {
 
 /// Microseconds per page to write [`FRESH_SAMPLE_BYTES`] of a new anonymous
 /// mapping, one byte a page (None if the mapping fails).
-pub fn time_fresh_pages() -> Option<f64> {
+pub(crate) fn time_fresh_pages() -> Option<f64> {
     let mut m = memmap2::MmapMut::map_anon(FRESH_SAMPLE_BYTES).ok()?;
     let t0 = Instant::now();
     for i in (0..FRESH_SAMPLE_BYTES).step_by(PAGE_BYTES) {
@@ -261,14 +261,14 @@ pub fn time_fresh_pages() -> Option<f64> {
 
 /// The medians of the speed kernels sampled while a run ran.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Speeds {
-    pub cpu_kernel_ms: Option<f64>,
-    pub fresh_page_us: Option<f64>,
+pub(crate) struct Speeds {
+    pub(crate) cpu_kernel_ms: Option<f64>,
+    pub(crate) fresh_page_us: Option<f64>,
 }
 
 impl Speeds {
     /// `c` with these medians in its speed fields.
-    pub fn onto(self, c: Conditions) -> Conditions {
+    pub(crate) fn onto(self, c: Conditions) -> Conditions {
         Conditions {
             cpu_kernel_ms: self.cpu_kernel_ms,
             fresh_page_us: self.fresh_page_us,
@@ -287,7 +287,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// medians (None when it ended before the first sample). The host's speed
 /// moves within seconds on a shared host, so it is sampled across the run,
 /// not before it.
-pub fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
+pub(crate) fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let sampler = s.spawn(move || {
@@ -312,7 +312,7 @@ pub fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
 }
 
 /// The conditions between `a` and a later sample `b`.
-pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
+pub(crate) fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
     let n_cpus = b.cpu.cpus;
     let wall_s = b.at.duration_since(a.at).as_secs_f64();
     let total = b.cpu.total().saturating_sub(a.cpu.total());
@@ -367,7 +367,7 @@ pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
 }
 
 /// Why `c` is flagged against the reference `r` (empty: not flagged).
-pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
+pub(crate) fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
     let mut out = Vec::new();
     if c.other_cpu_cores > r.other_cpu_cores + OTHER_CPU_CORES_LIMIT {
         out.push(format!(
@@ -416,7 +416,7 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
 /// Why a run's device speed is off the median of its cell's runs (`cell`:
 /// every run's conditions, this one's included); None when it is not, or
 /// when too few reads make either side thin.
-pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
+pub(crate) fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
     let judged = |c: &Conditions| {
         c.read_ms
             .filter(|ms| *ms > 0.0 && c.device_reads >= DEVICE_MIN_READS)
@@ -438,7 +438,7 @@ pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
 
 /// The quietest of `cs`, metric by metric (the reference for the baseline's
 /// own runs): least other CPU, steal and other reading, median MemAvailable.
-pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
+pub(crate) fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let first = *cs.first()?;
     let min = |f: fn(&Conditions) -> f64| cs.iter().map(f).fold(f64::INFINITY, f64::min);
     let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);

@@ -15,7 +15,7 @@ mod bound;
 mod cells;
 mod child;
 mod end_to_end;
-pub mod host;
+pub(crate) mod host;
 pub mod neighbour;
 mod ratio;
 mod report;
@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use crate::lab::compare;
 
-pub use bound::{Bound, RoundProbe};
+pub(crate) use bound::{Bound, RoundProbe};
 pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
 pub use summary::{cells_table, legend, summarize, CellSummary, RunResult};
 pub use workload::{warm_page_cache, workload, WORKLOADS};

@@ -11,13 +11,13 @@ use super::BenchError;
 
 /// A running neighbour; dropping it kills and reaps it.
 #[derive(Debug)]
-pub struct Neighbour {
+pub(crate) struct Neighbour {
     child: Child,
 }
 
 impl Neighbour {
     /// Start `exe burn --max-seconds T`.
-    pub fn start(exe: &Path, max_seconds: u64) -> Result<Self, BenchError> {
+    pub(crate) fn start(exe: &Path, max_seconds: u64) -> Result<Self, BenchError> {
         let child = super::child::dies_with_parent(&mut Command::new(exe))
             .args(["burn", "--max-seconds", &max_seconds.to_string()])
             .stdin(Stdio::null())

@@ -66,7 +66,7 @@ pub struct BenchPlan {
 
 impl BenchPlan {
     /// The most rounds the matrix may run (the baseline's extra round aside).
-    pub fn max_rounds(&self) -> u32 {
+    pub(crate) fn max_rounds(&self) -> u32 {
         let repeats = self.repeats.max(1);
         self.until_stable
             .map_or(repeats, |s| s.max_rounds.max(repeats))
@@ -268,7 +268,7 @@ fn probe_round(
 }
 
 /// UTC date and time of now, `YYYY-MM-DD HH:MM:SS UTC`.
-pub fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -501,7 +501,7 @@ fn stable_note(
 /// puts each of them second in half the rounds. Round 1 is forward, so the
 /// baseline's first run (whose text every other run is compared with) comes
 /// first.
-pub fn round_order(round: u32, n_cells: usize) -> Vec<usize> {
+pub(crate) fn round_order(round: u32, n_cells: usize) -> Vec<usize> {
     match round % 2 {
         0 => (0..n_cells).rev().collect(),
         _ => (0..n_cells).collect(),

@@ -2,10 +2,10 @@
 //! file offsets (where expert bytes live), metadata access, and a streaming
 //! writer used by the fixtures.
 
-pub mod split;
+pub(crate) mod split;
 mod write;
 
-pub use split::GgufShards;
+pub(crate) use split::GgufShards;
 pub use write::{hex, GgufBuilder, Written};
 
 use std::ffi::{CStr, CString};
@@ -35,16 +35,16 @@ pub struct TensorInfo {
 
 impl TensorInfo {
     /// Bytes of one row (ne0 elements).
-    pub fn row_bytes(&self) -> u64 {
+    pub(crate) fn row_bytes(&self) -> u64 {
         self.ggml_type.row_bytes(self.ne[0])
     }
     /// Bytes of one 2-D slice along dim 2 (one expert of a stacked expert tensor).
     /// Saturates on absurd shapes (the layout's check then refuses them).
-    pub fn slice_bytes(&self) -> u64 {
+    pub(crate) fn slice_bytes(&self) -> u64 {
         self.row_bytes().saturating_mul(self.ne[1])
     }
     /// The shape as a writer declares it: without trailing 1s (at least one dim).
-    pub fn dims(&self) -> &[u64] {
+    pub(crate) fn dims(&self) -> &[u64] {
         let n = self.ne.iter().rposition(|&x| x != 1).map_or(1, |i| i + 1);
         &self.ne[..n]
     }
@@ -52,7 +52,7 @@ impl TensorInfo {
 
 /// A gguf metadata value, as far as bmoe needs to read them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
+pub(crate) enum MetaValue {
     Int(i64),
     Float(f64),
     Bool(bool),
@@ -185,11 +185,11 @@ impl GgufFile {
         Ok(())
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn file_bytes(&self) -> u64 {
+    pub(crate) fn file_bytes(&self) -> u64 {
         self.file_bytes
     }
 
@@ -197,7 +197,7 @@ impl GgufFile {
         self.data_offset
     }
 
-    pub fn alignment(&self) -> u64 {
+    pub(crate) fn alignment(&self) -> u64 {
         // SAFETY: valid gguf context; pure getter.
         unsafe { sys::gguf_get_alignment(self.ctx.as_ptr()) as u64 }
     }
@@ -206,12 +206,12 @@ impl GgufFile {
         &self.tensors
     }
 
-    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+    pub(crate) fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
     }
 
     /// Every tensor's bytes lie inside the file.
-    pub fn check_complete(&self) -> Result<(), LlamaError> {
+    pub(crate) fn check_complete(&self) -> Result<(), LlamaError> {
         let needed = self
             .tensors
             .iter()
@@ -232,7 +232,7 @@ impl GgufFile {
     /// tokens of `tokenizer.ggml.tokens` are the same string (llama.cpp maps
     /// strings to ids and aborts when the map and the list disagree in size;
     /// an empty token counts as `[EMPTY_i]`, as llama.cpp names it).
-    pub fn check_vocab(&self) -> Result<(), LlamaError> {
+    pub(crate) fn check_vocab(&self) -> Result<(), LlamaError> {
         let Some(id) = self.key_id("tokenizer.ggml.tokens") else {
             return Ok(()); // llama.cpp refuses a missing vocabulary with an error
         };
@@ -278,7 +278,7 @@ impl GgufFile {
     }
 
     /// Every metadata key, in file order.
-    pub fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         // SAFETY: valid context; pure getter.
         let n = unsafe { sys::gguf_get_n_kv(self.ctx.as_ptr()) };
         (0..n)
@@ -292,7 +292,7 @@ impl GgufFile {
     }
 
     /// Read a metadata value.
-    pub fn get(&self, key: &str) -> Option<MetaValue> {
+    pub(crate) fn get(&self, key: &str) -> Option<MetaValue> {
         let id = self.key_id(key)?;
         let ctx = self.ctx.as_ptr();
         // `id` is a valid key id; each getter matches the key's type, as
@@ -348,14 +348,14 @@ impl GgufFile {
         }
     }
 
-    pub fn get_str(&self, key: &str) -> Option<String> {
+    pub(crate) fn get_str(&self, key: &str) -> Option<String> {
         match self.get(key)? {
             MetaValue::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    pub fn get_int(&self, key: &str) -> Option<i64> {
+    pub(crate) fn get_int(&self, key: &str) -> Option<i64> {
         match self.get(key)? {
             MetaValue::Int(v) => Some(v),
             MetaValue::IntArray(v) => v.first().copied(),
@@ -364,12 +364,12 @@ impl GgufFile {
     }
 
     /// `general.architecture`.
-    pub fn arch(&self) -> Option<String> {
+    pub(crate) fn arch(&self) -> Option<String> {
         self.get_str("general.architecture")
     }
 
     /// `{arch}.{suffix}` as an integer.
-    pub fn arch_int(&self, suffix: &str) -> Option<i64> {
+    pub(crate) fn arch_int(&self, suffix: &str) -> Option<i64> {
         self.get_int(&format!("{}.{suffix}", self.arch()?))
     }
 

@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 use super::{GgufFile, TensorInfo};
 use crate::llama::LlamaError;
 
-pub const KEY_NO: &str = "split.no";
-pub const KEY_COUNT: &str = "split.count";
-pub const KEY_TENSORS: &str = "split.tensors.count";
+pub(crate) const KEY_NO: &str = "split.no";
+pub(crate) const KEY_COUNT: &str = "split.count";
+pub(crate) const KEY_TENSORS: &str = "split.tensors.count";
 
 /// The file name of shard `no` (1-based) of `count`.
-pub fn shard_name(prefix: &str, no: u32, count: u32) -> String {
+pub(crate) fn shard_name(prefix: &str, no: u32, count: u32) -> String {
     format!("{prefix}-{no:05}-of-{count:05}.gguf")
 }
 
 /// `(prefix, no, count)` of a shard's path (`no` 1-based), when its name
 /// follows the convention.
-pub fn parse_shard_name(path: &Path) -> Option<(String, u32, u32)> {
+pub(crate) fn parse_shard_name(path: &Path) -> Option<(String, u32, u32)> {
     let name = path.to_str()?.strip_suffix(".gguf")?;
     let (rest, count) = name.rsplit_once("-of-")?;
     let (prefix, no) = rest.rsplit_once('-')?;
@@ -36,14 +36,14 @@ pub fn parse_shard_name(path: &Path) -> Option<(String, u32, u32)> {
 
 /// A model's files, one or several shards, all checked: present, complete,
 /// numbered in order and agreeing on their count and tensor total.
-pub struct GgufShards {
+pub(crate) struct GgufShards {
     files: Vec<GgufFile>,
 }
 
 impl GgufShards {
     /// Open `path` and, when it is the first shard of a split model, the other
     /// shards next to it. The first shard's vocabulary is checked too.
-    pub fn open(path: &Path) -> Result<Self, LlamaError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, LlamaError> {
         let first = GgufFile::open(path)?;
         first.check_vocab()?;
         first.check_complete()?;
@@ -105,21 +105,17 @@ impl GgufShards {
         Ok(())
     }
 
-    pub fn files(&self) -> &[GgufFile] {
+    pub(crate) fn files(&self) -> &[GgufFile] {
         &self.files
     }
 
     /// The first file: metadata, vocabulary.
-    pub fn first(&self) -> &GgufFile {
+    pub(crate) fn first(&self) -> &GgufFile {
         &self.files[0]
     }
 
-    pub fn is_split(&self) -> bool {
-        self.files.len() > 1
-    }
-
     /// A tensor and the shard that holds it.
-    pub fn tensor(&self, name: &str) -> Option<(&GgufFile, &TensorInfo)> {
+    pub(crate) fn tensor(&self, name: &str) -> Option<(&GgufFile, &TensorInfo)> {
         self.files
             .iter()
             .find_map(|f| f.tensor(name).map(|t| (f, t)))

@@ -75,7 +75,7 @@ impl GgufBuilder {
         Ok(())
     }
 
-    pub fn remove_key(&mut self, key: &str) -> Result<(), LlamaError> {
+    pub(crate) fn remove_key(&mut self, key: &str) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; removing an absent key is a no-op.
         unsafe { sys::gguf_remove_key(self.ctx.as_ptr(), k.as_ptr()) };
@@ -97,35 +97,35 @@ impl GgufBuilder {
         Ok(())
     }
 
-    pub fn set_u16(&mut self, key: &str, v: u16) -> Result<(), LlamaError> {
+    pub(crate) fn set_u16(&mut self, key: &str, v: u16) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; value copied.
         unsafe { sys::gguf_set_val_u16(self.ctx.as_ptr(), k.as_ptr(), v) };
         Ok(())
     }
 
-    pub fn set_i32(&mut self, key: &str, v: i32) -> Result<(), LlamaError> {
+    pub(crate) fn set_i32(&mut self, key: &str, v: i32) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; value copied.
         unsafe { sys::gguf_set_val_i32(self.ctx.as_ptr(), k.as_ptr(), v) };
         Ok(())
     }
 
-    pub fn set_f32(&mut self, key: &str, v: f32) -> Result<(), LlamaError> {
+    pub(crate) fn set_f32(&mut self, key: &str, v: f32) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; value copied.
         unsafe { sys::gguf_set_val_f32(self.ctx.as_ptr(), k.as_ptr(), v) };
         Ok(())
     }
 
-    pub fn set_bool(&mut self, key: &str, v: bool) -> Result<(), LlamaError> {
+    pub(crate) fn set_bool(&mut self, key: &str, v: bool) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: valid context and key; value copied.
         unsafe { sys::gguf_set_val_bool(self.ctx.as_ptr(), k.as_ptr(), v) };
         Ok(())
     }
 
-    pub fn set_str(&mut self, key: &str, v: &str) -> Result<(), LlamaError> {
+    pub(crate) fn set_str(&mut self, key: &str, v: &str) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         let cv = CString::new(v).map_err(|_| LlamaError::Gguf("NUL in string value".into()))?;
         // SAFETY: valid context, key and value; the string is copied.
@@ -133,7 +133,7 @@ impl GgufBuilder {
         Ok(())
     }
 
-    pub fn set_i32_array(&mut self, key: &str, v: &[i32]) -> Result<(), LlamaError> {
+    pub(crate) fn set_i32_array(&mut self, key: &str, v: &[i32]) -> Result<(), LlamaError> {
         let k = Self::key(key)?;
         // SAFETY: `v` is valid for `v.len()` i32 values; gguf copies them.
         unsafe {
@@ -150,7 +150,7 @@ impl GgufBuilder {
 
     /// The bytes [`Self::write`] will write: the header, then each tensor
     /// padded to the alignment.
-    pub fn file_bytes(&self) -> u64 {
+    pub(crate) fn file_bytes(&self) -> u64 {
         // SAFETY: valid context; pure size query.
         let meta = unsafe { sys::gguf_get_meta_size(self.ctx.as_ptr()) } as u64;
         let align = u64::from(self.alignment);
@@ -296,8 +296,8 @@ impl GgufBuilder {
 /// What [`GgufBuilder::write`] wrote: the file's size and sha256.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
-    pub bytes: u64,
-    pub sha256: String,
+    pub(crate) bytes: u64,
+    pub(crate) sha256: String,
 }
 
 /// A writer that hashes and counts what goes through it.

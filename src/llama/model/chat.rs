@@ -10,8 +10,8 @@ use crate::llama::LlamaError;
 /// One message of a chat, for [`Model::apply_chat_template`].
 #[derive(Debug, Clone)]
 pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
+    pub(crate) role: String,
+    pub(crate) content: String,
 }
 
 impl Model {
@@ -30,7 +30,10 @@ impl Model {
     }
 
     /// Format `messages` with the model's chat template and open the assistant turn.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, LlamaError> {
+    pub(crate) fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+    ) -> Result<String, LlamaError> {
         let tmpl = self.chat_template().ok_or_else(|| {
             LlamaError::ChatTemplate(format!(
                 "{} has no chat template (tokenizer.chat_template); run without --chat",

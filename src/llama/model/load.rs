@@ -41,7 +41,7 @@ impl Default for ModelParams {
 
 /// Load progress on stderr, once a load has taken longer than [`Self::QUIET`]:
 /// one line updated in place at most every half second.
-pub struct LoadProgress {
+pub(crate) struct LoadProgress {
     label: String,
     started: Instant,
     last: Option<Instant>,
@@ -51,7 +51,7 @@ impl LoadProgress {
     /// Loads shorter than this print nothing.
     const QUIET: Duration = Duration::from_millis(1500);
 
-    pub fn new(label: String, started: Instant) -> Self {
+    pub(crate) fn new(label: String, started: Instant) -> Self {
         Self {
             label,
             started,
@@ -60,7 +60,7 @@ impl LoadProgress {
     }
 
     /// What to print for `frac` (0..=1) done at `now`, if anything.
-    pub fn update(&mut self, frac: f32, now: Instant) -> Option<String> {
+    pub(crate) fn update(&mut self, frac: f32, now: Instant) -> Option<String> {
         let since = now.saturating_duration_since(self.started);
         let due = match self.last {
             None => true,
@@ -81,7 +81,7 @@ impl LoadProgress {
     }
 
     /// Whether a line was printed (it needs its newline).
-    pub fn shown(&self) -> bool {
+    pub(crate) fn shown(&self) -> bool {
         self.last.is_some()
     }
 }

@@ -7,8 +7,7 @@ mod vocab;
 pub use chat::ChatMessage;
 pub use load::ModelParams;
 
-use std::ffi::c_char;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -79,10 +78,6 @@ impl Model {
         unsafe { sys::llama_model_get_vocab(self.ptr.as_ptr()) }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Trunk layers (excluding nextn/MTP blocks).
     pub fn n_layer(&self) -> u32 {
         // SAFETY: valid model pointer; pure getter.
@@ -91,7 +86,7 @@ impl Model {
 
     /// Whether the MTP (nextn) blocks were loaded, so that an MTP context
     /// can be created on it.
-    pub fn mtp_loaded(&self) -> bool {
+    pub(crate) fn mtp_loaded(&self) -> bool {
         self.mtp_loaded
     }
 
@@ -101,37 +96,15 @@ impl Model {
         unsafe { sys::llama_model_n_layer_nextn(self.ptr.as_ptr()) }.max(0) as u32
     }
 
-    pub fn n_embd(&self) -> u32 {
-        // SAFETY: valid model pointer; pure getter.
-        unsafe { sys::llama_model_n_embd(self.ptr.as_ptr()) }.max(0) as u32
-    }
-
     /// Attention heads (of the first layer).
-    pub fn n_head(&self) -> u32 {
+    pub(crate) fn n_head(&self) -> u32 {
         // SAFETY: valid model pointer; pure getter.
         unsafe { sys::llama_model_n_head(self.ptr.as_ptr()) }.max(0) as u32
     }
 
-    pub fn n_vocab(&self) -> usize {
+    pub(crate) fn n_vocab(&self) -> usize {
         // SAFETY: valid vocab pointer owned by the model; pure getter.
         unsafe { sys::llama_vocab_n_tokens(self.vocab()) }.max(0) as usize
-    }
-
-    /// llama.cpp's one-line description (arch, size, quant).
-    pub fn description(&self) -> String {
-        let mut buf = vec![0u8; 256];
-        // `buf` is writable for `buf.len()` bytes; llama.cpp writes at most
-        // that many including the NUL terminator.
-        // SAFETY: as the comment above says.
-        let n = unsafe {
-            sys::llama_model_desc(
-                self.ptr.as_ptr(),
-                buf.as_mut_ptr() as *mut c_char,
-                buf.len(),
-            )
-        };
-        buf.truncate(n.clamp(0, 255) as usize);
-        String::from_utf8_lossy(&buf).into_owned()
     }
 }
 

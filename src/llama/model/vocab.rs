@@ -10,7 +10,7 @@ use crate::llama::{LlamaError, Token};
 
 impl Model {
     /// End-of-generation token (EOS, EOT, `<|im_end|>`, ...).
-    pub fn is_eog(&self, token: Token) -> bool {
+    pub(crate) fn is_eog(&self, token: Token) -> bool {
         // Valid vocab pointer; any token id is accepted (out of range -> false/abort
         // is prevented by callers passing ids produced by this model).
         // SAFETY: as the comment above says.
@@ -56,7 +56,7 @@ impl Model {
     }
 
     /// The bytes one token stands for (may be part of a UTF-8 sequence).
-    pub fn token_bytes(&self, token: Token) -> Vec<u8> {
+    pub(crate) fn token_bytes(&self, token: Token) -> Vec<u8> {
         self.piece_bytes(token, false)
     }
 
@@ -88,7 +88,7 @@ impl Model {
 
     /// The text of the beginning- and end-of-sequence tokens (empty when the
     /// vocabulary has none), as chat templates name them.
-    pub fn bos_eos_text(&self) -> (String, String) {
+    pub(crate) fn bos_eos_text(&self) -> (String, String) {
         // SAFETY: valid vocabulary; plain getters (-1 when the token is absent).
         let (bos, eos) = unsafe {
             (

@@ -13,20 +13,20 @@ use crate::stream::memory;
 
 /// [`DenseAnon`] shared by the hooks of every context on the model (the verify
 /// context and the MTP draft context, which may run on another thread).
-pub type SharedAnon = Arc<Mutex<DenseAnon>>;
+pub(crate) type SharedAnon = Arc<Mutex<DenseAnon>>;
 
 /// Dense weights moved out of the file mapping into anonymous memory, tensor by
 /// tensor, the first time a node reads them.
-pub struct DenseAnon {
+pub(crate) struct DenseAnon {
     /// Address ranges of llama.cpp's file mapping (only its mapped intervals: the
     /// holes it unmapped may hold other allocations later).
     mapped: Vec<(usize, usize)>,
     copies: HashMap<usize, AnonBuffer>,
-    pub copied_bytes: u64,
+    pub(crate) copied_bytes: u64,
 }
 
 impl DenseAnon {
-    pub fn new(mapped: Vec<(usize, usize)>) -> Self {
+    pub(crate) fn new(mapped: Vec<(usize, usize)>) -> Self {
         Self {
             mapped,
             copies: HashMap::new(),

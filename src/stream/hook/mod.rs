@@ -8,7 +8,7 @@ mod dense;
 mod router;
 mod serve;
 
-pub use dense::{DenseAnon, SharedAnon};
+pub(crate) use dense::{DenseAnon, SharedAnon};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,28 +53,28 @@ fn activation_layer(name: &str) -> Option<u32> {
 /// What a hook does besides serving the routed experts (the verify hook
 /// sets most; the MTP head's hook only `k`, `route_log` and `anon`).
 #[derive(Default)]
-pub struct HookOptions {
+pub(crate) struct HookOptions {
     /// Experts routed per token (after `--n-expert-used`).
-    pub k: u32,
+    pub(crate) k: u32,
     /// `--overlap`: wait for gate/up at the routing, for down at the activation.
-    pub overlap: bool,
+    pub(crate) overlap: bool,
     /// Shared flash counters, to attribute read-ahead bytes to the decodes.
-    pub counters: Option<Arc<FlashCounters>>,
+    pub(crate) counters: Option<Arc<FlashCounters>>,
     /// `--predict-prefetch`: guess the next layer's routing and read it early.
-    pub predictor: Option<Arc<Predictor>>,
+    pub(crate) predictor: Option<Arc<Predictor>>,
     /// `--drop-cold-experts F`: skip cold, low-weight routed experts (lossy; 0 is off).
-    pub drop_cold: f32,
+    pub(crate) drop_cold: f32,
     /// Log every demand's routing in the metrics ([`DecodeMetrics::routed`]).
-    pub route_log: bool,
+    pub(crate) route_log: bool,
     /// `--dense-weights anon`: llama.cpp's mapping (address range) and the
     /// copies made, shared with the MTP draft context's hook (rebinding a
     /// weight is seen by every context of the model, so both use one set).
-    pub anon: Option<SharedAnon>,
+    pub(crate) anon: Option<SharedAnon>,
     /// `--route-trace`: every demand's routed ids and every decode's rows.
-    pub route_trace: Option<super::trace::RouteTraceWriter>,
+    pub(crate) route_trace: Option<super::trace::RouteTraceWriter>,
 }
 
-pub struct StreamHook {
+pub(crate) struct StreamHook {
     client: FlashClient,
     arena: Arc<Arena>,
     /// Expert weight tensor name -> (layer, projection index).
@@ -121,7 +121,7 @@ pub struct StreamHook {
 }
 
 impl StreamHook {
-    pub fn new(
+    pub(crate) fn new(
         client: FlashClient,
         arena: Arc<Arena>,
         layout: &MoeLayout,

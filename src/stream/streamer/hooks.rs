@@ -13,7 +13,7 @@ use crate::stream::{fault, HookOptions, SharedAnon, StreamHook};
 impl Streamer {
     /// The verify context's observer: its hook (see [`Self::verify_hook`]),
     /// under the injected observer fault when one is asked for.
-    pub fn verify_observer(
+    pub(crate) fn verify_observer(
         &self,
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,
@@ -59,7 +59,7 @@ impl Streamer {
     /// weights leave the mapping too. Serial: no overlap, prediction or drops;
     /// it logs its routing for the actor's pre-demand, made with a second
     /// client of the same requester.
-    pub fn draft_hook_parts(&self, anon: Option<SharedAnon>) -> DraftHookParts {
+    pub(crate) fn draft_hook_parts(&self, anon: Option<SharedAnon>) -> DraftHookParts {
         DraftHookParts {
             client: self.flash.client(Requester::Draft),
             predemand: self.flash.client(Requester::Draft),
@@ -73,7 +73,7 @@ impl Streamer {
 
 /// The ingredients of the MTP draft context's hook, sent to the draft actor's
 /// thread and assembled there ([`DraftHookParts::build`]).
-pub struct DraftHookParts {
+pub(crate) struct DraftHookParts {
     client: bmoe_actors::flash::FlashClient,
     /// The draft actor's own client (same requester, so its pins hand over to
     /// the hook's next demand): the pre-demand during the verify decode.
@@ -86,7 +86,10 @@ pub struct DraftHookParts {
 
 impl DraftHookParts {
     /// The hook and the pre-demand client, on the thread that will run the context.
-    pub fn build(self, abort: Arc<AtomicBool>) -> (StreamHook, bmoe_actors::flash::FlashClient) {
+    pub(crate) fn build(
+        self,
+        abort: Arc<AtomicBool>,
+    ) -> (StreamHook, bmoe_actors::flash::FlashClient) {
         let opts = HookOptions {
             k: self.k,
             route_log: true,

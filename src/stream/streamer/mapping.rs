@@ -11,7 +11,10 @@ impl Streamer {
     /// After the model is loaded: drop the expert ranges of llama.cpp's mapping
     /// of each model file (the load populated them) and handle the dense
     /// weights per `dense`.
-    pub fn prepare_mapping(&self, dense: DenseMode) -> Result<Option<SharedAnon>, StreamError> {
+    pub(crate) fn prepare_mapping(
+        &self,
+        dense: DenseMode,
+    ) -> Result<Option<SharedAnon>, StreamError> {
         let mut address_ranges = Vec::new();
         for (i, shard) in self.layout.shards.iter().enumerate() {
             let map = FileMapping::find(&shard.path, &self.premapped[i])?;
