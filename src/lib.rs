@@ -2,20 +2,20 @@
 //!
 //! Rooms: [`llama`] is the only FFI seam; [`fixture`] builds the offline test
 //! models; [`layout`] says where expert bytes live; [`generate`] is plain greedy
-//! generation (and its verify loop); [`draft`] is the MTP draft actor; [`inspect`] describes a model; [`bench`] runs matrices of runs
-//! against the host's bound. Actors and pure policy live in the
-//! `bmoe-actors` crate.
+//! generation (and its verify loop); [`draft`] is the MTP draft actor;
+//! [`inspect`] describes a model; [`lab`] is the measurement harness (bench
+//! matrices, host conditions, compare), which the engine never imports.
+//! Actors and pure policy live in the `bmoe-actors` crate.
 
-pub mod bench;
 pub mod chat;
 pub mod chrome_trace;
-pub mod compare;
 pub mod draft;
 pub mod engine;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
 pub mod interrupt;
+pub mod lab;
 pub mod layout;
 pub mod llama;
 pub mod serve;

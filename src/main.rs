@@ -160,7 +160,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
             return exit::USAGE;
         }
         if cause
-            .downcast_ref::<bmoe::compare::CompareError>()
+            .downcast_ref::<bmoe::lab::compare::CompareError>()
             .is_some()
         {
             return exit::USAGE;
@@ -185,7 +185,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Probe(p) => cli::commands::probe(p),
         Command::Compare { csv, mixed } => {
-            use bmoe::compare::{self, CompareError, RunCsv};
+            use bmoe::lab::compare::{self, CompareError, RunCsv};
             let runs = csv
                 .iter()
                 .map(|p| RunCsv::open(p))
@@ -215,11 +215,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             )?)
         }
         Command::Burn { max_seconds } => {
-            bmoe::bench::neighbour::burn(max_seconds);
+            bmoe::lab::bench::neighbour::burn(max_seconds);
             Ok(())
         }
         Command::Balloon { mib, max_seconds } => {
-            bmoe::bench::balloon::hold(mib, max_seconds).context("balloon")
+            bmoe::lab::bench::balloon::hold(mib, max_seconds).context("balloon")
         }
     }
 }

@@ -16,7 +16,7 @@ use super::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs};
 /// `bmoe bench`: check the cells and flags, run the matrix, print the cells
 /// table and say where the summary is.
 pub fn bench(args: BenchArgs) -> Result<()> {
-    use bmoe::bench::{self, runner};
+    use bmoe::lab::bench::{self, runner};
     let (cells, cells_source) = bench_cells(&args)?;
     check_cells(&cells)?;
     checks::bench_out_dir(&args.out)?;
@@ -83,12 +83,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
 
 /// The probe's queue depths: `--probe-depths`, else the streamed cells'
 /// (`--io-threads`, else its default), else the default depth alone.
-fn probe_depths(args: &BenchArgs, cells: &[bmoe::bench::Cell]) -> Vec<u32> {
+fn probe_depths(args: &BenchArgs, cells: &[bmoe::lab::bench::Cell]) -> Vec<u32> {
     let default = bmoe::stream::StreamConfig::default().io_threads;
     let depths = args
         .probe_depths
         .clone()
-        .unwrap_or_else(|| bmoe::bench::cell_depths(cells, default));
+        .unwrap_or_else(|| bmoe::lab::bench::cell_depths(cells, default));
     if depths.is_empty() {
         vec![default]
     } else {
@@ -98,8 +98,8 @@ fn probe_depths(args: &BenchArgs, cells: &[bmoe::bench::Cell]) -> Vec<u32> {
 
 /// The cells (from --cells FILE, else a preset, `cache` by default) and
 /// where they came from.
-fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::bench::Cell>, String)> {
-    use bmoe::bench;
+fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::lab::bench::Cell>, String)> {
+    use bmoe::lab::bench;
     Ok(match (&args.cells, &args.preset) {
         (Some(f), _) => {
             let text = checks::read_text_file("the cells file", f, "")?;
@@ -120,7 +120,7 @@ fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::bench::Cell>, String)> {
 }
 
 /// Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
-fn check_cells(cells: &[bmoe::bench::Cell]) -> Result<()> {
+fn check_cells(cells: &[bmoe::lab::bench::Cell]) -> Result<()> {
     for c in cells {
         let argv = ["bmoe", "run", "-p", "x"]
             .into_iter()
@@ -149,8 +149,8 @@ fn check_cells(cells: &[bmoe::bench::Cell]) -> Result<()> {
 
 /// Print the cells table and where the summary is; fail when runs failed
 /// (an interrupted bench is not a failure here: main() sets the exit code).
-fn bench_outcome(outcome: &bmoe::bench::runner::BenchOutcome) -> Result<()> {
-    out!("{}", bmoe::bench::cells_table(&outcome.cells));
+fn bench_outcome(outcome: &bmoe::lab::bench::runner::BenchOutcome) -> Result<()> {
+    out!("{}", bmoe::lab::bench::cells_table(&outcome.cells));
     bmoe::say!("bench: summary in {}", outcome.summary_path.display());
     if let Some(sig) = outcome.interrupted {
         // main() turns the pending signal into exit code 130/143.
@@ -244,7 +244,7 @@ fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
 fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
     let cfg = RunConfig {
         model: model.to_path_buf(),
-        prompt: bmoe::bench::WORKLOADS[0].1.to_string(),
+        prompt: bmoe::lab::bench::WORKLOADS[0].1.to_string(),
         chat: false,
         n_predict: args.resident_tokens.max(2),
         ignore_eos: true,
@@ -266,7 +266,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         stop: Vec::new(),
     };
     // With the file in the page cache, so this measures compute, not the disk.
-    bmoe::bench::warm_page_cache(model)
+    bmoe::lab::bench::warm_page_cache(model)
         .with_context(|| format!("read {} to warm the page cache", model.display()))?;
     let report = engine::run(&cfg, |_| {}).context("the resident compute-rate run")?;
     outln!(

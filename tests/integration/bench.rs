@@ -74,11 +74,11 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     // Every run kept its CSV, and it parses.
     for stem in ["serial-1", "serial-2", "half-1", "res-1"] {
         let csv = out.join("runs").join(format!("{stem}.csv"));
-        let c = bmoe::compare::RunCsv::open(&csv).unwrap_or_else(|e| panic!("{e}"));
+        let c = bmoe::lab::compare::RunCsv::open(&csv).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.trailer["tokens"], "8", "{stem}: exactly -n tokens");
     }
     // 50% of the expert bytes, resolved in the preamble.
-    let half = bmoe::compare::RunCsv::open(&out.join("runs/half-1.csv")).unwrap();
+    let half = bmoe::lab::compare::RunCsv::open(&out.join("runs/half-1.csv")).unwrap();
     let layout = bmoe::layout::MoeLayout::open(e8k2()).unwrap();
     let want_mb = layout.expert_bytes() / 2 / (1024 * 1024);
     assert_eq!(half.preamble["cache_mb"], want_mb.to_string());

@@ -4,7 +4,7 @@
 //! nothing; a persistent EIO stops the run with the error, after only correct
 //! tokens, with an aborted CSV; never other text, a panic or a hang.
 
-use bmoe::compare::RunCsv;
+use bmoe::lab::compare::RunCsv;
 
 use crate::common::{bmoe_within, e8k2, stderr, stdout, wait_within};
 

@@ -1,8 +1,8 @@
 //! Read-ahead and the lossy knobs on E8K2: prefetch never changes a token,
 //! the drop and the top-k override say what they cut and mark the run lossy.
 
-use bmoe::compare::RunCsv;
 use bmoe::engine::Mode;
+use bmoe::lab::compare::RunCsv;
 use bmoe::stream::{CacheSize, StreamConfig};
 
 use crate::common::{bmoe, e8k2, e8k2_cli, e8k2_run as run, stderr, stdout, summary_number, PROSE};

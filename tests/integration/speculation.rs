@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use bmoe::compare::RunCsv;
 use bmoe::generate::{self, Drafter, StopReason};
+use bmoe::lab::compare::RunCsv;
 use bmoe::llama::{Context, ContextParams, Model, ModelParams, Token};
 
 use crate::common::*;
@@ -14,7 +14,7 @@ use crate::common::*;
 /// The copy-heavy workload: repeating a source file gives the n-gram drafter
 /// long earlier matches.
 fn copy_prompt() -> &'static str {
-    bmoe::bench::WORKLOADS
+    bmoe::lab::bench::WORKLOADS
         .iter()
         .find(|w| w.0 == "copy")
         .expect("copy workload")
@@ -245,7 +245,7 @@ fn ngram_on_the_cli_reports_acceptance_and_keeps_the_text() {
             batches.iter().any(|b| *b > 1.0),
             "some verify batches are wide"
         );
-        let f = bmoe::compare::figures(&c).unwrap();
+        let f = bmoe::lab::compare::figures(&c).unwrap();
         assert!(f.effective_tok_s <= f.rate.tok_s + 1e-9);
         // Tokens per decode above 1: acceptance pays.
         let decode_rows = c.decode_series("wall_ms").len() as f64;

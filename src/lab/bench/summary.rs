@@ -9,7 +9,7 @@ use super::host::Conditions;
 use super::ratio::{paired_ratio, PairedRatio};
 use super::traced::ProbeSlices;
 use super::{BenchError, Cell};
-use crate::compare::{self, RunCsv, RunFigures};
+use crate::lab::compare::{self, RunCsv, RunFigures};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -5,12 +5,18 @@ use super::BenchError;
 
 /// The shipped prompts (benches/workloads/): (name, text).
 pub const WORKLOADS: &[(&str, &str)] = &[
-    ("prose", include_str!("../../benches/workloads/prose.txt")),
-    ("copy", include_str!("../../benches/workloads/copy.txt")),
-    ("long", include_str!("../../benches/workloads/long.txt")),
-    ("p64", include_str!("../../benches/workloads/p64.txt")),
-    ("p512", include_str!("../../benches/workloads/p512.txt")),
-    ("p2048", include_str!("../../benches/workloads/p2048.txt")),
+    (
+        "prose",
+        include_str!("../../../benches/workloads/prose.txt"),
+    ),
+    ("copy", include_str!("../../../benches/workloads/copy.txt")),
+    ("long", include_str!("../../../benches/workloads/long.txt")),
+    ("p64", include_str!("../../../benches/workloads/p64.txt")),
+    ("p512", include_str!("../../../benches/workloads/p512.txt")),
+    (
+        "p2048",
+        include_str!("../../../benches/workloads/p2048.txt"),
+    ),
 ];
 
 /// A shipped workload by name, or the text of a prompt file.

@@ -8,7 +8,7 @@ use super::host;
 use super::runner::{utc_now, BenchPlan};
 use super::summary::{flags_cell, probes_table, ratios_table};
 use super::{cells_table, legend, Cell, CellSummary, RoundProbe, RunResult};
-use crate::compare::{self, RunCsv};
+use crate::lab::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 
 const MIB: f64 = 1024.0 * 1024.0;

@@ -26,7 +26,7 @@ mod workload;
 
 use std::path::PathBuf;
 
-use crate::compare;
+use crate::lab::compare;
 
 pub use bound::{Bound, RoundProbe};
 pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};

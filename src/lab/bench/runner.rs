@@ -20,7 +20,7 @@ use super::neighbour::Neighbour;
 use super::report::{summary_md, SummaryInputs};
 use super::traced::{self, ProbePlan};
 use super::{summarize, BenchError, Bound, Cell, CellSummary, RunResult};
-use crate::compare::{self, RunCsv};
+use crate::lab::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 use crate::stream::memory;
 
