@@ -10,3 +10,6 @@
 
 pub mod bench;
 pub mod compare;
+
+#[cfg(test)]
+mod boundary;
