@@ -97,20 +97,6 @@ pub enum Command {
         #[arg(short = 'c', long, default_value_t = 2048)]
         ctx: u32,
     },
-    /// Internal: keep one core busy (the bench's busy-neighbour self-test).
-    #[command(hide = true)]
-    Burn {
-        #[arg(long, default_value_t = 3600)]
-        max_seconds: u64,
-    },
-    /// Internal: hold N MiB of touched memory (the bench's smaller-host balloon).
-    #[command(hide = true)]
-    Balloon {
-        #[arg(long)]
-        mib: u64,
-        #[arg(long, default_value_t = 3600)]
-        max_seconds: u64,
-    },
 }
 
 #[derive(Debug, Args)]
@@ -158,8 +144,9 @@ pub struct BenchArgs {
     /// Output directory (runs/, prompt.txt, summary.md); created if missing.
     #[arg(short, long)]
     pub out: PathBuf,
-    /// Emulate a host with about this much available memory: a balloon process
-    /// holds the rest of MemAvailable for the duration of the matrix.
+    /// Emulate a host with about this much available memory: the bench holds
+    /// the rest of MemAvailable (touched anonymous memory, a balloon) for the
+    /// duration of the matrix.
     #[arg(long, value_name = "MIB")]
     pub ram_limit_mb: Option<u64>,
     /// Queue depths of the read probe (each 1..=256, the io_uring reader's limit).
@@ -180,7 +167,7 @@ pub struct BenchArgs {
     /// The most rounds --until-stable may run.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=50))]
     pub max_repeats: u32,
-    /// Testing only: start a CPU-burning neighbour beside these runs (1-based,
+    /// Testing only: keep a core busy (a thread of the bench) beside these runs (1-based,
     /// in the order they run), to check that their conditions are flagged.
     #[arg(long, hide = true, value_delimiter = ',', value_name = "RUNS")]
     pub busy_neighbour: Vec<usize>,

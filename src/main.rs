@@ -214,12 +214,5 @@ fn dispatch(cli: Cli) -> Result<()> {
                 ctx,
             )?)
         }
-        Command::Burn { max_seconds } => {
-            bmoe::lab::bench::neighbour::burn(max_seconds);
-            Ok(())
-        }
-        Command::Balloon { mib, max_seconds } => {
-            bmoe::lab::bench::balloon::hold(mib, max_seconds).context("balloon")
-        }
     }
 }

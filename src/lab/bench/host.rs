@@ -10,9 +10,9 @@
 //! large cache pays for every slot it fills).
 //!
 //! A sample is taken before a run is started and after it is reaped; the
-//! difference is the run's [`Conditions`]. Anything the bench starts that must
-//! count as a neighbour (the busy-neighbour self-test) is reaped only after
-//! the second sample, so its time is not the bench's own.
+//! difference is the run's [`Conditions`]. The busy-neighbour thread of the
+//! self-test has its own ticks taken out of both samples
+//! ([`HostSample::without`]), so its time counts as another's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -52,6 +52,19 @@ pub const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
 /// at once, a few ms on one that does not.
 const FRESH_SAMPLE_BYTES: usize = 1 << 20;
 const PAGE_BYTES: usize = 4096;
+
+impl HostSample {
+    /// This sample with `thread`'s CPU time and faults taken out of the
+    /// bench's own (a thread of the bench that stands for another process).
+    pub fn without(self, thread: OwnStat) -> Self {
+        let own = OwnStat {
+            ticks: self.own.ticks.saturating_sub(thread.ticks),
+            sys_ticks: self.own.sys_ticks.saturating_sub(thread.sys_ticks),
+            minor_faults: self.own.minor_faults.saturating_sub(thread.minor_faults),
+        };
+        Self { own, ..self }
+    }
+}
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +173,20 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
         idle: at(3) + at(4),
         steal: at(7),
         cpus: u32::try_from(cpus).unwrap_or(u32::MAX).max(1),
+    })
+}
+
+/// One thread's CPU ticks and minor faults from `/proc/self/task/TID/stat`
+/// (fields 10, 14 and 15: its children's fields there are the whole
+/// process's, so they are left out).
+pub fn parse_thread_stat(text: &str) -> Option<OwnStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(OwnStat {
+        ticks: field(14)? + field(15)?,
+        sys_ticks: field(15)?,
+        minor_faults: field(10)?,
     })
 }
 
@@ -486,6 +513,37 @@ mod tests {
             })
         );
         assert_eq!(parse_self_stat("1 (x) S 1 2"), None, "cut short");
+        // A thread's own: utime stime (11 12) and minflt (7), not its
+        // process's children's.
+        let thread = parse_thread_stat(own).unwrap();
+        assert_eq!(
+            thread,
+            OwnStat {
+                ticks: 11 + 12,
+                sys_ticks: 12,
+                minor_faults: 7
+            }
+        );
+        assert_eq!(parse_thread_stat("1 (x) S 1 2"), None, "cut short");
+        let whole = parse_self_stat(own).unwrap();
+        let sample = HostSample {
+            at: Instant::now(),
+            cpu: CpuTicks::default(),
+            own: whole,
+            own_read_bytes: None,
+            disk: None,
+            mem_available_bytes: None,
+            mem_total_bytes: None,
+            cached_bytes: None,
+        };
+        assert_eq!(
+            sample.without(thread).own,
+            OwnStat {
+                ticks: 50 - 23,
+                sys_ticks: 26 - 12,
+                minor_faults: 15 - 7
+            }
+        );
         let io = "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n";
         assert_eq!(parse_key(io, "read_bytes"), Some(4096));
         let mem = "MemTotal:       1000 kB\nMemAvailable:    500 kB\nCached:  7 kB\n";

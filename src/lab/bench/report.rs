@@ -28,8 +28,8 @@ pub(super) struct SummaryInputs<'a> {
     /// MemAvailable before the probe, in bytes.
     pub avail0: Option<u64>,
     pub balloon_note: &'a str,
-    /// Whether the balloon was still alive after the matrix (None: no balloon).
-    pub balloon_alive_at_end: Option<bool>,
+    /// Whether the balloon still held its memory after the matrix (None: no balloon).
+    pub balloon_held_at_end: Option<bool>,
     pub interrupted: Option<i32>,
     /// What `--until-stable` concluded (None without it).
     pub stability: Option<&'a str>,
@@ -131,10 +131,11 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
         s.avail0.unwrap_or(0) as f64 / MIB
     );
     let _ = writeln!(md, "- balloon: {balloon_note}");
-    if s.balloon_alive_at_end == Some(false) {
+    if s.balloon_held_at_end == Some(false) {
         let _ = writeln!(
             md,
-            "- WARNING: the balloon was gone at the end of the matrix"
+            "- WARNING: the balloon was no longer all in memory at the end of the matrix \
+             (paged out to swap?)"
         );
     }
     if let Some(note) = s.stability {

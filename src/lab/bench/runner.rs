@@ -1,4 +1,4 @@
-//! Running a bench: inflate the balloon if asked, run the rounds (each a
+//! Running a bench: hold the balloon if asked, run the rounds (each a
 //! probe step that measures the bound, then every cell as a `bmoe run` child
 //! process with its own CSV), the host's conditions sampled around each run,
 //! show progress, and write `summary.md`.
@@ -336,10 +336,16 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         crate::say!("bench: resident compute rate {rate:.2} tok/s");
         env.fixed_resident_tok_s = Some(rate);
     }
-    let (mut balloon, balloon_note) = inflate_balloon(plan)?;
-    let mut m = run_matrix(&env, &mut balloon)?;
-    let balloon_alive_at_end = balloon.as_mut().map(|b| b.alive());
-    drop(balloon);
+    let (balloon, balloon_note) = inflate_balloon(plan)?;
+    let mut m = run_matrix(&env, balloon.as_ref())?;
+    let balloon_held_at_end = balloon.as_ref().map(Balloon::still_held);
+    if let Some(b) = balloon {
+        drop(b);
+        crate::say!(
+            "bench: balloon deflated; MemAvailable {:.0} MiB",
+            memory::mem_available_bytes().unwrap_or(0) as f64 / MIB
+        );
+    }
 
     flag_conditions(&mut m.results, &mut m.probes);
     let cells = summarize(&plan.cells, &m.results, &m.probes)?;
@@ -354,7 +360,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         started: &started,
         avail0,
         balloon_note: &balloon_note,
-        balloon_alive_at_end,
+        balloon_held_at_end,
         interrupted: m.interrupted,
         stability: m.stability.as_deref(),
     });
@@ -402,11 +408,7 @@ fn inflate_balloon(plan: &BenchPlan) -> Result<(Option<Balloon>, String), BenchE
         return Ok((None, note));
     };
     crate::say!("bench: inflating a {mib} MiB balloon to leave about {limit} MiB available");
-    let max_s = plan
-        .run_timeout
-        .as_secs()
-        .saturating_mul((plan.cells.len() as u64 + 1) * (u64::from(plan.max_rounds()) + 1));
-    let b = Balloon::inflate(&plan.exe, mib, max_s)?;
+    let b = Balloon::inflate(mib)?;
     let after = memory::mem_available_bytes().unwrap_or(0) as f64 / MIB;
     let note = format!(
         "{mib} MiB held (oom_score_adj 1000, inflated in {:.1} s); MemAvailable \
@@ -432,7 +434,7 @@ struct Matrix {
 /// Run the rounds (a probe step, then every cell in order), with
 /// `--until-stable` adding rounds until the paired ratios are narrow enough,
 /// then the baseline once more in a round of its own; stops early on a signal.
-fn run_matrix(env: &BenchEnv, balloon: &mut Option<Balloon>) -> Result<Matrix, BenchError> {
+fn run_matrix(env: &BenchEnv, balloon: Option<&Balloon>) -> Result<Matrix, BenchError> {
     let plan = env.plan;
     let rounds = plan.max_rounds();
     let mut m = Matrix::default();
@@ -515,7 +517,7 @@ fn run_round(
     m: &mut Matrix,
     round: u32,
     n_cells: usize,
-    balloon: &mut Option<Balloon>,
+    balloon: Option<&Balloon>,
 ) -> Result<bool, BenchError> {
     match probe_round(env, round, m.probes.last()) {
         Ok(p) => {
@@ -571,14 +573,15 @@ fn probe_line(p: &RoundProbe) -> String {
     )
 }
 
-/// Fail when the balloon died: the remaining runs would not be under the limit.
-fn check_balloon(balloon: &mut Option<Balloon>) -> Result<(), BenchError> {
-    if balloon.as_mut().is_some_and(|b| !b.alive()) {
-        return Err(BenchError::Balloon(
-            "the balloon process died mid-matrix (OOM-killed?); the remaining runs \
-             would not be under the asked memory limit"
-                .into(),
-        ));
+/// Fail when the balloon no longer holds its memory (paged out to swap): the
+/// remaining runs would not be under the limit.
+fn check_balloon(balloon: Option<&Balloon>) -> Result<(), BenchError> {
+    if balloon.is_some_and(|b| !b.still_held()) {
+        return Err(BenchError::Balloon(format!(
+            "less than {:.0}% of the balloon is still in memory (paged out to swap?); \
+             the remaining runs would not be under the asked memory limit",
+            balloon::HELD_SHARE * 100.0
+        )));
     }
     Ok(())
 }
@@ -646,8 +649,9 @@ fn flag_device_speed(results: &mut [RunResult]) {
 
 /// Run one (cell, round) and judge it: the failure (if any), the CSV, whether
 /// its text equals the baseline's, the host's conditions while it ran; returns
-/// it with its progress line. With `neighbour`, a busy neighbour runs beside
-/// it (reaped after the second sample, so its CPU time counts as another's).
+/// it with its progress line. With `neighbour`, a busy neighbour thread runs
+/// beside it (its CPU time taken out of the bench's own, so it counts as
+/// another's).
 fn run_cell(
     env: &BenchEnv,
     ci: usize,
@@ -658,15 +662,22 @@ fn run_cell(
 ) -> Result<(RunResult, String), BenchError> {
     let plan = env.plan;
     let busy = match neighbour {
-        true => Some(Neighbour::start(&plan.exe, plan.run_timeout.as_secs())?),
+        true => Some(Neighbour::start()?),
         false => None,
     };
-    let before = host::sample(env.device);
+    let sample = || {
+        let s = host::sample(env.device);
+        match &busy {
+            Some(n) => n.not_own(s),
+            None => s,
+        }
+    };
+    let before = sample();
     let args = &plan.cells[ci].args;
     let (res, speeds) =
         host::with_speed_samples(|| run_child(plan, args, &env.prompt_path, plan.tokens, stem));
     let (mut failure, wall_s) = res?;
-    let after = host::sample(env.device);
+    let after = sample();
     drop(busy);
     let csv_path = stem.with_extension("csv");
     let csv = match RunCsv::open(&csv_path) {
