@@ -201,7 +201,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(b) => cli::commands::bench(b),
         Command::Replay(r) => cli::replay::replay(r),
-        Command::Fixture(f) => cli::commands::fixture_cmd(f),
+        Command::Fixture(f) => cli::fixture::fixture_cmd(f),
         Command::CheckGraph {
             model,
             n_expert_used,

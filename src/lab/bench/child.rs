@@ -4,9 +4,14 @@
 //! `oom_score_adj` from before any balloon, so the bench holding a balloon
 //! stays first in the OOM killer's line, before any run being measured.
 
+use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::{io_err, BenchError, BenchPlan};
 
 /// This process's `oom_score_adj` as it was before anything of the bench
 /// changed it: read once, by the first caller (the balloon calls this before
@@ -68,4 +73,71 @@ fn set_oom_score_adj(value: &[u8]) {
             libc::close(fd);
         }
     }
+}
+
+/// The last non-empty line of a file (a failed run's error message).
+fn last_line(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+/// Start one `bmoe run` and wait for it (at most `timeout`).
+pub(super) fn run_child(
+    plan: &BenchPlan,
+    args: &[String],
+    prompt_path: &Path,
+    tokens: u32,
+    stem: &Path,
+) -> Result<(Option<String>, f64), BenchError> {
+    let csv = stem.with_extension("csv");
+    let out = stem.with_extension("out");
+    let err = stem.with_extension("err");
+    let t0 = Instant::now();
+    let mut child = dies_with_parent(&mut Command::new(&plan.exe))
+        .arg("run")
+        .arg("-m")
+        .arg(&plan.model)
+        .arg("-f")
+        .arg(prompt_path)
+        .arg("-n")
+        .arg(tokens.to_string())
+        // Rates are measured over exactly -n tokens, whatever the model says.
+        .arg("--ignore-eos")
+        .arg("--csv")
+        .arg(&csv)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out).map_err(io_err("create", &out))?)
+        .stderr(File::create(&err).map_err(io_err("create", &err))?)
+        .spawn()
+        .map_err(io_err("start", &plan.exe))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if t0.elapsed() > plan.run_timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(io_err("wait for", &plan.exe)(e)),
+        }
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    let failure = match status {
+        None => Some(format!(
+            "killed after the {} s run timeout",
+            plan.run_timeout.as_secs()
+        )),
+        Some(s) if !s.success() => Some(format!("{s}: {}", last_line(&err))),
+        Some(_) => None,
+    };
+    Ok((failure, wall))
 }

@@ -14,8 +14,9 @@ use bmoe_actors::replay;
 use bmoe_actors::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
 use super::cells::Cell;
-use super::runner::{run_child, BenchPlan};
+use super::child::run_child;
 use super::BenchError;
+use super::BenchPlan;
 use crate::layout::MoeLayout;
 use crate::stream::CacheSize;
 
