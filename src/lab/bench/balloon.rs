@@ -1,146 +1,117 @@
-//! A memory balloon to emulate a smaller host: a child process (`bmoe
-//! balloon`, hidden) that touches N MiB of anonymous memory and holds it.
-//! These hosts have no swap, so touched anonymous pages cannot be reclaimed
-//! and the page cache has to make do with what is left.
+//! A memory balloon to emulate a smaller host: the bench maps N MiB of
+//! anonymous memory, touches it page by page and holds it until the balloon
+//! is dropped. These hosts have no swap, so touched anonymous pages cannot be
+//! reclaimed and the page cache has to make do with what is left.
 //!
-//! Safety rails: the child sets its own `oom_score_adj` to 1000 (the first
-//! process the OOM killer picks), dies with its parent (`PR_SET_PDEATHSIG`),
-//! exits by itself after `max_seconds`, and [`Balloon`]'s `Drop` kills and
-//! reaps it.
+//! Safety rails: while it holds the balloon the bench's `oom_score_adj` is
+//! 1000 (the first process the OOM killer picks, before any run being
+//! measured: each run starts at the bench's own value from before the
+//! balloon, [`super::child`]); an OOM kill takes the bench, and its runs die
+//! with it. Dropping the balloon unmaps the memory and puts the old
+//! `oom_score_adj` back.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::BenchError;
+use bmoe_actors::flash::AnonBuffer;
+
+use super::{child, BenchError};
 
 const MIB: u64 = 1024 * 1024;
 const PAGE: usize = 4096;
+/// The share of the balloon that must stay in memory for the limit to hold.
+pub const HELD_SHARE: f64 = 0.9;
+/// Where the kernel takes this process's OOM-killer bias.
+const OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
+/// A progress line every this many bytes touched.
+const PROGRESS_BYTES: usize = 4096 * MIB as usize;
 
-/// The line the child prints once every page is touched.
-const READY: &str = "BALLOON_READY";
-
-/// A running balloon; dropping it deflates it.
+/// Held memory; dropping it deflates the balloon.
 #[derive(Debug)]
-pub(crate) struct Balloon {
-    child: Child,
-    pub(crate) inflate_s: f64,
+pub struct Balloon {
+    buf: AnonBuffer,
+    /// `oom_score_adj` before the balloon raised it, put back on drop.
+    restore_adj: String,
+    pub mib: u64,
+    pub inflate_s: f64,
 }
 
 impl Balloon {
-    /// Start `exe balloon --mib N --max-seconds T` and wait until it has
-    /// touched every page.
-    pub(crate) fn inflate(exe: &Path, mib: u64, max_seconds: u64) -> Result<Self, BenchError> {
+    /// Map `mib` MiB, touch every page and hold them, with this process
+    /// first in the OOM killer's line.
+    pub fn inflate(mib: u64) -> Result<Self, BenchError> {
+        let restore_adj = child::base_oom_score_adj()
+            .ok_or_else(|| BenchError::Balloon(format!("cannot read {OOM_SCORE_ADJ}")))?
+            .to_string();
+        let len = usize::try_from(mib * MIB).map_err(|_| {
+            BenchError::Balloon(format!("{mib} MiB does not fit this address space"))
+        })?;
+        std::fs::write(OOM_SCORE_ADJ, "1000")
+            .map_err(|e| BenchError::Balloon(format!("cannot set oom_score_adj: {e}")))?;
         let t0 = Instant::now();
-        let mut child = Command::new(exe)
-            .args([
-                "balloon",
-                "--mib",
-                &mib.to_string(),
-                "--max-seconds",
-                &max_seconds.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| BenchError::Balloon(format!("cannot start {}: {e}", exe.display())))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| BenchError::Balloon("no stdout pipe".into()))?;
-        let mut ready = false;
-        for line in BufReader::new(stdout).lines() {
-            match line {
-                Ok(l) if l.trim() == READY => {
-                    ready = true;
-                    break;
-                }
-                Ok(_) => {}
-                Err(_) => break,
+        let buf = match AnonBuffer::zeroed(len) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = std::fs::write(OOM_SCORE_ADJ, &restore_adj);
+                return Err(BenchError::Balloon(format!("{mib} MiB: {e}")));
             }
-        }
-        if !ready {
-            let status = child.wait().ok();
-            return Err(BenchError::Balloon(format!(
-                "the balloon process ended before holding {mib} MiB ({}); \
-                 was it OOM-killed? Ask for less with a larger --ram-limit-mb",
-                status
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "unknown status".into())
-            )));
-        }
+        };
+        touch(&buf);
+        let inflate_s = t0.elapsed().as_secs_f64();
+        crate::say!("balloon: holding {mib} MiB (touched in {inflate_s:.1} s, oom_score_adj 1000)");
         Ok(Self {
-            child,
-            inflate_s: t0.elapsed().as_secs_f64(),
+            buf,
+            restore_adj,
+            mib,
+            inflate_s,
         })
     }
 
-    /// Whether the balloon still holds its memory (it may have been OOM-killed).
-    pub(crate) fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+    /// Bytes of the balloon backed by memory now (`mincore`): all of them
+    /// unless the kernel swapped some out. None when the kernel cannot say.
+    pub fn resident_bytes(&self) -> Option<u64> {
+        let len = self.buf.len();
+        let mut pages = vec![0u8; len.div_ceil(PAGE)];
+        // SAFETY: the buffer is one page-aligned mapping of `len` bytes, and
+        // `pages` has one byte for each of its pages, as mincore(2) writes.
+        let rc = unsafe { libc::mincore(self.buf.as_ptr().cast(), len, pages.as_mut_ptr()) };
+        (rc == 0).then(|| pages.iter().filter(|&&p| p & 1 == 1).count() as u64 * PAGE as u64)
+    }
+
+    /// Whether at least [`HELD_SHARE`] of the balloon is still backed by
+    /// memory (true when the kernel cannot say): on a host with swap the
+    /// kernel may page it out, and the runs would no longer be under the limit.
+    pub fn still_held(&self) -> bool {
+        let size = self.buf.len() as f64;
+        self.resident_bytes()
+            .is_none_or(|r| r as f64 >= HELD_SHARE * size)
+    }
+}
+
+/// Write one byte of every page of `buf`, so each is backed by memory.
+fn touch(buf: &AnonBuffer) {
+    let len = buf.len();
+    for off in (0..len).step_by(PAGE) {
+        // SAFETY: off < len = buf.len(): inside the mapping, which is writable
+        // and owned by the balloon alone; a volatile write forces the page in.
+        unsafe { std::ptr::write_volatile(buf.as_ptr().add(off), 1) };
+        if off % PROGRESS_BYTES == 0 && off > 0 {
+            crate::say!("balloon: {} MiB touched", off as u64 / MIB);
+        }
     }
 }
 
 impl Drop for Balloon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Back to the old bias; the mapping is unmapped when `buf` drops.
+        let _ = std::fs::write(OOM_SCORE_ADJ, &self.restore_adj);
     }
 }
 
 /// The balloon size that leaves about `limit_mib` MiB available, given the
 /// current MemAvailable; `None` when memory is already at or below the limit.
-pub(crate) fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
+pub fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
     let avail_mib = available_bytes / MIB;
     (avail_mib > limit_mib).then(|| avail_mib - limit_mib)
-}
-
-/// The child's side: touch `mib` MiB and hold them for at most `max_seconds`
-/// or until the parent goes away.
-pub fn hold(mib: u64, max_seconds: u64) -> Result<(), BenchError> {
-    // The first process the OOM killer picks, before any run being measured.
-    std::fs::write("/proc/self/oom_score_adj", "1000")
-        .map_err(|e| BenchError::Balloon(format!("cannot set oom_score_adj: {e}")))?;
-    let parent = std::os::unix::process::parent_id();
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and no pointers.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-    if rc != 0 {
-        return Err(BenchError::Balloon(format!(
-            "prctl(PR_SET_PDEATHSIG): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    if std::os::unix::process::parent_id() != parent {
-        // The parent died before the death signal was armed.
-        return Ok(());
-    }
-    let len = usize::try_from(mib * MIB)
-        .map_err(|_| BenchError::Balloon(format!("{mib} MiB does not fit this address space")))?;
-    let buf = bmoe_actors::flash::AnonBuffer::zeroed(len)
-        .map_err(|e| BenchError::Balloon(format!("{mib} MiB: {e}")))?;
-    let t0 = Instant::now();
-    for off in (0..len).step_by(PAGE) {
-        // SAFETY: off < len <= buf.len(): inside the mapping, which is writable
-        // and owned by this process alone; a volatile write forces the page in.
-        unsafe { std::ptr::write_volatile(buf.as_ptr().add(off), 1) };
-        if off % (4096 * MIB as usize) == 0 && off > 0 {
-            crate::say!("balloon: {} MiB touched", off as u64 / MIB);
-        }
-    }
-    crate::say!(
-        "balloon: holding {mib} MiB (touched in {:.1} s, oom_score_adj 1000, at most {max_seconds} s)",
-        t0.elapsed().as_secs_f64()
-    );
-    crate::stdio::out(&format!("{READY}\n"))
-        .map_err(|e| BenchError::Balloon(format!("telling the bench it is ready: {e}")))?;
-    let deadline = Instant::now() + Duration::from_secs(max_seconds);
-    while Instant::now() < deadline && std::os::unix::process::parent_id() == parent {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    drop(buf);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -6,31 +6,44 @@
 //! read probe and resident rate `bmoe probe` measures, measured again in every
 //! round); each run's host conditions are recorded and disturbed runs flagged.
 //!
-//! This module is the plan and the arithmetic (cells, presets, bound, host
-//! conditions, ratios, summary); [`runner`] spawns the runs, [`balloon`]
-//! emulates a smaller host and [`neighbour`] a busy one.
+//! The plan and the arithmetic: cells and presets (`cells`), the plan
+//! (`plan`), the bound (`bound`), host conditions and their flags (`host`,
+//! `judge`), paired ratios (`ratio`), the pooled figures and tables
+//! (`summary`, `tables`, `report`). The running: `runner` (the whole bench),
+//! `rounds` (the matrix), `probe` (each round's probe step), `cell_run` (one
+//! run), `child` (the `bmoe run` processes), `traced` (what the probe reads);
+//! [`balloon`] emulates a smaller host and `neighbour` a busy one.
 
 pub mod balloon;
 mod bound;
+mod cell_run;
 mod cells;
 mod child;
 mod end_to_end;
-pub(crate) mod host;
-pub mod neighbour;
+mod host;
+mod judge;
+mod neighbour;
+mod plan;
+mod probe;
 mod ratio;
 mod report;
-pub mod runner;
+mod rounds;
+mod runner;
 mod summary;
+mod tables;
 mod traced;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::lab::compare;
 
-pub(crate) use bound::{Bound, RoundProbe};
+pub use bound::{Bound, RoundProbe};
 pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
-pub use summary::{cells_table, legend, summarize, CellSummary, RunResult};
+pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable};
+pub use runner::run_bench;
+pub use summary::{summarize, CellSummary, RunResult};
+pub use tables::{cells_table, legend};
 pub use workload::{warm_page_cache, workload, WORKLOADS};
 
 /// Errors of planning, running or summarizing a bench.
@@ -61,4 +74,9 @@ pub enum BenchError {
     Compare(#[from] compare::CompareError),
     #[error("stopped by signal {0} while measuring the bound")]
     Interrupted(i32),
+}
+
+pub(super) fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
+    let path = path.to_path_buf();
+    move |source| BenchError::Io { what, path, source }
 }

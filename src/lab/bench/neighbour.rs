@@ -1,60 +1,122 @@
-//! A busy neighbour for the bench's self-test of its conditions flags: a child
-//! process (`bmoe burn`, hidden) that keeps every core busy until it is killed
-//! or its deadline passes. `bmoe bench --busy-neighbour RUNS` starts one
-//! beside the listed runs; those runs must come out flagged.
+//! A busy neighbour for the bench's self-test of its conditions flags: a
+//! thread of the bench (`bmoe-neighbour`) that keeps one core busy until it is
+//! stopped. `bmoe bench --busy-neighbour RUNS` starts one beside the listed
+//! runs; those runs must come out flagged.
+//!
+//! Its CPU time is the bench's own in `/proc/self/stat`, so the host samples
+//! around a run take the thread's ticks out ([`Neighbour::not_own`]): to the
+//! conditions it is another process's load, as a neighbour on the host is.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
+use super::host::{self, HostSample};
 use super::BenchError;
 
-/// A running neighbour; dropping it kills and reaps it.
+/// The thread's name, as `/proc/self/task/TID/comm` shows it.
+const NAME: &str = "bmoe-neighbour";
+
+/// A running neighbour; dropping it stops the thread and joins it.
 #[derive(Debug)]
-pub(crate) struct Neighbour {
-    child: Child,
+pub struct Neighbour {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// The thread's kernel id, for its `/proc/self/task/TID/stat`.
+    tid: i32,
 }
 
 impl Neighbour {
-    /// Start `exe burn --max-seconds T`.
-    pub(crate) fn start(exe: &Path, max_seconds: u64) -> Result<Self, BenchError> {
-        let child = super::child::dies_with_parent(&mut Command::new(exe))
-            .args(["burn", "--max-seconds", &max_seconds.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+    /// Start the busy thread; returns once it runs.
+    pub fn start() -> Result<Self, BenchError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name(NAME.into())
+            .spawn(move || {
+                // SAFETY: gettid(2) takes no arguments and cannot fail.
+                let tid = unsafe { libc::gettid() };
+                let _ = tid_tx.send(tid);
+                spin_until(&flag);
+            })
             .map_err(|e| BenchError::Config(format!("start the busy neighbour: {e}")))?;
-        Ok(Self { child })
+        let tid = tid_rx
+            .recv()
+            .map_err(|_| BenchError::Config("the busy neighbour ended at once".into()))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            tid,
+        })
+    }
+
+    /// `sample` with this thread's CPU time and faults taken out of the
+    /// bench's own, so they count as another's.
+    pub fn not_own(&self, sample: HostSample) -> HostSample {
+        let path = format!("/proc/self/task/{}/stat", self.tid);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        match host::parse_thread_stat(&text) {
+            Some(t) => sample.without(t),
+            None => sample,
+        }
     }
 }
 
 impl Drop for Neighbour {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
-/// The child's side: spin every core for at most `max_seconds`, or until the
-/// parent goes away.
-pub fn burn(max_seconds: u64) {
-    let parent = std::os::unix::process::parent_id();
-    let deadline = Instant::now() + Duration::from_secs(max_seconds);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..cores {
-            s.spawn(|| spin_until(deadline, parent));
+/// Busy work until `stop` is set.
+fn spin_until(stop: &AtomicBool) {
+    let mut x = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..100_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
         }
-    });
+    }
 }
 
-/// Busy work until `deadline` or until `parent` is no longer our parent.
-fn spin_until(deadline: Instant, parent: u32) {
-    let mut x = 0u64;
-    while Instant::now() < deadline && std::os::unix::process::parent_id() == parent {
-        for _ in 0..1_000_000 {
-            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread's counters now.
+    fn thread_ticks(n: &Neighbour) -> u64 {
+        let t = std::fs::read_to_string(format!("/proc/self/task/{}/stat", n.tid)).unwrap();
+        host::parse_thread_stat(&t).unwrap().ticks
+    }
+
+    #[test]
+    fn the_neighbour_keeps_a_core_busy_and_is_not_the_bench_s_own() {
+        let n = Neighbour::start().unwrap();
+        let comm = std::fs::read_to_string(format!("/proc/self/task/{}/comm", n.tid)).unwrap();
+        assert_eq!(comm.trim(), NAME);
+        // It runs: 50 ms of CPU (5 ticks) within 5 s, even on a busy shared host.
+        let t0 = std::time::Instant::now();
+        while thread_ticks(&n) < 5 {
+            assert!(t0.elapsed().as_secs() < 5, "the neighbour does not run");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let ran = thread_ticks(&n);
+        // A sample taken beside it leaves at least that much out of the bench's own.
+        let s = host::sample(None);
+        let taken = s.own.ticks - n.not_own(s.clone()).own.ticks;
+        assert!(
+            taken >= ran,
+            "took {taken} ticks out, the thread had run {ran}"
+        );
+        let task = format!("/proc/self/task/{}", n.tid);
+        drop(n);
+        let t0 = std::time::Instant::now();
+        while std::path::Path::new(&task).exists() {
+            assert!(t0.elapsed().as_secs() < 2, "the thread outlived its drop");
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }

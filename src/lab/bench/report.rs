@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use super::host;
-use super::runner::{utc_now, BenchPlan};
-use super::summary::{flags_cell, probes_table, ratios_table};
+use super::tables::{flags_cell, probes_table, ratios_table};
+use super::BenchPlan;
 use super::{cells_table, legend, Cell, CellSummary, RoundProbe, RunResult};
 use crate::lab::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
@@ -15,24 +15,24 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// Everything `summary.md` is written from.
 pub(super) struct SummaryInputs<'a> {
-    pub(crate) plan: &'a BenchPlan,
-    pub(crate) layout: &'a MoeLayout,
+    pub plan: &'a BenchPlan,
+    pub layout: &'a MoeLayout,
     /// Every round's probe step.
-    pub(crate) probes: &'a [RoundProbe],
+    pub probes: &'a [RoundProbe],
     /// What each probe set reads (the sets of the probe table's columns).
-    pub(crate) probe_sets: &'a [super::traced::ProbeSlices],
-    pub(crate) cells: &'a [CellSummary],
-    pub(crate) results: &'a [RunResult],
+    pub probe_sets: &'a [super::traced::ProbeSlices],
+    pub cells: &'a [CellSummary],
+    pub results: &'a [RunResult],
     /// When the bench started (`utc_now`).
-    pub(crate) started: &'a str,
+    pub started: &'a str,
     /// MemAvailable before the probe, in bytes.
-    pub(crate) avail0: Option<u64>,
-    pub(crate) balloon_note: &'a str,
-    /// Whether the balloon was still alive after the matrix (None: no balloon).
-    pub(crate) balloon_alive_at_end: Option<bool>,
-    pub(crate) interrupted: Option<i32>,
+    pub avail0: Option<u64>,
+    pub balloon_note: &'a str,
+    /// Whether the balloon still held its memory after the matrix (None: no balloon).
+    pub balloon_held_at_end: Option<bool>,
+    pub interrupted: Option<i32>,
     /// What `--until-stable` concluded (None without it).
-    pub(crate) stability: Option<&'a str>,
+    pub stability: Option<&'a str>,
 }
 
 /// The whole `summary.md` text.
@@ -131,10 +131,11 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
         s.avail0.unwrap_or(0) as f64 / MIB
     );
     let _ = writeln!(md, "- balloon: {balloon_note}");
-    if s.balloon_alive_at_end == Some(false) {
+    if s.balloon_held_at_end == Some(false) {
         let _ = writeln!(
             md,
-            "- WARNING: the balloon was gone at the end of the matrix"
+            "- WARNING: the balloon was no longer all in memory at the end of the matrix \
+             (paged out to swap?)"
         );
     }
     if let Some(note) = s.stability {
@@ -335,4 +336,40 @@ fn memory_table(results: &[RunResult], cells: &[Cell], layout: &MoeLayout) -> St
         }
     }
     out
+}
+
+/// UTC date and time of now, `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm), days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_now_is_a_plausible_timestamp() {
+        let s = super::utc_now();
+        assert_eq!(s.len(), "2026-11-30 07:00:00 UTC".len(), "{s}");
+        assert!(s.starts_with("20"), "{s}");
+        assert!(s.ends_with(" UTC"));
+    }
 }

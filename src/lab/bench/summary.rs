@@ -1,13 +1,12 @@
-//! The bench summary: each cell's runs pooled into figures, and the markdown
-//! tables (cells, probe bound, legend) of `summary.md`.
+//! The bench summary's figures: each run's result, each cell's runs pooled
+//! into figures, and a cell's ratio to the baseline paired by round. The
+//! tables of `summary.md` are in [`super::tables`].
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::bound::{of_round, RoundProbe};
 use super::host::Conditions;
 use super::ratio::{paired_ratio, PairedRatio};
-use super::traced::ProbeSlices;
 use super::{BenchError, Cell};
 use crate::lab::compare::{self, RunCsv, RunFigures};
 
@@ -16,22 +15,22 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// One finished (or failed) run of a cell.
 #[derive(Debug, Clone)]
 pub struct RunResult {
-    pub(crate) cell: usize,
-    pub(crate) run: u32,
-    pub(crate) csv_path: PathBuf,
+    pub cell: usize,
+    pub run: u32,
+    pub csv_path: PathBuf,
     /// The parsed CSV, when the run wrote a complete one.
-    pub(crate) csv: Option<RunCsv>,
+    pub csv: Option<RunCsv>,
     /// Why the run failed (exit status and the last stderr line), if it did.
-    pub(crate) failure: Option<String>,
+    pub failure: Option<String>,
     /// Whether its text equals the baseline's first run's text.
-    pub(crate) same_text_as_baseline: Option<bool>,
-    pub(crate) wall_s: f64,
+    pub same_text_as_baseline: Option<bool>,
+    pub wall_s: f64,
     /// The host while it ran (None: not sampled).
-    pub(crate) conditions: Option<Conditions>,
+    pub conditions: Option<Conditions>,
     /// Why its conditions differ from its reference's (empty: not flagged).
-    pub(crate) flags: Vec<String>,
+    pub flags: Vec<String>,
     /// The probe set whose bandwidth bounds it (the slices its cache misses on).
-    pub(crate) probe_set: usize,
+    pub probe_set: usize,
 }
 
 impl RunResult {
@@ -44,7 +43,7 @@ impl RunResult {
     }
 
     /// The run's tok/s over its own round's bound (None: no bound or no figures).
-    pub(crate) fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
+    pub fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
         let f = self.figures()?;
         let bound = self.bound_tok_s(probes, &f)?;
         (bound > 0.0).then(|| f.rate.tok_s / bound)
@@ -66,11 +65,7 @@ impl RunResult {
 /// The paired ratio of cell `ci` to the baseline (cell 0) over the rounds in
 /// which both ran successfully; with `unflagged_only`, over the rounds in
 /// which neither was flagged.
-pub(crate) fn cell_ratio(
-    results: &[RunResult],
-    ci: usize,
-    unflagged_only: bool,
-) -> Option<PairedRatio> {
+pub fn cell_ratio(results: &[RunResult], ci: usize, unflagged_only: bool) -> Option<PairedRatio> {
     let rates = |cell: usize| -> Vec<(u32, f64)> {
         results
             .iter()
@@ -84,34 +79,34 @@ pub(crate) fn cell_ratio(
 /// Per-cell figures pooled over its runs.
 #[derive(Debug, Clone)]
 pub struct CellSummary {
-    pub(crate) name: String,
-    pub(crate) runs: usize,
-    pub(crate) failed: usize,
-    pub(crate) per_run_tok_s: Vec<f64>,
-    pub(crate) mean_tok_s: f64,
+    pub name: String,
+    pub runs: usize,
+    pub failed: usize,
+    pub per_run_tok_s: Vec<f64>,
+    pub mean_tok_s: f64,
     /// Bootstrap 95% interval: runs resampled, then tokens within them
     /// ([`compare::rate_with_ci_runs`]); between-run drift is in it from 2 runs on.
-    pub(crate) ci: (f64, f64),
-    pub(crate) effective_tok_s: f64,
-    pub(crate) mib_per_token: f64,
-    pub(crate) hit_pct: Option<f64>,
-    pub(crate) stall_s_per_token: f64,
-    pub(crate) majflt_per_token: f64,
-    pub(crate) acceptance_pct: Option<f64>,
-    pub(crate) tokens_per_verify: Option<f64>,
-    pub(crate) drafted_steps: Option<String>,
-    pub(crate) peak_rss_mib: Option<f64>,
-    pub(crate) resident: bool,
-    pub(crate) lossy: bool,
+    pub ci: (f64, f64),
+    pub effective_tok_s: f64,
+    pub mib_per_token: f64,
+    pub hit_pct: Option<f64>,
+    pub stall_s_per_token: f64,
+    pub majflt_per_token: f64,
+    pub acceptance_pct: Option<f64>,
+    pub tokens_per_verify: Option<f64>,
+    pub drafted_steps: Option<String>,
+    pub peak_rss_mib: Option<f64>,
+    pub resident: bool,
+    pub lossy: bool,
     /// Mean over the runs of the bound of each run's own round.
-    pub(crate) bound_tok_s: Option<f64>,
+    pub bound_tok_s: Option<f64>,
     /// Mean over the runs of tok/s over that bound.
-    pub(crate) of_bound: Option<f64>,
-    pub(crate) same_text: Option<bool>,
+    pub of_bound: Option<f64>,
+    pub same_text: Option<bool>,
     /// The prompt's pass: mean seconds, and (streamed) bytes read over the
     /// distinct routed slices (1.0 is the floor).
-    pub(crate) prefill_s: Option<f64>,
-    pub(crate) prefill_read_multiple: Option<f64>,
+    pub prefill_s: Option<f64>,
+    pub prefill_read_multiple: Option<f64>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -123,7 +118,7 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 /// The mean of `v` (None when empty).
-fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
+pub(super) fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
     let v: Vec<f64> = v.collect();
     (!v.is_empty()).then(|| mean(&v))
 }
@@ -131,6 +126,9 @@ fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
 pub(super) fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
     csv.trailer.get(key).and_then(|v| v.parse::<f64>().ok())
 }
+
+/// A run that succeeded: its result, CSV and figures.
+type OkRun<'a> = (&'a RunResult, &'a RunCsv, RunFigures);
 
 /// Pool the runs of each cell.
 pub fn summarize(
@@ -141,121 +139,107 @@ pub fn summarize(
     cells
         .iter()
         .enumerate()
-        .map(|(ci, cell)| summarize_cell(ci, cell, results, probes))
+        .map(|(ci, cell)| {
+            let runs: Vec<&RunResult> = results.iter().filter(|r| r.cell == ci).collect();
+            let ok = ok_runs(&runs)?;
+            Ok(summarize_cell(cell, runs.len(), &ok, probes))
+        })
         .collect()
 }
 
-/// One cell's runs pooled into its figures.
-fn summarize_cell(
-    ci: usize,
-    cell: &Cell,
-    results: &[RunResult],
-    probes: &[RoundProbe],
-) -> Result<CellSummary, BenchError> {
-    {
-        let runs: Vec<&RunResult> = results.iter().filter(|r| r.cell == ci).collect();
-        let ok: Vec<(&RunResult, &RunCsv, RunFigures)> = runs
-            .iter()
-            .filter(|r| r.failure.is_none())
-            .filter_map(|r| r.csv.as_ref().map(|c| (*r, c)))
-            .map(|(r, c)| compare::figures(c).map(|f| (r, c, f)))
-            .collect::<Result<_, _>>()?;
-        let per_run: Vec<f64> = ok.iter().map(|(_, _, f)| f.rate.tok_s).collect();
-        let series: Vec<Vec<f64>> = ok
-            .iter()
-            .map(|(_, c, _)| c.decode_series("wall_ms"))
-            .collect();
-        let ci95 =
-            compare::rate_with_ci_runs(&series, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x05ee_db0b)
-                .map(|r| (r.lo, r.hi))
-                .unwrap_or((0.0, 0.0));
-        let avg = |f: fn(&RunFigures) -> f64| mean(&ok.iter().map(|x| f(&x.2)).collect::<Vec<_>>());
-        let opt_avg =
-            |f: fn(&RunFigures) -> Option<f64>| mean_of(ok.iter().filter_map(|x| f(&x.2)));
-        let first = ok.first().map(|x| x.1);
-        let pre = |k: &str| first.and_then(|c| c.preamble.get(k).cloned());
-        let resident = pre("mode").as_deref() == Some("resident");
-        let mib_per_token = avg(|f| f.mib_per_token);
-        let tokens_per_verify = tokens_per_verify(ok.iter().map(|x| x.1));
-        let drafted_steps = first.filter(|c| c.spec() != "off").and_then(|c| {
-            Some(format!(
-                "{} of {}",
-                c.trailer.get("drafted_steps")?,
-                c.trailer.get("mtp_decodes")?
-            ))
-        });
-        let rss: Vec<f64> = ok
-            .iter()
-            .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))
-            .map(|b| b / (1024.0 * 1024.0))
-            .collect();
-        let trailer_mean = |key: &str| mean_of(ok.iter().filter_map(|x| trailer_f64(x.1, key)));
-        let texts: Vec<bool> = ok
-            .iter()
-            .filter_map(|x| x.0.same_text_as_baseline)
-            .collect();
-        Ok(CellSummary {
-            name: cell.name.clone(),
-            runs: runs.len(),
-            failed: runs.len() - ok.len(),
-            mean_tok_s: mean(&per_run),
-            per_run_tok_s: per_run,
-            ci: ci95,
-            effective_tok_s: avg(|f| f.effective_tok_s),
-            mib_per_token,
-            hit_pct: opt_avg(|f| f.hit_pct),
-            stall_s_per_token: avg(|f| f.stall_ms_per_token) / 1e3,
-            majflt_per_token: avg(|f| f.majflt_per_token),
-            acceptance_pct: opt_avg(|f| f.acceptance_pct),
-            tokens_per_verify,
-            drafted_steps,
-            peak_rss_mib: rss.iter().cloned().reduce(f64::max),
-            resident,
-            lossy: first.is_some_and(|c| c.lossy()),
-            bound_tok_s: mean_of(ok.iter().filter_map(|x| x.0.bound_tok_s(probes, &x.2))),
-            of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
-            same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
-            prefill_s: trailer_mean("prefill_s"),
-            prefill_read_multiple: trailer_mean("prefill_read_multiple"),
-        })
-    }
+/// The runs of `runs` that succeeded with a CSV, with their figures.
+fn ok_runs<'a>(runs: &[&'a RunResult]) -> Result<Vec<OkRun<'a>>, BenchError> {
+    Ok(runs
+        .iter()
+        .filter(|r| r.failure.is_none())
+        .filter_map(|r| r.csv.as_ref().map(|c| (*r, c)))
+        .map(|(r, c)| compare::figures(c).map(|f| (r, c, f)))
+        .collect::<Result<_, _>>()?)
 }
 
-/// Speculated runs only: emitted decode tokens per target decode.
-fn tokens_per_verify<'a>(runs: impl Iterator<Item = &'a RunCsv>) -> Option<f64> {
-    let spec_runs: Vec<&RunCsv> = runs.filter(|c| c.spec() != "off").collect();
+/// The bootstrap 95% interval of the rate over the runs' per-token series
+/// ((0, 0) without any).
+fn rate_ci(ok: &[OkRun]) -> (f64, f64) {
+    let series: Vec<Vec<f64>> = ok
+        .iter()
+        .map(|(_, c, _)| c.decode_series("wall_ms"))
+        .collect();
+    compare::rate_with_ci_runs(&series, compare::BOOTSTRAP_RESAMPLES, 0.95, 0x05ee_db0b)
+        .map(|r| (r.lo, r.hi))
+        .unwrap_or((0.0, 0.0))
+}
+
+/// Speculated runs only: emitted decode tokens per target decode over all of
+/// them, and the first run's `drafted steps of decodes` (when it speculated).
+fn spec_figures(ok: &[OkRun]) -> (Option<f64>, Option<String>) {
+    let spec_runs: Vec<&RunCsv> = ok
+        .iter()
+        .map(|x| x.1)
+        .filter(|c| c.spec() != "off")
+        .collect();
     let decodes: f64 = spec_runs
         .iter()
         .filter_map(|c| trailer_f64(c, "mtp_decodes"))
         .sum();
-    (decodes > 0.0).then(|| {
+    let tokens_per_verify = (decodes > 0.0).then(|| {
         spec_runs
             .iter()
             .map(|c| c.decode_series("wall_ms").len() as f64)
             .sum::<f64>()
             / decodes
-    })
+    });
+    let first = ok.first().map(|x| x.1).filter(|c| c.spec() != "off");
+    let drafted_steps = first.and_then(|c| {
+        Some(format!(
+            "{} of {}",
+            c.trailer.get("drafted_steps")?,
+            c.trailer.get("mtp_decodes")?
+        ))
+    });
+    (tokens_per_verify, drafted_steps)
 }
 
-mod tables;
-pub use tables::*;
-
-#[cfg(test)]
-mod tests {
-    use super::of_bound_cell;
-
-    #[test]
-    fn a_cell_faster_than_its_probe_says_how_many_runs_were() {
-        assert_eq!(of_bound_cell(&[]), "—");
-        assert_eq!(of_bound_cell(&[0.9, 0.8]), "85%");
-        assert_eq!(
-            of_bound_cell(&[1.0]),
-            "100%",
-            "at the bound is not above it"
-        );
-        assert_eq!(
-            of_bound_cell(&[0.9, 1.3, 1.2]),
-            "113% (2 of 3 above the probe)"
-        );
+/// One cell's figures over its `n_runs` runs, of which `ok` succeeded.
+fn summarize_cell(cell: &Cell, n_runs: usize, ok: &[OkRun], probes: &[RoundProbe]) -> CellSummary {
+    let per_run: Vec<f64> = ok.iter().map(|(_, _, f)| f.rate.tok_s).collect();
+    let avg = |f: fn(&RunFigures) -> f64| mean(&ok.iter().map(|x| f(&x.2)).collect::<Vec<_>>());
+    let opt_avg = |f: fn(&RunFigures) -> Option<f64>| mean_of(ok.iter().filter_map(|x| f(&x.2)));
+    let trailer_mean = |key: &str| mean_of(ok.iter().filter_map(|x| trailer_f64(x.1, key)));
+    let first = ok.first().map(|x| x.1);
+    let (tokens_per_verify, drafted_steps) = spec_figures(ok);
+    let texts: Vec<bool> = ok
+        .iter()
+        .filter_map(|x| x.0.same_text_as_baseline)
+        .collect();
+    CellSummary {
+        name: cell.name.clone(),
+        runs: n_runs,
+        failed: n_runs - ok.len(),
+        mean_tok_s: mean(&per_run),
+        per_run_tok_s: per_run,
+        ci: rate_ci(ok),
+        effective_tok_s: avg(|f| f.effective_tok_s),
+        mib_per_token: avg(|f| f.mib_per_token),
+        hit_pct: opt_avg(|f| f.hit_pct),
+        stall_s_per_token: avg(|f| f.stall_ms_per_token) / 1e3,
+        majflt_per_token: avg(|f| f.majflt_per_token),
+        acceptance_pct: opt_avg(|f| f.acceptance_pct),
+        tokens_per_verify,
+        drafted_steps,
+        peak_rss_mib: ok
+            .iter()
+            .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))
+            .map(|b| b / MIB)
+            .reduce(f64::max),
+        resident: first
+            .and_then(|c| c.preamble.get("mode"))
+            .map(String::as_str)
+            == Some("resident"),
+        lossy: first.is_some_and(|c| c.lossy()),
+        bound_tok_s: mean_of(ok.iter().filter_map(|x| x.0.bound_tok_s(probes, &x.2))),
+        of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
+        same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
+        prefill_s: trailer_mean("prefill_s"),
+        prefill_read_multiple: trailer_mean("prefill_read_multiple"),
     }
 }

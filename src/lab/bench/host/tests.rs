@@ -1,5 +1,10 @@
-//! The host conditions' parsers and flags, on recorded /proc text.
+//! The host conditions on made-up counters: parsing, a busy neighbour, a CPU
+//! and a memory at another speed, a device off its cell's median.
 
+use std::time::Instant;
+
+use super::proc::split_dev;
+use super::speed::Speeds;
 use super::*;
 
 #[test]
@@ -26,6 +31,37 @@ fn parses_the_kernel_counters() {
         })
     );
     assert_eq!(parse_self_stat("1 (x) S 1 2"), None, "cut short");
+    // A thread's own: utime stime (11 12) and minflt (7), not its
+    // process's children's.
+    let thread = parse_thread_stat(own).unwrap();
+    assert_eq!(
+        thread,
+        OwnStat {
+            ticks: 11 + 12,
+            sys_ticks: 12,
+            minor_faults: 7
+        }
+    );
+    assert_eq!(parse_thread_stat("1 (x) S 1 2"), None, "cut short");
+    let whole = parse_self_stat(own).unwrap();
+    let sample = HostSample {
+        at: Instant::now(),
+        cpu: CpuTicks::default(),
+        own: whole,
+        own_read_bytes: None,
+        disk: None,
+        mem_available_bytes: None,
+        mem_total_bytes: None,
+        cached_bytes: None,
+    };
+    assert_eq!(
+        sample.without(thread).own,
+        OwnStat {
+            ticks: 50 - 23,
+            sys_ticks: 26 - 12,
+            minor_faults: 15 - 7
+        }
+    );
     let io = "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n";
     assert_eq!(parse_key(io, "read_bytes"), Some(4096));
     let mem = "MemTotal:       1000 kB\nMemAvailable:    500 kB\nCached:  7 kB\n";

@@ -1,117 +1,119 @@
-//! The markdown tables of `summary.md`: cells, probe steps, paired ratios
-//! and the legend.
+//! The tables of `summary.md` (markdown): the cells side by side, the probe
+//! steps with their spread, the ratios over all runs and the unflagged ones,
+//! and the legend of the settings that differ between cells.
 
-use super::*;
+use std::fmt::Write as _;
+
+use super::bound::{of_round, RoundProbe};
+use super::summary::{cell_ratio, mean_of};
+use super::traced::ProbeSlices;
+use super::{Cell, CellSummary, RunResult};
+use crate::lab::compare::{self, RunCsv};
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}"))
         .unwrap_or_else(|| "—".into())
 }
 
+/// The cells table's head (markdown).
+const CELLS_HEAD: &str = "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | \
+     MiB/token | hit % | stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | \
+     peak RSS MiB | bound tok/s | of bound | prefill s | prefill x baseline | \
+     prefill reads x distinct | text = baseline |
+|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+";
+
 /// The cells table (markdown): one row per cell, the baseline first.
 pub fn cells_table(s: &[CellSummary]) -> String {
-    let mut out = String::new();
     let base = s.first().map(|c| c.mean_tok_s).unwrap_or(0.0);
     let base_prefill = s.first().and_then(|c| c.prefill_s);
-    let _ = writeln!(
-        out,
-        "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | MiB/token | hit % | \
-         stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | peak RSS MiB | \
-         bound tok/s | of bound | prefill s | prefill x baseline | prefill reads x distinct | \
-         text = baseline |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-    );
+    let mut out = String::from(CELLS_HEAD);
     for (i, c) in s.iter().enumerate() {
-        out.push_str(&cell_row(i, c, base, base_prefill));
+        out.push_str(&cell_row(c, i == 0, base, base_prefill));
     }
     out
 }
 
-/// One cell's row of the cells table (`i` 0 is the baseline).
-fn cell_row(i: usize, c: &CellSummary, base: f64, base_prefill: Option<f64>) -> String {
-    let mut out = String::new();
-    {
-        let mut name = c.name.clone();
-        if i == 0 {
-            name.push_str(" (baseline)");
-        }
-        if c.lossy {
-            name.push_str(" LOSSY");
-        }
-        let runs = if c.failed > 0 {
-            format!("{} ({} failed)", c.runs, c.failed)
-        } else {
-            c.runs.to_string()
-        };
-        if c.per_run_tok_s.is_empty() {
-            return format!("| {name} | {runs} | — | | | | | | | | | | | | | | | | | | |\n");
-        }
-        let per_run = c
-            .per_run_tok_s
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(" / ");
-        let ratio = if base > 0.0 {
-            format!("{:.2}x", c.mean_tok_s / base)
-        } else {
-            "—".into()
-        };
-        let of_bound = c
-            .of_bound
-            .map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0));
-        let prefill_ratio = c
-            .prefill_s
-            .zip(base_prefill)
-            .filter(|(_, b)| *b > 0.0)
-            .map(|(p, b)| p / b);
-        let text = match c.same_text {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "—",
-        };
-        let _ = writeln!(
-            out,
-            "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {} | {} | \
-             {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {} | {} | {} | {text} |",
-            c.mean_tok_s,
-            c.ci.0,
-            c.ci.1,
-            c.effective_tok_s,
-            // The mmap path's reads are page faults (majflt/token), not counted bytes.
-            if c.resident {
-                "—".to_string()
-            } else {
-                format!("{:.2}", c.mib_per_token)
-            },
-            opt(c.hit_pct, 1),
-            c.stall_s_per_token,
-            c.majflt_per_token,
-            opt(c.acceptance_pct, 1),
-            opt(c.tokens_per_verify, 2),
-            c.drafted_steps.clone().unwrap_or_else(|| "—".into()),
-            opt(c.peak_rss_mib, 0),
-            opt(c.bound_tok_s, 2),
-            opt(c.prefill_s, 2),
-            prefill_ratio.map_or_else(|| "—".to_string(), |r| format!("{r:.2}x")),
-            opt(c.prefill_read_multiple, 2),
-        );
+/// A cell's name and runs as the table shows them.
+fn name_and_runs(c: &CellSummary, baseline: bool) -> (String, String) {
+    let mut name = c.name.clone();
+    if baseline {
+        name.push_str(" (baseline)");
     }
-    out
+    if c.lossy {
+        name.push_str(" LOSSY");
+    }
+    let runs = if c.failed > 0 {
+        format!("{} ({} failed)", c.runs, c.failed)
+    } else {
+        c.runs.to_string()
+    };
+    (name, runs)
+}
+
+/// One cell's row, against the baseline's rate `base` and prefill seconds.
+fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64>) -> String {
+    let (name, runs) = name_and_runs(c, baseline);
+    if c.per_run_tok_s.is_empty() {
+        return format!("| {name} | {runs} | — | | | | | | | | | | | | | | | | | | |\n");
+    }
+    let per_run = c
+        .per_run_tok_s
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let ratio = if base > 0.0 {
+        format!("{:.2}x", c.mean_tok_s / base)
+    } else {
+        "—".into()
+    };
+    let of_bound = c
+        .of_bound
+        .map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0));
+    let prefill_ratio = c
+        .prefill_s
+        .zip(base_prefill)
+        .filter(|(_, b)| *b > 0.0)
+        .map(|(p, b)| p / b);
+    let text = match c.same_text {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "—",
+    };
+    // The mmap path's reads are page faults (majflt/token), not counted bytes.
+    let mib_per_token = match c.resident {
+        true => "—".to_string(),
+        false => format!("{:.2}", c.mib_per_token),
+    };
+    format!(
+        "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {mib_per_token} | \
+         {} | {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {} | {} | {} | {text} |\n",
+        c.mean_tok_s,
+        c.ci.0,
+        c.ci.1,
+        c.effective_tok_s,
+        opt(c.hit_pct, 1),
+        c.stall_s_per_token,
+        c.majflt_per_token,
+        opt(c.acceptance_pct, 1),
+        opt(c.tokens_per_verify, 2),
+        c.drafted_steps.clone().unwrap_or_else(|| "—".into()),
+        opt(c.peak_rss_mib, 0),
+        opt(c.bound_tok_s, 2),
+        opt(c.prefill_s, 2),
+        prefill_ratio.map_or_else(|| "—".to_string(), |r| format!("{r:.2}x")),
+        opt(c.prefill_read_multiple, 2),
+    )
 }
 
 /// The probe steps (markdown), one row per round: bandwidth per probe set
 /// and depth, the resident rate, the step's seconds, other processes' CPU,
 /// the device's time per read and flags; then what each set reads and each
 /// column's spread.
-pub(crate) fn probes_table(
-    probes: &[RoundProbe],
-    sets: &[ProbeSlices],
-    slice_bytes: u64,
-) -> String {
+pub fn probes_table(probes: &[RoundProbe], sets: &[ProbeSlices], slice_bytes: u64) -> String {
     let mut out = String::new();
     let columns: Vec<(usize, u32)> = probes
         .first()
@@ -191,7 +193,7 @@ fn spread(v: &[f64], unit: &str) -> String {
 }
 
 /// A flags list for a table cell (`—` when empty).
-pub(crate) fn flags_cell(flags: &[String]) -> String {
+pub fn flags_cell(flags: &[String]) -> String {
     if flags.is_empty() {
         "—".into()
     } else {
@@ -202,7 +204,7 @@ pub(crate) fn flags_cell(flags: &[String]) -> String {
 /// The ratios over all runs and over the unflagged ones (markdown): each
 /// cell's paired ratio to the baseline with its 95% interval, and its mean
 /// share of its rounds' bound.
-pub(crate) fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]) -> String {
+pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -249,7 +251,7 @@ pub(crate) fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[Roun
 /// shows the probe is no ceiling for that cell, which is said beside the mean
 /// (`benches/bench_agree.py` names it as the reason two benches' fractions
 /// differ).
-pub(crate) fn of_bound_cell(runs: &[f64]) -> String {
+pub fn of_bound_cell(runs: &[f64]) -> String {
     let Some(mean) = mean_of(runs.iter().copied()) else {
         return "—".into();
     };
@@ -308,4 +310,95 @@ pub fn legend(results: &[RunResult], cells: &[Cell]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cells_table, of_bound_cell};
+    use crate::lab::bench::CellSummary;
+
+    /// A cell as a bench of 2 December summarized it.
+    fn cell(name: &str, per_run: &[f64], mean: f64, prefill_s: f64) -> CellSummary {
+        CellSummary {
+            name: name.into(),
+            runs: per_run.len(),
+            failed: 0,
+            per_run_tok_s: per_run.to_vec(),
+            mean_tok_s: mean,
+            ci: (2.37, 2.96),
+            effective_tok_s: mean,
+            mib_per_token: 189.84,
+            hit_pct: Some(0.0),
+            stall_s_per_token: 0.345,
+            majflt_per_token: 0.0,
+            acceptance_pct: None,
+            tokens_per_verify: None,
+            drafted_steps: None,
+            peak_rss_mib: Some(186.0),
+            resident: false,
+            lossy: false,
+            bound_tok_s: Some(3.26),
+            of_bound: Some(0.81),
+            same_text: Some(true),
+            prefill_s: Some(prefill_s),
+            prefill_read_multiple: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn the_cells_table_reads_as_the_saved_summaries_do() {
+        let base = cell("c0-serial", &[2.38, 2.44, 2.41, 2.44, 3.44], 2.62, 2.14);
+        let mut other = cell("c0-overlap", &[5.39, 3.06], 3.43, 1.30);
+        other.resident = true;
+        other.lossy = true;
+        other.failed = 1;
+        let mut none = cell("broken", &[], 0.0, 0.0);
+        none.runs = 2;
+        none.failed = 2;
+        let t = cells_table(&[base, other, none]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | MiB/token | hit % | \
+             stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | peak RSS MiB | \
+             bound tok/s | of bound | prefill s | prefill x baseline | prefill reads x distinct | \
+             text = baseline |"
+        );
+        assert_eq!(
+            lines[1],
+            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
+        // docs/results/bench-20261202-22-a/summary.md, the baseline's row.
+        assert_eq!(
+            lines[2],
+            "| c0-serial (baseline) | 5 | 2.62 | 2.37–2.96 | 2.38 / 2.44 / 2.41 / 2.44 / 3.44 | \
+             1.00x | 2.62 | 189.84 | 0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 81% | 2.14 | \
+             1.00x | 1.00 | yes |"
+        );
+        assert_eq!(
+            lines[3],
+            "| c0-overlap LOSSY | 2 (1 failed) | 3.43 | 2.37–2.96 | 5.39 / 3.06 | 1.31x | 3.43 | — | \
+             0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 81% | 1.30 | 0.61x | 1.00 | yes |"
+        );
+        assert_eq!(
+            lines[4],
+            "| broken | 2 (2 failed) | — | | | | | | | | | | | | | | | | | | |"
+        );
+        assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn a_cell_faster_than_its_probe_says_how_many_runs_were() {
+        assert_eq!(of_bound_cell(&[]), "—");
+        assert_eq!(of_bound_cell(&[0.9, 0.8]), "85%");
+        assert_eq!(
+            of_bound_cell(&[1.0]),
+            "100%",
+            "at the bound is not above it"
+        );
+        assert_eq!(
+            of_bound_cell(&[0.9, 1.3, 1.2]),
+            "113% (2 of 3 above the probe)"
+        );
+    }
 }
