@@ -19,7 +19,7 @@ use super::{child, BenchError};
 const MIB: u64 = 1024 * 1024;
 const PAGE: usize = 4096;
 /// The share of the balloon that must stay in memory for the limit to hold.
-pub const HELD_SHARE: f64 = 0.9;
+pub(crate) const HELD_SHARE: f64 = 0.9;
 /// Where the kernel takes this process's OOM-killer bias.
 const OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
 /// A progress line every this many bytes touched.
@@ -32,7 +32,7 @@ pub struct Balloon {
     /// `oom_score_adj` before the balloon raised it, put back on drop.
     restore_adj: String,
     pub mib: u64,
-    pub inflate_s: f64,
+    pub(crate) inflate_s: f64,
 }
 
 impl Balloon {
@@ -109,7 +109,7 @@ impl Drop for Balloon {
 
 /// The balloon size that leaves about `limit_mib` MiB available, given the
 /// current MemAvailable; `None` when memory is already at or below the limit.
-pub fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
+pub(crate) fn size_for_limit(available_bytes: u64, limit_mib: u64) -> Option<u64> {
     let avail_mib = available_bytes / MIB;
     (avail_mib > limit_mib).then(|| avail_mib - limit_mib)
 }

@@ -6,19 +6,19 @@ use super::host::Conditions;
 
 /// The host's physical limits for this model, from the probe.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// Decode tok/s of a resident run without memory pressure (compute bound).
-    pub resident_tok_s: f64,
+    pub(crate) resident_tok_s: f64,
     /// Random expert-slice read bandwidth, bytes/s, per queue depth, for each
     /// probe set (the slices a group of cells reads).
-    pub read_bytes_per_s: Vec<Vec<(u32, f64)>>,
+    pub(crate) read_bytes_per_s: Vec<Vec<(u32, f64)>>,
 }
 
 impl Bound {
     /// The best bandwidth probed on `set` at a queue depth not above `depth`
     /// (a reader at depth d can do what it did at any shallower depth; the
     /// shallowest probed depth when all are deeper).
-    pub fn bandwidth_at(&self, set: usize, depth: u32) -> Option<f64> {
+    pub(crate) fn bandwidth_at(&self, set: usize, depth: u32) -> Option<f64> {
         let probed = self.read_bytes_per_s.get(set)?;
         let within = probed
             .iter()
@@ -31,7 +31,7 @@ impl Bound {
     /// The overlapped bound for a run reading `bytes_per_token` at queue depth
     /// `depth` from probe set `set`: min(resident rate, bandwidth / bytes per
     /// token). A run that reads nothing is bound by compute alone.
-    pub fn tok_s(&self, set: usize, depth: u32, bytes_per_token: f64) -> f64 {
+    pub(crate) fn tok_s(&self, set: usize, depth: u32, bytes_per_token: f64) -> f64 {
         match self.bandwidth_at(set, depth) {
             Some(bw) if bytes_per_token > 0.0 => self.resident_tok_s.min(bw / bytes_per_token),
             _ => self.resident_tok_s,
@@ -41,19 +41,19 @@ impl Bound {
 
 /// One round's probe step: the bound measured beside that round's cells.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RoundProbe {
-    pub round: u32,
-    pub bound: Bound,
+pub(crate) struct RoundProbe {
+    pub(crate) round: u32,
+    pub(crate) bound: Bound,
     /// Seconds the step took (read probe, page-cache warm-up, resident run).
-    pub wall_s: f64,
-    pub conditions: Conditions,
+    pub(crate) wall_s: f64,
+    pub(crate) conditions: Conditions,
     /// Why its conditions differ from the quietest baseline run's (empty: not flagged),
     /// and what went wrong in it (a failed resident run).
-    pub flags: Vec<String>,
+    pub(crate) flags: Vec<String>,
 }
 
 /// The probe of `round` among `probes`.
-pub fn of_round(probes: &[RoundProbe], round: u32) -> Option<&RoundProbe> {
+pub(crate) fn of_round(probes: &[RoundProbe], round: u32) -> Option<&RoundProbe> {
     probes.iter().find(|p| p.round == round)
 }
 

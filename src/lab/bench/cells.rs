@@ -130,7 +130,7 @@ fn flag_values<'a>(args: &'a [String], names: &'a [&str]) -> impl Iterator<Item 
 
 /// The widest `-c`/`--ctx` any cell asks for, as the flags to pass the
 /// resident probe run (its prompt has to fit the same context).
-pub fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
+pub(crate) fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
     let widest = cells
         .iter()
         .flat_map(|c| flag_values(&c.args, &["-c", "--ctx"]))

@@ -16,7 +16,7 @@ use super::{io_err, BenchError, BenchPlan};
 /// This process's `oom_score_adj` as it was before anything of the bench
 /// changed it: read once, by the first caller (the balloon calls this before
 /// it raises the value). None when it cannot be read.
-pub fn base_oom_score_adj() -> Option<&'static str> {
+pub(crate) fn base_oom_score_adj() -> Option<&'static str> {
     static BASE: OnceLock<Option<String>> = OnceLock::new();
     BASE.get_or_init(|| {
         let text = std::fs::read_to_string("/proc/self/oom_score_adj").ok()?;
@@ -29,7 +29,7 @@ pub fn base_oom_score_adj() -> Option<&'static str> {
 /// give it the bench's [`base_oom_score_adj`], and refuse to start it when the
 /// parent is already gone. The death signal comes when the thread that spawned
 /// the child ends: spawn from the bench's own thread.
-pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+pub(crate) fn dies_with_parent(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     // Allocated here, before the fork: the hook below must not allocate.
     let adj: Option<Vec<u8>> = base_oom_score_adj().map(|s| s.as_bytes().to_vec());

@@ -43,7 +43,7 @@ fn mean_pct(shares: impl Iterator<Item = f64>) -> String {
 /// The markdown table: per cell its runs' end-to-end rates (round order), the
 /// mean, the mean share of time outside the decodes, and the paired ratio to
 /// the baseline over all runs with its 95% interval.
-pub fn end_to_end_table(cells: &[Cell], results: &[RunResult]) -> String {
+pub(crate) fn end_to_end_table(cells: &[Cell], results: &[RunResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

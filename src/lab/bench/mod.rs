@@ -38,11 +38,11 @@ use std::path::{Path, PathBuf};
 
 use crate::lab::compare;
 
-pub use bound::{Bound, RoundProbe};
+pub(crate) use bound::{Bound, RoundProbe};
 pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
 pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable};
 pub use runner::run_bench;
-pub use summary::{summarize, CellSummary, RunResult};
+pub(crate) use summary::{summarize, CellSummary, RunResult};
 pub use tables::{cells_table, legend};
 pub use workload::{warm_page_cache, workload, WORKLOADS};
 

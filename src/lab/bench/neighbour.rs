@@ -19,7 +19,7 @@ const NAME: &str = "bmoe-neighbour";
 
 /// A running neighbour; dropping it stops the thread and joins it.
 #[derive(Debug)]
-pub struct Neighbour {
+pub(crate) struct Neighbour {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// The thread's kernel id, for its `/proc/self/task/TID/stat`.
@@ -28,7 +28,7 @@ pub struct Neighbour {
 
 impl Neighbour {
     /// Start the busy thread; returns once it runs.
-    pub fn start() -> Result<Self, BenchError> {
+    pub(crate) fn start() -> Result<Self, BenchError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
         let flag = Arc::clone(&stop);
@@ -53,7 +53,7 @@ impl Neighbour {
 
     /// `sample` with this thread's CPU time and faults taken out of the
     /// bench's own, so they count as another's.
-    pub fn not_own(&self, sample: HostSample) -> HostSample {
+    pub(crate) fn not_own(&self, sample: HostSample) -> HostSample {
         let path = format!("/proc/self/task/{}/stat", self.tid);
         let text = std::fs::read_to_string(path).unwrap_or_default();
         match host::parse_thread_stat(&text) {

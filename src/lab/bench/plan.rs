@@ -46,7 +46,7 @@ pub struct BenchPlan {
 
 impl BenchPlan {
     /// The most rounds the matrix may run (the baseline's extra round aside).
-    pub fn max_rounds(&self) -> u32 {
+    pub(crate) fn max_rounds(&self) -> u32 {
         let repeats = self.repeats.max(1);
         self.until_stable
             .map_or(repeats, |s| s.max_rounds.max(repeats))

@@ -5,25 +5,25 @@
 
 /// The paired ratio of one cell to the baseline.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PairedRatio {
+pub(crate) struct PairedRatio {
     /// Rounds with both runs.
-    pub n: usize,
+    pub(crate) n: usize,
     /// Geometric mean of the rounds' ratios.
-    pub ratio: f64,
+    pub(crate) ratio: f64,
     /// 95% interval (None with a single round).
-    pub ci: Option<(f64, f64)>,
+    pub(crate) ci: Option<(f64, f64)>,
 }
 
 impl PairedRatio {
     /// The interval's width relative to the ratio, (hi − lo) / ratio (None
     /// with a single round): 0.1 is about ±5%.
-    pub fn width(&self) -> Option<f64> {
+    pub(crate) fn width(&self) -> Option<f64> {
         self.ci.map(|(lo, hi)| (hi - lo) / self.ratio)
     }
 }
 
 /// Student's t at 97.5% for `df` degrees of freedom (df ≥ 1).
-pub fn t_975(df: usize) -> f64 {
+pub(crate) fn t_975(df: usize) -> f64 {
     const T: [f64; 30] = [
         12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
@@ -38,7 +38,7 @@ pub fn t_975(df: usize) -> f64 {
 
 /// The paired ratio from per-round rates of the cell and of the baseline,
 /// each as (round, tok/s); rounds missing on either side are skipped.
-pub fn paired_ratio(cell: &[(u32, f64)], baseline: &[(u32, f64)]) -> Option<PairedRatio> {
+pub(crate) fn paired_ratio(cell: &[(u32, f64)], baseline: &[(u32, f64)]) -> Option<PairedRatio> {
     let logs: Vec<f64> = cell
         .iter()
         .filter_map(|&(r, c)| {

@@ -15,24 +15,24 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// Everything `summary.md` is written from.
 pub(super) struct SummaryInputs<'a> {
-    pub plan: &'a BenchPlan,
-    pub layout: &'a MoeLayout,
+    pub(crate) plan: &'a BenchPlan,
+    pub(crate) layout: &'a MoeLayout,
     /// Every round's probe step.
-    pub probes: &'a [RoundProbe],
+    pub(crate) probes: &'a [RoundProbe],
     /// What each probe set reads (the sets of the probe table's columns).
-    pub probe_sets: &'a [super::traced::ProbeSlices],
-    pub cells: &'a [CellSummary],
-    pub results: &'a [RunResult],
+    pub(crate) probe_sets: &'a [super::traced::ProbeSlices],
+    pub(crate) cells: &'a [CellSummary],
+    pub(crate) results: &'a [RunResult],
     /// When the bench started (`utc_now`).
-    pub started: &'a str,
+    pub(crate) started: &'a str,
     /// MemAvailable before the probe, in bytes.
-    pub avail0: Option<u64>,
-    pub balloon_note: &'a str,
+    pub(crate) avail0: Option<u64>,
+    pub(crate) balloon_note: &'a str,
     /// Whether the balloon still held its memory after the matrix (None: no balloon).
-    pub balloon_held_at_end: Option<bool>,
-    pub interrupted: Option<i32>,
+    pub(crate) balloon_held_at_end: Option<bool>,
+    pub(crate) interrupted: Option<i32>,
     /// What `--until-stable` concluded (None without it).
-    pub stability: Option<&'a str>,
+    pub(crate) stability: Option<&'a str>,
 }
 
 /// The whole `summary.md` text.
@@ -339,7 +339,7 @@ fn memory_table(results: &[RunResult], cells: &[Cell], layout: &MoeLayout) -> St
 }
 
 /// UTC date and time of now, `YYYY-MM-DD HH:MM:SS UTC`.
-pub fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -92,7 +92,7 @@ fn stable_note(
 /// puts each of them second in half the rounds. Round 1 is forward, so the
 /// baseline's first run (whose text every other run is compared with) comes
 /// first.
-pub fn round_order(round: u32, n_cells: usize) -> Vec<usize> {
+pub(crate) fn round_order(round: u32, n_cells: usize) -> Vec<usize> {
     match round % 2 {
         0 => (0..n_cells).rev().collect(),
         _ => (0..n_cells).collect(),

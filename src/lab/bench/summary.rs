@@ -15,22 +15,22 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// One finished (or failed) run of a cell.
 #[derive(Debug, Clone)]
 pub struct RunResult {
-    pub cell: usize,
-    pub run: u32,
-    pub csv_path: PathBuf,
+    pub(crate) cell: usize,
+    pub(crate) run: u32,
+    pub(crate) csv_path: PathBuf,
     /// The parsed CSV, when the run wrote a complete one.
-    pub csv: Option<RunCsv>,
+    pub(crate) csv: Option<RunCsv>,
     /// Why the run failed (exit status and the last stderr line), if it did.
-    pub failure: Option<String>,
+    pub(crate) failure: Option<String>,
     /// Whether its text equals the baseline's first run's text.
-    pub same_text_as_baseline: Option<bool>,
-    pub wall_s: f64,
+    pub(crate) same_text_as_baseline: Option<bool>,
+    pub(crate) wall_s: f64,
     /// The host while it ran (None: not sampled).
-    pub conditions: Option<Conditions>,
+    pub(crate) conditions: Option<Conditions>,
     /// Why its conditions differ from its reference's (empty: not flagged).
-    pub flags: Vec<String>,
+    pub(crate) flags: Vec<String>,
     /// The probe set whose bandwidth bounds it (the slices its cache misses on).
-    pub probe_set: usize,
+    pub(crate) probe_set: usize,
 }
 
 impl RunResult {
@@ -43,7 +43,7 @@ impl RunResult {
     }
 
     /// The run's tok/s over its own round's bound (None: no bound or no figures).
-    pub fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
+    pub(crate) fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
         let f = self.figures()?;
         let bound = self.bound_tok_s(probes, &f)?;
         (bound > 0.0).then(|| f.rate.tok_s / bound)
@@ -65,7 +65,11 @@ impl RunResult {
 /// The paired ratio of cell `ci` to the baseline (cell 0) over the rounds in
 /// which both ran successfully; with `unflagged_only`, over the rounds in
 /// which neither was flagged.
-pub fn cell_ratio(results: &[RunResult], ci: usize, unflagged_only: bool) -> Option<PairedRatio> {
+pub(crate) fn cell_ratio(
+    results: &[RunResult],
+    ci: usize,
+    unflagged_only: bool,
+) -> Option<PairedRatio> {
     let rates = |cell: usize| -> Vec<(u32, f64)> {
         results
             .iter()
@@ -79,34 +83,34 @@ pub fn cell_ratio(results: &[RunResult], ci: usize, unflagged_only: bool) -> Opt
 /// Per-cell figures pooled over its runs.
 #[derive(Debug, Clone)]
 pub struct CellSummary {
-    pub name: String,
-    pub runs: usize,
-    pub failed: usize,
-    pub per_run_tok_s: Vec<f64>,
-    pub mean_tok_s: f64,
+    pub(crate) name: String,
+    pub(crate) runs: usize,
+    pub(crate) failed: usize,
+    pub(crate) per_run_tok_s: Vec<f64>,
+    pub(crate) mean_tok_s: f64,
     /// Bootstrap 95% interval: runs resampled, then tokens within them
     /// ([`compare::rate_with_ci_runs`]); between-run drift is in it from 2 runs on.
-    pub ci: (f64, f64),
-    pub effective_tok_s: f64,
-    pub mib_per_token: f64,
-    pub hit_pct: Option<f64>,
-    pub stall_s_per_token: f64,
-    pub majflt_per_token: f64,
-    pub acceptance_pct: Option<f64>,
-    pub tokens_per_verify: Option<f64>,
-    pub drafted_steps: Option<String>,
-    pub peak_rss_mib: Option<f64>,
-    pub resident: bool,
-    pub lossy: bool,
+    pub(crate) ci: (f64, f64),
+    pub(crate) effective_tok_s: f64,
+    pub(crate) mib_per_token: f64,
+    pub(crate) hit_pct: Option<f64>,
+    pub(crate) stall_s_per_token: f64,
+    pub(crate) majflt_per_token: f64,
+    pub(crate) acceptance_pct: Option<f64>,
+    pub(crate) tokens_per_verify: Option<f64>,
+    pub(crate) drafted_steps: Option<String>,
+    pub(crate) peak_rss_mib: Option<f64>,
+    pub(crate) resident: bool,
+    pub(crate) lossy: bool,
     /// Mean over the runs of the bound of each run's own round.
-    pub bound_tok_s: Option<f64>,
+    pub(crate) bound_tok_s: Option<f64>,
     /// Mean over the runs of tok/s over that bound.
-    pub of_bound: Option<f64>,
-    pub same_text: Option<bool>,
+    pub(crate) of_bound: Option<f64>,
+    pub(crate) same_text: Option<bool>,
     /// The prompt's pass: mean seconds, and (streamed) bytes read over the
     /// distinct routed slices (1.0 is the floor).
-    pub prefill_s: Option<f64>,
-    pub prefill_read_multiple: Option<f64>,
+    pub(crate) prefill_s: Option<f64>,
+    pub(crate) prefill_read_multiple: Option<f64>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -131,7 +135,7 @@ pub(super) fn trailer_f64(csv: &RunCsv, key: &str) -> Option<f64> {
 type OkRun<'a> = (&'a RunResult, &'a RunCsv, RunFigures);
 
 /// Pool the runs of each cell.
-pub fn summarize(
+pub(crate) fn summarize(
     cells: &[Cell],
     results: &[RunResult],
     probes: &[RoundProbe],

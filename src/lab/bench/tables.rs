@@ -113,7 +113,11 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
 /// and depth, the resident rate, the step's seconds, other processes' CPU,
 /// the device's time per read and flags; then what each set reads and each
 /// column's spread.
-pub fn probes_table(probes: &[RoundProbe], sets: &[ProbeSlices], slice_bytes: u64) -> String {
+pub(crate) fn probes_table(
+    probes: &[RoundProbe],
+    sets: &[ProbeSlices],
+    slice_bytes: u64,
+) -> String {
     let mut out = String::new();
     let columns: Vec<(usize, u32)> = probes
         .first()
@@ -193,7 +197,7 @@ fn spread(v: &[f64], unit: &str) -> String {
 }
 
 /// A flags list for a table cell (`—` when empty).
-pub fn flags_cell(flags: &[String]) -> String {
+pub(crate) fn flags_cell(flags: &[String]) -> String {
     if flags.is_empty() {
         "—".into()
     } else {
@@ -204,7 +208,7 @@ pub fn flags_cell(flags: &[String]) -> String {
 /// The ratios over all runs and over the unflagged ones (markdown): each
 /// cell's paired ratio to the baseline with its 95% interval, and its mean
 /// share of its rounds' bound.
-pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]) -> String {
+pub(crate) fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -251,7 +255,7 @@ pub fn ratios_table(cells: &[Cell], results: &[RunResult], probes: &[RoundProbe]
 /// shows the probe is no ceiling for that cell, which is said beside the mean
 /// (`benches/bench_agree.py` names it as the reason two benches' fractions
 /// differ).
-pub fn of_bound_cell(runs: &[f64]) -> String {
+pub(crate) fn of_bound_cell(runs: &[f64]) -> String {
     let Some(mean) = mean_of(runs.iter().copied()) else {
         return "—".into();
     };

@@ -24,28 +24,28 @@ use crate::stream::CacheSize;
 /// generation read them (a slice read twice is listed twice), a short name
 /// for tables and what it is, for the summary.
 #[derive(Debug, Clone)]
-pub struct ProbeSlices {
-    pub name: String,
-    pub slices: Vec<(u64, u64)>,
-    pub what: String,
+pub(crate) struct ProbeSlices {
+    pub(crate) name: String,
+    pub(crate) slices: Vec<(u64, u64)>,
+    pub(crate) what: String,
 }
 
 /// The probe sets and which one bounds each cell (cells' order).
 #[derive(Debug, Clone)]
-pub struct ProbePlan {
+pub(crate) struct ProbePlan {
     /// The file every set's slices are in.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Set 0 is every routed slice (or the whole file when not traced).
-    pub sets: Vec<ProbeSlices>,
-    pub cell_sets: Vec<usize>,
+    pub(crate) sets: Vec<ProbeSlices>,
+    pub(crate) cell_sets: Vec<usize>,
     /// Traced sets are read in the order the run read them (re-reads as
     /// close together as they were: what the caches below the guest see);
     /// the whole file at random.
-    pub order: ProbeOrder,
+    pub(crate) order: ProbeOrder,
 }
 
 /// Every expert slice of the file holding most expert bytes, for every cell.
-pub fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
+pub(crate) fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
     let (file, slices) = crate::stream::probe_slices(layout);
     let what = format!("all {} expert slices of the file", slices.len());
     let set = ProbeSlices {
@@ -123,7 +123,7 @@ fn read_trace(trace: &Path) -> Result<(TraceHeader, Vec<TraceRecord>), String> {
 
 /// What a cell's expert cache is: its `--cache-mb` (default auto) and
 /// `--cache-policy` (default the engine's); None for a resident cell.
-pub fn cell_cache(cell: &Cell) -> Option<(CacheSize, CachePolicy)> {
+pub(crate) fn cell_cache(cell: &Cell) -> Option<(CacheSize, CachePolicy)> {
     if cell.args.iter().any(|a| a == "--resident") {
         return None;
     }

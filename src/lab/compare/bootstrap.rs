@@ -5,8 +5,8 @@
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateCi {
     pub tok_s: f64,
-    pub lo: f64,
-    pub hi: f64,
+    pub(crate) lo: f64,
+    pub(crate) hi: f64,
 }
 
 /// SplitMix64: a fixed-seed stream for the bootstrap (reproducible tables).
@@ -24,7 +24,12 @@ impl SplitMix {
 
 /// tokens / seconds over per-token wall times, with a percentile bootstrap
 /// interval (`resamples` draws with replacement, `level` e.g. 0.95, fixed seed).
-pub fn rate_with_ci(wall_ms: &[f64], resamples: usize, level: f64, seed: u64) -> Option<RateCi> {
+pub(crate) fn rate_with_ci(
+    wall_ms: &[f64],
+    resamples: usize,
+    level: f64,
+    seed: u64,
+) -> Option<RateCi> {
     let n = wall_ms.len();
     let total: f64 = wall_ms.iter().sum();
     if n == 0 || total <= 0.0 {
@@ -61,7 +66,7 @@ fn interval(tok_s: f64, mut draws: Vec<f64>, level: f64) -> RateCi {
 /// interval covers the drift between runs (a shared host's state changes from
 /// one run to the next), not only the token-to-token noise within one; with a
 /// single run it is [`rate_with_ci`]. The point estimate is the pooled rate.
-pub fn rate_with_ci_runs(
+pub(crate) fn rate_with_ci_runs(
     runs: &[Vec<f64>],
     resamples: usize,
     level: f64,

@@ -9,10 +9,10 @@ use super::CompareError;
 /// One run's CSV.
 #[derive(Debug, Clone)]
 pub struct RunCsv {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     pub preamble: BTreeMap<String, String>,
     pub trailer: BTreeMap<String, String>,
-    pub columns: Vec<String>,
+    pub(crate) columns: Vec<String>,
     pub rows: Vec<Vec<f64>>,
 }
 
@@ -34,7 +34,7 @@ impl RunCsv {
     }
 
     /// Parse a run's CSV text (`path` names it in errors).
-    pub fn parse(path: &Path, text: &str) -> Result<Self, CompareError> {
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<Self, CompareError> {
         let err = |line: usize, msg: String| CompareError::Format {
             path: path.to_path_buf(),
             line,
@@ -111,7 +111,7 @@ impl RunCsv {
     }
 
     /// `off` for a plain run, the speculation source otherwise.
-    pub fn spec(&self) -> &str {
+    pub(crate) fn spec(&self) -> &str {
         self.preamble.get("spec").map_or("off", String::as_str)
     }
 
@@ -120,7 +120,7 @@ impl RunCsv {
             || (self.trailer.is_empty() && !self.rows.is_empty())
     }
 
-    pub fn lossy(&self) -> bool {
+    pub(crate) fn lossy(&self) -> bool {
         self.preamble.get("lossy").is_some_and(|v| v == "1")
     }
 }

@@ -12,7 +12,7 @@ mod run_figures;
 
 use std::path::PathBuf;
 
-pub use bootstrap::{rate_with_ci, rate_with_ci_runs, RateCi};
+pub(crate) use bootstrap::{rate_with_ci, rate_with_ci_runs, RateCi};
 pub use csv::RunCsv;
 pub use render::compare;
 pub use run_figures::{differing_keys, figures, RunFigures, BOOTSTRAP_RESAMPLES};

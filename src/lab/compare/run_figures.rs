@@ -8,15 +8,15 @@ use super::{rate_with_ci, CompareError, RateCi, RunCsv};
 /// One row of the comparison table.
 #[derive(Debug, Clone)]
 pub struct RunFigures {
-    pub decodes: usize,
+    pub(crate) decodes: usize,
     pub rate: RateCi,
     /// Emitted tokens over all time spent (decode + drafting); = rate for plain runs.
     pub effective_tok_s: f64,
-    pub mib_per_token: f64,
-    pub hit_pct: Option<f64>,
-    pub stall_ms_per_token: f64,
-    pub majflt_per_token: f64,
-    pub acceptance_pct: Option<f64>,
+    pub(crate) mib_per_token: f64,
+    pub(crate) hit_pct: Option<f64>,
+    pub(crate) stall_ms_per_token: f64,
+    pub(crate) majflt_per_token: f64,
+    pub(crate) acceptance_pct: Option<f64>,
 }
 
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;

@@ -6,27 +6,27 @@ use super::{median, Conditions};
 
 /// Where the flags' thresholds are set: a run is flagged when a disturbance
 /// exceeds its reference run's by more than this.
-pub const OTHER_CPU_CORES_LIMIT: f64 = 0.25;
-pub const STEAL_CORES_LIMIT: f64 = 0.10;
-pub const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
+pub(crate) const OTHER_CPU_CORES_LIMIT: f64 = 0.25;
+pub(crate) const STEAL_CORES_LIMIT: f64 = 0.10;
+pub(crate) const OTHER_READ_MIB_S_LIMIT: f64 = 16.0;
 /// MemAvailable at the start may differ from the reference's by this share of MemTotal.
-pub const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
+pub(crate) const MEM_AVAILABLE_SHARE_LIMIT: f64 = 0.10;
 /// The device's ms/read in a run may differ from the median of the same
 /// cell's runs by this factor, either way (same reads, so a different device).
-pub const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
+pub(crate) const DEVICE_MS_FACTOR_LIMIT: f64 = 1.5;
 /// Fewer reads than this make ms/read too thin to judge.
-pub const DEVICE_MIN_READS: u64 = 256;
+pub(crate) const DEVICE_MIN_READS: u64 = 256;
 /// A run whose CPU kernel (sampled while it ran) is this factor slower or
 /// faster than its reference's is flagged: the counters above miss a CPU
 /// that runs at another speed (a host's frequency or a neighbour on the
 /// same physical core).
-pub const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
+pub(crate) const CPU_KERNEL_FACTOR_LIMIT: f64 = 1.10;
 /// A run whose fresh-page time (sampled while it ran) is this factor slower or
 /// faster than its reference's is flagged.
-pub const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
+pub(crate) const FRESH_PAGE_FACTOR_LIMIT: f64 = 1.5;
 
 /// Why `c` is flagged against the reference `r` (empty: not flagged).
-pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
+pub(crate) fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
     let mut out = Vec::new();
     if c.other_cpu_cores > r.other_cpu_cores + OTHER_CPU_CORES_LIMIT {
         out.push(format!(
@@ -75,7 +75,7 @@ pub fn flags(c: &Conditions, r: &Conditions) -> Vec<String> {
 /// Why a run's device speed is off the median of its cell's runs (`cell`:
 /// every run's conditions, this one's included); None when it is not, or
 /// when too few reads make either side thin.
-pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
+pub(crate) fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
     let judged = |c: &Conditions| {
         c.read_ms
             .filter(|ms| *ms > 0.0 && c.device_reads >= DEVICE_MIN_READS)
@@ -97,7 +97,7 @@ pub fn device_flag(c: &Conditions, cell: &[Conditions]) -> Option<String> {
 
 /// The quietest of `cs`, metric by metric (the reference for the baseline's
 /// own runs): least other CPU, steal and other reading, median MemAvailable.
-pub fn quietest(cs: &[Conditions]) -> Option<Conditions> {
+pub(crate) fn quietest(cs: &[Conditions]) -> Option<Conditions> {
     let first = *cs.first()?;
     let min = |f: fn(&Conditions) -> f64| cs.iter().map(f).fold(f64::INFINITY, f64::min);
     let min_opt = |f: fn(&Conditions) -> Option<f64>| cs.iter().filter_map(f).reduce(f64::min);

@@ -22,15 +22,15 @@ mod tests;
 
 use std::time::Instant;
 
-pub use flags::{
+pub(crate) use flags::{
     device_flag, flags, quietest, CPU_KERNEL_FACTOR_LIMIT, DEVICE_MIN_READS,
     DEVICE_MS_FACTOR_LIMIT, FRESH_PAGE_FACTOR_LIMIT, MEM_AVAILABLE_SHARE_LIMIT,
     OTHER_CPU_CORES_LIMIT, OTHER_READ_MIB_S_LIMIT, STEAL_CORES_LIMIT,
 };
-pub use proc::{
+pub(crate) use proc::{
     device_of, parse_diskstats, parse_key, parse_proc_stat, parse_self_stat, parse_thread_stat,
 };
-pub use speed::with_speed_samples;
+pub(crate) use speed::with_speed_samples;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Linux reports `/proc` CPU times in USER_HZ ticks, 100 per second on every
@@ -39,23 +39,23 @@ const USER_HZ: f64 = 100.0;
 
 /// Cumulative counters at one instant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostSample {
-    pub at: Instant,
-    pub cpu: CpuTicks,
+pub(crate) struct HostSample {
+    pub(crate) at: Instant,
+    pub(crate) cpu: CpuTicks,
     /// This process's and its reaped children's CPU time and faults.
-    pub own: OwnStat,
+    pub(crate) own: OwnStat,
     /// `read_bytes` of `/proc/self/io` (includes reaped children's).
-    pub own_read_bytes: Option<u64>,
-    pub disk: Option<DiskCounters>,
-    pub mem_available_bytes: Option<u64>,
-    pub mem_total_bytes: Option<u64>,
-    pub cached_bytes: Option<u64>,
+    pub(crate) own_read_bytes: Option<u64>,
+    pub(crate) disk: Option<DiskCounters>,
+    pub(crate) mem_available_bytes: Option<u64>,
+    pub(crate) mem_total_bytes: Option<u64>,
+    pub(crate) cached_bytes: Option<u64>,
 }
 
 impl HostSample {
     /// This sample with `thread`'s CPU time and faults taken out of the
     /// bench's own (a thread of the bench that stands for another process).
-    pub fn without(self, thread: OwnStat) -> Self {
+    pub(crate) fn without(self, thread: OwnStat) -> Self {
         let own = OwnStat {
             ticks: self.own.ticks.saturating_sub(thread.ticks),
             sys_ticks: self.own.sys_ticks.saturating_sub(thread.sys_ticks),
@@ -67,25 +67,25 @@ impl HostSample {
 
 /// What `/proc/self/stat` says of this process and its reaped children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OwnStat {
+pub(crate) struct OwnStat {
     /// utime + stime + cutime + cstime, in clock ticks.
-    pub ticks: u64,
+    pub(crate) ticks: u64,
     /// stime + cstime: the part spent in the kernel.
-    pub sys_ticks: u64,
+    pub(crate) sys_ticks: u64,
     /// minflt + cminflt: page faults served without reading a file.
-    pub minor_faults: u64,
+    pub(crate) minor_faults: u64,
 }
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks summed over CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CpuTicks {
+pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq.
-    pub busy: u64,
+    pub(crate) busy: u64,
     /// idle + iowait.
-    pub idle: u64,
-    pub steal: u64,
+    pub(crate) idle: u64,
+    pub(crate) steal: u64,
     /// The `cpuN` lines: the CPUs the aggregate sums over.
-    pub cpus: u32,
+    pub(crate) cpus: u32,
 }
 
 impl CpuTicks {
@@ -96,50 +96,50 @@ impl CpuTicks {
 
 /// One device's line of `/proc/diskstats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskCounters {
-    pub reads: u64,
-    pub read_bytes: u64,
+pub(crate) struct DiskCounters {
+    pub(crate) reads: u64,
+    pub(crate) read_bytes: u64,
     /// Milliseconds reads spent in the device's queue and service, summed.
-    pub read_ticks_ms: u64,
-    pub io_ticks_ms: u64,
+    pub(crate) read_ticks_ms: u64,
+    pub(crate) io_ticks_ms: u64,
 }
 
 /// What happened on the host between two samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Conditions {
-    pub wall_s: f64,
+pub(crate) struct Conditions {
+    pub(crate) wall_s: f64,
     /// CPU other processes took, in cores (1.0 = one core busy all along).
-    pub other_cpu_cores: f64,
+    pub(crate) other_cpu_cores: f64,
     /// Time the hypervisor gave to others, in cores.
-    pub steal_cores: f64,
+    pub(crate) steal_cores: f64,
     /// Share of the wall time the model's device was busy (None: device unknown).
-    pub disk_busy_share: Option<f64>,
+    pub(crate) disk_busy_share: Option<f64>,
     /// Mean milliseconds per read on the model's device, everyone's reads
     /// (None: device unknown or no read): how fast the device answered.
-    pub read_ms: Option<f64>,
+    pub(crate) read_ms: Option<f64>,
     /// Reads the device completed (0: device unknown).
-    pub device_reads: u64,
+    pub(crate) device_reads: u64,
     /// Bytes per second read from the model's device by anyone but this bench
     /// and its children.
-    pub other_read_mib_s: Option<f64>,
+    pub(crate) other_read_mib_s: Option<f64>,
     /// At the first sample.
-    pub mem_available_mib: Option<f64>,
-    pub cached_mib: Option<f64>,
-    pub mem_total_mib: Option<f64>,
+    pub(crate) mem_available_mib: Option<f64>,
+    pub(crate) cached_mib: Option<f64>,
+    pub(crate) mem_total_mib: Option<f64>,
     /// Median milliseconds of the CPU kernel sampled during the interval
     /// ([`with_speed_samples`]; None: not sampled).
-    pub cpu_kernel_ms: Option<f64>,
+    pub(crate) cpu_kernel_ms: Option<f64>,
     /// Median microseconds to write one fresh anonymous page, sampled the same
     /// way (None: not sampled).
-    pub fresh_page_us: Option<f64>,
+    pub(crate) fresh_page_us: Option<f64>,
     /// CPU seconds the bench and its reaped children spent in the kernel.
-    pub own_sys_s: f64,
+    pub(crate) own_sys_s: f64,
     /// Minor page faults of the bench and its reaped children.
-    pub own_minor_faults: u64,
+    pub(crate) own_minor_faults: u64,
 }
 
 /// Sample the counters now; `device` is the model's (major, minor).
-pub fn sample(device: Option<(u32, u32)>) -> HostSample {
+pub(crate) fn sample(device: Option<(u32, u32)>) -> HostSample {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let meminfo = read("/proc/meminfo");
     HostSample {
@@ -161,7 +161,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// The conditions between `a` and a later sample `b`.
-pub fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
+pub(crate) fn conditions(a: &HostSample, b: &HostSample) -> Conditions {
     let n_cpus = b.cpu.cpus;
     let wall_s = b.at.duration_since(a.at).as_secs_f64();
     let total = b.cpu.total().saturating_sub(a.cpu.total());

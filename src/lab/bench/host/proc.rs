@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{CpuTicks, DiskCounters, OwnStat};
 
 /// Parse the aggregate `cpu` line of `/proc/stat`.
-pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
+pub(crate) fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line
         .split_whitespace()
@@ -31,7 +31,7 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTicks> {
 /// One thread's CPU ticks and minor faults from `/proc/self/task/TID/stat`
 /// (fields 10, 14 and 15: its children's fields there are the whole
 /// process's, so they are left out).
-pub fn parse_thread_stat(text: &str) -> Option<OwnStat> {
+pub(crate) fn parse_thread_stat(text: &str) -> Option<OwnStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
@@ -45,7 +45,7 @@ pub fn parse_thread_stat(text: &str) -> Option<OwnStat> {
 /// CPU ticks and minor faults from `/proc/self/stat` (fields 10-11 and 14-17;
 /// the command name in parentheses may hold spaces, so fields count from its
 /// `)`).
-pub fn parse_self_stat(text: &str) -> Option<OwnStat> {
+pub(crate) fn parse_self_stat(text: &str) -> Option<OwnStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After ")": state is field 3, so field n is f[n - 3].
@@ -59,7 +59,7 @@ pub fn parse_self_stat(text: &str) -> Option<OwnStat> {
 
 /// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
 /// meminfo are returned in bytes).
-pub fn parse_key(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn parse_key(text: &str, key: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
     let mut it = line.split(':').nth(1)?.split_whitespace();
     let n: u64 = it.next()?.parse().ok()?;
@@ -67,7 +67,7 @@ pub fn parse_key(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The line of `/proc/diskstats` for device `major:minor`.
-pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
+pub(crate) fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
@@ -84,7 +84,7 @@ pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounter
 }
 
 /// The device (major, minor) holding `path`.
-pub fn device_of(path: &Path) -> Option<(u32, u32)> {
+pub(crate) fn device_of(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
     Some(split_dev(std::fs::metadata(path).ok()?.dev()))
 }

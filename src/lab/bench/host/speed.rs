@@ -44,14 +44,14 @@ fn time_fresh_pages() -> Option<f64> {
 
 /// The medians of the speed kernels sampled while a run ran.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Speeds {
-    pub cpu_kernel_ms: Option<f64>,
-    pub fresh_page_us: Option<f64>,
+pub(crate) struct Speeds {
+    pub(crate) cpu_kernel_ms: Option<f64>,
+    pub(crate) fresh_page_us: Option<f64>,
 }
 
 impl Speeds {
     /// `c` with these medians in its speed fields.
-    pub fn onto(self, c: Conditions) -> Conditions {
+    pub(crate) fn onto(self, c: Conditions) -> Conditions {
         Conditions {
             cpu_kernel_ms: self.cpu_kernel_ms,
             fresh_page_us: self.fresh_page_us,
@@ -65,7 +65,7 @@ impl Speeds {
 /// medians (None when it ended before the first sample). The host's speed
 /// moves within seconds on a shared host, so it is sampled across the run,
 /// not before it.
-pub fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
+pub(crate) fn with_speed_samples<T>(work: impl FnOnce() -> T) -> (T, Speeds) {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let sampler = s.spawn(move || {
