@@ -102,7 +102,7 @@ fn every_way_of_naming_the_lab_is_caught() {
         "use super::lab :: compare;",
         "use crate::{\n    engine,\n    lab,\n};",
         "pub(crate) use crate::{lab, stream};",
-        "fn f() -> lab::bench::Cell { todo!() }",
+        "fn f() -> lab::bench::Cell { make() }",
         "#[cfg(test)] use crate::{lab, x};",
     ] {
         assert!(first_lab_path(bad).is_some(), "missed: {bad}");

@@ -99,11 +99,10 @@ impl StreamHook {
             match anon_copy(&shared, &src) {
                 Ok(None) => {}
                 Ok(Some(copy)) => {
-                    // SAFETY: the copy holds the tensor's exact bytes (nbytes) and
-                    // lives in the shared store, which every hook on the model holds
-                    // (and each context owns its hook), so it outlives every decode
-                    // of every context; no other decode of the model runs (the
-                    // decode turn).
+                    // The copy holds the tensor's exact bytes (nbytes) and lives in
+                    // the shared store, which every hook on the model holds (and each
+                    // context owns its hook), so it outlives every decode of every context.
+                    // SAFETY: as above; no other decode of the model runs (decode turn).
                     unsafe { src.rebind_data(copy) }
                 }
                 Err(e) => {
