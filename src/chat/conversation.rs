@@ -3,13 +3,13 @@
 
 use serde::Serialize;
 
-use crate::llama::ChatMessage;
+use super::Message;
 
 #[derive(Debug, Clone, Default)]
 pub struct Conversation {
     system: Option<String>,
     /// User and assistant messages in order (a user message opens each turn).
-    turns: Vec<ChatMessage>,
+    turns: Vec<Message>,
 }
 
 #[derive(Serialize)]
@@ -33,19 +33,13 @@ impl Conversation {
     }
 
     /// Every message, the system prompt first.
-    pub fn messages(&self) -> Vec<ChatMessage> {
-        let system = self.system.iter().map(|s| ChatMessage {
-            role: "system".into(),
-            content: s.clone(),
-        });
+    pub fn messages(&self) -> Vec<Message> {
+        let system = self.system.iter().map(|s| Message::new("system", s));
         system.chain(self.turns.iter().cloned()).collect()
     }
 
     pub fn push(&mut self, role: &str, content: &str) {
-        self.turns.push(ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        });
+        self.turns.push(Message::new(role, content));
     }
 
     /// Drop the last message (a user message whose turn failed).

@@ -1,9 +1,16 @@
 //! Conversations: the turns so far, and the chat template that turns them
 //! into a prompt.
 
+#[cfg(test)]
+mod conformance;
 mod conversation;
+mod jinja;
+mod message;
 mod template;
 
 pub use conversation::Conversation;
+pub use message::Message;
 
-pub use template::{ChatTemplate, TemplateError, TemplateOptions, TemplateSource};
+pub use template::{
+    ChatInput, ChatTemplate, Rendered, TemplateError, TemplateOptions, TemplateSource,
+};

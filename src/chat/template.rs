@@ -1,18 +1,23 @@
 //! A conversation as prompt text: the model's own `tokenizer.chat_template`
-//! (Jinja, rendered with minijinja and its Python-compatible methods), else
-//! llama.cpp's built-in matcher for well-known templates.
+//! rendered as Hugging Face transformers renders it ([`super::jinja`]), or,
+//! only for a file that carries no template, llama.cpp's built-in chatml.
 
-use serde::Serialize;
+use crate::llama::{ChatMessage, LlamaError, Model, Token};
 
-use crate::llama::{ChatMessage, Model};
+use super::jinja::{self, Now};
+use super::Message;
 
 /// Errors rendering a conversation.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
-    #[error("the model has no chat template (tokenizer.chat_template) and llama.cpp knows none for it: use a completion (a plain prompt) instead")]
-    NoTemplate,
-    #[error("the model's chat template failed ({jinja}) and llama.cpp's built-in matcher did too ({builtin})")]
-    Failed { jinja: String, builtin: String },
+    #[error("the model's chat template cannot render this conversation: {0}")]
+    Render(String),
+    #[error("the model's chat template is not valid Jinja: {0}")]
+    Syntax(String),
+    #[error("llama.cpp's built-in chat template failed: {0}")]
+    Builtin(LlamaError),
+    #[error("tokenizing the rendered prompt: {0}")]
+    Tokenize(LlamaError),
 }
 
 /// Which renderer produced the prompt.
@@ -20,16 +25,61 @@ pub enum TemplateError {
 pub enum TemplateSource {
     /// The gguf's own Jinja template.
     Jinja,
-    /// llama.cpp's built-in matcher (the Jinja template could not be rendered).
+    /// llama.cpp's built-in chatml (the gguf carries no template).
     Builtin,
 }
 
 impl TemplateSource {
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            TemplateSource::Jinja => "the model's own Jinja chat template (minijinja)",
-            TemplateSource::Builtin => "llama.cpp's built-in template for this model",
+            TemplateSource::Jinja => "the model's own Jinja chat template",
+            TemplateSource::Builtin => {
+                "llama.cpp's built-in chatml template (the model file carries no chat template)"
+            }
         }
+    }
+}
+
+/// Template options beyond the messages (such as a reasoning switch, which
+/// templates read as `enable_thinking` or similar): name and JSON value.
+pub type TemplateOptions = serde_json::Map<String, serde_json::Value>;
+
+/// What a template renders: the conversation and what goes with it.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatInput<'a> {
+    pub messages: &'a [Message],
+    /// The tools offered (OpenAI's `tools` array); None renders as `none`.
+    pub tools: Option<&'a serde_json::Value>,
+    pub options: &'a TemplateOptions,
+    /// Open the assistant's turn after the last message (false continues
+    /// an assistant message given last).
+    pub add_generation_prompt: bool,
+}
+
+impl<'a> ChatInput<'a> {
+    /// The messages with the assistant's turn opened, no tools, no options.
+    pub fn messages(messages: &'a [Message], options: &'a TemplateOptions) -> Self {
+        Self {
+            messages,
+            tools: None,
+            options,
+            add_generation_prompt: true,
+        }
+    }
+}
+
+/// A rendered prompt and which renderer made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub text: String,
+    pub source: TemplateSource,
+}
+
+impl Rendered {
+    /// What to say on stderr about how the prompt was made, if anything.
+    pub fn note(&self) -> Option<String> {
+        (self.source != TemplateSource::Jinja)
+            .then(|| format!("chat prompt rendered with {}", self.source.describe()))
     }
 }
 
@@ -39,152 +89,161 @@ pub struct ChatTemplate {
     source: Option<String>,
     bos: String,
     eos: String,
-}
-
-/// Template options beyond the messages (such as a reasoning switch, which
-/// templates read as `enable_thinking` or similar): name and JSON value.
-pub type TemplateOptions = serde_json::Map<String, serde_json::Value>;
-
-#[derive(Serialize)]
-struct Message<'a> {
-    role: &'a str,
-    content: &'a str,
+    /// The time `strftime_now` reads (None: the clock).
+    now: Option<Now>,
 }
 
 impl ChatTemplate {
     pub fn of(model: &Model) -> Self {
         let (bos, eos) = model.bos_eos_text();
+        Self::new(model.chat_template(), &bos, &eos)
+    }
+
+    /// A template from its source and the texts of the bos and eos tokens.
+    pub fn new(source: Option<String>, bos: &str, eos: &str) -> Self {
         Self {
-            source: model.chat_template(),
-            bos,
-            eos,
+            source,
+            bos: bos.into(),
+            eos: eos.into(),
+            now: None,
         }
     }
 
-    /// `messages` as prompt text with the assistant's turn opened, and which
-    /// renderer made it (the Jinja template first, llama.cpp's built-in one
-    /// when that fails).
-    pub fn render(
-        &self,
-        model: &Model,
-        messages: &[ChatMessage],
-        options: &TemplateOptions,
-    ) -> Result<(String, TemplateSource), TemplateError> {
-        let Some(source) = self.source.as_deref() else {
-            return Err(TemplateError::NoTemplate);
-        };
-        let jinja = match self.render_jinja(source, messages, options) {
-            Ok(text) => return Ok((text, TemplateSource::Jinja)),
-            Err(e) => e,
-        };
-        tracing::debug!("chat template: minijinja failed ({jinja}); trying llama.cpp's matcher");
-        match model.apply_chat_template(messages) {
-            Ok(text) => Ok((text, TemplateSource::Builtin)),
-            Err(e) => Err(TemplateError::Failed {
-                jinja,
-                builtin: e.to_string(),
+    /// `strftime_now` reads `now` instead of the clock (for tests).
+    #[cfg(test)]
+    pub(crate) fn at(mut self, now: Now) -> Self {
+        self.now = Some(now);
+        self
+    }
+
+    /// The prompt for `input`: the model's Jinja template, or llama.cpp's
+    /// built-in chatml only when the file carries no template.
+    pub fn render(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
+        match self.source.as_deref() {
+            Some(source) => Ok(Rendered {
+                text: self.render_jinja(source, input)?,
+                source: TemplateSource::Jinja,
             }),
+            None => {
+                let messages: Vec<ChatMessage> = input
+                    .messages
+                    .iter()
+                    .map(|m| ChatMessage {
+                        role: m.role.clone(),
+                        content: m.content.clone(),
+                    })
+                    .collect();
+                let text = model
+                    .apply_builtin_template(&messages, input.add_generation_prompt)
+                    .map_err(TemplateError::Builtin)?;
+                Ok(Rendered {
+                    text,
+                    source: TemplateSource::Builtin,
+                })
+            }
         }
     }
 
-    /// The Jinja template rendered as Hugging Face's tokenizers do: the
-    /// messages, `add_generation_prompt`, the bos/eos token texts and the options.
-    fn render_jinja(
+    /// The prompt's tokens: a Jinja template writes its own special tokens
+    /// (nothing is added, as transformers adds none), the built-in one gets
+    /// the model's BOS unless its text already starts with it.
+    pub fn tokens(&self, model: &Model, rendered: &Rendered) -> Result<Vec<Token>, TemplateError> {
+        let add_special = match rendered.source {
+            TemplateSource::Jinja => false,
+            TemplateSource::Builtin => self.bos.is_empty() || !rendered.text.starts_with(&self.bos),
+        };
+        model
+            .tokenize(&rendered.text, add_special, true)
+            .map_err(TemplateError::Tokenize)
+    }
+
+    /// The Jinja template rendered as transformers' `apply_chat_template`
+    /// renders it: the options, then `messages`, `tools` (none when absent),
+    /// `documents` (none), `add_generation_prompt` and the bos/eos texts.
+    pub(crate) fn render_jinja(
         &self,
         source: &str,
-        messages: &[ChatMessage],
-        options: &TemplateOptions,
-    ) -> Result<String, String> {
-        let mut env = minijinja::Environment::new();
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
-        env.add_template("chat", source)
-            .map_err(|e| e.to_string())?;
-        let msgs: Vec<Message> = messages
-            .iter()
-            .map(|m| Message {
-                role: &m.role,
-                content: &m.content,
-            })
-            .collect();
-        let mut vars = options.clone();
+        input: &ChatInput,
+    ) -> Result<String, TemplateError> {
+        let env = jinja::environment(source, self.now)
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        let mut vars = input.options.clone();
         let mut set = |k: &str, v: serde_json::Value| vars.insert(k.into(), v);
-        set("messages", serde_json::json!(msgs));
-        set("add_generation_prompt", true.into());
+        set("messages", serde_json::json!(input.messages));
+        set("tools", input.tools.cloned().unwrap_or_default());
+        set("documents", serde_json::Value::Null);
+        set("add_generation_prompt", input.add_generation_prompt.into());
         set("bos_token", self.bos.clone().into());
         set("eos_token", self.eos.clone().into());
-        let tmpl = env.get_template("chat").map_err(|e| e.to_string())?;
+        let tmpl = env
+            .get_template("chat")
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         tmpl.render(minijinja::Value::from_serialize(&vars))
-            .map_err(|e| e.to_string())
+            .map_err(|e| TemplateError::Render(describe(&e)))
     }
 }
 
-/// Templates call `raise_exception("...")` to reject a conversation.
-fn raise_exception(msg: String) -> Result<minijinja::Value, minijinja::Error> {
-    Err(minijinja::Error::new(
-        minijinja::ErrorKind::InvalidOperation,
-        msg,
-    ))
-}
-
-/// Some templates print today's date (UTC, strftime's format; an invalid
-/// format is an error, not a panic).
-fn strftime_now(format: String) -> Result<String, minijinja::Error> {
-    use std::fmt::Write;
-    let mut out = String::new();
-    write!(out, "{}", chrono::Utc::now().format(&format)).map_err(|_| {
-        minijinja::Error::new(
-            minijinja::ErrorKind::InvalidOperation,
-            format!("strftime_now: invalid format {format:?}"),
-        )
-    })?;
-    Ok(out)
+/// A minijinja error with its cause chain, on one line.
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn template(src: &str) -> ChatTemplate {
-        ChatTemplate {
-            source: Some(src.into()),
-            bos: "<s>".into(),
-            eos: "</s>".into(),
-        }
-    }
-
-    fn msg(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
-    }
-
     #[test]
     fn renders_messages_options_and_python_methods() {
-        let t = template(
-            "{{ bos_token }}{% for m in messages %}[{{ m.role.upper() }}] {{ m.content.strip() }}\n{% endfor %}\
-             {% if add_generation_prompt %}[ASSISTANT]{% endif %}{% if enable_thinking %} think{% endif %}",
+        let t = ChatTemplate::new(
+            Some(
+                "{{ bos_token }}{% for m in messages %}[{{ m.role.upper() }}] {{ m.content.strip() }}\n{% endfor %}\
+                 {% if add_generation_prompt %}[ASSISTANT]{% endif %}{% if enable_thinking %} think{% endif %}\
+                 {% if tools is none %} no-tools{% endif %}"
+                    .into(),
+            ),
+            "<s>",
+            "</s>",
         );
         let mut opts = TemplateOptions::new();
         opts.insert("enable_thinking".into(), true.into());
+        let msgs = [
+            Message::new("system", " be brief "),
+            Message::new("user", "hi"),
+        ];
         let out = t
             .render_jinja(
                 t.source.as_deref().unwrap(),
-                &[msg("system", " be brief "), msg("user", "hi")],
-                &opts,
+                &ChatInput::messages(&msgs, &opts),
             )
             .unwrap();
-        assert_eq!(out, "<s>[SYSTEM] be brief\n[USER] hi\n[ASSISTANT] think");
+        assert_eq!(
+            out,
+            "<s>[SYSTEM] be brief\n[USER] hi\n[ASSISTANT] think no-tools"
+        );
     }
 
     #[test]
-    fn raise_exception_is_an_error_with_its_message() {
-        let t = template("{{ raise_exception('only user and assistant roles') }}");
-        let e = t
-            .render_jinja(t.source.as_deref().unwrap(), &[], &TemplateOptions::new())
-            .unwrap_err();
-        assert!(e.contains("only user and assistant roles"), "{e}");
+    fn fields_beyond_role_and_content_reach_the_template() {
+        let t = ChatTemplate::new(
+            Some("{% for m in messages %}{{ m.tool_call_id }}{% endfor %}".into()),
+            "",
+            "",
+        );
+        let mut m = Message::new("tool", "18C");
+        m.extra.insert("tool_call_id".into(), "call_1".into());
+        let opts = TemplateOptions::new();
+        let out = t
+            .render_jinja(
+                t.source.as_deref().unwrap(),
+                &ChatInput::messages(&[m], &opts),
+            )
+            .unwrap();
+        assert_eq!(out, "call_1");
     }
 }

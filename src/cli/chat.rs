@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use rustyline::error::ReadlineError;
 
-use bmoe::chat::{ChatTemplate, Conversation, TemplateOptions};
+use bmoe::chat::{ChatInput, ChatTemplate, Conversation, TemplateOptions};
 use bmoe::engine::{Session, TurnFigures};
 use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
@@ -158,10 +158,11 @@ impl Chat {
         let mut dropped = 0;
         loop {
             let messages = self.conversation.messages();
-            let (text, _) =
-                self.template
-                    .render(session.model(), &messages, &TemplateOptions::new())?;
-            let tokens = session.model().tokenize(&text, true, true)?;
+            let options = TemplateOptions::new();
+            let rendered = self
+                .template
+                .render(session.model(), &ChatInput::messages(&messages, &options))?;
+            let tokens = self.template.tokens(session.model(), &rendered)?;
             if tokens.len() + reserve <= n_ctx {
                 if dropped > 0 {
                     bmoe::say!("(context full: dropped the oldest {dropped} turn(s); the rest is prefilled again)");

@@ -14,7 +14,8 @@ use std::time::Duration;
 use bmoe_actors::metrics::DecodeMetrics;
 use bmoe_actors::sampling::SamplingParams;
 
-use crate::llama::{ChatMessage, Context, LlamaError, Model, Token};
+use crate::chat::{ChatInput, ChatTemplate, Message, TemplateError, TemplateOptions};
+use crate::llama::{Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
 pub use gated::{GateStats, GateStep, GatedDrafter, Sources};
@@ -25,6 +26,8 @@ pub use verify::{generate_opts, generate_with};
 pub enum GenerateError {
     #[error(transparent)]
     Llama(#[from] LlamaError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("the prompt has {prompt_tokens} tokens but the context holds {n_ctx}; raise -c/--ctx or shorten the prompt")]
@@ -129,14 +132,19 @@ impl<F: FnMut(&str)> GenerationSink for F {
     }
 }
 
-/// Turn user text into prompt tokens, through the model's chat template when `chat`.
+/// Turn user text into prompt tokens: as one user message through the
+/// model's chat template when `chat` (the path `bmoe chat` and `serve` take),
+/// else as plain text.
 pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>, GenerateError> {
     let tokens = if chat {
-        let formatted = model.apply_chat_template(&[ChatMessage {
-            role: "user".into(),
-            content: text.into(),
-        }])?;
-        model.tokenize(&formatted, true, true)?
+        let template = ChatTemplate::of(model);
+        let messages = [Message::new("user", text)];
+        let options = TemplateOptions::new();
+        let rendered = template.render(model, &ChatInput::messages(&messages, &options))?;
+        if let Some(note) = rendered.note() {
+            crate::say!("{note}");
+        }
+        template.tokens(model, &rendered)?
     } else {
         model.tokenize(text, true, false)?
     };

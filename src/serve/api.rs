@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use bmoe_actors::sampling::SamplingParams;
 
+use crate::chat::Message;
 use crate::chat::TemplateOptions;
-use crate::llama::ChatMessage;
 
 /// Stop strings a request may give at most.
 pub(crate) const MAX_STOP_STRINGS: usize = 16;
@@ -169,7 +169,9 @@ pub(crate) struct JobSpec {
 #[derive(Debug, Clone)]
 pub(crate) enum PromptSpec {
     Chat {
-        messages: Vec<ChatMessage>,
+        messages: Vec<Message>,
+        /// The request's `tools`, as given.
+        tools: Option<serde_json::Value>,
         options: TemplateOptions,
     },
     Text(String),
@@ -196,6 +198,7 @@ impl ChatRequest {
             .collect::<Result<Vec<_>, _>>()?;
         let prompt = PromptSpec::Chat {
             messages,
+            tools: None,
             options: self.chat_template_kwargs.unwrap_or_default(),
         };
         self.common.into_spec(prompt, defaults)
@@ -222,7 +225,7 @@ impl CompletionRequest {
 }
 
 /// A chat message with its content as text (parts other than text refused).
-fn message(m: InMessage) -> Result<ChatMessage, ApiError> {
+fn message(m: InMessage) -> Result<Message, ApiError> {
     if !matches!(
         m.role.as_str(),
         "system" | "developer" | "user" | "assistant" | "tool"
@@ -255,7 +258,7 @@ fn message(m: InMessage) -> Result<ChatMessage, ApiError> {
     } else {
         m.role
     };
-    Ok(ChatMessage { role, content })
+    Ok(Message::new(&role, &content))
 }
 
 impl Common {

@@ -18,7 +18,7 @@ use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
 use super::sink::JobSink;
 use super::ServeError;
-use crate::chat::ChatTemplate;
+use crate::chat::{ChatInput, ChatTemplate};
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Limit, Multi, Options, Request, StopReason};
 use crate::llama::Token;
@@ -369,17 +369,24 @@ fn prompt_of(
     let model = session.model();
     let bad = |e: String| ApiError::invalid(Some("messages"), e);
     let (tokens, notes) = match prompt {
-        PromptSpec::Chat { messages, options } => {
-            let (text, source) = template
-                .render(model, messages, options)
-                .map_err(|e| bad(e.to_string()))?;
-            let notes = match source {
-                crate::chat::TemplateSource::Jinja => Vec::new(),
-                s => vec![format!("prompt rendered with {}", s.describe())],
+        PromptSpec::Chat {
+            messages,
+            tools,
+            options,
+        } => {
+            let input = ChatInput {
+                messages,
+                tools: tools.as_ref(),
+                options,
+                add_generation_prompt: true,
             };
+            let rendered = template
+                .render(model, &input)
+                .map_err(|e| bad(e.to_string()))?;
+            let notes = rendered.note().into_iter().collect();
             (
-                model
-                    .tokenize(&text, true, true)
+                template
+                    .tokens(model, &rendered)
                     .map_err(|e| bad(e.to_string()))?,
                 notes,
             )

@@ -7,7 +7,7 @@ use llama_cpp_sys_2 as sys;
 use super::Model;
 use crate::llama::LlamaError;
 
-/// One message of a chat, for [`Model::apply_chat_template`].
+/// One message of a chat, for [`Model::apply_builtin_template`].
 #[derive(Debug, Clone)]
 pub struct ChatMessage {
     pub(crate) role: String,
@@ -29,19 +29,15 @@ impl Model {
         Some(name.to_string_lossy().into_owned())
     }
 
-    /// Format `messages` with the model's chat template and open the assistant turn.
-    pub(crate) fn apply_chat_template(
+    /// Format `messages` with llama.cpp's built-in chatml template (for a
+    /// file that carries no template of its own), the assistant turn opened
+    /// when `add_assistant`.
+    pub(crate) fn apply_builtin_template(
         &self,
         messages: &[ChatMessage],
+        add_assistant: bool,
     ) -> Result<String, LlamaError> {
-        let tmpl = self.chat_template().ok_or_else(|| {
-            LlamaError::ChatTemplate(format!(
-                "{} has no chat template (tokenizer.chat_template); run without --chat",
-                self.path.display()
-            ))
-        })?;
-        let ctmpl =
-            CString::new(tmpl).map_err(|_| LlamaError::ChatTemplate("NUL in template".into()))?;
+        let ctmpl = c"chatml";
         let owned: Vec<(CString, CString)> = messages
             .iter()
             .map(|m| {
@@ -73,7 +69,7 @@ impl Model {
                     ctmpl.as_ptr(),
                     msgs.as_ptr(),
                     msgs.len(),
-                    true,
+                    add_assistant,
                     buf.as_mut_ptr() as *mut c_char,
                     buf.len() as i32,
                 )

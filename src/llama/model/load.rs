@@ -176,7 +176,6 @@ impl Model {
         })?;
         Ok(Self {
             ptr,
-            path: path.to_path_buf(),
             decoding: AtomicBool::new(false),
             mtp_loaded: params.load_mtp,
         })

@@ -7,7 +7,6 @@ mod vocab;
 pub use chat::ChatMessage;
 pub use load::ModelParams;
 
-use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -32,7 +31,6 @@ use super::LlamaError;
 /// data pointer is therefore never rewritten while another decode reads it.
 pub struct Model {
     ptr: NonNull<sys::llama_model>,
-    path: PathBuf,
     /// Whether a decode of a context on this model is running.
     decoding: AtomicBool,
     /// Whether its MTP (nextn) blocks were loaded ([`ModelParams::load_mtp`]).
