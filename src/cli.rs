@@ -219,9 +219,20 @@ pub struct RunArgs {
     /// (the best other token is), so exactly -n tokens are generated.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Wrap the prompt in the model's own chat template.
+    /// Wrap the prompt in the model's own chat template (its Jinja
+    /// `tokenizer.chat_template`, rendered as Hugging Face transformers
+    /// renders it; llama.cpp's built-in chatml only for a file without one).
     #[arg(long)]
     pub chat: bool,
+    /// Use this Jinja chat template instead of the model file's own (for
+    /// --chat, chat and serve).
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Print the prompt as the model would get it (rendered with the chat
+    /// template under --chat) and its token count, then exit without
+    /// generating (only the model's vocabulary is loaded).
+    #[arg(long)]
+    pub show_prompt: bool,
     /// Compute threads (default: all cores).
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,

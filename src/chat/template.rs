@@ -94,9 +94,11 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
-    pub fn of(model: &Model) -> Self {
+    /// The model's template, or `source` instead when given.
+    pub fn of(model: &Model, source: Option<&str>) -> Self {
         let (bos, eos) = model.bos_eos_text();
-        Self::new(model.chat_template(), &bos, &eos)
+        let source = source.map(str::to_string).or_else(|| model.chat_template());
+        Self::new(source, &bos, &eos)
     }
 
     /// A template from its source and the texts of the bos and eos tokens.
@@ -109,6 +111,11 @@ impl ChatTemplate {
         }
     }
 
+    /// Whether the model (or --chat-template-file) gives a Jinja template.
+    pub fn has_jinja(&self) -> bool {
+        self.source.is_some()
+    }
+
     /// `strftime_now` reads `now` instead of the clock (for tests).
     #[cfg(test)]
     pub(crate) fn at(mut self, now: Now) -> Self {
@@ -119,6 +126,16 @@ impl ChatTemplate {
     /// The prompt for `input`: the model's Jinja template, or llama.cpp's
     /// built-in chatml only when the file carries no template.
     pub fn render(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
+        let rendered = self.render_any(model, input)?;
+        tracing::debug!(
+            "chat prompt ({}):\n{}",
+            rendered.source.describe(),
+            rendered.text
+        );
+        Ok(rendered)
+    }
+
+    fn render_any(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
         match self.source.as_deref() {
             Some(source) => Ok(Rendered {
                 text: self.render_jinja(source, input)?,

@@ -13,7 +13,7 @@ use bmoe::engine::{Session, TurnFigures};
 use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
 
-use super::checks::{self, UsageError};
+use super::checks;
 use super::RunArgs;
 
 #[derive(Debug, Args)]
@@ -40,19 +40,18 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     let model = super::commands::model_or_default(&args.run.model)?;
     let cfg = super::run::run_config(&args.run, model, String::new())?;
     let mut session = Session::open(&cfg)?;
-    if session.model().chat_template().is_none() {
-        return Err(UsageError(format!(
-            "{} has no chat template (tokenizer.chat_template): use bmoe run -p TEXT",
-            cfg.model.display()
-        ))
-        .into());
-    }
     for note in &session.notes {
         bmoe::say!("{note}");
     }
+    if !session.chat_template().has_jinja() {
+        bmoe::say!(
+            "{} carries no chat template (tokenizer.chat_template): every turn is rendered with llama.cpp's built-in chatml (give one with --chat-template-file)",
+            cfg.model.display()
+        );
+    }
     bmoe::say!("bmoe chat: {HELP}");
     let mut chat = Chat {
-        template: ChatTemplate::of(session.model()),
+        template: session.chat_template(),
         conversation: Conversation::new(args.system.clone()),
         last: None,
         opts: Options {

@@ -44,6 +44,7 @@ pub fn refuse_run_only(
         ("--route-trace", a.route_trace.is_some()),
         ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
         ("--ignore-eos", a.ignore_eos),
+        ("--show-prompt", a.show_prompt),
     ];
     match given.iter().chain(extra).find(|(_, g)| *g) {
         Some((flag, _)) => Err(UsageError(format!(

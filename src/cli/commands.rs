@@ -246,6 +246,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         model: model.to_path_buf(),
         prompt: bmoe::lab::bench::WORKLOADS[0].1.to_string(),
         chat: false,
+        chat_template: None,
         n_predict: args.resident_tokens.max(2),
         ignore_eos: true,
         threads: llama::default_threads(),

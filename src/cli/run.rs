@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
+use bmoe::chat::{ChatInput, ChatTemplate, Message, TemplateOptions};
 use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
@@ -19,6 +20,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     let prompt = checked_prompt(&args)?;
     let model = model_of(&args)?;
     let cfg = run_config(&args, model, prompt)?;
+    if args.show_prompt {
+        return show_prompt(&cfg);
+    }
     let progress = args.progress;
     // A failed write stops generation at the next token (the engine checks).
     let res = engine::run(&cfg, |s| {
@@ -97,6 +101,7 @@ pub(super) fn run_config(
         model,
         prompt,
         chat: args.chat,
+        chat_template: template_file(args)?,
         n_predict: args.n_predict,
         ignore_eos: args.ignore_eos,
         threads: args.threads.unwrap_or_else(llama::default_threads),
@@ -212,4 +217,40 @@ fn ctx_rounding(requested: u32, settled: u32) -> String {
         return String::new();
     }
     format!(" (-c {requested} was rounded up to {settled}: llama.cpp sizes contexts in multiples of 256)")
+}
+
+/// `--chat-template-file`: the template's text (a clear error for a file
+/// that cannot be read or is not UTF-8).
+pub(super) fn template_file(args: &RunArgs) -> Result<Option<String>, UsageError> {
+    let Some(path) = &args.chat_template_file else {
+        return Ok(None);
+    };
+    checks::read_text_file("the --chat-template-file", path, "").map(Some)
+}
+
+/// `--show-prompt`: the prompt as the model would get it (only the
+/// vocabulary loaded), its token count on stderr; nothing generated.
+fn show_prompt(cfg: &RunConfig) -> Result<()> {
+    let params = llama::ModelParams {
+        vocab_only: true,
+        ..llama::ModelParams::default()
+    };
+    let model = llama::Model::load(&cfg.model, &params)?;
+    let (text, tokens) = if cfg.chat {
+        let template = ChatTemplate::of(&model, cfg.chat_template.as_deref());
+        let messages = [Message::new("user", &cfg.prompt)];
+        let options = TemplateOptions::new();
+        let rendered = template.render(&model, &ChatInput::messages(&messages, &options))?;
+        if let Some(note) = rendered.note() {
+            bmoe::say!("{note}");
+        }
+        let tokens = template.tokens(&model, &rendered)?;
+        (rendered.text, tokens.len())
+    } else {
+        let tokens = model.tokenize(&cfg.prompt, true, false)?;
+        (cfg.prompt.clone(), tokens.len())
+    };
+    bmoe::stdio::out(&text)?;
+    bmoe::say!("({tokens} prompt tokens)");
+    Ok(())
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::prefill::{choose_ubatch, PrefillFacts};
 use super::Startup;
 use super::{EngineError, Mode, RunConfig, Speculation, MTP_UBATCH, TARGET_UBATCH};
+use crate::chat::ChatTemplate;
 use crate::draft::MtpActorConfig;
 use crate::generate;
 use crate::layout::MoeLayout;
@@ -78,7 +79,8 @@ pub(super) fn assemble(
     let model = load_model(&cfg, &layout, &backend)?;
     let (tokens, longest) = match prompt {
         Prompt::Text { text, chat } => {
-            let tokens = generate::prompt_tokens(&model, text, chat)?;
+            let template = chat.then(|| ChatTemplate::of(&model, cfg.chat_template.as_deref()));
+            let tokens = generate::prompt_tokens(&model, text, template.as_ref())?;
             let n = tokens.len();
             (tokens, n)
         }
@@ -237,6 +239,7 @@ pub(super) fn load_model(
         load_mtp: cfg.speculation.head().is_some(),
         int_overrides,
         unpopulated,
+        vocab_only: false,
     };
     Ok(Arc::new(Model::load(&cfg.model, &params)?))
 }

@@ -104,6 +104,8 @@ pub struct RunConfig {
     pub model: PathBuf,
     pub prompt: String,
     pub chat: bool,
+    /// A Jinja chat template to use instead of the model file's own.
+    pub chat_template: Option<String>,
     pub n_predict: u32,
     /// `--ignore-eos`: never stop at the end of text.
     pub ignore_eos: bool,
@@ -359,6 +361,7 @@ mod tests {
             model: PathBuf::from("m.gguf"),
             prompt: "hi".into(),
             chat: false,
+            chat_template: None,
             n_predict: 16,
             ignore_eos: true,
             threads: 2,

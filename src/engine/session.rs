@@ -9,6 +9,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::{EngineError, RunConfig, Speculation};
+use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::llama::{Context, Model, Target, Token};
 
@@ -25,6 +26,8 @@ pub struct Session {
     pub notes: Vec<String>,
     /// Every turn's figures added up.
     pub totals: TurnFigures,
+    /// `--chat-template-file`'s template (None: the model's own).
+    template_source: Option<String>,
 }
 
 /// What one turn (or a session's turns together) decoded and read.
@@ -102,6 +105,7 @@ impl Session {
             backend,
             notes,
             prefill,
+            cfg,
             ..
         } = loaded;
         Ok(Self {
@@ -112,11 +116,18 @@ impl Session {
             ubatch: prefill.ubatch,
             notes,
             totals: TurnFigures::default(),
+            template_source: cfg.chat_template,
         })
     }
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
+    }
+
+    /// The chat template turns are rendered with: `--chat-template-file`'s,
+    /// else the model's own.
+    pub fn chat_template(&self) -> ChatTemplate {
+        ChatTemplate::of(&self.model, self.template_source.as_deref())
     }
 
     /// The context's size in tokens (prompt and reply together).

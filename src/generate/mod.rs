@@ -132,12 +132,14 @@ impl<F: FnMut(&str)> GenerationSink for F {
     }
 }
 
-/// Turn user text into prompt tokens: as one user message through the
-/// model's chat template when `chat` (the path `bmoe chat` and `serve` take),
-/// else as plain text.
-pub fn prompt_tokens(model: &Model, text: &str, chat: bool) -> Result<Vec<Token>, GenerateError> {
-    let tokens = if chat {
-        let template = ChatTemplate::of(model);
+/// Turn user text into prompt tokens: as one user message through `template`
+/// when given (the path `bmoe chat` and `serve` take), else as plain text.
+pub fn prompt_tokens(
+    model: &Model,
+    text: &str,
+    template: Option<&ChatTemplate>,
+) -> Result<Vec<Token>, GenerateError> {
+    let tokens = if let Some(template) = template {
         let messages = [Message::new("user", text)];
         let options = TemplateOptions::new();
         let rendered = template.render(model, &ChatInput::messages(&messages, &options))?;

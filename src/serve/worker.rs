@@ -179,7 +179,7 @@ fn serve_jobs(
     parallel: usize,
     runtime: &tokio::runtime::Handle,
 ) -> (Session, Option<crossbeam_channel::Sender<()>>) {
-    let template = ChatTemplate::of(session.model());
+    let template = session.chat_template();
     let (_, ubatch) = session.context();
     let mut multi = Multi::new(parallel, ubatch.max(parallel));
     let mut stopped: Option<Option<Stop>> = None;

@@ -101,3 +101,41 @@ fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
         "system, three user messages and three replies"
     );
 }
+
+/// Templates that once rendered stray whitespace growing with the turns
+/// (no trim_blocks/lstrip_blocks): the second turn's prompt starts with the
+/// first turn's, so its KV entries are reused (the few tokens after the
+/// assistant's opening differ where a template writes a past reply
+/// otherwise than the turn it opened, e.g. an empty reasoning block).
+#[test]
+fn a_second_turn_reuses_the_first_on_real_templates() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/templates/");
+    for file in [
+        "GLM-4.6.jinja",
+        "MiniMax-M2.jinja",
+        "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+        cmd.args(["chat", "-m", e8k2().to_str().unwrap()])
+            .args(["-c", "1024", "-t", "2", "-n", "8", "--chat-template-file"])
+            .arg(format!("{data}{file}"))
+            .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+            .env_remove("RUST_LOG");
+        let mut p = spawn_command(cmd, Some(400_000)).expect("start bmoe chat");
+        p.exp_string("> ").unwrap();
+        p.send_line("Hi.").unwrap();
+        p.exp_string("> ").unwrap();
+        let (first, _, _) = last_turn(&mut p);
+        p.send_line("Tell me more.").unwrap();
+        p.exp_string("> ").unwrap();
+        let (second, reused, _) = last_turn(&mut p);
+        eprintln!("{file}: first turn {first} tokens, second {second}, {reused} reused");
+        assert!(second > first, "{file}");
+        assert!(
+            reused + 4 >= first,
+            "{file}: the second turn reuses the first turn's prompt: {reused} of {first}"
+        );
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+    }
+}

@@ -246,6 +246,7 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         model: e8k2().to_path_buf(),
         prompt: PROSE.into(),
         chat: false,
+        chat_template: None,
         n_predict: n,
         ignore_eos: false,
         threads: 2,

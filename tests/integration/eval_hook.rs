@@ -31,7 +31,7 @@ impl EvalObserver for TopkObserver {
 #[test]
 fn observer_sees_every_layers_routing_and_does_not_change_output() {
     let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
-    let tokens = generate::prompt_tokens(&model, "The quick brown fox", false).unwrap();
+    let tokens = generate::prompt_tokens(&model, "The quick brown fox", None).unwrap();
     let plain = {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
         generate::generate(&mut ctx, &tokens, 12, 512, &mut |_: &str| {}).unwrap()

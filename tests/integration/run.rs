@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use bmoe::chat::ChatTemplate;
 use bmoe::generate;
 use bmoe::llama::{Context, ContextParams, Model, ModelParams};
 
@@ -68,7 +69,8 @@ fn prompt_from_file_and_token_limit() {
 #[test]
 fn library_generation_is_deterministic_and_matches_the_cli() {
     let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
-    let tokens = generate::prompt_tokens(&model, QUESTION, true).unwrap();
+    let tokens =
+        generate::prompt_tokens(&model, QUESTION, Some(&ChatTemplate::of(&model, None))).unwrap();
     let mut runs = Vec::new();
     for _ in 0..2 {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
@@ -83,7 +85,8 @@ fn library_generation_is_deterministic_and_matches_the_cli() {
 #[test]
 fn two_decodes_of_one_model_at_once_are_refused() {
     let model = Arc::new(Model::load(e8k2(), &ModelParams::default()).unwrap());
-    let tokens = generate::prompt_tokens(&model, QUESTION, true).unwrap();
+    let tokens =
+        generate::prompt_tokens(&model, QUESTION, Some(&ChatTemplate::of(&model, None))).unwrap();
     let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
     // Another context of the model is decoding (it holds the turn).
     let turn = model.decode_turn().unwrap();

@@ -140,7 +140,7 @@ fn right_and_wrong_drafts_keep_the_greedy_tokens() {
 /// how many speculated runs were identical to the plain one.
 fn check_drafts(model: &Arc<Model>, text: &str, widths: &[usize]) -> usize {
     let mut identical = 0;
-    let prompt = generate::prompt_tokens(model, text, false).unwrap();
+    let prompt = generate::prompt_tokens(model, text, None).unwrap();
     let n = 40;
     let run = |drafter: Option<&mut dyn for<'t> Drafter<'t>>, width: usize| {
         let mut ctx = Context::new(model.clone(), ContextParams::default()).unwrap();
@@ -539,7 +539,7 @@ fn a_head_the_gate_holds_back_rests_wakes_and_keeps_the_text() {
         ..ModelParams::default()
     };
     let model = Arc::new(Model::load(&path, &load).unwrap());
-    let prompt = generate::prompt_tokens(&model, "The quick brown fox", false).unwrap();
+    let prompt = generate::prompt_tokens(&model, "The quick brown fox", None).unwrap();
     let n = 72;
     let params = || ContextParams {
         n_ctx: 512,

@@ -26,6 +26,9 @@ pub struct ModelParams {
     /// Map these files (a streamed model's) without reading them in: the
     /// caller reads what it needs (see [`crate::llama::populate`]).
     pub unpopulated: Vec<std::path::PathBuf>,
+    /// Load only the vocabulary and metadata (no tensors): enough to
+    /// tokenize and render chat templates.
+    pub vocab_only: bool,
 }
 
 impl Default for ModelParams {
@@ -35,6 +38,7 @@ impl Default for ModelParams {
             load_mtp: false,
             int_overrides: Vec::new(),
             unpopulated: Vec::new(),
+            vocab_only: false,
         }
     }
 }
@@ -140,6 +144,7 @@ impl Model {
         mp.n_gpu_layers = 0;
         mp.use_extra_bufts = false;
         mp.load_mtp = params.load_mtp;
+        mp.vocab_only = params.vocab_only;
         mp.load_mode = if params.use_mmap {
             sys::LLAMA_LOAD_MODE_MMAP
         } else {
