@@ -132,3 +132,49 @@ fn inspect_a_dense_model_says_it_has_no_experts() {
         stdout(&o)
     );
 }
+
+/// `run --chat` renders through the model's Jinja template (content that
+/// looks like Jinja stays text), `--chat-template-file` replaces it, and
+/// `--show-prompt` prints the prompt and its token count without generating.
+#[test]
+fn show_prompt_prints_what_run_chat_renders() {
+    let m = e8k2().to_str().unwrap();
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "--chat",
+        "-p",
+        "Hi {{ x }}",
+        "--show-prompt",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nHi {{ x }}<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert!(stderr(&o).contains(" prompt tokens)"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("generated"), "nothing is generated");
+
+    // Mistral-Small-3.1's default system prompt: the date of today, the
+    // string literal's backslash-continued lines joined as jinja2 joins them.
+    let t = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/templates/mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja"
+    );
+    let args = ["run", "-m", m, "--chat", "-p", "Hi", "--show-prompt"];
+    let o = bmoe(&[&args[..], &["--chat-template-file", t]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert!(
+        out.contains(&format!("The current date is {today}.When")),
+        "{out}"
+    );
+    assert!(
+        out.contains("headquartered in Paris.Your knowledge"),
+        "{out}"
+    );
+    assert!(out.ends_with("[/SYSTEM_PROMPT][INST]Hi[/INST]"), "{out}");
+}
