@@ -166,6 +166,11 @@ fn cause_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
         Some(FixtureError::Invalid(_)) => return Some(exit::USAGE),
         _ => {}
     }
+    if let Some(bmoe::chat::TemplateError::Render(_) | bmoe::chat::TemplateError::Syntax(_)) =
+        cause.downcast_ref()
+    {
+        return Some(exit::USAGE);
+    }
     if cause.downcast_ref::<UsageError>().is_some()
         || cause
             .downcast_ref::<bmoe::lab::compare::CompareError>()

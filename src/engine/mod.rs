@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::chat::TemplateError;
 use crate::draft::{DraftError, HeadReport, MtpActor};
 use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
@@ -67,6 +68,9 @@ impl EngineError {
         match self {
             EngineError::Config(_)
             | EngineError::Generate(GenerateError::PromptTooLong { .. })
+            | EngineError::Generate(GenerateError::Template(
+                TemplateError::Render(_) | TemplateError::Syntax(_),
+            ))
             | EngineError::Stream(
                 StreamError::NotMoe { .. }
                 | StreamError::UnknownLayout { .. }

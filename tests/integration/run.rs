@@ -177,4 +177,25 @@ fn show_prompt_prints_what_run_chat_renders() {
         "{out}"
     );
     assert!(out.ends_with("[/SYSTEM_PROMPT][INST]Hi[/INST]"), "{out}");
+
+    // A template that refuses the conversation, or is not Jinja: exit 2 with
+    // the template's own words, in --show-prompt and in a run alike.
+    let dir = tempfile::tempdir().unwrap();
+    let refusing = dir.path().join("refusing.jinja");
+    std::fs::write(&refusing, "{{ raise_exception('roles must alternate') }}").unwrap();
+    let broken = dir.path().join("broken.jinja");
+    std::fs::write(&broken, "{% if %}").unwrap();
+    for (t, words) in [
+        (&refusing, "roles must alternate"),
+        (&broken, "not valid Jinja"),
+    ] {
+        for show in [true, false] {
+            let mut a = vec!["run", "-m", m, "--chat", "-p", "Hi", "-n", "2"];
+            a.extend(["--chat-template-file", t.to_str().unwrap()]);
+            a.extend(show.then_some("--show-prompt"));
+            let o = bmoe(&a);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(stderr(&o).contains(words), "{}", stderr(&o));
+        }
+    }
 }
