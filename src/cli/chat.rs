@@ -43,12 +43,7 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     for note in &session.notes {
         bmoe::say!("{note}");
     }
-    if !session.chat_template().has_jinja() {
-        bmoe::say!(
-            "{} carries no chat template (tokenizer.chat_template): every turn is rendered with llama.cpp's built-in chatml (give one with --chat-template-file)",
-            cfg.model.display()
-        );
-    }
+
     bmoe::say!("bmoe chat: {HELP}");
     let mut chat = Chat {
         template: session.chat_template(),

@@ -108,6 +108,14 @@ impl Session {
             cfg,
             ..
         } = loaded;
+        let template = ChatTemplate::of(&model, cfg.chat_template.as_deref());
+        let mut notes = notes;
+        if !template.has_jinja() {
+            notes.push(format!(
+                "{} carries no chat template (tokenizer.chat_template): chats are rendered with llama.cpp's built-in chatml (give one with --chat-template-file)",
+                cfg.model.display()
+            ));
+        }
         Ok(Self {
             ctx,
             model,
