@@ -73,6 +73,7 @@ pub(super) fn assemble(
     let layout = MoeLayout::open(&cfg.model)?;
     let cfg = cfg.for_model(&layout);
     let (mode, mut notes) = cfg.check_against(&layout)?;
+    check_context(&cfg, n_seq)?;
     let k = cfg.experts_used(&layout);
     let backend = Backend::start(&cfg, &layout, mode, k)?;
     let load_start = (Instant::now(), memory::io_read_bytes());
@@ -319,4 +320,18 @@ pub(super) fn prefill_facts(
         readahead_allowance_bytes: if streamed { largest_layer } else { 0 },
         compute_extra_bytes: compute(ubatch).saturating_sub(base),
     }
+}
+
+/// The context `-c`, `--parallel` and `--ubatch` ask for, checked against the
+/// training context and MemAvailable before anything is allocated.
+fn check_context(cfg: &RunConfig, n_seq: u32) -> Result<(), EngineError> {
+    let Ok(file) = crate::llama::gguf::GgufFile::open(&cfg.model) else {
+        return Ok(()); // the load reports an unreadable file itself
+    };
+    let ubatch = match cfg.ubatch {
+        super::prefill::Ubatch::Fixed(u) => u,
+        super::prefill::Ubatch::Auto => TARGET_UBATCH,
+    };
+    let dims = (u64::from(cfg.n_ctx), u64::from(n_seq), u64::from(ubatch));
+    super::ctx_check::check_model(&file, dims).map_err(|e| EngineError::Config(e.to_string()))
 }

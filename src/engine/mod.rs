@@ -14,6 +14,7 @@ use bmoe_actors::telemetry::{self, Row, Telemetry, TelemetryError};
 
 mod assemble;
 mod config;
+mod ctx_check;
 mod finish;
 pub mod graph_check;
 mod mode;

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::common::{bmoe, smollm2, stderr};
+use crate::common::{bmoe, e8k2, smollm2, stderr};
 
 fn assert_fails(args: &[&str], code: i32, needle: &str) {
     let o = bmoe(args);
@@ -518,4 +518,32 @@ fn run_chat_and_serve_refuse_the_same_configuration_with_the_same_code() {
         assert!(err.contains("drop --moe-stream"), "args {args:?}\n{err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// A context longer than the model was trained for is refused at once with
+/// the length that fits (exit 2), before llama.cpp allocates anything: it
+/// once grew to 18 GB for `-c 1000000000` before the host killed it. (The
+/// MemAvailable side of the check is the unit test
+/// `engine::ctx_check::tests::a_context_that_does_not_fit_names_the_largest_that_does`.)
+#[test]
+fn a_context_longer_than_the_model_takes_is_refused_before_it_is_allocated() {
+    let m = e8k2().to_str().unwrap();
+    for c in ["1000000000", "4294967295", "9000"] {
+        let t0 = std::time::Instant::now();
+        let o = bmoe(&["run", "-m", m, "-p", "Hi", "-n", "2", "-c", c]);
+        assert_eq!(o.status.code(), Some(2), "-c {c}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("training context (8192 tokens): give -c 8192 or less"),
+            "-c {c}: {}",
+            stderr(&o)
+        );
+        assert!(!stderr(&o).contains("llama.cpp"), "{}", stderr(&o));
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "-c {c}: refused without allocating ({:?})",
+            t0.elapsed()
+        );
+    }
+    let o = bmoe(&["chat", "-m", m, "-c", "9000"]);
+    assert_eq!(o.status.code(), Some(2), "chat: {}", stderr(&o));
 }

@@ -1,0 +1,213 @@
+//! `-c`, `--parallel` and `--ubatch` checked before anything is allocated: the
+//! context's KV cache and compute buffers, estimated from the gguf header,
+//! against MemAvailable, and `-c` against the model's training context. A
+//! context that does not fit is refused with the largest `-c` that does,
+//! instead of llama.cpp growing into the host's memory until it is killed.
+
+use crate::llama::gguf::{GgufFile, MetaValue};
+use crate::stream::compute_estimate_bytes;
+use crate::stream::memory;
+
+/// What is kept free for everything else (the model's dense weights are
+/// mapped, the page cache, the process itself).
+const HEADROOM_BYTES: u64 = 512 << 20;
+
+/// Bytes per cached K or V element (llama.cpp's default f16 cache).
+const KV_ELEMENT_BYTES: u64 = 2;
+
+/// The shape of one context's memory, read from the header.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CtxShape {
+    /// K and V elements one token adds to the cache, all layers together.
+    pub(crate) kv_elements_per_token: u64,
+    pub(crate) n_vocab: u64,
+    pub(crate) n_head: u64,
+    /// `{arch}.context_length` (None: the file does not say).
+    pub(crate) n_ctx_train: Option<u64>,
+}
+
+impl CtxShape {
+    /// Read from a gguf header (None where the file lacks what is needed).
+    pub(crate) fn of(file: &GgufFile) -> Option<Self> {
+        let arch = file.arch()?;
+        let key = |s: &str| format!("{arch}.{s}");
+        let n_layer = file.get_int(&key("block_count"))?.max(0) as u64;
+        let n_embd = file.get_int(&key("embedding_length"))?.max(1) as u64;
+        let heads = per_layer(file.get(&key("attention.head_count")), n_layer)?;
+        let kv_heads = per_layer(file.get(&key("attention.head_count_kv")), n_layer)
+            .unwrap_or_else(|| heads.clone());
+        let n_head = heads.iter().copied().max().unwrap_or(1).max(1);
+        let head_dim = n_embd / n_head;
+        let k_len = file
+            .get_int(&key("attention.key_length"))
+            .map_or(head_dim, |v| v as u64);
+        let v_len = file
+            .get_int(&key("attention.value_length"))
+            .map_or(head_dim, |v| v as u64);
+        let kv_elements_per_token = match file.get_int(&key("attention.kv_lora_rank")) {
+            // MLA caches the compressed latent and the rope part per layer.
+            Some(rank) => {
+                let rope = file.get_int(&key("rope.dimension_count")).unwrap_or(64);
+                n_layer * (2 * rank.max(0) as u64 + rope.max(0) as u64)
+            }
+            None => kv_heads.iter().map(|&h| h * (k_len + v_len)).sum(),
+        };
+        let n_vocab = vocab_size(file)?;
+        Some(Self {
+            kv_elements_per_token,
+            n_vocab,
+            n_head,
+            n_ctx_train: file
+                .get_int(&key("context_length"))
+                .map(|v| v.max(0) as u64),
+        })
+    }
+
+    /// The KV cache and compute buffers of `n_seq` sequences of `n_ctx`
+    /// positions each, computed `ubatch` tokens at a time.
+    pub(crate) fn bytes(&self, n_ctx: u64, n_seq: u64, ubatch: u64) -> u64 {
+        let kv = self
+            .kv_elements_per_token
+            .saturating_mul(KV_ELEMENT_BYTES)
+            .saturating_mul(n_ctx)
+            .saturating_mul(n_seq);
+        let total_ctx = n_ctx.saturating_mul(n_seq);
+        kv.saturating_add(compute_estimate_bytes(
+            ubatch,
+            self.n_vocab,
+            total_ctx,
+            self.n_head,
+        ))
+    }
+
+    /// The largest `-c` (a multiple of 256, as llama.cpp rounds) whose
+    /// memory stays within `available_bytes` (0: not even 256).
+    pub(crate) fn largest_fitting(&self, n_seq: u64, ubatch: u64, available_bytes: u64) -> u64 {
+        let fits = |n: u64| self.bytes(n, n_seq, ubatch.min(n)) <= available_bytes;
+        let (mut lo, mut hi) = (0u64, 1u64 << 24);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid * 256) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo * 256
+    }
+}
+
+/// A per-layer count given as one number or an array.
+fn per_layer(v: Option<MetaValue>, n_layer: u64) -> Option<Vec<u64>> {
+    match v? {
+        MetaValue::Int(h) => Some(vec![h.max(0) as u64; n_layer as usize]),
+        MetaValue::IntArray(a) => Some(a.iter().map(|&h| h.max(0) as u64).collect()),
+        _ => None,
+    }
+}
+
+/// The vocabulary's size: the token embedding's rows.
+fn vocab_size(file: &GgufFile) -> Option<u64> {
+    let t = file.tensor("token_embd.weight")?;
+    Some(t.ne[1].max(1))
+}
+
+/// Why a context was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CtxRefusal {
+    #[error("-c {n_ctx} is over the model's training context ({n_ctx_train} tokens): give -c {n_ctx_train} or less")]
+    OverTraining { n_ctx: u64, n_ctx_train: u64 },
+    #[error("-c {n_ctx} x {n_seq} sequence(s) needs about {need_mib} MiB of KV cache and compute buffers, but {available_mib} MiB are available (MemAvailable less {HEADROOM_MIB} MiB headroom): give -c {fits} or less{parallel_hint}")]
+    TooLarge {
+        n_ctx: u64,
+        n_seq: u64,
+        need_mib: u64,
+        available_mib: u64,
+        fits: u64,
+        parallel_hint: String,
+    },
+}
+
+const HEADROOM_MIB: u64 = HEADROOM_BYTES >> 20;
+
+/// Check one context of `n_seq` sequences of `n_ctx` positions against the
+/// training context and `mem_available_bytes` (None: not known, no memory check).
+pub(crate) fn check(
+    shape: &CtxShape,
+    (n_ctx, n_seq, ubatch): (u64, u64, u64),
+    mem_available_bytes: Option<u64>,
+) -> Result<(), CtxRefusal> {
+    if let Some(n_ctx_train) = shape.n_ctx_train.filter(|&t| t > 0 && n_ctx > t) {
+        return Err(CtxRefusal::OverTraining { n_ctx, n_ctx_train });
+    }
+    let Some(mem) = mem_available_bytes else {
+        return Ok(());
+    };
+    let available = mem.saturating_sub(HEADROOM_BYTES);
+    let need = shape.bytes(n_ctx, n_seq, ubatch.min(n_ctx));
+    if need <= available {
+        return Ok(());
+    }
+    Err(CtxRefusal::TooLarge {
+        n_ctx,
+        n_seq,
+        need_mib: need >> 20,
+        available_mib: available >> 20,
+        fits: shape.largest_fitting(n_seq, ubatch, available),
+        parallel_hint: if n_seq > 1 {
+            " (or fewer --parallel)".into()
+        } else {
+            String::new()
+        },
+    })
+}
+
+/// [`check`] on the model's header and this host's MemAvailable.
+pub(crate) fn check_model(file: &GgufFile, dims: (u64, u64, u64)) -> Result<(), CtxRefusal> {
+    match CtxShape::of(file) {
+        Some(shape) => check(&shape, dims, memory::mem_available_bytes()),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 30 layers of 3 KV heads of 64 (SmolLM2-135M's shape).
+    fn smol() -> CtxShape {
+        CtxShape {
+            kv_elements_per_token: 30 * 3 * 128,
+            n_vocab: 49152,
+            n_head: 9,
+            n_ctx_train: Some(8192),
+        }
+    }
+
+    #[test]
+    fn a_context_over_the_training_length_is_refused() {
+        let e = check(&smol(), (9000, 1, 512), None).unwrap_err();
+        assert!(e.to_string().contains("give -c 8192 or less"), "{e}");
+        assert!(check(&smol(), (8192, 1, 512), None).is_ok());
+    }
+
+    #[test]
+    fn a_context_that_does_not_fit_names_the_largest_that_does() {
+        let shape = CtxShape {
+            n_ctx_train: None,
+            ..smol()
+        };
+        let mem = 2u64 << 30;
+        let e = check(&shape, (1_000_000_000, 1, 512), Some(mem)).unwrap_err();
+        let CtxRefusal::TooLarge { fits, .. } = e.clone() else {
+            panic!("{e}")
+        };
+        assert!(fits > 0 && fits % 256 == 0);
+        let available = mem - HEADROOM_BYTES;
+        assert!(shape.bytes(fits, 1, 512) <= available);
+        assert!(shape.bytes(fits + 256, 1, 512) > available);
+        assert!(check(&shape, (fits, 1, 512), Some(mem)).is_ok());
+        let two = check(&shape, (fits, 2, 512), Some(mem)).unwrap_err();
+        assert!(two.to_string().contains("--parallel"), "{two}");
+    }
+}
