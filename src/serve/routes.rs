@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -42,12 +42,16 @@ pub(crate) fn router(
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .merge(api)
-        .fallback(|| async {
-            ApiError::new(
+        .fallback(|uri: Uri| async move {
+            let e = ApiError::new(
                 StatusCode::NOT_FOUND,
                 "invalid_request_error",
                 "no such route",
-            )
+            );
+            if uri.path().starts_with(anthropic::MESSAGES) {
+                return anthropic::error_response(e);
+            }
+            e.into_response()
         })
         .with_state(app)
 }

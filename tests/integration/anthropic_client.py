@@ -126,4 +126,10 @@ for bad, field in [
         assert e.body == {"type": "error", "error": e.body["error"]}, e.body
         assert e.body["error"]["type"] == "invalid_request_error", e.body
 
+try:
+    client.messages.count_tokens(model=model, messages=story)
+    raise AssertionError("count_tokens answered")
+except anthropic.NotFoundError as e:
+    assert e.body["type"] == "error" and e.body["error"]["type"] == "not_found_error", e.body
+
 print("anthropic client: ok")
