@@ -262,7 +262,11 @@ fn message(m: InMessage) -> Result<Message, ApiError> {
 }
 
 impl Common {
-    fn into_spec(self, prompt: PromptSpec, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+    pub(crate) fn into_spec(
+        self,
+        prompt: PromptSpec,
+        defaults: &SamplingParams,
+    ) -> Result<JobSpec, ApiError> {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(
                 Some("n"),

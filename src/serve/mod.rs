@@ -2,6 +2,7 @@
 //! in front of one engine thread that keeps the model, its KV cache and its
 //! expert cache warm between requests (docs/serving.md).
 
+mod anthropic;
 mod api;
 mod metrics;
 mod routes;

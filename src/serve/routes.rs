@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,9 +19,13 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
+
+/// Anthropic's header for the API key.
+const X_API_KEY: &str = "x-api-key";
 
 /// The router over the shared state (`prometheus` renders `/metrics`).
 pub(crate) fn router(
@@ -31,39 +35,47 @@ pub(crate) fn router(
     let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route(anthropic::MESSAGES, post(anthropic::messages))
         .route("/v1/models", get(models))
         .route("/metrics", get(move || async move { prometheus.render() }))
         .route_layer(middleware::from_fn_with_state(app.clone(), check_key));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .merge(api)
-        .fallback(|| async {
-            ApiError::new(
+        .fallback(|uri: Uri| async move {
+            let e = ApiError::new(
                 StatusCode::NOT_FOUND,
                 "invalid_request_error",
                 "no such route",
-            )
+            );
+            if uri.path().starts_with(anthropic::MESSAGES) {
+                return anthropic::error_response(e);
+            }
+            e.into_response()
         })
         .with_state(app)
 }
 
-/// `--api-key`: a bearer token equal to the key (compared in constant time).
+/// `--api-key`: a bearer token or an `x-api-key` header (Anthropic's) equal
+/// to the key (compared in constant time).
 async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = app.api_key.as_deref() {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let bearer = header(header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+        let given = [bearer, header(X_API_KEY)];
+        let matches =
+            |g: &Option<&str>| bool::from(g.unwrap_or("").as_bytes().ct_eq(key.as_bytes()));
+        if !given.iter().any(matches) {
             m::request("auth", 401);
-            return ApiError::new(
+            let e = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
-                "missing or wrong API key: send Authorization: Bearer <the server's --api-key>",
-            )
-            .into_response();
+                "missing or wrong API key: send Authorization: Bearer <the server's --api-key> (or x-api-key: <it>)",
+            );
+            if req.uri().path().starts_with(anthropic::MESSAGES) {
+                return anthropic::error_response(e);
+            }
+            return e.into_response();
         }
     }
     next.run(req).await
@@ -92,7 +104,7 @@ async fn completions(State(app): State<App>, body: Body) -> Response {
 }
 
 /// The body, or 413 past the server's limit.
-async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+pub(super) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     to_bytes(body, app.body_limit_bytes).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -121,26 +133,9 @@ async fn answer(app: App, route: &'static str, spec: Result<JobSpec, ApiError>) 
 }
 
 async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, ApiError> {
-    let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
     let (stream, usage) = (spec.stream, spec.include_usage);
     let chat = spec.prompt.is_chat();
-    app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
-        crossbeam_channel::TrySendError::Full(_) => {
-            m::rejected();
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "the server's queue is full: retry later (the server's --queue bounds waiting requests)",
-            )
-        }
-        crossbeam_channel::TrySendError::Disconnected(_) => shutting_down(),
-    })?;
-    m::queue_depth(app.jobs.len());
-    match rx.recv().await {
-        Some(Event::Started) => {}
-        Some(Event::Failed(e)) => return Err(e),
-        _ => return Err(shutting_down()),
-    }
+    let (rx, _) = start_job(app, spec).await?;
     let reply = Reply {
         id: app.next_id.fetch_add(1, Ordering::Relaxed),
         created: app.created_s,
@@ -154,7 +149,33 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     whole(reply, rx).await
 }
 
-fn shutting_down() -> ApiError {
+/// Queue the job and wait for it to start: its events and its prompt's
+/// token count, or the error it failed with before any text.
+pub(super) async fn start_job(
+    app: &App,
+    spec: JobSpec,
+) -> Result<(mpsc::Receiver<Event>, usize), ApiError> {
+    let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
+    app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
+        crossbeam_channel::TrySendError::Full(_) => {
+            m::rejected();
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "the server's queue is full: retry later (the server's --queue bounds waiting requests)",
+            )
+        }
+        crossbeam_channel::TrySendError::Disconnected(_) => shutting_down(),
+    })?;
+    m::queue_depth(app.jobs.len());
+    match rx.recv().await {
+        Some(Event::Started { prompt_tokens }) => Ok((rx, prompt_tokens)),
+        Some(Event::Failed(e)) => Err(e),
+        _ => Err(shutting_down()),
+    }
+}
+
+pub(super) fn shutting_down() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "server_error",
@@ -234,7 +255,7 @@ async fn whole(reply: Reply, mut rx: mpsc::Receiver<Event>) -> Result<Response, 
                 return Ok(Json(body).into_response());
             }
             Event::Failed(e) => return Err(e),
-            Event::Started => {}
+            Event::Started { .. } => {}
         }
     }
     Err(shutting_down())
@@ -270,7 +291,7 @@ fn sse(
                 v
             }
             Event::Failed(e) => vec![data(e.body())],
-            Event::Started => Vec::new(),
+            Event::Started { .. } => Vec::new(),
         };
         stream::iter(out)
     });

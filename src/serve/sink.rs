@@ -22,6 +22,8 @@ pub(crate) struct JobSink {
     pub(crate) notes: Vec<String>,
     pub(crate) requester: String,
     pub(crate) t0: Instant,
+    /// The request's stop strings (to say which one ended the text).
+    pub(crate) stop: Vec<String>,
 }
 
 impl JobSink {
@@ -39,6 +41,7 @@ impl JobSink {
             notes,
             requester,
             t0: Instant::now(),
+            stop: Vec::new(),
         }
     }
 
@@ -115,13 +118,14 @@ mod tests {
     }
 
     fn done() -> Event {
-        Event::Done(Done {
+        Event::Done(Box::new(Done {
             finish_reason: "stop",
+            stop_sequence: None,
             prompt_tokens: 1,
             completion_tokens: 3,
             figures: Default::default(),
             notes: Vec::new(),
-        })
+        }))
     }
 
     /// Every event in the channel until it closes: the texts joined, and

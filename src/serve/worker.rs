@@ -20,8 +20,8 @@ use super::sink::JobSink;
 use super::ServeError;
 use crate::chat::{ChatInput, ChatTemplate};
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{Finished, Limit, Multi, Options, Request, StopReason};
-use crate::llama::Token;
+use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
+use crate::llama::{Model, Token};
 
 /// Events a job sends back to its request before it is done.
 pub(crate) const EVENT_CAPACITY: usize = 64;
@@ -35,9 +35,12 @@ pub(crate) struct Job {
 /// What a job reports to its request, in order: `Started` or `Failed` first.
 #[derive(Debug)]
 pub(crate) enum Event {
-    Started,
+    /// The prompt is in: how many tokens it took.
+    Started {
+        prompt_tokens: usize,
+    },
     Text(String),
-    Done(Done),
+    Done(Box<Done>),
     Failed(ApiError),
 }
 
@@ -46,6 +49,8 @@ pub(crate) enum Event {
 pub(crate) struct Done {
     /// OpenAI's `finish_reason`: "stop" or "length".
     pub(crate) finish_reason: &'static str,
+    /// The stop string that ended the text, if one did.
+    pub(crate) stop_sequence: Option<String>,
     pub(crate) prompt_tokens: usize,
     pub(crate) completion_tokens: usize,
     pub(crate) figures: TurnFigures,
@@ -290,7 +295,13 @@ fn request_of(
         Some(n) => n,
         None => room,
     };
-    if job.events.blocking_send(Event::Started).is_err() {
+    if job
+        .events
+        .blocking_send(Event::Started {
+            prompt_tokens: prompt.len(),
+        })
+        .is_err()
+    {
         m::cancelled();
         let e = ApiError::new(StatusCode::BAD_REQUEST, "cancelled", "the client went away");
         return Err((e, job.events));
@@ -304,7 +315,8 @@ fn request_of(
         stop: job.spec.stop.clone(),
         ..Options::default()
     };
-    let sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
+    let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
+    sink.stop = job.spec.stop;
     Ok(Request { prompt, opts, sink })
 }
 
@@ -342,13 +354,34 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
     };
     let done = Done {
         finish_reason,
+        stop_sequence: stop_sequence(session.model(), g, &sink.stop),
         prompt_tokens: g.prompt_tokens,
         completion_tokens: g.tokens.len(),
         figures,
         notes: std::mem::take(&mut sink.notes),
     };
     m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
-    sink.finish(Event::Done(done));
+    sink.finish(Event::Done(Box::new(done)));
+}
+
+/// The stop string that ended `g`, if one did: the earliest in what its
+/// tokens spell after the text handed out.
+fn stop_sequence(model: &Model, g: &Generation, stops: &[String]) -> Option<String> {
+    if g.stop != StopReason::StopString {
+        return None;
+    }
+    let bytes: Vec<u8> = g
+        .tokens
+        .iter()
+        .flat_map(|&t| model.token_bytes(t))
+        .collect();
+    let tail = String::from_utf8_lossy(bytes.get(g.text.len()..)?);
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| tail.find(s.as_str()).map(|at| (at, s)))
+        .min_by_key(|&(at, _)| at)
+        .map(|(_, s)| s.clone())
 }
 
 fn server_error(msg: &str) -> ApiError {

@@ -322,6 +322,14 @@ fn the_api_key_guards_every_route_but_health() {
         &["Authorization: Bearer sesame"],
     );
     assert_eq!(s, 200);
+    let (s, _) = server.request("POST", "/v1/completions", &body, &["x-api-key: sesame"]);
+    assert_eq!(s, 200, "Anthropic's key header is taken too");
+    let (s, text) = server.request("POST", "/v1/messages", "{}", &["x-api-key: wrong"]);
+    assert_eq!(s, 401);
+    assert!(
+        text.starts_with(r#"{"type":"error","error":{"type":"authentication_error""#),
+        "Anthropic's error shape on its route: {text}"
+    );
     assert_eq!(server.request("GET", "/metrics", "", &[]).0, 401);
     assert_eq!(server.request("GET", "/health", "", &[]).0, 200);
 }
@@ -375,24 +383,20 @@ fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_ex
     assert_eq!(status.code(), Some(0), "SIGTERM stops the server cleanly");
 }
 
-#[test]
-fn the_openai_python_client_works() {
-    let has_client = Command::new("python3")
-        .args(["-c", "import openai"])
+/// Whether python3 can import `package` (the official API clients; .ci/run installs them).
+fn has_python_package(package: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {package}")])
         .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        has_client,
-        "the openai Python package is missing: pip install openai (.ci/run installs it)"
-    );
-    let server = Server::start(&[]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/integration/openai_client.py"
-    );
-    let url = format!("http://127.0.0.1:{}/v1", server.port);
+        .is_ok_and(|s| s.success())
+}
+
+/// Run tests/integration/SCRIPT with ARGS; assert it succeeded and printed `ok`.
+fn run_client_script(script: &str, args: &[&str], ok: &str) {
+    let script = format!("{}/tests/integration/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
-        .args([script, &url, PROSE])
+        .arg(&script)
+        .args(args)
         .output()
         .expect("run python3");
     assert!(
@@ -401,5 +405,31 @@ fn the_openai_python_client_works() {
         common::stdout(&out),
         common::stderr(&out)
     );
-    assert!(common::stdout(&out).contains("openai client: ok"));
+    assert!(common::stdout(&out).contains(ok));
+}
+
+#[test]
+fn the_openai_python_client_works() {
+    assert!(
+        has_python_package("openai"),
+        "the openai Python package is missing: pip install openai (.ci/run installs it)"
+    );
+    let server = Server::start(&[]);
+    let url = format!("http://127.0.0.1:{}/v1", server.port);
+    run_client_script("openai_client.py", &[&url, PROSE], "openai client: ok");
+}
+
+#[test]
+fn the_anthropic_python_client_works() {
+    assert!(
+        has_python_package("anthropic"),
+        "the anthropic Python package is missing: pip install anthropic (.ci/run installs it)"
+    );
+    let server = Server::start(&["--api-key", "sesame"]);
+    let url = format!("http://127.0.0.1:{}", server.port);
+    run_client_script(
+        "anthropic_client.py",
+        &[&url, "sesame"],
+        "anthropic client: ok",
+    );
 }

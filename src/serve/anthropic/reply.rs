@@ -1,0 +1,274 @@
+//! The worker's events as Anthropic replies: one `message` object once the
+//! generation ends, or its server-sent events (`message_start`, a text
+//! block's `content_block_start`, `ping`, one `content_block_delta` per piece
+//! of text, `content_block_stop`, `message_delta` with the stop reason and
+//! the usage, `message_stop`).
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt as _};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::request::MessagesRequest;
+use crate::serve::api::ApiError;
+use crate::serve::routes;
+use crate::serve::worker::{App, Done, Event};
+
+/// What every part of one reply carries.
+struct Head {
+    id: String,
+    model: String,
+    prompt_tokens: usize,
+    /// Whether the model was offered tools (its text may then call them).
+    tools_offered: bool,
+}
+
+/// Queue the request's job and answer: an error before any text, else the
+/// stream or the whole message.
+pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, ApiError> {
+    let stream = req.spec.stream;
+    let (rx, prompt_tokens) = routes::start_job(app, req.spec).await?;
+    let head = Head {
+        id: format!("msg_bmoe{}", app.next_id.fetch_add(1, Ordering::Relaxed)),
+        model: app.model_id.clone(),
+        prompt_tokens,
+        tools_offered: req.tools_offered,
+    };
+    if stream {
+        return Ok(sse(head, rx).into_response());
+    }
+    whole(head, rx).await
+}
+
+/// The model's tool calls in `text` as Anthropic `tool_use` blocks
+/// (`{"type": "tool_use", "id": "toolu_...", "name": ..., "input": {...}}`),
+/// with the text they leave.
+///
+/// Merge point: the tool-call parser (`chat::tool_calls::parse`, written on
+/// another branch) goes here, for requests that offered tools. Until it is
+/// merged no calls are found and the reply is the text as it came.
+fn tool_use_blocks(text: &str, tools_offered: bool) -> (String, Vec<Value>) {
+    let _ = tools_offered;
+    (text.to_string(), Vec::new())
+}
+
+/// Anthropic's stop reason for how the generation ended.
+fn stop_reason(d: &Done, calls_tools: bool) -> &'static str {
+    if calls_tools {
+        "tool_use"
+    } else if d.finish_reason == "length" {
+        "max_tokens"
+    } else if d.stop_sequence.is_some() {
+        "stop_sequence"
+    } else {
+        "end_turn"
+    }
+}
+
+impl Head {
+    /// The message object; `d` None while it has only begun (streaming).
+    fn message(&self, content: Value, d: Option<(&Done, bool)>) -> Value {
+        json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": content,
+            "stop_reason": d.map(|(d, calls)| stop_reason(d, calls)),
+            "stop_sequence": d.and_then(|(d, _)| d.stop_sequence.clone()),
+            "usage": self.usage(d.map_or(0, |(d, _)| d.completion_tokens)),
+        })
+    }
+
+    fn usage(&self, output_tokens: usize) -> Value {
+        json!({"input_tokens": self.prompt_tokens, "output_tokens": output_tokens})
+    }
+
+    /// The whole reply: the text block, then any `tool_use` blocks.
+    fn whole(&self, text: &str, d: &Done) -> Value {
+        let (text, calls) = tool_use_blocks(text, self.tools_offered);
+        let mut content = Vec::with_capacity(calls.len() + 1);
+        if !text.is_empty() || calls.is_empty() {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        let calls_tools = !calls.is_empty();
+        content.extend(calls);
+        self.message(Value::Array(content), Some((d, calls_tools)))
+    }
+
+    /// The events that open a stream.
+    fn opening(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            (
+                "message_start",
+                json!({"type": "message_start", "message": self.message(json!([]), None)}),
+            ),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "text", "text": ""}}),
+            ),
+            ("ping", json!({"type": "ping"})),
+        ]
+    }
+
+    /// The events that close a stream whose text was `text`: the text block
+    /// ends, any `tool_use` blocks follow whole, then the stop reason and usage.
+    fn closing(&self, text: &str, d: &Done) -> Vec<(&'static str, Value)> {
+        let (_, calls) = tool_use_blocks(text, self.tools_offered);
+        let mut out = vec![block_stop(0)];
+        for (i, call) in calls.iter().enumerate() {
+            let mut start = call.clone();
+            start["input"] = json!({});
+            out.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": i + 1, "content_block": start}),
+            ));
+            out.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": i + 1,
+                       "delta": {"type": "input_json_delta", "partial_json": call["input"].to_string()}}),
+            ));
+            out.push(block_stop(i + 1));
+        }
+        out.push((
+            "message_delta",
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": stop_reason(d, !calls.is_empty()), "stop_sequence": d.stop_sequence},
+                   "usage": self.usage(d.completion_tokens)}),
+        ));
+        out.push(("message_stop", json!({"type": "message_stop"})));
+        out
+    }
+}
+
+fn block_stop(index: usize) -> (&'static str, Value) {
+    (
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": index}),
+    )
+}
+
+fn text_delta(text: &str) -> (&'static str, Value) {
+    (
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+    )
+}
+
+/// The whole message once generation ends.
+async fn whole(head: Head, mut rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done(d) => return Ok(Json(head.whole(&text, &d)).into_response()),
+            Event::Failed(e) => return Err(e),
+            Event::Started { .. } => {}
+        }
+    }
+    Err(routes::shutting_down())
+}
+
+/// The reply as Anthropic's server-sent events; a failure after the start
+/// is an `error` event.
+fn sse(
+    head: Head,
+    rx: mpsc::Receiver<Event>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let opening = head.opening();
+    let mut text = String::new();
+    let events = ReceiverStream::new(rx).flat_map(move |ev| {
+        let out = match ev {
+            Event::Text(t) => {
+                text.push_str(&t);
+                vec![text_delta(&t)]
+            }
+            Event::Done(d) => head.closing(&text, &d),
+            Event::Failed(e) => vec![("error", super::error_body(&e))],
+            Event::Started { .. } => Vec::new(),
+        };
+        stream::iter(out)
+    });
+    let all = stream::iter(opening)
+        .chain(events)
+        .map(|(name, data)| Ok(SseEvent::default().event(name).data(data.to_string())));
+    Sse::new(all).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> Head {
+        Head {
+            id: "msg_bmoe1".into(),
+            model: "m".into(),
+            prompt_tokens: 9,
+            tools_offered: false,
+        }
+    }
+
+    fn done(finish_reason: &'static str, stop_sequence: Option<&str>) -> Done {
+        Done {
+            finish_reason,
+            stop_sequence: stop_sequence.map(str::to_string),
+            prompt_tokens: 9,
+            completion_tokens: 4,
+            figures: Default::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_whole_reply_is_an_anthropic_message() {
+        let m = head().whole("Hello", &done("length", None));
+        assert_eq!(
+            m,
+            json!({"id": "msg_bmoe1", "type": "message", "role": "assistant", "model": "m",
+                   "content": [{"type": "text", "text": "Hello"}],
+                   "stop_reason": "max_tokens", "stop_sequence": null,
+                   "usage": {"input_tokens": 9, "output_tokens": 4}})
+        );
+        let stopped = head().whole("Hi", &done("stop", Some("END")));
+        assert_eq!(
+            (&stopped["stop_reason"], &stopped["stop_sequence"]),
+            (&json!("stop_sequence"), &json!("END"))
+        );
+        assert_eq!(
+            head().whole("", &done("stop", None))["stop_reason"],
+            "end_turn"
+        );
+    }
+
+    #[test]
+    fn a_stream_opens_with_the_message_and_closes_with_the_stop_reason() {
+        let h = head();
+        let names: Vec<&str> = h.opening().iter().map(|e| e.0).collect();
+        assert_eq!(names, ["message_start", "content_block_start", "ping"]);
+        let start = &h.opening()[0].1["message"];
+        assert_eq!(
+            (&start["content"], &start["stop_reason"]),
+            (&json!([]), &Value::Null)
+        );
+        assert_eq!(start["usage"]["input_tokens"], 9);
+        assert_eq!(
+            text_delta("a").1["delta"],
+            json!({"type": "text_delta", "text": "a"})
+        );
+        let closing = h.closing("a", &done("stop", None));
+        let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
+        assert_eq!(
+            names,
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
+        assert_eq!(
+            closing[1].1,
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "usage": {"input_tokens": 9, "output_tokens": 4}})
+        );
+    }
+}

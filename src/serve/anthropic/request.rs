@@ -1,0 +1,378 @@
+//! An Anthropic Messages request checked into a [`JobSpec`]: `system` becomes
+//! a system message, `tool_use` blocks the assistant message's `tool_calls`,
+//! `tool_result` blocks `tool` messages and the tools OpenAI-shaped functions,
+//! as chat templates expect them. The body is read field by field so that
+//! every refusal names the field at fault in the request's own terms.
+
+use bmoe_actors::sampling::SamplingParams;
+use serde_json::{json, Map, Value};
+
+use crate::chat::Message;
+use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec, StopIn, MAX_STOP_STRINGS};
+
+/// A checked request.
+#[derive(Debug)]
+pub(super) struct MessagesRequest {
+    pub(super) spec: JobSpec,
+    /// Whether the model was offered tools (`tool_choice` none offers none).
+    pub(super) tools_offered: bool,
+}
+
+type Obj = Map<String, Value>;
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::invalid(None, message)
+}
+
+/// Parse and check a `/v1/messages` body.
+pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRequest, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let Value::Object(o) = v else {
+        return Err(bad("the body must be a JSON object"));
+    };
+    let max_tokens = int(&o, "max_tokens")?
+        .ok_or_else(|| bad("max_tokens is required: the most tokens to generate"))?;
+    let mut messages = system(&o)?;
+    let list = match o.get("messages") {
+        Some(Value::Array(l)) if !l.is_empty() => l,
+        Some(Value::Array(_)) => return Err(bad("messages is empty: give at least one message")),
+        None | Some(Value::Null) => return Err(bad("messages is required")),
+        Some(_) => return Err(bad("messages must be an array of messages")),
+    };
+    for (i, m) in list.iter().enumerate() {
+        message(&format!("messages[{i}]"), m, &mut messages)?;
+    }
+    let tools = tools(&o)?;
+    let tools_offered = tools.is_some();
+    let stops = stop_sequences(&o)?;
+    let common = Common {
+        max_tokens: Some(max_tokens),
+        temperature: number(&o, "temperature")?,
+        top_p: number(&o, "top_p")?,
+        top_k: int(&o, "top_k")?,
+        stop: Some(StopIn::Many(stops)),
+        stream: flag(&o, "stream")?,
+        user: user_id(&o)?,
+        ..Common::default()
+    };
+    let prompt = PromptSpec::Chat {
+        messages,
+        tools,
+        options: Default::default(),
+    };
+    let spec = common.into_spec(prompt, defaults)?;
+    Ok(MessagesRequest {
+        spec,
+        tools_offered,
+    })
+}
+
+/// A number field, if given.
+fn number(o: &Obj, key: &str) -> Result<Option<f32>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(|x| Some(x as f32))
+            .ok_or_else(|| bad(format!("{key} must be a number, not {v}"))),
+    }
+}
+
+/// A whole-number field, if given.
+fn int(o: &Obj, key: &str) -> Result<Option<i64>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| bad(format!("{key} must be a whole number, not {v}"))),
+    }
+}
+
+fn flag(o: &Obj, key: &str) -> Result<bool, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(bad(format!("{key} must be true or false, not {v}"))),
+    }
+}
+
+/// A string field at `path`.
+fn string<'a>(o: &'a Obj, key: &str, path: &str) -> Result<&'a str, ApiError> {
+    match o.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(bad(format!("{path}.{key} is required"))),
+        Some(v) => Err(bad(format!("{path}.{key} must be a string, not {v}"))),
+    }
+}
+
+/// `metadata.user_id`: who asks, for the per-requester metrics.
+fn user_id(o: &Obj) -> Result<Option<String>, ApiError> {
+    match o.get("metadata") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => match m.get("user_id") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(bad(format!("metadata.user_id must be a string, not {v}"))),
+        },
+        Some(v) => Err(bad(format!("metadata must be an object, not {v}"))),
+    }
+}
+
+fn stop_sequences(o: &Obj) -> Result<Vec<String>, ApiError> {
+    let list = match o.get("stop_sequences") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(l)) => l,
+        Some(v) => {
+            return Err(bad(format!(
+                "stop_sequences must be an array of strings, not {v}"
+            )))
+        }
+    };
+    if list.len() > MAX_STOP_STRINGS {
+        return Err(bad(format!(
+            "stop_sequences has {}: give at most {MAX_STOP_STRINGS}",
+            list.len()
+        )));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            Value::String(s) => Ok(s.clone()),
+            v => Err(bad(format!(
+                "stop_sequences[{i}] must be a string, not {v}"
+            ))),
+        })
+        .collect()
+}
+
+/// `system` as a system message (a string or text blocks), if given.
+fn system(o: &Obj) -> Result<Vec<Message>, ApiError> {
+    let text = match o.get("system") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => {
+            let mut parts = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                let path = format!("system[{i}]");
+                let b = block(&path, b)?;
+                match string(b, "type", &path)? {
+                    "text" => parts.push(string(b, "text", &path)?),
+                    other => return Err(unsupported(&path, other, "text blocks")),
+                }
+            }
+            parts.join("\n")
+        }
+        Some(v) => {
+            return Err(bad(format!(
+                "system must be a string or text blocks, not {v}"
+            )))
+        }
+    };
+    Ok(vec![Message::new("system", &text)])
+}
+
+fn block<'a>(path: &str, v: &'a Value) -> Result<&'a Obj, ApiError> {
+    v.as_object()
+        .ok_or_else(|| bad(format!("{path} must be an object, not {v}")))
+}
+
+fn unsupported(path: &str, kind: &str, takes: &str) -> ApiError {
+    bad(format!(
+        "{path}: blocks of type {kind:?} are not supported here; this server takes {takes}"
+    ))
+}
+
+/// One Anthropic message as chat messages: a user message's `tool_result`
+/// blocks each become a `tool` message (in order, with its text around them),
+/// an assistant message's `tool_use` blocks its `tool_calls`.
+fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError> {
+    let m = block(path, v)?;
+    let role = string(m, "role", path)?;
+    if role != "user" && role != "assistant" {
+        return Err(bad(format!("{path}.role is {role:?}: use user or assistant (system goes in the top-level system field)")));
+    }
+    let blocks = match m.get("content") {
+        Some(Value::String(s)) => {
+            out.push(Message::new(role, s));
+            return Ok(());
+        }
+        Some(Value::Array(blocks)) => blocks,
+        None | Some(Value::Null) => return Err(bad(format!("{path}.content is required"))),
+        Some(v) => {
+            return Err(bad(format!(
+                "{path}.content must be a string or an array of blocks, not {v}"
+            )))
+        }
+    };
+    if role == "assistant" {
+        out.push(assistant(path, blocks)?);
+        return Ok(());
+    }
+    let mut text: Vec<&str> = Vec::new();
+    for (i, b) in blocks.iter().enumerate() {
+        let path = format!("{path}.content[{i}]");
+        let b = block(&path, b)?;
+        match string(b, "type", &path)? {
+            "text" => text.push(string(b, "text", &path)?),
+            "tool_result" => {
+                if !text.is_empty() {
+                    out.push(Message::new("user", &text.join("\n")));
+                    text.clear();
+                }
+                out.push(tool_result(&path, b)?);
+            }
+            other => {
+                return Err(unsupported(
+                    &path,
+                    other,
+                    "text and tool_result blocks in user messages",
+                ))
+            }
+        }
+    }
+    if !text.is_empty() || blocks.is_empty() {
+        out.push(Message::new("user", &text.join("\n")));
+    }
+    Ok(())
+}
+
+/// An assistant message: its text blocks joined, its `tool_use` blocks as
+/// OpenAI-shaped `tool_calls` (the input object as the arguments).
+fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
+    let (mut text, mut calls) = (Vec::new(), Vec::new());
+    for (i, b) in blocks.iter().enumerate() {
+        let path = format!("{path}.content[{i}]");
+        let b = block(&path, b)?;
+        match string(b, "type", &path)? {
+            "text" => text.push(string(b, "text", &path)?),
+            "tool_use" => {
+                let input = match b.get("input") {
+                    Some(Value::Object(i)) => Value::Object(i.clone()),
+                    None | Some(Value::Null) => json!({}),
+                    Some(v) => return Err(bad(format!("{path}.input must be an object, not {v}"))),
+                };
+                calls.push(json!({"id": string(b, "id", &path)?, "type": "function",
+                    "function": {"name": string(b, "name", &path)?, "arguments": input}}));
+            }
+            other => {
+                return Err(unsupported(
+                    &path,
+                    other,
+                    "text and tool_use blocks in assistant messages",
+                ))
+            }
+        }
+    }
+    let mut m = Message::new("assistant", &text.join("\n"));
+    if !calls.is_empty() {
+        m.extra.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Ok(m)
+}
+
+/// A `tool_result` block as a `tool` message answering its call.
+fn tool_result(path: &str, b: &Obj) -> Result<Message, ApiError> {
+    let id = string(b, "tool_use_id", path)?;
+    let content = match b.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                let path = format!("{path}.content[{i}]");
+                let p = block(&path, p)?;
+                match string(p, "type", &path)? {
+                    "text" => text.push(string(p, "text", &path)?),
+                    other => return Err(unsupported(&path, other, "text blocks in tool results")),
+                }
+            }
+            text.join("\n")
+        }
+        Some(v) => {
+            return Err(bad(format!(
+                "{path}.content must be a string or text blocks, not {v}"
+            )))
+        }
+    };
+    let content = match b.get("is_error") {
+        Some(Value::Bool(true)) => format!("Error: {content}"),
+        _ => content,
+    };
+    let mut m = Message::new("tool", &content);
+    m.extra.insert("tool_call_id".into(), json!(id));
+    Ok(m)
+}
+
+/// The tools as the chat template expects them (OpenAI-shaped functions), or
+/// None when none are given or `tool_choice` is none.
+fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
+    let list = match o.get("tools") {
+        None | Some(Value::Null) => return tool_choice(o, &[]).map(|_| None),
+        Some(Value::Array(l)) => l,
+        Some(v) => return Err(bad(format!("tools must be an array of tools, not {v}"))),
+    };
+    let mut names = Vec::new();
+    let mut out = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let t = block(&path, t)?;
+        if let Some(kind) = t
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|&k| k != "custom")
+        {
+            return Err(bad(format!("{path}: tools of type {kind:?} (Anthropic's server tools) are not supported; give name, description and input_schema")));
+        }
+        let name = string(t, "name", &path)?;
+        let schema = match t.get("input_schema") {
+            Some(Value::Object(s)) => Value::Object(s.clone()),
+            None | Some(Value::Null) => {
+                return Err(bad(format!("{path}.input_schema is required")))
+            }
+            Some(v) => {
+                return Err(bad(format!(
+                    "{path}.input_schema must be a JSON schema object, not {v}"
+                )))
+            }
+        };
+        let mut function = json!({"name": name, "parameters": schema});
+        if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+            function["description"] = d.clone();
+        }
+        names.push(name);
+        out.push(json!({"type": "function", "function": function}));
+    }
+    let offered = tool_choice(o, &names)?;
+    Ok((offered && !out.is_empty()).then_some(Value::Array(out)))
+}
+
+/// `tool_choice`: whether tools are offered at all (false for none). `any`
+/// and `tool` are taken but not enforced: the model is offered the tools.
+fn tool_choice(o: &Obj, names: &[&str]) -> Result<bool, ApiError> {
+    let c = match o.get("tool_choice") {
+        None | Some(Value::Null) => return Ok(true),
+        Some(v) => block("tool_choice", v)?,
+    };
+    match string(c, "type", "tool_choice")? {
+        "auto" | "any" => Ok(true),
+        "none" => Ok(false),
+        "tool" => {
+            let name = string(c, "name", "tool_choice")?;
+            if names.contains(&name) {
+                Ok(true)
+            } else {
+                Err(bad(format!(
+                    "tool_choice.name {name:?} is not one of the tools given"
+                )))
+            }
+        }
+        other => Err(bad(format!(
+            "tool_choice.type {other:?}: use auto, any, tool or none"
+        ))),
+    }
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;

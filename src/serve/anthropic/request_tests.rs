@@ -1,0 +1,228 @@
+use axum::http::StatusCode;
+use serde_json::json;
+
+use super::*;
+
+fn req(v: Value) -> Result<MessagesRequest, ApiError> {
+    parse(v.to_string().as_bytes(), &SamplingParams::default())
+}
+
+fn messages(r: &MessagesRequest) -> &[Message] {
+    match &r.spec.prompt {
+        PromptSpec::Chat { messages, .. } => messages,
+        PromptSpec::Text(_) => panic!("a chat"),
+    }
+}
+
+/// The message a refusal carries (it must be a 400).
+fn refusal(v: Value) -> String {
+    let e = req(v).unwrap_err();
+    assert_eq!(e.status, StatusCode::BAD_REQUEST, "{}", e.message);
+    e.message
+}
+
+fn hi() -> Value {
+    json!([{"role": "user", "content": "hi"}])
+}
+
+#[test]
+fn a_plain_request_maps_its_settings() {
+    let r = req(json!({"model": "m", "max_tokens": 7, "messages": hi(),
+        "temperature": 0.5, "top_p": 0.9, "top_k": 40, "stop_sequences": ["END"],
+        "stream": true, "metadata": {"user_id": "ann"}}))
+    .unwrap();
+    assert_eq!(r.spec.max_tokens, Some(7));
+    assert_eq!(r.spec.sampling.temperature, 0.5);
+    assert_eq!((r.spec.sampling.top_p, r.spec.sampling.top_k), (0.9, 40));
+    assert_eq!(r.spec.stop, vec!["END".to_string()]);
+    assert!(r.spec.stream);
+    assert_eq!(r.spec.requester, "ann");
+    assert!(!r.tools_offered);
+    assert_eq!(messages(&r), &[Message::new("user", "hi")]);
+}
+
+#[test]
+fn system_as_string_or_text_blocks_comes_first() {
+    let s = req(json!({"max_tokens": 1, "system": "be brief", "messages": hi()})).unwrap();
+    assert_eq!(messages(&s)[0], Message::new("system", "be brief"));
+    let blocks = json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}]);
+    let b = req(json!({"max_tokens": 1, "system": blocks, "messages": hi()})).unwrap();
+    assert_eq!(messages(&b)[0], Message::new("system", "a\nb"));
+    assert_eq!(messages(&b)[1].role, "user");
+}
+
+#[test]
+fn tool_use_and_tool_result_become_tool_calls_and_tool_messages() {
+    let conv = json!([
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "rain"}]},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": true},
+            {"type": "text", "text": "and tomorrow?"}]},
+    ]);
+    let r = req(json!({"max_tokens": 1, "messages": conv})).unwrap();
+    let m = messages(&r);
+    let roles: Vec<&str> = m.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
+    assert_eq!(m[1].content, "Let me look.");
+    assert_eq!(
+        m[1].extra["tool_calls"],
+        json!([{"id": "toolu_1", "type": "function",
+                "function": {"name": "weather", "arguments": {"city": "Oslo"}}}])
+    );
+    assert_eq!(
+        (m[2].content.as_str(), &m[2].extra["tool_call_id"]),
+        ("rain", &json!("toolu_1"))
+    );
+    assert_eq!(m[3].content, "Error: boom");
+    assert_eq!(m[4].content, "and tomorrow?");
+}
+
+#[test]
+fn tools_become_openai_shaped_functions_unless_tool_choice_is_none() {
+    let tools = json!([{"name": "weather", "description": "Weather now",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let r = req(json!({"max_tokens": 1, "messages": hi(), "tools": tools,
+        "tool_choice": {"type": "tool", "name": "weather"}}))
+    .unwrap();
+    assert!(r.tools_offered);
+    let PromptSpec::Chat { tools: Some(t), .. } = &r.spec.prompt else {
+        panic!("tools")
+    };
+    assert_eq!(
+        t,
+        &json!([{"type": "function", "function": {"name": "weather", "description": "Weather now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])
+    );
+    let none = req(json!({"max_tokens": 1, "messages": hi(), "tools": tools,
+        "tool_choice": {"type": "none"}}))
+    .unwrap();
+    assert!(!none.tools_offered);
+    assert!(matches!(
+        none.spec.prompt,
+        PromptSpec::Chat { tools: None, .. }
+    ));
+}
+
+/// Each body is refused with a 400 whose message names the field at fault
+/// and no Rust type.
+fn assert_refused(cases: &[(Value, &str)]) {
+    for (body, expected) in cases {
+        let message = refusal(body.clone());
+        assert!(
+            message.contains(expected),
+            "{body}: {message:?} lacks {expected:?}"
+        );
+        for rust in ["i64", "f32", "u32", "Value", "enum", "struct"] {
+            assert!(
+                !message.contains(rust),
+                "{body}: {message:?} names a Rust type"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_settings_name_the_field_in_the_requests_own_terms() {
+    assert_refused(&[
+        (json!({"messages": hi()}), "max_tokens is required"),
+        (json!({"max_tokens": 0, "messages": hi()}), "max_tokens"),
+        (
+            json!({"max_tokens": "5", "messages": hi()}),
+            "max_tokens must be a whole number",
+        ),
+        (json!({"max_tokens": 5}), "messages is required"),
+        (
+            json!({"max_tokens": 5, "messages": []}),
+            "messages is empty",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "temperature": -1}),
+            "temperature",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "temperature": "hot"}),
+            "temperature must be a number",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "stream": "yes"}),
+            "stream must be true or false",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "stop_sequences": "x"}),
+            "stop_sequences must be",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "stop_sequences": vec!["x"; 17]}),
+            "stop_sequences has 17",
+        ),
+    ]);
+    let e = parse(b"{not json", &SamplingParams::default()).unwrap_err();
+    assert!(e.message.starts_with("invalid JSON"), "{}", e.message);
+}
+
+#[test]
+fn bad_messages_and_tools_name_the_field_in_the_requests_own_terms() {
+    assert_refused(&[
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+            "messages[0].role",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "user"}]}),
+            "messages[0].content is required",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": 3}]}),
+            "messages[0].content must be",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
+            "messages[0].content[0]: blocks of type \"image\"",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]}),
+            "\"document\"",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]}]}),
+            "\"thinking\"",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}),
+            "messages[0].content[0].id is required",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}),
+            "tool_use_id is required",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "system": 3}),
+            "system must be",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "tools": [{"name": "f"}]}),
+            "tools[0].input_schema is required",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+            "tools[0]: tools of type \"web_search_20250305\"",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "tool_choice": {"type": "sometimes"}}),
+            "tool_choice.type",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "tools": [], "tool_choice": {"type": "tool", "name": "g"}}),
+            "tool_choice.name \"g\"",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi(), "metadata": {"user_id": 3}}),
+            "metadata.user_id",
+        ),
+        (json!([1, 2]), "the body must be a JSON object"),
+    ]);
+}
