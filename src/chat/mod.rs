@@ -7,6 +7,7 @@ mod conversation;
 mod jinja;
 mod message;
 mod template;
+pub mod tool_calls;
 
 pub use conversation::Conversation;
 pub use message::Message;
