@@ -21,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
+use super::tools::Calls;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// The router over the shared state (`prometheus` renders `/metrics`).
@@ -124,6 +125,7 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
     let (stream, usage) = (spec.stream, spec.include_usage);
     let chat = spec.prompt.is_chat();
+    let calls = Calls::of(&spec, app.call_format);
     app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
         crossbeam_channel::TrySendError::Full(_) => {
             m::rejected();
@@ -146,6 +148,7 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
         created: app.created_s,
         model: app.model_id.clone(),
         chat,
+        calls,
     };
     m::request(route, 200);
     if stream {
@@ -168,6 +171,8 @@ struct Reply {
     created: u64,
     model: String,
     chat: bool,
+    /// How a chat reply's tool calls are split from its text.
+    calls: Calls,
 }
 
 impl Reply {
@@ -225,10 +230,12 @@ async fn whole(reply: Reply, mut rx: mpsc::Receiver<Event>) -> Result<Response, 
         match ev {
             Event::Text(t) => text.push_str(&t),
             Event::Done(d) => {
-                let mut body = reply.envelope(
-                    json!([reply.choice(&text, Some(d.finish_reason), false)]),
-                    false,
-                );
+                let choice = if reply.chat {
+                    reply.calls.choice(&text, d.finish_reason)
+                } else {
+                    reply.choice(&text, Some(d.finish_reason), false)
+                };
+                let mut body = reply.envelope(json!([choice]), false);
                 body["usage"] = usage(&d);
                 body["bmoe"] = extra(&d);
                 return Ok(Json(body).into_response());
@@ -251,15 +258,28 @@ fn sse(
     let first = reply.chat.then(|| {
         data(reply.envelope(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), true))
     });
+    let mut split = reply.calls.stream();
     let events = ReceiverStream::new(rx).flat_map(move |ev| {
+        let text = |t: &str| (!t.is_empty()).then(|| reply.choice(t, None, true));
         let out: Vec<SseEvent> = match ev {
-            Event::Text(t) => vec![data(
-                reply.envelope(json!([reply.choice(&t, None, true)]), true),
-            )],
+            Event::Text(t) => text(&split.push(&t))
+                .map(|c| data(reply.envelope(json!([c]), true)))
+                .into_iter()
+                .collect(),
             Event::Done(d) => {
-                let mut v = vec![data(
-                    reply.envelope(json!([reply.choice("", Some(d.finish_reason), true)]), true),
-                )];
+                let (rest, calls, finish) =
+                    reply.calls.end(std::mem::take(&mut split), d.finish_reason);
+                let deltas = text(&rest).into_iter().chain(
+                    calls
+                        .into_iter()
+                        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null})),
+                );
+                let mut v: Vec<SseEvent> = deltas
+                    .map(|c| data(reply.envelope(json!([c]), true)))
+                    .collect();
+                v.push(data(
+                    reply.envelope(json!([reply.choice("", Some(finish), true)]), true),
+                ));
                 if include_usage {
                     let mut u = reply.envelope(json!([]), true);
                     u["usage"] = usage(&d);

@@ -72,6 +72,8 @@ pub struct Loaded {
     pub notes: Vec<String>,
     pub n_ctx: u32,
     pub streamed: bool,
+    /// How the chat template has the model write tool calls.
+    pub call_format: crate::chat::tool_calls::CallFormat,
 }
 
 impl Worker {
@@ -98,6 +100,7 @@ impl Worker {
                     notes: session.notes.clone(),
                     n_ctx: session.n_ctx(),
                     streamed: session.streamed(),
+                    call_format: ChatTemplate::of(session.model()).call_format(),
                 };
                 if ready_tx.send(Ok(loaded)).is_err() {
                     return;
@@ -415,6 +418,8 @@ pub(crate) struct Shared {
     pub(crate) api_key: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) next_id: std::sync::atomic::AtomicU64,
+    /// How the chat template has the model write tool calls.
+    pub(crate) call_format: crate::chat::tool_calls::CallFormat,
     /// Seconds since the epoch when the server started (OpenAI's `created`).
     pub(crate) created_s: u64,
 }
