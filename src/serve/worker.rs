@@ -18,6 +18,7 @@ use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
 use super::sink::JobSink;
 use super::ServeError;
+use crate::chat::tool_calls::CallFormat;
 use crate::chat::{ChatInput, ChatTemplate};
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Limit, Multi, Options, Request, StopReason};
@@ -305,6 +306,7 @@ fn request_of(
         },
         sampling: job.spec.sampling.clone(),
         stop: job.spec.stop.clone(),
+        special_text: job.spec.prompt.is_chat() && template.call_format() == CallFormat::Harmony,
         ..Options::default()
     };
     let sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
