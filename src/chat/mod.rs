@@ -7,6 +7,8 @@ mod conversation;
 mod jinja;
 mod message;
 mod template;
+pub mod tool_calls;
+mod tool_prompt;
 
 pub use conversation::Conversation;
 pub use message::Message;

@@ -5,7 +5,8 @@
 use crate::llama::{ChatMessage, LlamaError, Model, Token};
 
 use super::jinja::{self, Now};
-use super::Message;
+use super::tool_calls::CallFormat;
+use super::{tool_prompt, Message};
 
 /// Errors rendering a conversation.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +126,8 @@ impl ChatTemplate {
 
     /// The prompt for `input`: the model's Jinja template, or llama.cpp's
     /// built-in chatml only when the file carries no template.
+    /// Tools given to a template that takes none are described in the
+    /// system message instead ([`super::tool_prompt`]).
     pub fn render(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
         let rendered = self.render_any(model, input)?;
         tracing::debug!(
@@ -136,6 +139,18 @@ impl ChatTemplate {
     }
 
     fn render_any(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
+        let described;
+        let input = match input.tools {
+            Some(tools) if !self.reads_tools() => {
+                described = tool_prompt::describe(input.messages, tools);
+                &ChatInput {
+                    messages: &described,
+                    tools: None,
+                    ..*input
+                }
+            }
+            _ => input,
+        };
         match self.source.as_deref() {
             Some(source) => Ok(Rendered {
                 text: self.render_jinja(source, input)?,
@@ -158,6 +173,21 @@ impl ChatTemplate {
                     source: TemplateSource::Builtin,
                 })
             }
+        }
+    }
+
+    /// Whether the template reads `tools` (else they go in the system
+    /// message, the Hermes way).
+    fn reads_tools(&self) -> bool {
+        self.source.as_deref().is_some_and(tool_prompt::reads_tools)
+    }
+
+    /// How the model writes tool calls under this template: the template's
+    /// own way, or the Hermes way bmoe's tool description asks for.
+    pub fn call_format(&self) -> CallFormat {
+        match self.source.as_deref() {
+            Some(s) if tool_prompt::reads_tools(s) => CallFormat::detect(s),
+            _ => CallFormat::Hermes,
         }
     }
 

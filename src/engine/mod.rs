@@ -295,6 +295,7 @@ fn generate_metered<'t>(
         stop: cfg.stop.clone(),
         draft_max: cfg.draft_max as usize,
         cached: 0,
+        special_text: false,
     };
     let mut run = |d: Option<&mut dyn generate::Drafter<'t>>| {
         generate::generate_opts(target, tokens, &opts, &mut sink, d)

@@ -15,16 +15,19 @@ pub(crate) struct Emitter {
     utf8: Utf8Stream,
     stops: StopStrings,
     limit: Limit,
+    /// Control tokens as their text.
+    special: bool,
 }
 
 impl Emitter {
-    pub(crate) fn new(stop: &[String], limit: Limit) -> Self {
+    pub(crate) fn new(stop: &[String], limit: Limit, special: bool) -> Self {
         Self {
             tokens: Vec::new(),
             text: String::new(),
             utf8: Utf8Stream::new(),
             stops: StopStrings::new(stop),
             limit,
+            special,
         }
     }
 
@@ -40,7 +43,7 @@ impl Emitter {
             return Some(StopReason::EndOfText);
         }
         self.tokens.push(t);
-        let piece = self.utf8.push(&model.token_bytes(t));
+        let piece = self.utf8.push(&model.token_bytes(t, self.special));
         if self.hand_out(&piece, sink) {
             return Some(StopReason::StopString);
         }

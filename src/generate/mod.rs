@@ -186,6 +186,9 @@ pub struct Options {
     /// How many of the prompt's first tokens the context's KV cache already
     /// holds from the previous generation (they are not decoded again).
     pub cached: usize,
+    /// Control tokens go out as their text (gpt-oss's `<|channel|>` and
+    /// such, which its replies are split by) instead of as nothing.
+    pub special_text: bool,
 }
 
 impl Default for Options {
@@ -197,6 +200,7 @@ impl Default for Options {
             stop: Vec::new(),
             draft_max: 0,
             cached: 0,
+            special_text: false,
         }
     }
 }

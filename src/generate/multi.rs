@@ -135,7 +135,7 @@ impl<S: GenerationSink> Multi<S> {
             Err(e) => return Err(Box::new((e, req))),
         };
         slot.job = Some(Active {
-            out: Emitter::new(&opts.stop, opts.limit),
+            out: Emitter::new(&opts.stop, opts.limit, opts.special_text),
             req,
             picker,
             reused,

@@ -83,7 +83,7 @@ pub fn generate_opts<'t>(
         drafter,
         draft_max,
         pos: prompt.len() as i32,
-        out: Emitter::new(&opts.stop, limit),
+        out: Emitter::new(&opts.stop, limit, opts.special_text),
         corpus: prompt.to_vec(),
         spec: SpecStats::default(),
         catch_up: Duration::ZERO,

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use bmoe_actors::sampling::SamplingParams;
 
+use super::chat_in::{self, InMessage};
 use crate::chat::Message;
 use crate::chat::TemplateOptions;
 
@@ -63,6 +64,12 @@ impl IntoResponse for ApiError {
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<InMessage>,
+    /// OpenAI's `tools`: the functions the model may call.
+    #[serde(default)]
+    pub(crate) tools: Option<serde_json::Value>,
+    /// `none`, `auto`, `required` or one function by name.
+    #[serde(default)]
+    pub(crate) tool_choice: Option<serde_json::Value>,
     #[serde(flatten)]
     pub(crate) common: Common,
     /// Options the chat template reads (e.g. `{"enable_thinking": false}`),
@@ -77,29 +84,6 @@ pub(crate) struct CompletionRequest {
     pub(crate) prompt: PromptIn,
     #[serde(flatten)]
     pub(crate) common: Common,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct InMessage {
-    pub(crate) role: String,
-    #[serde(default)]
-    pub(crate) content: Option<ContentIn>,
-}
-
-/// A message's content: text, or a list of parts of which only text is taken.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum ContentIn {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct Part {
-    #[serde(rename = "type")]
-    pub(crate) kind: String,
-    #[serde(default)]
-    pub(crate) text: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,20 +169,10 @@ impl PromptSpec {
 
 impl ChatRequest {
     pub(crate) fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
-        if self.messages.is_empty() {
-            return Err(ApiError::invalid(
-                Some("messages"),
-                "messages is empty: give at least one message",
-            ));
-        }
-        let messages = self
-            .messages
-            .into_iter()
-            .map(message)
-            .collect::<Result<Vec<_>, _>>()?;
+        let messages = chat_in::messages(self.messages)?;
         let prompt = PromptSpec::Chat {
             messages,
-            tools: None,
+            tools: chat_in::tools(self.tools, self.tool_choice)?,
             options: self.chat_template_kwargs.unwrap_or_default(),
         };
         self.common.into_spec(prompt, defaults)
@@ -222,43 +196,6 @@ impl CompletionRequest {
         }
         self.common.into_spec(PromptSpec::Text(text), defaults)
     }
-}
-
-/// A chat message with its content as text (parts other than text refused).
-fn message(m: InMessage) -> Result<Message, ApiError> {
-    if !matches!(
-        m.role.as_str(),
-        "system" | "developer" | "user" | "assistant" | "tool"
-    ) {
-        return Err(ApiError::invalid(
-            Some("messages"),
-            format!(
-                "message role {:?}: use system, user, assistant or tool",
-                m.role
-            ),
-        ));
-    }
-    let content = match m.content {
-        None => String::new(),
-        Some(ContentIn::Text(t)) => t,
-        Some(ContentIn::Parts(parts)) => parts
-            .into_iter()
-            .map(|p| match (p.kind.as_str(), p.text) {
-                ("text", Some(t)) => Ok(t),
-                (kind, _) => Err(ApiError::invalid(
-                    Some("messages"),
-                    format!("content part of type {kind:?}: this server takes text parts only"),
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()?
-            .join(""),
-    };
-    let role = if m.role == "developer" {
-        "system".into()
-    } else {
-        m.role
-    };
-    Ok(Message::new(&role, &content))
 }
 
 impl Common {

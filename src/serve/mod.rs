@@ -4,9 +4,11 @@
 
 mod anthropic;
 mod api;
+mod chat_in;
 mod metrics;
 mod routes;
 mod sink;
+mod tools;
 mod worker;
 
 use std::net::SocketAddr;
@@ -83,6 +85,7 @@ pub fn serve(
         api_key: cfg.api_key.clone(),
         body_limit_bytes: cfg.body_limit_bytes,
         next_id: Default::default(),
+        call_format: loaded.call_format,
         created_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -22,6 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
+use super::tools::Calls;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// Anthropic's header for the API key.
@@ -135,12 +136,14 @@ async fn answer(app: App, route: &'static str, spec: Result<JobSpec, ApiError>) 
 async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, ApiError> {
     let (stream, usage) = (spec.stream, spec.include_usage);
     let chat = spec.prompt.is_chat();
+    let calls = Calls::of(&spec, app.call_format);
     let (rx, _) = start_job(app, spec).await?;
     let reply = Reply {
         id: app.next_id.fetch_add(1, Ordering::Relaxed),
         created: app.created_s,
         model: app.model_id.clone(),
         chat,
+        calls,
     };
     m::request(route, 200);
     if stream {
@@ -189,6 +192,8 @@ struct Reply {
     created: u64,
     model: String,
     chat: bool,
+    /// How a chat reply's tool calls are split from its text.
+    calls: Calls,
 }
 
 impl Reply {
@@ -246,10 +251,12 @@ async fn whole(reply: Reply, mut rx: mpsc::Receiver<Event>) -> Result<Response, 
         match ev {
             Event::Text(t) => text.push_str(&t),
             Event::Done(d) => {
-                let mut body = reply.envelope(
-                    json!([reply.choice(&text, Some(d.finish_reason), false)]),
-                    false,
-                );
+                let choice = if reply.chat {
+                    reply.calls.choice(&text, d.finish_reason)
+                } else {
+                    reply.choice(&text, Some(d.finish_reason), false)
+                };
+                let mut body = reply.envelope(json!([choice]), false);
                 body["usage"] = usage(&d);
                 body["bmoe"] = extra(&d);
                 return Ok(Json(body).into_response());
@@ -272,15 +279,28 @@ fn sse(
     let first = reply.chat.then(|| {
         data(reply.envelope(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), true))
     });
+    let mut split = reply.calls.stream();
     let events = ReceiverStream::new(rx).flat_map(move |ev| {
+        let text = |t: &str| (!t.is_empty()).then(|| reply.choice(t, None, true));
         let out: Vec<SseEvent> = match ev {
-            Event::Text(t) => vec![data(
-                reply.envelope(json!([reply.choice(&t, None, true)]), true),
-            )],
+            Event::Text(t) => text(&split.push(&t))
+                .map(|c| data(reply.envelope(json!([c]), true)))
+                .into_iter()
+                .collect(),
             Event::Done(d) => {
-                let mut v = vec![data(
-                    reply.envelope(json!([reply.choice("", Some(d.finish_reason), true)]), true),
-                )];
+                let (rest, calls, finish) =
+                    reply.calls.end(std::mem::take(&mut split), d.finish_reason);
+                let deltas = text(&rest).into_iter().chain(
+                    calls
+                        .into_iter()
+                        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null})),
+                );
+                let mut v: Vec<SseEvent> = deltas
+                    .map(|c| data(reply.envelope(json!([c]), true)))
+                    .collect();
+                v.push(data(
+                    reply.envelope(json!([reply.choice("", Some(finish), true)]), true),
+                ));
                 if include_usage {
                     let mut u = reply.envelope(json!([]), true);
                     u["usage"] = usage(&d);

@@ -18,6 +18,7 @@ use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
 use super::sink::JobSink;
 use super::ServeError;
+use crate::chat::tool_calls::CallFormat;
 use crate::chat::{ChatInput, ChatTemplate};
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
@@ -77,6 +78,8 @@ pub struct Loaded {
     pub notes: Vec<String>,
     pub n_ctx: u32,
     pub streamed: bool,
+    /// How the chat template has the model write tool calls.
+    pub call_format: crate::chat::tool_calls::CallFormat,
 }
 
 impl Worker {
@@ -103,6 +106,7 @@ impl Worker {
                     notes: session.notes.clone(),
                     n_ctx: session.n_ctx(),
                     streamed: session.streamed(),
+                    call_format: session.chat_template().call_format(),
                 };
                 if ready_tx.send(Ok(loaded)).is_err() {
                     return;
@@ -313,6 +317,7 @@ fn request_of(
         },
         sampling: job.spec.sampling.clone(),
         stop: job.spec.stop.clone(),
+        special_text: job.spec.prompt.is_chat() && template.call_format() == CallFormat::Harmony,
         ..Options::default()
     };
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
@@ -373,7 +378,7 @@ fn stop_sequence(model: &Model, g: &Generation, stops: &[String]) -> Option<Stri
     let bytes: Vec<u8> = g
         .tokens
         .iter()
-        .flat_map(|&t| model.token_bytes(t))
+        .flat_map(|&t| model.token_bytes(t, false))
         .collect();
     let tail = String::from_utf8_lossy(bytes.get(g.text.len()..)?);
     stops
@@ -448,6 +453,8 @@ pub(crate) struct Shared {
     pub(crate) api_key: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) next_id: std::sync::atomic::AtomicU64,
+    /// How the chat template has the model write tool calls.
+    pub(crate) call_format: crate::chat::tool_calls::CallFormat,
     /// Seconds since the epoch when the server started (OpenAI's `created`).
     pub(crate) created_s: u64,
 }

@@ -1,7 +1,9 @@
 """Drive `bmoe serve` with the official OpenAI Python client (run by the
 integration test `serve::the_openai_python_client_works`): chat and text
-completions, streamed and whole, usage counts, stop strings, seeded sampling
-and a 400 raised as the client's own error type. Exits non-zero on failure."""
+completions, streamed and whole, usage counts, stop strings, seeded sampling,
+tools (whole and streamed, with tool_choice and a conversation holding a call
+and its result) and a 400 raised as the client's own error type. Exits
+non-zero on failure."""
 
 import sys
 
@@ -48,6 +50,89 @@ seeded = [
     for _ in range(2)
 ]
 assert seeded[0] == seeded[1], seeded
+
+# Tools: the fixture's template takes none, so the server describes them in
+# the system message; the prompt grows by the schema. The tiny model writes
+# no real calls: parsing calls is covered by chat::tool_calls's unit tests.
+tools = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+plain = client.chat.completions.create(model=model, messages=asked, max_tokens=12)
+with_tools = client.chat.completions.create(
+    model=model, messages=asked, tools=tools, tool_choice="auto", max_tokens=12
+)
+assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 20, (plain.usage, with_tools.usage)
+reply = with_tools.choices[0]
+assert reply.finish_reason in ("length", "stop", "tool_calls"), reply
+assert reply.message.tool_calls is None or reply.message.tool_calls[0].function.name, reply
+no_tools = client.chat.completions.create(
+    model=model, messages=asked, tools=tools, tool_choice="none", max_tokens=2
+)
+assert no_tools.usage.prompt_tokens == plain.usage.prompt_tokens, no_tools.usage
+
+called = asked + [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
+]
+after = client.chat.completions.create(
+    model=model,
+    messages=called,
+    tools=tools,
+    tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    max_tokens=2,
+)
+assert after.usage.prompt_tokens > with_tools.usage.prompt_tokens + 10, after.usage
+
+pieces, calls, finish, usage = [], [], None, None
+for chunk in client.chat.completions.create(
+    model=model,
+    messages=asked,
+    tools=tools,
+    max_tokens=12,
+    stream=True,
+    stream_options={"include_usage": True},
+):
+    if chunk.choices:
+        delta = chunk.choices[0].delta
+        pieces.append(delta.content or "")
+        calls.extend(delta.tool_calls or [])
+        finish = chunk.choices[0].finish_reason or finish
+    if chunk.usage:
+        usage = chunk.usage
+assert "".join(pieces) == (reply.message.content or ""), ("".join(pieces), reply)
+assert len(calls) == len(reply.message.tool_calls or []), calls
+assert finish == reply.finish_reason, finish
+assert usage is not None and usage.prompt_tokens == with_tools.usage.prompt_tokens, usage
+
+try:
+    client.chat.completions.create(
+        model=model, messages=asked, tools=[{"type": "function"}], max_tokens=2
+    )
+    raise AssertionError("a tool without a function was accepted")
+except openai.BadRequestError as e:
+    assert e.status_code == 400 and "tools" in str(e), e
 
 try:
     client.chat.completions.create(model=model, messages=[], max_tokens=2)

@@ -1,7 +1,7 @@
 //! `bmoe serve` on the E8K2 fixture, driven with raw HTTP/1.0 over loopback
 //! (and, in `openai_client`, with the official Python client): answers equal
 //! to `bmoe run`'s, the KV prefix reused, streaming, stop strings, seeded
-//! sampling, every error with its status and body, the queue, the API key, a
+//! sampling, tools, every error with its status and body, the queue, the API key, a
 //! client that goes away, and a clean stop on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};

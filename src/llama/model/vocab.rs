@@ -55,9 +55,10 @@ impl Model {
         Err(LlamaError::Tokenize("llama_tokenize failed".into()))
     }
 
-    /// The bytes one token stands for (may be part of a UTF-8 sequence).
-    pub(crate) fn token_bytes(&self, token: Token) -> Vec<u8> {
-        self.piece_bytes(token, false)
+    /// The bytes one token stands for (may be part of a UTF-8 sequence);
+    /// a control token's text when `special`, else nothing.
+    pub(crate) fn token_bytes(&self, token: Token, special: bool) -> Vec<u8> {
+        self.piece_bytes(token, special)
     }
 
     /// A token's bytes; `special`: control tokens as their text, not empty.

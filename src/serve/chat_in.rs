@@ -1,0 +1,343 @@
+//! A chat request's messages, `tools` and `tool_choice` as OpenAI's clients
+//! send them, checked into what the chat template reads: each message's
+//! text, with `tool_calls` (their `arguments` JSON text parsed into an
+//! object, as Hugging Face templates expect), `tool_call_id`, `name` and
+//! `reasoning_content` passed on. A bad shape is a 400 naming the field.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::api::ApiError;
+use crate::chat::Message;
+
+/// One message as sent.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InMessage {
+    pub(crate) role: String,
+    #[serde(default)]
+    pub(crate) content: Option<Value>,
+    #[serde(default)]
+    pub(crate) tool_calls: Option<Value>,
+    #[serde(default)]
+    pub(crate) tool_call_id: Option<Value>,
+    #[serde(default)]
+    pub(crate) name: Option<Value>,
+    #[serde(default)]
+    pub(crate) reasoning_content: Option<Value>,
+}
+
+fn bad(param: &'static str, message: String) -> ApiError {
+    ApiError::invalid(Some(param), message)
+}
+
+/// The messages checked, in order.
+pub(crate) fn messages(given: Vec<InMessage>) -> Result<Vec<Message>, ApiError> {
+    if given.is_empty() {
+        return Err(bad(
+            "messages",
+            "messages is empty: give at least one message".into(),
+        ));
+    }
+    given
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect()
+}
+
+/// A chat message with its content as text (parts other than text refused).
+fn message(i: usize, m: InMessage) -> Result<Message, ApiError> {
+    if !matches!(
+        m.role.as_str(),
+        "system" | "developer" | "user" | "assistant" | "tool"
+    ) {
+        return Err(bad(
+            "messages",
+            format!(
+                "messages[{i}].role {:?}: use system, user, assistant or tool",
+                m.role
+            ),
+        ));
+    }
+    let role = if m.role == "developer" {
+        "system"
+    } else {
+        &m.role
+    };
+    let mut out = Message::new(role, &content(i, m.content)?);
+    if let Some(calls) = m.tool_calls.filter(|c| !c.is_null()) {
+        let calls = tool_calls(i, calls)?;
+        out.extra.insert("tool_calls".into(), calls);
+    }
+    let strings = [
+        ("tool_call_id", m.tool_call_id),
+        ("name", m.name),
+        ("reasoning_content", m.reasoning_content),
+    ];
+    for (key, v) in strings {
+        match v {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => drop(out.extra.insert(key.into(), s.into())),
+            Some(_) => {
+                return Err(bad(
+                    "messages",
+                    format!("messages[{i}].{key}: give a string"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Text, a list of text parts (joined), or null (empty).
+fn content(i: usize, v: Option<Value>) -> Result<String, ApiError> {
+    let parts = match v {
+        None | Some(Value::Null) => return Ok(String::new()),
+        Some(Value::String(s)) => return Ok(s),
+        Some(Value::Array(parts)) => parts,
+        Some(_) => {
+            return Err(bad(
+                "messages",
+                format!("messages[{i}].content: give a string, a list of text parts, or null"),
+            ))
+        }
+    };
+    let mut text = String::new();
+    for p in parts {
+        match (p.get("type").and_then(Value::as_str), p.get("text")) {
+            (Some("text"), Some(Value::String(t))) => text.push_str(t),
+            (Some(kind), _) if kind != "text" => {
+                return Err(bad(
+                    "messages",
+                    format!("messages[{i}].content: a part of type {kind:?}: this server takes text parts only"),
+                ))
+            }
+            _ => {
+                return Err(bad(
+                    "messages",
+                    format!("messages[{i}].content: each part is {{\"type\": \"text\", \"text\": \"...\"}}"),
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// An assistant's `tool_calls`: `[{id, type: "function", function: {name,
+/// arguments}}]`, the arguments' JSON text read into an object when it is
+/// one (kept as text otherwise).
+fn tool_calls(i: usize, v: Value) -> Result<Value, ApiError> {
+    let shape = || {
+        bad(
+            "messages",
+            format!("messages[{i}].tool_calls: give a list of {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"),
+        )
+    };
+    let Value::Array(calls) = v else {
+        return Err(shape());
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for mut call in calls {
+        let f = call.get_mut("function").ok_or_else(shape)?;
+        if !f.get("name").is_some_and(Value::is_string) {
+            return Err(shape());
+        }
+        let args = match f.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(o @ Value::Object(_)) => o,
+                _ => Value::String(s.clone()),
+            },
+            Some(o @ Value::Object(_)) => o.clone(),
+            Some(_) => return Err(shape()),
+        };
+        f["arguments"] = args;
+        if call.get("type").is_none() {
+            call["type"] = "function".into();
+        }
+        out.push(call);
+    }
+    Ok(Value::Array(out))
+}
+
+/// The tools the template gets: the request's `tools` checked, or None
+/// when it gives none or `tool_choice` is `"none"`.
+pub(crate) fn tools(
+    tools: Option<Value>,
+    choice: Option<Value>,
+) -> Result<Option<Value>, ApiError> {
+    let tools = match tools {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(list)) if list.is_empty() => None,
+        Some(Value::Array(list)) => Some(check_tools(list)?),
+        Some(_) => return Err(tools_shape(None)),
+    };
+    let choice = match choice {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(check_choice(&c, tools.as_ref())?),
+    };
+    Ok(tools.filter(|_| choice.as_deref() != Some("none")))
+}
+
+fn tools_shape(at: Option<usize>) -> ApiError {
+    let which = at.map_or("tools".to_string(), |i| format!("tools[{i}]"));
+    bad(
+        "tools",
+        format!("{which}: give a list of {{\"type\": \"function\", \"function\": {{\"name\": \"...\", \"description\": \"...\", \"parameters\": {{JSON Schema}}}}}}"),
+    )
+}
+
+/// Each tool is `{"type": "function", "function": {"name", ...}}` with a
+/// name and, if any, an object for `parameters`.
+fn check_tools(list: Vec<Value>) -> Result<Value, ApiError> {
+    for (i, t) in list.iter().enumerate() {
+        let f = &t["function"];
+        let named = f["name"].as_str().is_some_and(|n| !n.is_empty());
+        let params_ok = matches!(f.get("parameters"), None | Some(Value::Object(_)));
+        if t["type"] != "function" || !f.is_object() || !named || !params_ok {
+            return Err(tools_shape(Some(i)));
+        }
+    }
+    Ok(Value::Array(list))
+}
+
+/// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function":
+/// {"name": N}}` naming one of the tools; its word ("function" for a name).
+fn check_choice(c: &Value, tools: Option<&Value>) -> Result<String, ApiError> {
+    if let Some(word) = c.as_str() {
+        return match word {
+            "none" | "auto" | "required" => Ok(word.into()),
+            _ => Err(bad(
+                "tool_choice",
+                format!("tool_choice {word:?}: give \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"),
+            )),
+        };
+    }
+    let Some(name) = c["function"]["name"]
+        .as_str()
+        .filter(|_| c["type"] == "function")
+    else {
+        return Err(bad(
+            "tool_choice",
+            "tool_choice: give \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}".into(),
+        ));
+    };
+    let known = tools
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|t| t["function"]["name"] == name));
+    if !known {
+        return Err(bad(
+            "tool_choice",
+            format!("tool_choice names {name:?}, which is not among the request's tools"),
+        ));
+    }
+    Ok("function".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::api::{parse, ApiError, ChatRequest, JobSpec, PromptSpec};
+    use bmoe_actors::sampling::SamplingParams;
+    use serde_json::{json, Value};
+
+    fn chat(body: Value) -> Result<JobSpec, ApiError> {
+        parse::<ChatRequest>(body.to_string().as_bytes())?.into_spec(&SamplingParams::default())
+    }
+
+    fn tool() -> Value {
+        json!({"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})
+    }
+
+    #[test]
+    fn tools_and_tool_turns_reach_the_template_the_hf_way() {
+        let s = chat(json!({"messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": [{"type": "text", "text": "18C"}]},
+            {"role": "assistant", "tool_calls": [{"id": "c2", "type": "function",
+                "function": {"name": "get_weather", "arguments": "not json"}}]}],
+            "tools": [tool()], "tool_choice": "auto"}))
+        .unwrap();
+        let PromptSpec::Chat {
+            messages, tools, ..
+        } = s.prompt
+        else {
+            panic!("chat")
+        };
+        assert_eq!(tools, Some(json!([tool()])));
+        assert_eq!(messages[1].content, "");
+        let call = &messages[1].extra["tool_calls"][0];
+        assert_eq!(call["function"]["arguments"], json!({"city": "Paris"}));
+        assert_eq!(messages[2].extra["tool_call_id"], "call_1");
+        assert_eq!(messages[2].extra["name"], "get_weather");
+        assert_eq!(messages[2].content, "18C");
+        assert_eq!(
+            messages[3].extra["tool_calls"][0]["function"]["arguments"],
+            "not json"
+        );
+    }
+
+    #[test]
+    fn tool_choice_none_renders_without_tools_and_a_named_one_must_exist() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let tools_of = |choice: Value| match chat(
+            json!({"messages": m, "tools": [tool()], "tool_choice": choice}),
+        ) {
+            Ok(JobSpec {
+                prompt: PromptSpec::Chat { tools, .. },
+                ..
+            }) => Ok(tools.is_some()),
+            Ok(_) => panic!("chat"),
+            Err(e) => Err(e.param),
+        };
+        assert_eq!(tools_of(json!("none")), Ok(false));
+        assert_eq!(tools_of(json!("required")), Ok(true));
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        assert_eq!(tools_of(named), Ok(true));
+        let unknown = json!({"type": "function", "function": {"name": "nope"}});
+        assert_eq!(tools_of(unknown), Err(Some("tool_choice")));
+        assert_eq!(tools_of(json!("sometimes")), Err(Some("tool_choice")));
+        assert_eq!(tools_of(json!(3)), Err(Some("tool_choice")));
+    }
+
+    #[test]
+    fn bad_shapes_name_the_field_in_plain_words() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let err = |extra: Value| {
+            let mut body = json!({"messages": m});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            chat(body).unwrap_err()
+        };
+        for bad_tools in [
+            json!("get_weather"),
+            json!([{"type": "function"}]),
+            json!([{"type": "retrieval", "function": {"name": "f"}}]),
+            json!([{"type": "function", "function": {"name": ""}}]),
+            json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]),
+        ] {
+            let e = err(json!({"tools": bad_tools}));
+            assert_eq!(e.param, Some("tools"), "{}", e.message);
+            assert!(e.message.starts_with("tools"), "{}", e.message);
+        }
+        for bad_messages in [
+            json!([{"role": "assistant", "tool_calls": {"id": 1}}]),
+            json!([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]),
+            json!([{"role": "tool", "tool_call_id": 7, "content": "x"}]),
+            json!([{"role": "user", "content": 5}]),
+            json!([{"role": "user", "content": [{"type": "image_url"}]}]),
+        ] {
+            let e = err(json!({"messages": bad_messages}));
+            assert_eq!(e.param, Some("messages"), "{}", e.message);
+            assert!(e.message.starts_with("messages[0]"), "{}", e.message);
+            assert!(
+                !e.message.contains("enum") && !e.message.contains("struct"),
+                "{}",
+                e.message
+            );
+        }
+    }
+}
