@@ -69,6 +69,9 @@ fn every_real_template_renders_as_transformers_does() {
     for entry in &manifest.templates {
         let source = std::fs::read_to_string(data().join(&entry.file)).unwrap();
         let t = ChatTemplate::new(Some(source.clone()), &entry.bos, &entry.eos).at(now);
+        // `render` describes tools itself only to a template that knows none;
+        // each of these knows them, so `render` is `render_jinja` for them.
+        assert!(t.reads_tools(), "{}: knows tools", entry.file);
         for conv in &convs.conversations {
             let want = &expected[&entry.file][&conv.name];
             let input = ChatInput {

@@ -178,7 +178,7 @@ impl ChatTemplate {
 
     /// Whether the template reads `tools` (else they go in the system
     /// message, the Hermes way).
-    fn reads_tools(&self) -> bool {
+    pub(crate) fn reads_tools(&self) -> bool {
         self.source.as_deref().is_some_and(tool_prompt::reads_tools)
     }
 

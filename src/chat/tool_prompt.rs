@@ -1,5 +1,5 @@
-//! Tools for a chat template that takes none (it never reads `tools`, or the
-//! model file carries no template): the tools are described in the system
+//! Tools for a chat template that knows nothing of them (it reads neither
+//! `tools` nor `tool_calls`, or the model file carries no template): the tools are described in the system
 //! message, with the Hermes way to call them (`<tool_call>{"name",
 //! "arguments"}</tool_call>`, which [`super::tool_calls`] then parses), and
 //! earlier calls and their results are written into the messages' text the
@@ -9,9 +9,12 @@ use serde_json::Value;
 
 use super::Message;
 
-/// Whether a template's source reads the `tools` variable.
+/// Whether a template knows tools: it reads the `tools` variable or writes
+/// calls (`tool_calls`). One that writes calls but takes no tool list
+/// (DeepSeek-V3.1 expects the caller to describe the tools in the system
+/// message) is rendered as transformers renders it, tools left out.
 pub(crate) fn reads_tools(source: &str) -> bool {
-    source.contains("tools")
+    source.contains("tools") || source.contains("tool_calls")
 }
 
 /// `messages` with the tools described in the system message (one added

@@ -36,6 +36,22 @@ impl Calls {
         }
     }
 
+    /// A split in `format` for a request that offered `tools`.
+    #[cfg(test)]
+    pub(crate) fn new(format: CallFormat, tools: Option<Value>) -> Self {
+        Self { format, tools }
+    }
+
+    /// A whole reply split into content and calls.
+    pub(crate) fn parse(&self, text: &str) -> Parsed {
+        parse_with_tools(self.format, text, self.tools.as_ref())
+    }
+
+    /// The end of a streaming split: the text still held back and the calls.
+    pub(crate) fn finish(&self, split: CallStream) -> (String, Parsed) {
+        split.finish(self.tools.as_ref())
+    }
+
     /// A streaming split.
     pub(crate) fn stream(&self) -> CallStream {
         CallStream::new(self.format)

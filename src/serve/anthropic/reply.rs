@@ -16,8 +16,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::MessagesRequest;
+use crate::chat::tool_calls::{CallStream, Parsed};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
+use crate::serve::tools::Calls;
 use crate::serve::worker::{App, Done, Event};
 
 /// What every part of one reply carries.
@@ -25,20 +27,22 @@ struct Head {
     id: String,
     model: String,
     prompt_tokens: usize,
-    /// Whether the model was offered tools (its text may then call them).
-    tools_offered: bool,
+    /// How the reply's text splits into text and tool calls (no split when
+    /// the request offered no tools or the template's calls are not parsed).
+    calls: Calls,
 }
 
 /// Queue the request's job and answer: an error before any text, else the
 /// stream or the whole message.
 pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, ApiError> {
     let stream = req.spec.stream;
+    let calls = Calls::of(&req.spec, app.call_format);
     let (rx, prompt_tokens) = routes::start_job(app, req.spec).await?;
     let head = Head {
         id: format!("msg_bmoe{}", app.next_id.fetch_add(1, Ordering::Relaxed)),
         model: app.model_id.clone(),
         prompt_tokens,
-        tools_offered: req.tools_offered,
+        calls,
     };
     if stream {
         return Ok(sse(head, rx).into_response());
@@ -46,16 +50,21 @@ pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, Api
     whole(head, rx).await
 }
 
-/// The model's tool calls in `text` as Anthropic `tool_use` blocks
-/// (`{"type": "tool_use", "id": "toolu_...", "name": ..., "input": {...}}`),
-/// with the text they leave.
-///
-/// Merge point: the tool-call parser (`chat::tool_calls::parse`, written on
-/// another branch) goes here, for requests that offered tools. Until it is
-/// merged no calls are found and the reply is the text as it came.
-fn tool_use_blocks(text: &str, tools_offered: bool) -> (String, Vec<Value>) {
-    let _ = tools_offered;
-    (text.to_string(), Vec::new())
+/// Parsed calls as Anthropic `tool_use` blocks (`{"type": "tool_use", "id":
+/// "toolu_...", "name": ..., "input": {...}}`); arguments that are not a JSON
+/// object are passed as `{"arguments": TEXT}`.
+fn tool_use_blocks(p: &Parsed) -> Vec<Value> {
+    p.calls
+        .iter()
+        .map(|c| {
+            let input = match serde_json::from_str::<Value>(&c.arguments) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => json!({"arguments": c.arguments}),
+            };
+            let id = c.id.replacen("call_", "toolu_", 1);
+            json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
+        })
+        .collect()
 }
 
 /// Anthropic's stop reason for how the generation ended.
@@ -89,7 +98,8 @@ impl Head {
 
     /// The whole reply: the text block, then any `tool_use` blocks.
     fn whole(&self, text: &str, d: &Done) -> Value {
-        let (text, calls) = tool_use_blocks(text, self.tools_offered);
+        let parsed = self.calls.parse(text);
+        let (text, calls) = (parsed.content.as_str(), tool_use_blocks(&parsed));
         let mut content = Vec::with_capacity(calls.len() + 1);
         if !text.is_empty() || calls.is_empty() {
             content.push(json!({"type": "text", "text": text}));
@@ -115,11 +125,17 @@ impl Head {
         ]
     }
 
-    /// The events that close a stream whose text was `text`: the text block
-    /// ends, any `tool_use` blocks follow whole, then the stop reason and usage.
-    fn closing(&self, text: &str, d: &Done) -> Vec<(&'static str, Value)> {
-        let (_, calls) = tool_use_blocks(text, self.tools_offered);
-        let mut out = vec![block_stop(0)];
+    /// The events that close a stream: the text still held back, the end of
+    /// the text block, any `tool_use` blocks whole, then the stop reason and
+    /// the usage.
+    fn closing(&self, split: CallStream, d: &Done) -> Vec<(&'static str, Value)> {
+        let (rest, parsed) = self.calls.finish(split);
+        let calls = tool_use_blocks(&parsed);
+        let mut out = Vec::new();
+        if !rest.is_empty() {
+            out.push(text_delta(&rest));
+        }
+        out.push(block_stop(0));
         for (i, call) in calls.iter().enumerate() {
             let mut start = call.clone();
             start["input"] = json!({});
@@ -180,14 +196,22 @@ fn sse(
     rx: mpsc::Receiver<Event>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let opening = head.opening();
-    let mut text = String::new();
+    // Text that could open a call is held back until it is known not to.
+    let mut split = Some(head.calls.stream());
     let events = ReceiverStream::new(rx).flat_map(move |ev| {
         let out = match ev {
-            Event::Text(t) => {
-                text.push_str(&t);
-                vec![text_delta(&t)]
-            }
-            Event::Done(d) => head.closing(&text, &d),
+            Event::Text(t) => split
+                .as_mut()
+                .map(|s| s.push(&t))
+                .filter(|shown| !shown.is_empty())
+                .map(|shown| text_delta(&shown))
+                .into_iter()
+                .collect(),
+            // The split ends with the first Done (there is no second).
+            Event::Done(d) => split
+                .take()
+                .map(|s| head.closing(s, &d))
+                .unwrap_or_default(),
             Event::Failed(e) => vec![("error", super::error_body(&e))],
             Event::Started { .. } => Vec::new(),
         };
@@ -208,7 +232,7 @@ mod tests {
             id: "msg_bmoe1".into(),
             model: "m".into(),
             prompt_tokens: 9,
-            tools_offered: false,
+            calls: Calls::default(),
         }
     }
 
@@ -259,7 +283,7 @@ mod tests {
             text_delta("a").1["delta"],
             json!({"type": "text_delta", "text": "a"})
         );
-        let closing = h.closing("a", &done("stop", None));
+        let closing = h.closing(h.calls.stream(), &done("stop", None));
         let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
         assert_eq!(
             names,
@@ -270,5 +294,76 @@ mod tests {
             json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
                    "usage": {"input_tokens": 9, "output_tokens": 4}})
         );
+    }
+
+    /// A recorded Qwen3-style reply with one call, and one whose call is not JSON.
+    const CALLED: &str = "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const MALFORMED: &str =
+        "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {city}\n</tool_call>";
+
+    fn hermes() -> Head {
+        Head {
+            calls: Calls::new(
+                crate::chat::tool_calls::CallFormat::Hermes,
+                Some(json!([{"type": "function", "function": {"name": "weather"}}])),
+            ),
+            ..head()
+        }
+    }
+
+    #[test]
+    fn calls_become_tool_use_blocks_and_malformed_ones_stay_text() {
+        let m = hermes().whole(CALLED, &done("stop", None));
+        assert_eq!(m["stop_reason"], "tool_use");
+        assert_eq!(
+            m["content"][0],
+            json!({"type": "text", "text": "Let me check."})
+        );
+        let call = &m["content"][1];
+        assert_eq!(
+            (&call["type"], &call["name"]),
+            (&json!("tool_use"), &json!("weather"))
+        );
+        assert_eq!(call["input"], json!({"city": "Paris"}));
+        assert!(call["id"].as_str().unwrap().starts_with("toolu_"), "{call}");
+        let m = hermes().whole(MALFORMED, &done("stop", None));
+        assert_eq!(m["stop_reason"], "end_turn");
+        assert_eq!(m["content"], json!([{"type": "text", "text": MALFORMED}]));
+        let plain = head().whole(CALLED, &done("stop", None));
+        assert_eq!(
+            plain["content"][0]["text"], CALLED,
+            "no tools offered: text"
+        );
+    }
+
+    #[test]
+    fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
+        let h = hermes();
+        let mut split = h.calls.stream();
+        let (head_text, tail) = CALLED.split_at(20);
+        let shown = split.push(head_text) + &split.push(tail);
+        assert_eq!(
+            shown, "Let me check.",
+            "the call's text never streams as text"
+        );
+        let closing = h.closing(split, &done("stop", None));
+        let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
+        assert_eq!(
+            names,
+            [
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(closing[1].1["content_block"]["name"], "weather");
+        assert_eq!(
+            closing[2].1["delta"],
+            json!({"type": "input_json_delta", "partial_json": "{\"city\":\"Paris\"}"})
+        );
+        assert_eq!(closing[4].1["delta"]["stop_reason"], "tool_use");
     }
 }

@@ -14,8 +14,6 @@ use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec, StopIn, MAX_STOP_
 #[derive(Debug)]
 pub(super) struct MessagesRequest {
     pub(super) spec: JobSpec,
-    /// Whether the model was offered tools (`tool_choice` none offers none).
-    pub(super) tools_offered: bool,
 }
 
 type Obj = Map<String, Value>;
@@ -43,7 +41,6 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRe
         message(&format!("messages[{i}]"), m, &mut messages)?;
     }
     let tools = tools(&o)?;
-    let tools_offered = tools.is_some();
     let stops = stop_sequences(&o)?;
     let common = Common {
         max_tokens: Some(max_tokens),
@@ -61,10 +58,7 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRe
         options: Default::default(),
     };
     let spec = common.into_spec(prompt, defaults)?;
-    Ok(MessagesRequest {
-        spec,
-        tools_offered,
-    })
+    Ok(MessagesRequest { spec })
 }
 
 /// A number field, if given.
