@@ -337,25 +337,11 @@ impl JsonStyle {
     }
 }
 
-/// A JSON string as Python writes it with `ensure_ascii=False`.
+/// A JSON string as Python writes it with `ensure_ascii=False` (serde_json
+/// escapes the same characters the same way: quote, backslash, the short
+/// forms of \b \f \n \r \t, other controls as lowercase `\u00XX`).
 fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                write!(out, "\\u{:04x}", c as u32).expect("writing to a String")
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    out.push_str(&serde_json::Value::from(s).to_string());
 }
 
 /// Templates call `raise_exception("...")` to reject a conversation.

@@ -24,27 +24,24 @@ fn last_turn(p: &mut PtySession) -> (u64, u64, u64) {
     (n[0], n[1], n[2])
 }
 
+/// `bmoe chat` on E8K2 (`-c 1024 -t 2` and `args`), at its first prompt.
+fn chat_on(args: &[&str]) -> PtySession {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args(["chat", "-m", e8k2().to_str().unwrap()])
+        .args(["-c", "1024", "-t", "2"])
+        .args(args)
+        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+        .env_remove("RUST_LOG");
+    let mut p = spawn_command(cmd, Some(400_000)).expect("start bmoe chat");
+    p.exp_string("> ").unwrap();
+    p
+}
+
 #[test]
 fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("chat.json");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-    cmd.args([
-        "chat",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "-c",
-        "1024",
-        "-t",
-        "2",
-        "-n",
-        "32",
-    ])
-    .args(["--system", "You are a storyteller."])
-    .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
-    .env_remove("RUST_LOG");
-    let mut p = spawn_command(cmd, Some(400_000)).expect("start bmoe chat");
-    p.exp_string("> ").unwrap();
+    let mut p = chat_on(&["-n", "32", "--system", "You are a storyteller."]);
     p.send_line("Hi.").unwrap();
     p.exp_string("> ").unwrap();
     let (first, reused, _) = last_turn(&mut p);
@@ -115,14 +112,8 @@ fn a_second_turn_reuses_the_first_on_real_templates() {
         "MiniMax-M2.jinja",
         "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-        cmd.args(["chat", "-m", e8k2().to_str().unwrap()])
-            .args(["-c", "1024", "-t", "2", "-n", "8", "--chat-template-file"])
-            .arg(format!("{data}{file}"))
-            .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
-            .env_remove("RUST_LOG");
-        let mut p = spawn_command(cmd, Some(400_000)).expect("start bmoe chat");
-        p.exp_string("> ").unwrap();
+        let template = format!("{data}{file}");
+        let mut p = chat_on(&["-n", "8", "--chat-template-file", &template]);
         p.send_line("Hi.").unwrap();
         p.exp_string("> ").unwrap();
         let (first, _, _) = last_turn(&mut p);

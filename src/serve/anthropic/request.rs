@@ -144,24 +144,7 @@ fn stop_sequences(o: &Obj) -> Result<Vec<String>, ApiError> {
 fn system(o: &Obj) -> Result<Vec<Message>, ApiError> {
     let text = match o.get("system") {
         None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(blocks)) => {
-            let mut parts = Vec::new();
-            for (i, b) in blocks.iter().enumerate() {
-                let path = format!("system[{i}]");
-                let b = block(&path, b)?;
-                match string(b, "type", &path)? {
-                    "text" => parts.push(string(b, "text", &path)?),
-                    other => return Err(unsupported(&path, other, "text blocks")),
-                }
-            }
-            parts.join("\n")
-        }
-        Some(v) => {
-            return Err(bad(format!(
-                "system must be a string or text blocks, not {v}"
-            )))
-        }
+        v => text_of(v, "system", "text blocks")?,
     };
     Ok(vec![Message::new("system", &text)])
 }
@@ -268,27 +251,8 @@ fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
 /// A `tool_result` block as a `tool` message answering its call.
 fn tool_result(path: &str, b: &Obj) -> Result<Message, ApiError> {
     let id = string(b, "tool_use_id", path)?;
-    let content = match b.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            let mut text = Vec::new();
-            for (i, p) in parts.iter().enumerate() {
-                let path = format!("{path}.content[{i}]");
-                let p = block(&path, p)?;
-                match string(p, "type", &path)? {
-                    "text" => text.push(string(p, "text", &path)?),
-                    other => return Err(unsupported(&path, other, "text blocks in tool results")),
-                }
-            }
-            text.join("\n")
-        }
-        Some(v) => {
-            return Err(bad(format!(
-                "{path}.content must be a string or text blocks, not {v}"
-            )))
-        }
-    };
+    let path = format!("{path}.content");
+    let content = text_of(b.get("content"), &path, "text blocks in tool results")?;
     let content = match b.get("is_error") {
         Some(Value::Bool(true)) => format!("Error: {content}"),
         _ => content,
@@ -370,3 +334,27 @@ fn tool_choice(o: &Obj, names: &[&str]) -> Result<bool, ApiError> {
 #[cfg(test)]
 #[path = "request_tests.rs"]
 mod tests;
+
+/// A string, or text blocks joined by newlines (None and null: empty);
+/// `path` names the field in errors, `what` the blocks taken there.
+fn text_of(v: Option<&Value>, path: &str, what: &str) -> Result<String, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut parts = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                let path = format!("{path}[{i}]");
+                let b = block(&path, b)?;
+                match string(b, "type", &path)? {
+                    "text" => parts.push(string(b, "text", &path)?),
+                    other => return Err(unsupported(&path, other, what)),
+                }
+            }
+            Ok(parts.join("\n"))
+        }
+        Some(v) => Err(bad(format!(
+            "{path} must be a string or text blocks, not {v}"
+        ))),
+    }
+}
