@@ -21,6 +21,7 @@ pub mod llama;
 pub mod serve;
 pub mod stdio;
 pub mod stream;
+pub mod user_file;
 
 /// The engine version written into telemetry.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -2,7 +2,7 @@
 //! (rustyline). Each turn decodes only what the KV cache does not hold yet;
 //! Ctrl-C stops the reply, Ctrl-D exits; /reset, /stats, /save FILE, /quit.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
@@ -55,7 +55,7 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             stop: cfg.stop.clone(),
             ..Options::default()
         },
-        model_name: cfg.model.display().to_string(),
+        model: cfg.model.clone(),
     };
     let mut editor = rustyline::DefaultEditor::new()?;
     loop {
@@ -63,6 +63,11 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             Ok(l) => l,
             Err(ReadlineError::Interrupted) => continue,
             Err(ReadlineError::Eof) => break,
+            // A line that is not UTF-8 is skipped; the conversation goes on.
+            Err(ReadlineError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                bmoe::say!("(that line is not UTF-8 text: skipped; the conversation goes on)");
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
         let line = line.trim();
@@ -87,7 +92,8 @@ struct Chat {
     /// The last turn's figures.
     last: Option<TurnFigures>,
     opts: Options,
-    model_name: String,
+    /// The model file (named in a saved transcript; never overwritten by /save).
+    model: PathBuf,
 }
 
 impl Chat {
@@ -133,9 +139,16 @@ impl Chat {
         bmoe::interrupt::take();
         let turn = session.generate(&prompt, &opts, &mut print)?;
         let _ = bmoe::stdio::out("\n");
-        if turn.generation.stop == StopReason::Interrupted {
-            bmoe::interrupt::take();
-            bmoe::say!("(reply stopped)");
+        match turn.generation.stop {
+            StopReason::Interrupted => {
+                bmoe::interrupt::take();
+                bmoe::say!("(reply stopped)");
+            }
+            StopReason::Limit | StopReason::ContextFull => bmoe::say!(
+                "(reply cut at {} tokens: -n caps each reply, and the context what is left)",
+                turn.figures.generated_tokens
+            ),
+            _ => {}
         }
         self.conversation
             .push("assistant", turn.generation.text.trim());
@@ -187,12 +200,16 @@ impl Chat {
     }
 
     fn save(&self, file: &Path) {
-        let json = self.conversation.to_json(&self.model_name);
+        if let Err(e) = checks::output_file("/save", file, &[self.model.as_path()]) {
+            bmoe::say!("({e})");
+            return;
+        }
+        let json = self.conversation.to_json(&self.model.display().to_string());
         let tmp = file.with_extension("json.partial");
         match std::fs::write(&tmp, json + "\n").and_then(|_| std::fs::rename(&tmp, file)) {
             Ok(()) => bmoe::say!(
-                "(saved {} turns to {})",
-                self.conversation.turns(),
+                "(saved {} to {})",
+                plural(self.conversation.turns(), "turn"),
                 file.display()
             ),
             Err(e) => {
@@ -217,4 +234,12 @@ fn figures_line(f: &TurnFigures) -> String {
         f.decode_tok_s(),
         f.mib_per_token()
     )
+}
+
+/// "1 turn", "2 turns".
+fn plural(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    }
 }

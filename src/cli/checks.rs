@@ -210,6 +210,20 @@ pub fn read_text_file(what: &str, f: &Path, hint: &str) -> Result<String, UsageE
     utf8_within_cap(&format!("{what} {name}"), bytes)
 }
 
+/// An output file a command is about to write: refused when it is one of
+/// the run's `inputs` (it would be replaced) or exists as something other than
+/// a regular file (a directory, a FIFO that would block, a device).
+pub fn output_file(what: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
+    refuse_output_over_input(what, out, inputs)?;
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_file() => Err(UsageError(format!(
+            "{what} {} exists and is not a regular file: choose a file path",
+            out.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `bench -o`: a new or empty directory, or one without an earlier bench's
 /// results (its runs would mix with this one's in the summary).
 pub fn bench_out_dir(out: &Path) -> Result<(), UsageError> {

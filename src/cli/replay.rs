@@ -53,7 +53,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
 
 fn read_trace(path: &Path) -> Result<(TraceHeader, Vec<TraceRecord>, Option<String>)> {
     let usage = |e: String| UsageError(format!("{}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(|e| usage(e.to_string()))?;
+    let file = bmoe::user_file::open_regular(path).map_err(|e| usage(e.to_string()))?;
     let mut reader = TraceReader::new(BufReader::new(file)).map_err(|e| usage(e.to_string()))?;
     let mut records = Vec::new();
     loop {

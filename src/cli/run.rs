@@ -32,8 +32,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     });
     // A run that failed mid-way still reports what it did (aborted=1).
     let res = match res {
+        // A refusal (a prompt too long, a context that does not fit) ran
+        // nothing: no BMOE_DONE for it.
         Err(EngineError::Failed { cause, done_line }) => {
-            let _ = done(progress, &done_line);
+            if !cause.is_refusal() {
+                let _ = done(progress, &done_line);
+            }
             Err(*cause)
         }
         other => other,

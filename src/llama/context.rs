@@ -89,7 +89,11 @@ pub struct Context {
 unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
     // SAFETY: `data` is the address of the AtomicBool inside the Arc held by the
     // owning Context, which outlives the llama context.
-    unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed)
+    let stop = unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed);
+    if stop {
+        super::backend::note_stop();
+    }
+    stop
 }
 
 /// [`abort_cb`], and also stop when SIGINT/SIGTERM/SIGHUP asked the process
@@ -100,6 +104,7 @@ unsafe extern "C" fn abort_cb(data: *mut c_void) -> bool {
 // SAFETY: the contract above; the context passes its own flag as `data`.
 unsafe extern "C" fn abort_or_signal_cb(data: *mut c_void) -> bool {
     if crate::interrupt::requested().is_some() {
+        super::backend::note_stop();
         return true;
     }
     // SAFETY: as for `abort_cb`: `data` is the owning context's live flag.
@@ -246,6 +251,7 @@ impl Context {
         // Hooks rewrite the model's shared weight pointers during the decode:
         // no other context of the model may decode meanwhile.
         let _turn = self.model.decode_turn()?;
+        super::backend::clear_stop();
         if let Some(o) = self._observer.as_mut() {
             o.observer.decode_begin();
         }

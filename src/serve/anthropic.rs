@@ -66,7 +66,7 @@ pub(crate) fn error_body(e: &ApiError) -> Value {
 
 /// The error as Anthropic answers one: its status and [`error_body`].
 pub(crate) fn error_response(e: ApiError) -> Response {
-    (e.status, axum::Json(error_body(&e))).into_response()
+    crate::serve::api::with_retry_after(e.status, axum::Json(error_body(&e)).into_response())
 }
 
 #[cfg(test)]

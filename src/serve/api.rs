@@ -56,8 +56,29 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        with_retry_after(self.status, axum::Json(self.body()).into_response())
     }
+}
+
+/// Seconds a client is told to wait before retrying a full queue (429) or a
+/// server shutting down (503).
+pub(crate) const RETRY_AFTER_S: u32 = 1;
+
+/// `response` with `status`, and a `Retry-After` when the status asks a
+/// client to come back later.
+pub(crate) fn with_retry_after(status: StatusCode, response: Response) -> Response {
+    let mut response = response;
+    *response.status_mut() = status;
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(RETRY_AFTER_S),
+        );
+    }
+    response
 }
 
 /// `POST /v1/chat/completions`.
@@ -308,8 +329,35 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Ap
         } else {
             "invalid request"
         };
-        ApiError::invalid(None, format!("{what}: {e}"))
+        let (param, message) = in_request_terms(&e.to_string());
+        ApiError::invalid(param, format!("{what}: {message}"))
     })
+}
+
+/// serde's words for a field of several shapes name a Rust type ("untagged
+/// enum PromptIn"): said in the request's terms instead.
+fn in_request_terms(serde_message: &str) -> (Option<&'static str>, String) {
+    const SHAPES: [(&str, &str, &str); 2] = [
+        (
+            "PromptIn",
+            "prompt",
+            "prompt must be a string (or a list of one string)",
+        ),
+        (
+            "StopIn",
+            "stop",
+            "stop must be a string or a list of strings",
+        ),
+    ];
+    for (ty, param, words) in SHAPES {
+        if serde_message.contains(&format!("untagged enum {ty}")) {
+            let at = serde_message
+                .find(" at line ")
+                .map_or("", |i| &serde_message[i..]);
+            return (Some(param), format!("{words}{at}"));
+        }
+    }
+    (None, serde_message.to_string())
 }
 
 /// The metrics label for a request's `user`.
@@ -413,6 +461,23 @@ mod tests {
             .unwrap()
             .into_spec(&d);
         assert_eq!(two.unwrap_err().param, Some("prompt"));
+    }
+
+    #[test]
+    fn fields_of_several_shapes_are_explained_without_rust_types() {
+        for (json, param) in [
+            (r#"{"prompt": 3}"#, "prompt"),
+            (r#"{"prompt": "a", "stop": 3}"#, "stop"),
+        ] {
+            let e = parse::<CompletionRequest>(json.as_bytes()).unwrap_err();
+            assert_eq!(e.param, Some(param), "{}", e.message);
+            assert!(!e.message.contains("enum"), "{}", e.message);
+            assert!(
+                e.message.contains(&format!("{param} must be")),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

@@ -55,6 +55,19 @@ pub(crate) fn router(
             e.into_response()
         })
         .with_state(app)
+        .layer(cors())
+}
+
+/// Browser front ends on another origin: every reply may be read by any
+/// origin, and a preflight (`OPTIONS`, which carries no key) is answered
+/// before the key check (tower-http's CORS layer).
+fn cors() -> tower_http::cors::CorsLayer {
+    use tower_http::cors::{Any, CorsLayer};
+    CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+        .allow_headers(Any)
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// `--api-key`: a bearer token or an `x-api-key` header (Anthropic's) equal
@@ -62,7 +75,7 @@ pub(crate) fn router(
 async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response {
     if let Some(key) = app.api_key.as_deref() {
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-        let bearer = header(header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+        let bearer = header(header::AUTHORIZATION.as_str()).and_then(bearer_token);
         let given = [bearer, header(X_API_KEY)];
         let matches =
             |g: &Option<&str>| bool::from(g.unwrap_or("").as_bytes().ct_eq(key.as_bytes()));
@@ -80,6 +93,15 @@ async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value (the scheme's case
+/// does not matter: RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 async fn models(State(app): State<App>) -> Json<Value> {
@@ -106,7 +128,16 @@ async fn completions(State(app): State<App>, body: Body) -> Response {
 
 /// The body, or 413 past the server's limit.
 pub(super) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
-    to_bytes(body, app.body_limit_bytes).await.map_err(|_| {
+    to_bytes(body, app.body_limit_bytes).await.map_err(|e| {
+        let over = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if !over {
+            // Cut short, or the connection broke: not the client's size.
+            return ApiError::invalid(
+                None,
+                format!("the request body could not be read whole ({e})"),
+            );
+        }
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
@@ -298,9 +329,10 @@ fn sse(
                 let mut v: Vec<SseEvent> = deltas
                     .map(|c| data(reply.envelope(json!([c]), true)))
                     .collect();
-                v.push(data(
-                    reply.envelope(json!([reply.choice("", Some(finish), true)]), true),
-                ));
+                // The finish chunk carries bmoe's notes (a reply cut short says so).
+                let mut last = reply.envelope(json!([reply.choice("", Some(finish), true)]), true);
+                last["bmoe"] = json!({"notes": d.notes});
+                v.push(data(last));
                 if include_usage {
                     let mut u = reply.envelope(json!([]), true);
                     u["usage"] = usage(&d);

@@ -350,11 +350,12 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
     let finish_reason = match g.stop {
         StopReason::Limit | StopReason::ContextFull => "length",
         StopReason::EndOfText | StopReason::StopString => "stop",
+        // Cut short: "length" tells a standard client the reply is not whole.
         StopReason::Interrupted => {
             sink.notes.push(
                 "generation cut short: the client went away or the server is shutting down".into(),
             );
-            "stop"
+            "length"
         }
     };
     let done = Done {

@@ -138,7 +138,7 @@ impl WarmSession {
             WarmSource::Auto => (auto_path(model, shape.identity)?, false),
             WarmSource::File(p) => (p.clone(), true),
         };
-        let (prior, found) = match std::fs::read(&path) {
+        let (prior, found) = match crate::user_file::read_regular(&path) {
             Ok(bytes) => match WarmProfile::for_model(&bytes, &shape) {
                 Ok(p) => {
                     let found = format!("profile of {:.0} tokens over {} run(s)", p.tokens, p.runs);

@@ -90,6 +90,10 @@ fn a_long_prefill_stops_within_a_second_or_so() {
     });
     assert_eq!(code, Some(130), "{err}");
     assert!(took < STOP_WITHIN, "stopped {took:?} after SIGINT\n{err}");
+    assert!(
+        !err.contains("ERROR"),
+        "a deliberate stop shows no llama.cpp error lines: {err}"
+    );
     let text = std::fs::read_to_string(&csv).expect("the CSV is in place");
     assert!(
         text.contains("aborted=1") || text.contains("aborted,1"),

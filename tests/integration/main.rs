@@ -2,6 +2,7 @@
 //! files built by bmoe's own fixtures.
 
 mod bench;
+mod careless;
 mod chat;
 mod common;
 mod errors;

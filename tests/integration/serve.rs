@@ -62,6 +62,14 @@ impl Server {
         split_response(&raw)
     }
 
+    /// One request; the whole response, head and body.
+    pub fn raw(&self, method: &str, path: &str, body: &str, headers: &[&str]) -> String {
+        let mut s = self.send(method, path, body, headers);
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read the response");
+        raw
+    }
+
     /// POST a JSON body; the status and the parsed body.
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let (status, text) = self.request("POST", path, &body.to_string(), &[]);
@@ -332,6 +340,40 @@ fn the_api_key_guards_every_route_but_health() {
     );
     assert_eq!(server.request("GET", "/metrics", "", &[]).0, 401);
     assert_eq!(server.request("GET", "/health", "", &[]).0, 200);
+    let lower = ["authorization: bearer sesame"];
+    let (s, text) = server.request("POST", "/v1/completions", &body, &lower);
+    assert_eq!(s, 200, "the scheme's case does not matter: {text}");
+
+    // A browser's CORS preflight carries no key and is answered.
+    let raw = server.raw(
+        "OPTIONS",
+        "/v1/chat/completions",
+        "",
+        &[
+            "Origin: http://localhost:3000",
+            "Access-Control-Request-Method: POST",
+            "Access-Control-Request-Headers: authorization, content-type",
+        ],
+    );
+    let head = raw.to_ascii_lowercase();
+    assert!(split_response(&raw).0 < 300, "{raw}");
+    assert!(head.contains("access-control-allow-origin: *"), "{raw}");
+    assert!(head.contains("access-control-allow-methods"), "{raw}");
+
+    // A body cut short is a bad request, not one over the limit.
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sesame\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(b"{\"prompt\": \"hi\"").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    if !raw.is_empty() {
+        assert_eq!(split_response(&raw).0, 400, "{raw}");
+    }
+    let (_, metrics) = server.request("GET", "/metrics", "", &["x-api-key: sesame"]);
+    assert!(!metrics.contains("status=\"413\""), "{metrics}");
 }
 
 #[test]
@@ -353,14 +395,19 @@ fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_ex
         &[],
     );
     std::thread::sleep(Duration::from_millis(300));
-    let (s, text) = server.request(
+    let raw = server.raw(
         "POST",
         "/v1/completions",
         &completion(PROSE, json!({"max_tokens": 4})).to_string(),
         &[],
     );
+    let (s, text) = split_response(&raw);
     assert_eq!(s, 429, "{text}");
     assert!(text.contains("queue is full"));
+    assert!(
+        raw.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"),
+        "a 429 says when to come back: {raw}"
+    );
     drop(leaving);
     // The waiting request completes well before the 400 tokens the first asked for.
     let t0 = Instant::now();
@@ -381,6 +428,44 @@ fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_ex
     );
     let status = server.terminate(20);
     assert_eq!(status.code(), Some(0), "SIGTERM stops the server cleanly");
+}
+
+/// A streamed reply cut by SIGTERM ends with finish_reason "length" and
+/// a note saying it was cut (it once ended "stop", with no note).
+#[test]
+fn a_reply_cut_by_sigterm_says_so() {
+    let server = Server::start(&[]);
+    let long = chat_body(
+        "Tell me a very long story.",
+        json!({"max_tokens": 400, "stream": true}),
+    );
+    let mut s = server.send("POST", "/v1/chat/completions", &long.to_string(), &[]);
+    let mut first = [0u8; 512];
+    let n = s.read(&mut first).expect("the stream starts");
+    assert!(n > 0);
+    let pid = server.pid() as i32;
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut rest = String::new();
+    let _ = s.read_to_string(&mut rest);
+    let chunks = sse_data(&rest);
+    let finish = chunks
+        .iter()
+        .filter_map(|c| serde_json::from_str::<Value>(c).ok())
+        .find(|v| v["choices"][0]["finish_reason"].is_string())
+        .unwrap_or_else(|| panic!("a finish chunk in {rest}"));
+    assert_eq!(finish["choices"][0]["finish_reason"], "length", "{finish}");
+    assert!(
+        finish["bmoe"]["notes"].to_string().contains("cut short"),
+        "{finish}"
+    );
+    let mut server = server;
+    let status = common::wait_within(&mut server.child, 20, "bmoe serve after SIGTERM");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "one SIGTERM stops the server cleanly"
+    );
 }
 
 /// Whether python3 can import `package` (the official API clients; .ci/run installs them).
