@@ -372,3 +372,43 @@ pub struct ProbeArgs {
     #[arg(long, default_value_t = 32)]
     pub resident_tokens: u32,
 }
+
+/// The flags of `run` that `chat` and `serve` take from it but refuse
+/// ([`checks::refuse_run_only`]), by clap id: left out of their `--help`.
+const RUN_ONLY: [&str; 15] = [
+    "prompt",
+    "file",
+    "chat",
+    "csv",
+    "progress",
+    "route_trace",
+    "ngram",
+    "mtp",
+    "spec",
+    "draft",
+    "ngram_min_match",
+    "mtp_p_min",
+    "head_predemand",
+    "ignore_eos",
+    "show_prompt",
+];
+
+/// The command line, each command's `--help` listing only the flags it takes.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let hide = |mut c: clap::Command, ids: &[&str]| {
+        for id in ids {
+            c = c.mut_arg(*id, |a| a.hide(true));
+        }
+        c
+    };
+    Cli::command()
+        .mut_subcommand("chat", |c| hide(c, &RUN_ONLY))
+        .mut_subcommand("serve", |c| hide(hide(c, &RUN_ONLY), &["stop"]))
+}
+
+/// Parse the process's arguments (clap's own exit on `--help` and errors).
+pub fn parse() -> Cli {
+    use clap::FromArgMatches;
+    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
+}

@@ -7,7 +7,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use clap::Parser;
 
 use bmoe::chrome_trace::ChromeTrace;
 use bmoe::engine::{self, EngineError};
@@ -42,7 +41,7 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     if let Some(t) = cli.trace_chrome.as_deref() {
         if let Err(e) =
             checks::refuse_output_over_input("--trace-chrome", t, &checks::inputs(&cli.command))

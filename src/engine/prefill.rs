@@ -141,6 +141,13 @@ impl PrefillReport {
 
     /// The summary's `prefill:` line.
     pub(crate) fn line(&self) -> String {
+        if self.tokens == 0 {
+            // Stopped inside its first micro-batch (a signal): no row was
+            // recorded, while the time and the reads it took were.
+            return "prefill: stopped before its first micro-batch ended (the time and the \
+                    reads it took are on the generation and moe-stream lines)"
+                .into();
+        }
         let n = self.micro_batches();
         let plural = if n == 1 { "" } else { "es" };
         let mut s = format!(

@@ -423,7 +423,11 @@ mod tests {
             "{}",
             v[4]
         );
-        assert!(v[5].starts_with("prefill: 0 tokens"), "{}", v[5]);
+        assert!(
+            v[5].starts_with("prefill: stopped before its first micro-batch ended"),
+            "a prefill of no recorded tokens says it was stopped, not 0 tokens in 0 s: {}",
+            v[5]
+        );
         assert!(v[6].starts_with("load: 0.00 s"), "{}", v[6]);
         assert_eq!(v.last().map(String::as_str), Some("note: a note"));
         assert_eq!(v.len(), 8, "no prefetch, drop or speculation lines: {v:?}");

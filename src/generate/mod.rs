@@ -34,6 +34,8 @@ pub enum GenerateError {
     PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
     #[error("llama.cpp returned no logits for the last position")]
     NoLogits,
+    #[error("the model computed NaN for the next token's scores: its tensor data is likely corrupt; check the file against its published checksum, or download it again")]
+    NanLogits,
     #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
     Rollback { pos: i32 },
     #[error("drafts are verified against greedy picks on a prompt prefilled from its start: speculation needs temperature 0 and no reused prefix")]

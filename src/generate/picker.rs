@@ -43,7 +43,7 @@ impl Picker {
 
     /// The token for logits row `i` of the last decode (among allowed tokens).
     pub(crate) fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
-        let logits = ctx.logits(i).ok_or(GenerateError::NoLogits)?;
+        let logits = checked(ctx.logits(i).ok_or(GenerateError::NoLogits)?)?;
         if let Some(s) = self.sampler.as_mut() {
             return s
                 .sample(logits, &self.banned)
@@ -61,3 +61,26 @@ impl Picker {
         .ok_or(GenerateError::NoLogits)
     }
 }
+
+/// One position's logits, refused when any is NaN: weights that are corrupt
+/// compute NaN, and a pick among the rest would be garbage said as text.
+fn checked(logits: &[f32]) -> Result<&[f32], GenerateError> {
+    if logits.iter().any(|x| x.is_nan()) {
+        return Err(GenerateError::NanLogits);
+    }
+    Ok(logits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_logits_are_refused_as_a_corrupt_model_not_picked_around() {
+        assert!(checked(&[0.5, f32::NEG_INFINITY, 2.0]).is_ok());
+        let e = checked(&[0.5, f32::NAN, 2.0]).unwrap_err();
+        assert!(matches!(e, GenerateError::NanLogits));
+        assert!(e.to_string().contains("corrupt"), "{e}");
+    }
+}
+

@@ -94,6 +94,10 @@ fn a_long_prefill_stops_within_a_second_or_so() {
         !err.contains("ERROR"),
         "a deliberate stop shows no llama.cpp error lines: {err}"
     );
+    assert!(
+        !err.contains("prefill: 0 tokens"),
+        "the summary does not contradict the prefill time it shows: {err}"
+    );
     let text = std::fs::read_to_string(&csv).expect("the CSV is in place");
     assert!(
         text.contains("aborted=1") || text.contains("aborted,1"),
