@@ -83,4 +83,3 @@ mod tests {
         assert!(e.to_string().contains("corrupt"), "{e}");
     }
 }
-
