@@ -332,6 +332,11 @@ fn check_context(cfg: &RunConfig, n_seq: u32) -> Result<(), EngineError> {
         super::prefill::Ubatch::Fixed(u) => u,
         super::prefill::Ubatch::Auto => TARGET_UBATCH,
     };
-    let dims = (u64::from(cfg.n_ctx), u64::from(n_seq), u64::from(ubatch));
-    super::ctx_check::check_model(&file, dims).map_err(|e| EngineError::Config(e.to_string()))
+    let ask = super::ctx_check::CtxAsk {
+        n_ctx: u64::from(cfg.n_ctx),
+        n_seq: u64::from(n_seq),
+        ubatch: u64::from(ubatch),
+        draft_ubatch: cfg.speculation.head().map(|_| u64::from(MTP_UBATCH)),
+    };
+    super::ctx_check::check_model(&file, ask).map_err(|e| EngineError::Config(e.to_string()))
 }

@@ -24,6 +24,9 @@ pub(crate) struct CtxShape {
     pub(crate) n_head: u64,
     /// `{arch}.context_length` (None: the file does not say).
     pub(crate) n_ctx_train: Option<u64>,
+    /// The share of the KV a draft (MTP) context holds: its nextn layers of
+    /// all the layers.
+    pub(crate) nextn_share: (u64, u64),
 }
 
 impl CtxShape {
@@ -53,6 +56,10 @@ impl CtxShape {
             None => kv_heads.iter().map(|&h| h * (k_len + v_len)).sum(),
         };
         let n_vocab = vocab_size(file)?;
+        let nextn = file
+            .get_int(&key("nextn_predict_layers"))
+            .unwrap_or(0)
+            .max(0) as u64;
         Some(Self {
             kv_elements_per_token,
             n_vocab,
@@ -60,7 +67,23 @@ impl CtxShape {
             n_ctx_train: file
                 .get_int(&key("context_length"))
                 .map(|v| v.max(0) as u64),
+            nextn_share: (nextn.min(n_layer), n_layer.max(1)),
         })
+    }
+
+    /// A draft (MTP) context of `n_ctx` positions computing `ubatch` tokens at
+    /// a time: the nextn layers' KV and its own compute buffers.
+    pub(crate) fn draft_bytes(&self, n_ctx: u64, ubatch: u64) -> u64 {
+        let (nextn, n_layer) = self.nextn_share;
+        let kv = self.kv_elements_per_token.saturating_mul(nextn) / n_layer;
+        kv.saturating_mul(KV_ELEMENT_BYTES)
+            .saturating_mul(n_ctx)
+            .saturating_add(compute_estimate_bytes(
+                ubatch,
+                self.n_vocab,
+                n_ctx,
+                self.n_head,
+            ))
     }
 
     /// The KV cache and compute buffers of `n_seq` sequences of `n_ctx`
@@ -130,21 +153,38 @@ pub(crate) enum CtxRefusal {
 
 const HEADROOM_MIB: u64 = HEADROOM_BYTES >> 20;
 
-/// Check one context of `n_seq` sequences of `n_ctx` positions against the
-/// training context and `mem_available_bytes` (None: not known, no memory check).
+/// What a run asks for: `-c`, sequences (`--parallel`), the micro-batch,
+/// and the draft context's micro-batch when an MTP head drafts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CtxAsk {
+    pub(crate) n_ctx: u64,
+    pub(crate) n_seq: u64,
+    pub(crate) ubatch: u64,
+    pub(crate) draft_ubatch: Option<u64>,
+}
+
+/// Check the target context (and the draft context) against the training
+/// context and `mem_available_bytes` (None: not known, no memory check).
 pub(crate) fn check(
     shape: &CtxShape,
-    (n_ctx, n_seq, ubatch): (u64, u64, u64),
+    ask: CtxAsk,
     mem_available_bytes: Option<u64>,
 ) -> Result<(), CtxRefusal> {
+    let CtxAsk {
+        n_ctx,
+        n_seq,
+        ubatch,
+        draft_ubatch,
+    } = ask;
     if let Some(n_ctx_train) = shape.n_ctx_train.filter(|&t| t > 0 && n_ctx > t) {
         return Err(CtxRefusal::OverTraining { n_ctx, n_ctx_train });
     }
     let Some(mem) = mem_available_bytes else {
         return Ok(());
     };
+    let draft = draft_ubatch.map_or(0, |u| shape.draft_bytes(n_ctx, u.min(n_ctx)));
     let available = mem.saturating_sub(HEADROOM_BYTES);
-    let need = shape.bytes(n_ctx, n_seq, ubatch.min(n_ctx));
+    let need = shape.bytes(n_ctx, n_seq, ubatch.min(n_ctx)) + draft;
     if need <= available {
         return Ok(());
     }
@@ -153,7 +193,7 @@ pub(crate) fn check(
         n_seq,
         need_mib: need >> 20,
         available_mib: available >> 20,
-        fits: shape.largest_fitting(n_seq, ubatch, available),
+        fits: shape.largest_fitting(n_seq, ubatch, available.saturating_sub(draft)),
         parallel_hint: if n_seq > 1 {
             " (or fewer --parallel)".into()
         } else {
@@ -163,9 +203,9 @@ pub(crate) fn check(
 }
 
 /// [`check`] on the model's header and this host's MemAvailable.
-pub(crate) fn check_model(file: &GgufFile, dims: (u64, u64, u64)) -> Result<(), CtxRefusal> {
+pub(crate) fn check_model(file: &GgufFile, ask: CtxAsk) -> Result<(), CtxRefusal> {
     match CtxShape::of(file) {
-        Some(shape) => check(&shape, dims, memory::mem_available_bytes()),
+        Some(shape) => check(&shape, ask, memory::mem_available_bytes()),
         None => Ok(()),
     }
 }
@@ -181,14 +221,24 @@ mod tests {
             n_vocab: 49152,
             n_head: 9,
             n_ctx_train: Some(8192),
+            nextn_share: (1, 31),
+        }
+    }
+
+    fn ask(n_ctx: u64, n_seq: u64) -> CtxAsk {
+        CtxAsk {
+            n_ctx,
+            n_seq,
+            ubatch: 512,
+            draft_ubatch: None,
         }
     }
 
     #[test]
     fn a_context_over_the_training_length_is_refused() {
-        let e = check(&smol(), (9000, 1, 512), None).unwrap_err();
+        let e = check(&smol(), ask(9000, 1), None).unwrap_err();
         assert!(e.to_string().contains("give -c 8192 or less"), "{e}");
-        assert!(check(&smol(), (8192, 1, 512), None).is_ok());
+        assert!(check(&smol(), ask(8192, 1), None).is_ok());
     }
 
     #[test]
@@ -198,7 +248,7 @@ mod tests {
             ..smol()
         };
         let mem = 2u64 << 30;
-        let e = check(&shape, (1_000_000_000, 1, 512), Some(mem)).unwrap_err();
+        let e = check(&shape, ask(1_000_000_000, 1), Some(mem)).unwrap_err();
         let CtxRefusal::TooLarge { fits, .. } = e.clone() else {
             panic!("{e}")
         };
@@ -206,8 +256,16 @@ mod tests {
         let available = mem - HEADROOM_BYTES;
         assert!(shape.bytes(fits, 1, 512) <= available);
         assert!(shape.bytes(fits + 256, 1, 512) > available);
-        assert!(check(&shape, (fits, 1, 512), Some(mem)).is_ok());
-        let two = check(&shape, (fits, 2, 512), Some(mem)).unwrap_err();
+        assert!(check(&shape, ask(fits, 1), Some(mem)).is_ok());
+        let two = check(&shape, ask(fits, 2), Some(mem)).unwrap_err();
         assert!(two.to_string().contains("--parallel"), "{two}");
+        let drafting = CtxAsk {
+            draft_ubatch: Some(32),
+            ..ask(fits, 1)
+        };
+        assert!(
+            check(&shape, drafting, Some(mem)).is_err(),
+            "the draft context's memory counts too"
+        );
     }
 }
