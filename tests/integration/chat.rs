@@ -68,7 +68,11 @@ fn chat_reuses_the_history_stops_a_reply_on_ctrl_c_and_resets() {
     p.exp_string("the sea.").unwrap();
     p.exp_regex(r"[[:alnum:]]").unwrap();
     p.send_control('c').unwrap();
-    p.exp_string("(reply stopped)").unwrap();
+    let before = p.exp_string("(reply stopped)").unwrap();
+    assert!(
+        !before.contains("ERROR"),
+        "a deliberate stop shows no llama.cpp error lines: {before}"
+    );
     p.exp_string("> ").unwrap();
     p.send_line(&format!("/save {}", saved.display())).unwrap();
     p.exp_string("(saved 3 turns").unwrap();

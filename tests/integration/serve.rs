@@ -340,6 +340,14 @@ fn the_api_key_guards_every_route_but_health() {
     );
     assert_eq!(server.request("GET", "/metrics", "", &[]).0, 401);
     assert_eq!(server.request("GET", "/health", "", &[]).0, 200);
+    // A request naming another model is answered by the one loaded (clients
+    // configured for another name keep working); the reply says which.
+    let named = completion(PROSE, json!({"max_tokens": 2, "model": "gpt-4o"})).to_string();
+    let (s, text) = server.request("POST", "/v1/completions", &named, &["x-api-key: sesame"]);
+    assert_eq!(s, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_ne!(v["model"], "gpt-4o", "{v}");
+    assert!(v["model"].as_str().unwrap().contains("E8K2"), "{v}");
     let lower = ["authorization: bearer sesame"];
     let (s, text) = server.request("POST", "/v1/completions", &body, &lower);
     assert_eq!(s, 200, "the scheme's case does not matter: {text}");
