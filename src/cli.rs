@@ -27,6 +27,7 @@ pub mod replay;
 pub mod run;
 pub mod sampling;
 pub mod serve;
+pub mod trace;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -84,6 +85,10 @@ pub enum Command {
     /// cache at each budget and policy, beside the offline optimum: size the
     /// cache in seconds instead of reruns. See docs/cache.md.
     Replay(ReplayArgs),
+    /// Route traces from elsewhere: `trace import` turns another tool's
+    /// routing log into one for `bmoe replay`.
+    #[command(subcommand)]
+    Trace(trace::TraceCmd),
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(fixture::FixtureCmd),

@@ -220,6 +220,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench(b) => cli::commands::bench(b),
         Command::Replay(r) => cli::replay::replay(r),
+        Command::Trace(t) => cli::trace::trace_cmd(t),
         Command::Fixture(f) => cli::fixture::fixture_cmd(f),
         Command::CheckGraph {
             model,

@@ -10,6 +10,7 @@
 //! - [`cache`]: the expert cache's state machine and eviction policies.
 //! - [`route_trace`]: the route trace format (`--route-trace`).
 //! - [`replay`]: a route trace replayed through the cache, and the offline optimum.
+//! - [`trace_import`]: other tools' routing logs (JSONL, arrays, CSV) as route traces.
 //! - [`routing`]: a trace's load skew and token-to-token locality per layer.
 //! - [`spec_gate`]: the speculation gate (how far to draft this step, from measured costs).
 //! - [`xorshift`]: a tiny seeded generator for the probe and property tests.
@@ -27,5 +28,6 @@ pub mod sampling;
 pub mod spec_gate;
 pub mod telemetry;
 pub mod text;
+pub mod trace_import;
 pub mod warm;
 pub mod xorshift;

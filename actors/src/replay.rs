@@ -62,6 +62,8 @@ pub fn demands(records: &[TraceRecord]) -> Demands {
                 });
                 pending.push((keys.collect(), ids.len()));
             }
+            // Router weights do not change what the cache reads.
+            TraceRecord::Weights { .. } => {}
             TraceRecord::DecodeEnd { rows, outputs } => {
                 let prompt = outputs < rows;
                 close(&mut out, &mut pending, prompt);

@@ -21,7 +21,15 @@
 //!                               u32 outputs (rows of its last demand: the rows
 //!                               whose logits were computed; fewer than rows
 //!                               in a prompt's decode, all of them in a verify)
+//!          tag 3 (weights)    : u32 layer, u32 n, f32 w[n]   (optional)
+//!                               the router weights of the demand just before
+//!                               it (same layer, one weight per routed id);
+//!                               written by `bmoe trace import` when the
+//!                               imported log has them
 //! ```
+//!
+//! Tag 3 is newer than the rest: a trace without it reads as before, and an
+//! older bmoe refuses a trace with it as an unknown tag.
 //!
 //! The file ends after a whole record; anything else is [`TraceError::Truncated`].
 
@@ -30,6 +38,7 @@ use std::io::{self, Read, Write};
 const MAGIC: &[u8; 8] = b"BMOERTR1";
 const TAG_DEMAND: u8 = 1;
 const TAG_DECODE_END: u8 = 2;
+const TAG_WEIGHTS: u8 = 3;
 /// Expert ids are stored as u16.
 pub const MAX_EXPERTS: u32 = u16::MAX as u32 + 1;
 
@@ -71,12 +80,14 @@ impl TraceHeader {
 }
 
 /// One record of the trace.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TraceRecord {
     /// A layer's routing for every row of the batch (k ids per row).
     Demand { layer: u32, ids: Vec<u16> },
     /// A decode ended after processing `rows` tokens, `outputs` of them with logits.
     DecodeEnd { rows: u32, outputs: u32 },
+    /// The router weights of the demand just before (one per routed id).
+    Weights { layer: u32, weights: Vec<f32> },
 }
 
 /// Appends records to a trace.
@@ -130,6 +141,28 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// The router weights of the demand just written (same layer, one per id).
+    pub fn weights(&mut self, layer: u32, weights: &[f32]) -> Result<(), TraceError> {
+        self.out.write_all(&[TAG_WEIGHTS])?;
+        self.out.write_all(&layer.to_le_bytes())?;
+        self.out.write_all(&(weights.len() as u32).to_le_bytes())?;
+        for w in weights {
+            self.out.write_all(&w.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Write one record.
+    pub fn record(&mut self, r: &TraceRecord) -> Result<(), TraceError> {
+        match r {
+            TraceRecord::Demand { layer, ids } => {
+                self.demand(*layer, ids.iter().map(|&e| u32::from(e)))
+            }
+            TraceRecord::DecodeEnd { rows, outputs } => self.decode_end(*rows, *outputs),
+            TraceRecord::Weights { layer, weights } => self.weights(*layer, weights),
+        }
+    }
+
     /// The decode ended after `rows` tokens, `outputs` with logits; flushes.
     pub fn decode_end(&mut self, rows: u32, outputs: u32) -> Result<(), TraceError> {
         self.out.write_all(&[TAG_DECODE_END])?;
@@ -150,6 +183,9 @@ pub struct TraceReader<R: Read> {
     header: TraceHeader,
     offset: u64,
     index: u64,
+    /// (layer, ids) of the record just read when it was a demand (what a
+    /// weights record must follow).
+    last_demand: Option<(u32, u32)>,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -190,6 +226,7 @@ impl<R: Read> TraceReader<R> {
             header,
             offset,
             index: 0,
+            last_demand: None,
         })
     }
 
@@ -207,40 +244,78 @@ impl<R: Read> TraceReader<R> {
         let index = self.index;
         self.index += 1;
         let corrupt = |what: String| TraceError::Corrupt { index, what };
-        match tag[0] {
-            TAG_DEMAND => {
-                let layer = read_u32(&mut self.input, &mut self.offset)?;
-                let n = read_u32(&mut self.input, &mut self.offset)?;
-                if layer as usize >= self.header.slot_bytes.len() {
-                    return Err(corrupt(format!("layer {layer} beyond the header's layers")));
-                }
-                if n == 0 || n % self.header.k != 0 {
-                    return Err(corrupt(format!(
-                        "{n} ids is not whole rows of {}",
-                        self.header.k
-                    )));
-                }
-                let mut raw = vec![0u8; n as usize * 2];
-                read_exact(&mut self.input, &mut raw, &mut self.offset)?;
-                let ids: Vec<u16> = raw
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect();
-                if let Some(bad) = ids.iter().find(|&&e| u32::from(e) >= self.header.n_expert) {
-                    return Err(corrupt(format!("expert {bad} of {}", self.header.n_expert)));
-                }
-                Ok(Some(TraceRecord::Demand { layer, ids }))
-            }
+        let after = self.last_demand.take();
+        let record = match tag[0] {
+            TAG_DEMAND => self.read_demand().map_err(|e| e.into_error(corrupt))?,
             TAG_DECODE_END => {
                 let rows = read_u32(&mut self.input, &mut self.offset)?;
                 let outputs = read_u32(&mut self.input, &mut self.offset)?;
                 if outputs > rows {
                     return Err(corrupt(format!("{outputs} outputs of {rows} rows")));
                 }
-                Ok(Some(TraceRecord::DecodeEnd { rows, outputs }))
+                TraceRecord::DecodeEnd { rows, outputs }
             }
-            t => Err(corrupt(format!("unknown tag {t}"))),
+            TAG_WEIGHTS => self
+                .read_weights(after)
+                .map_err(|e| e.into_error(corrupt))?,
+            t => return Err(corrupt(format!("unknown tag {t}"))),
+        };
+        if let TraceRecord::Demand { layer, ids } = &record {
+            self.last_demand = Some((*layer, ids.len() as u32));
         }
+        Ok(Some(record))
+    }
+
+    /// A demand record's body (after its tag).
+    fn read_demand(&mut self) -> Result<TraceRecord, BodyError> {
+        let layer = read_u32(&mut self.input, &mut self.offset)?;
+        let n = read_u32(&mut self.input, &mut self.offset)?;
+        if layer as usize >= self.header.slot_bytes.len() {
+            return Err(BodyError::Corrupt(format!(
+                "layer {layer} beyond the header's layers"
+            )));
+        }
+        if n == 0 || n % self.header.k != 0 {
+            return Err(BodyError::Corrupt(format!(
+                "{n} ids is not whole rows of {}",
+                self.header.k
+            )));
+        }
+        let mut raw = vec![0u8; n as usize * 2];
+        read_exact(&mut self.input, &mut raw, &mut self.offset)?;
+        let ids: Vec<u16> = raw
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        if let Some(bad) = ids.iter().find(|&&e| u32::from(e) >= self.header.n_expert) {
+            return Err(BodyError::Corrupt(format!(
+                "expert {bad} of {}",
+                self.header.n_expert
+            )));
+        }
+        Ok(TraceRecord::Demand { layer, ids })
+    }
+
+    /// A weights record's body: it must follow a demand of its layer and
+    /// hold one finite weight per routed id.
+    fn read_weights(&mut self, after: Option<(u32, u32)>) -> Result<TraceRecord, BodyError> {
+        let layer = read_u32(&mut self.input, &mut self.offset)?;
+        let n = read_u32(&mut self.input, &mut self.offset)?;
+        if after != Some((layer, n)) {
+            return Err(BodyError::Corrupt(format!(
+                "weights of layer {layer} ({n}) not right after a demand of that layer with {n} ids"
+            )));
+        }
+        let mut raw = vec![0u8; n as usize * 4];
+        read_exact(&mut self.input, &mut raw, &mut self.offset)?;
+        let weights: Vec<f32> = raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if weights.iter().any(|w| !w.is_finite()) {
+            return Err(BodyError::Corrupt("a weight is not finite".into()));
+        }
+        Ok(TraceRecord::Weights { layer, weights })
     }
 
     /// Every remaining record.
@@ -250,6 +325,28 @@ impl<R: Read> TraceReader<R> {
             out.push(r);
         }
         Ok((self.header, out))
+    }
+}
+
+/// A record body's failure: the file's own error, or what is wrong with it
+/// (named with the record's index by the caller).
+enum BodyError {
+    Trace(TraceError),
+    Corrupt(String),
+}
+
+impl From<TraceError> for BodyError {
+    fn from(e: TraceError) -> Self {
+        Self::Trace(e)
+    }
+}
+
+impl BodyError {
+    fn into_error(self, corrupt: impl FnOnce(String) -> TraceError) -> TraceError {
+        match self {
+            Self::Trace(e) => e,
+            Self::Corrupt(what) => corrupt(what),
+        }
     }
 }
 
@@ -279,89 +376,4 @@ fn read_u64<R: Read>(r: &mut R, offset: &mut u64) -> Result<u64, TraceError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header() -> TraceHeader {
-        TraceHeader {
-            n_expert: 8,
-            k: 2,
-            trunk_layers: 3,
-            slot_bytes: vec![0, 100, 100],
-            model_bytes: 12345,
-            model_name: "tiny.gguf".into(),
-        }
-    }
-
-    fn sample() -> Vec<u8> {
-        let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
-        w.demand(1, [3, 5, 5, 7].into_iter()).unwrap();
-        w.demand(2, [0, 1, 2, 3].into_iter()).unwrap();
-        w.decode_end(2, 1).unwrap();
-        w.demand(1, [7, 6].into_iter()).unwrap();
-        w.decode_end(1, 1).unwrap();
-        w.into_inner()
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let (h, recs) = TraceReader::new(&sample()[..]).unwrap().records().unwrap();
-        assert_eq!(h, header());
-        assert_eq!(h.expert_bytes(), 1600);
-        assert_eq!(recs.len(), 5);
-        assert_eq!(
-            recs[0],
-            TraceRecord::Demand {
-                layer: 1,
-                ids: vec![3, 5, 5, 7]
-            }
-        );
-        assert_eq!(
-            recs[4],
-            TraceRecord::DecodeEnd {
-                rows: 1,
-                outputs: 1
-            }
-        );
-    }
-
-    #[test]
-    fn a_cut_file_is_truncated_not_garbage() {
-        let full = sample();
-        for cut in [3, 20, full.len() - 1, full.len() - 3, full.len() - 10] {
-            let res = TraceReader::new(&full[..cut]).and_then(|r| r.records());
-            assert!(
-                matches!(res, Err(TraceError::Truncated { .. })),
-                "cut at {cut}: {res:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_magic_tags_and_ids_are_refused() {
-        assert!(matches!(
-            TraceReader::new(&b"GGUF\0\0\0\0\0\0\0\0"[..]),
-            Err(TraceError::BadMagic)
-        ));
-        let mut bad_tag = sample();
-        bad_tag.push(9);
-        let res = TraceReader::new(&bad_tag[..]).unwrap().records();
-        assert!(
-            matches!(res, Err(TraceError::Corrupt { index: 5, .. })),
-            "{res:?}"
-        );
-        let mut w = TraceWriter::new(Vec::new(), header()).unwrap();
-        w.demand(1, [3].into_iter()).unwrap();
-        let odd = w.into_inner();
-        let res = TraceReader::new(&odd[..]).unwrap().records();
-        assert!(
-            matches!(res, Err(TraceError::Corrupt { index: 0, .. })),
-            "{res:?}"
-        );
-        let too_many = TraceHeader {
-            n_expert: MAX_EXPERTS + 1,
-            ..header()
-        };
-        assert!(TraceWriter::new(Vec::new(), too_many).is_err());
-    }
-}
+mod tests;

@@ -21,6 +21,7 @@ pub use files::probe_slices;
 pub(crate) use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
 pub(crate) use predict::Predictor;
 pub(crate) use streamer::{DraftHookParts, Streamer};
+pub use trace::header as route_trace_header;
 pub use warm::{WarmSession, WarmSource};
 
 const MIB: u64 = 1024 * 1024;

@@ -21,7 +21,8 @@ const BUFFER_BYTES: usize = 1 << 20;
 
 /// The model as a replay needs it: each layer's slot bytes (the flash actor's
 /// layers: up to the last one with experts), experts, k and identity.
-pub(crate) fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
+/// `bmoe trace import --like` sizes an imported trace with it too.
+pub fn header(model: &Path, layout: &MoeLayout, k: u32) -> TraceHeader {
     let mut slot_bytes: Vec<u64> = (0..layout.n_layer + layout.n_layer_nextn)
         .map(|l| layout.layer_expert_bytes(l))
         .collect();

@@ -162,3 +162,51 @@ fn a_clustered_router_makes_the_next_layers_routing_predictable() {
     let o = bmoe(&["run", "-m", m, "-p", "The capital of France is", "-n", "8"]);
     assert!(stdout(&o).contains("Paris"), "{}", stdout(&o));
 }
+
+/// A routing log of another tool, imported with a fixture model's sizes,
+/// replays like a recorded trace; a malformed log is refused naming its line.
+#[test]
+fn an_imported_jsonl_log_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("routes.jsonl");
+    let mut lines = String::new();
+    for token in 0..6u32 {
+        for layer in 0..4u32 {
+            let a = (token + layer) % 8;
+            let b = (token * 3 + layer + 1) % 8;
+            let b = if a == b { (b + 1) % 8 } else { b };
+            lines += &format!(
+                "{{\"token_pos\": {token}, \"layer_idx\": {layer}, \"topk_ids\": [{a}, {b}], \"topk_weights\": [0.6, 0.4]}}\n"
+            );
+        }
+    }
+    std::fs::write(&log, &lines).unwrap();
+    let out = dir.path().join("routes.bmrt");
+    let (l, o, m) = (
+        log.to_str().unwrap(),
+        out.to_str().unwrap(),
+        e8k2().to_str().unwrap(),
+    );
+    let r = bmoe(&["trace", "import", l, "--like", m, "-o", o]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let s = stdout(&r);
+    assert!(
+        s.contains("imported 6 tokens x 4 layers, k 2, 8 experts"),
+        "{s}"
+    );
+    assert!(
+        s.contains("`topk_ids`") && s.contains("router weights kept"),
+        "{s}"
+    );
+    let r = bmoe(&["replay", o, "--cache-mb", "25%"]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    assert!(stdout(&r).contains("6 generated"), "{}", stdout(&r));
+    assert!(stdout(&r).contains("| optimum |"), "{}", stdout(&r));
+    // A log cut mid-object: exit 2 naming the line, and no trace written.
+    std::fs::write(&log, &lines[..lines.len() - 10]).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let r = bmoe(&["trace", "import", l, "--slot-bytes", "1000", "-o", o]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(stderr(&r).contains("line 24"), "{}", stderr(&r));
+    assert!(!out.exists());
+}
