@@ -5,7 +5,7 @@ Apache-2.0; its data/ folder copied OUTSIDE this repository, path below) as
 JSON [tokens][24 layers][4 ids], prompts concatenated in a round-robin over the
 datasets: `all` (110 prompts, 38,154 generated tokens), `tune` and `holdout`
 (10 prompts each, disjoint datasets). Usage: python3 gptoss_traces.py [DATA_DIR]
-then python3 to_bmrt.py gptoss-all.json gptoss-all.bmrt."""
+then bmoe trace import gptoss-all.json --slot-bytes 13271040 --experts 32 -o gptoss-all.bmrt."""
 import sys
 import json, glob, os, sys
 root = sys.argv[1] if len(sys.argv) > 1 else '/work/big/traces/gptoss-fingerprinting/data'
