@@ -189,6 +189,7 @@ mod tests {
             types: BTreeMap::new(),
             blocks_in_table: 1,
             unknown_experts: Vec::new(),
+            ctx: None,
             hash_layers: 0,
         }
     }

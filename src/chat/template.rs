@@ -191,6 +191,23 @@ impl ChatTemplate {
         }
     }
 
+    /// `text` as one user message: the rendered prompt (its note, if any,
+    /// said on stderr) and its tokens. What `run --chat` and `--show-prompt` use.
+    pub fn user_prompt(
+        &self,
+        model: &Model,
+        text: &str,
+    ) -> Result<(Rendered, Vec<Token>), TemplateError> {
+        let messages = [Message::new("user", text)];
+        let options = TemplateOptions::new();
+        let rendered = self.render(model, &ChatInput::messages(&messages, &options))?;
+        if let Some(note) = rendered.note() {
+            crate::say!("{note}");
+        }
+        let tokens = self.tokens(model, &rendered)?;
+        Ok((rendered, tokens))
+    }
+
     /// The prompt's tokens: a Jinja template writes its own special tokens
     /// (nothing is added, as transformers adds none), the built-in one gets
     /// the model's BOS unless its text already starts with it.

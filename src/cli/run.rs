@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use bmoe::chat::{ChatInput, ChatTemplate, Message, TemplateOptions};
+use bmoe::chat::ChatTemplate;
 use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
@@ -242,13 +242,7 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
     let model = llama::Model::load(&cfg.model, &params)?;
     let (text, tokens) = if cfg.chat {
         let template = ChatTemplate::of(&model, cfg.chat_template.as_deref());
-        let messages = [Message::new("user", &cfg.prompt)];
-        let options = TemplateOptions::new();
-        let rendered = template.render(&model, &ChatInput::messages(&messages, &options))?;
-        if let Some(note) = rendered.note() {
-            bmoe::say!("{note}");
-        }
-        let tokens = template.tokens(&model, &rendered)?;
+        let (rendered, tokens) = template.user_prompt(&model, &cfg.prompt)?;
         (rendered.text, tokens.len())
     } else {
         let tokens = model.tokenize(&cfg.prompt, true, false)?;

@@ -73,7 +73,7 @@ pub(super) fn assemble(
     let layout = MoeLayout::open(&cfg.model)?;
     let cfg = cfg.for_model(&layout);
     let (mode, mut notes) = cfg.check_against(&layout)?;
-    check_context(&cfg, n_seq)?;
+    check_context(&cfg, &layout, n_seq)?;
     let k = cfg.experts_used(&layout);
     let backend = Backend::start(&cfg, &layout, mode, k)?;
     let load_start = (Instant::now(), memory::io_read_bytes());
@@ -324,10 +324,7 @@ pub(super) fn prefill_facts(
 
 /// The context `-c`, `--parallel` and `--ubatch` ask for, checked against the
 /// training context and MemAvailable before anything is allocated.
-fn check_context(cfg: &RunConfig, n_seq: u32) -> Result<(), EngineError> {
-    let Ok(file) = crate::llama::gguf::GgufFile::open(&cfg.model) else {
-        return Ok(()); // the load reports an unreadable file itself
-    };
+fn check_context(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32) -> Result<(), EngineError> {
     let ubatch = match cfg.ubatch {
         super::prefill::Ubatch::Fixed(u) => u,
         super::prefill::Ubatch::Auto => TARGET_UBATCH,
@@ -338,5 +335,6 @@ fn check_context(cfg: &RunConfig, n_seq: u32) -> Result<(), EngineError> {
         ubatch: u64::from(ubatch),
         draft_ubatch: cfg.speculation.head().map(|_| u64::from(MTP_UBATCH)),
     };
-    super::ctx_check::check_model(&file, ask).map_err(|e| EngineError::Config(e.to_string()))
+    super::ctx_check::check_model(layout.ctx.as_ref(), ask)
+        .map_err(|e| EngineError::Config(e.to_string()))
 }

@@ -353,6 +353,7 @@ mod tests {
             types: BTreeMap::new(),
             blocks_in_table: 30,
             unknown_experts: Vec::new(),
+            ctx: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! context that does not fit is refused with the largest `-c` that does,
 //! instead of llama.cpp growing into the host's memory until it is killed.
 
-use crate::llama::gguf::{GgufFile, MetaValue};
+use crate::layout::CtxShape;
 use crate::stream::compute_estimate_bytes;
 use crate::stream::memory;
 
@@ -15,62 +15,7 @@ const HEADROOM_BYTES: u64 = 512 << 20;
 /// Bytes per cached K or V element (llama.cpp's default f16 cache).
 const KV_ELEMENT_BYTES: u64 = 2;
 
-/// The shape of one context's memory, read from the header.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CtxShape {
-    /// K and V elements one token adds to the cache, all layers together.
-    pub(crate) kv_elements_per_token: u64,
-    pub(crate) n_vocab: u64,
-    pub(crate) n_head: u64,
-    /// `{arch}.context_length` (None: the file does not say).
-    pub(crate) n_ctx_train: Option<u64>,
-    /// The share of the KV a draft (MTP) context holds: its nextn layers of
-    /// all the layers.
-    pub(crate) nextn_share: (u64, u64),
-}
-
 impl CtxShape {
-    /// Read from a gguf header (None where the file lacks what is needed).
-    pub(crate) fn of(file: &GgufFile) -> Option<Self> {
-        let arch = file.arch()?;
-        let key = |s: &str| format!("{arch}.{s}");
-        let n_layer = file.get_int(&key("block_count"))?.max(0) as u64;
-        let n_embd = file.get_int(&key("embedding_length"))?.max(1) as u64;
-        let heads = per_layer(file.get(&key("attention.head_count")), n_layer)?;
-        let kv_heads = per_layer(file.get(&key("attention.head_count_kv")), n_layer)
-            .unwrap_or_else(|| heads.clone());
-        let n_head = heads.iter().copied().max().unwrap_or(1).max(1);
-        let head_dim = n_embd / n_head;
-        let k_len = file
-            .get_int(&key("attention.key_length"))
-            .map_or(head_dim, |v| v as u64);
-        let v_len = file
-            .get_int(&key("attention.value_length"))
-            .map_or(head_dim, |v| v as u64);
-        let kv_elements_per_token = match file.get_int(&key("attention.kv_lora_rank")) {
-            // MLA caches the compressed latent and the rope part per layer.
-            Some(rank) => {
-                let rope = file.get_int(&key("rope.dimension_count")).unwrap_or(64);
-                n_layer * (2 * rank.max(0) as u64 + rope.max(0) as u64)
-            }
-            None => kv_heads.iter().map(|&h| h * (k_len + v_len)).sum(),
-        };
-        let n_vocab = vocab_size(file)?;
-        let nextn = file
-            .get_int(&key("nextn_predict_layers"))
-            .unwrap_or(0)
-            .max(0) as u64;
-        Some(Self {
-            kv_elements_per_token,
-            n_vocab,
-            n_head,
-            n_ctx_train: file
-                .get_int(&key("context_length"))
-                .map(|v| v.max(0) as u64),
-            nextn_share: (nextn.min(n_layer), n_layer.max(1)),
-        })
-    }
-
     /// A draft (MTP) context of `n_ctx` positions computing `ubatch` tokens at
     /// a time: the nextn layers' KV and its own compute buffers.
     pub(crate) fn draft_bytes(&self, n_ctx: u64, ubatch: u64) -> u64 {
@@ -118,21 +63,6 @@ impl CtxShape {
         }
         lo * 256
     }
-}
-
-/// A per-layer count given as one number or an array.
-fn per_layer(v: Option<MetaValue>, n_layer: u64) -> Option<Vec<u64>> {
-    match v? {
-        MetaValue::Int(h) => Some(vec![h.max(0) as u64; n_layer as usize]),
-        MetaValue::IntArray(a) => Some(a.iter().map(|&h| h.max(0) as u64).collect()),
-        _ => None,
-    }
-}
-
-/// The vocabulary's size: the token embedding's rows.
-fn vocab_size(file: &GgufFile) -> Option<u64> {
-    let t = file.tensor("token_embd.weight")?;
-    Some(t.ne[1].max(1))
 }
 
 /// Why a context was refused.
@@ -202,10 +132,11 @@ pub(crate) fn check(
     })
 }
 
-/// [`check`] on the model's header and this host's MemAvailable.
-pub(crate) fn check_model(file: &GgufFile, ask: CtxAsk) -> Result<(), CtxRefusal> {
-    match CtxShape::of(file) {
-        Some(shape) => check(&shape, ask, memory::mem_available_bytes()),
+/// [`check`] on the model's header facts and this host's MemAvailable (no
+/// check where the header lacks them).
+pub(crate) fn check_model(shape: Option<&CtxShape>, ask: CtxAsk) -> Result<(), CtxRefusal> {
+    match shape {
+        Some(shape) => check(shape, ask, memory::mem_available_bytes()),
         None => Ok(()),
     }
 }

@@ -396,6 +396,7 @@ mod tests {
                 types: BTreeMap::new(),
                 blocks_in_table: 2,
                 unknown_experts: Vec::new(),
+                ctx: None,
             },
             done_line: String::new(),
             startup: crate::engine::Startup::default(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bmoe_actors::metrics::DecodeMetrics;
 use bmoe_actors::sampling::SamplingParams;
 
-use crate::chat::{ChatInput, ChatTemplate, Message, TemplateError, TemplateOptions};
+use crate::chat::{ChatTemplate, TemplateError};
 use crate::llama::{Context, LlamaError, Model, Token};
 
 pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
@@ -142,13 +142,7 @@ pub fn prompt_tokens(
     template: Option<&ChatTemplate>,
 ) -> Result<Vec<Token>, GenerateError> {
     let tokens = if let Some(template) = template {
-        let messages = [Message::new("user", text)];
-        let options = TemplateOptions::new();
-        let rendered = template.render(model, &ChatInput::messages(&messages, &options))?;
-        if let Some(note) = rendered.note() {
-            crate::say!("{note}");
-        }
-        template.tokens(model, &rendered)?
+        template.user_prompt(model, text)?.1
     } else {
         model.tokenize(text, true, false)?
     };

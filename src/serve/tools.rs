@@ -59,7 +59,7 @@ impl Calls {
 
     /// The whole reply's choice: its message and finish reason.
     pub(crate) fn choice(&self, text: &str, finish: &'static str) -> Value {
-        let p = parse_with_tools(self.format, text, self.tools.as_ref());
+        let p = self.parse(text);
         let content = if p.content.is_empty() && !p.calls.is_empty() {
             Value::Null
         } else {
@@ -82,7 +82,7 @@ impl Calls {
         split: CallStream,
         finish: &'static str,
     ) -> (String, Vec<Value>, &'static str) {
-        let (rest, p) = split.finish(self.tools.as_ref());
+        let (rest, p) = self.finish(split);
         let deltas = match calls_json(&p, true) {
             Value::Array(v) => v.into_iter().map(|c| json!({"tool_calls": [c]})).collect(),
             _ => Vec::new(),

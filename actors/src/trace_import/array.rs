@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use super::collect::{Collector, Route};
+use super::collect::Collector;
 use super::spellings::{IDS, WEIGHTS};
-use super::{json_id, json_weight, ImportError, Loc};
+use super::{json_array, json_route, ImportError, Loc};
 
 /// Field names of the ids array, tried in order.
 const ARRAY_IDS: [&str; 5] = ["routed_experts", IDS[0], IDS[1], IDS[2], IDS[3]];
@@ -77,9 +77,9 @@ pub(super) fn parse(input: &[u8], c: &mut Collector) -> Result<String, ImportErr
 
 /// Every token's layers.
 fn read_tokens(ids: &Value, weights: Option<&Value>, c: &mut Collector) -> Result<(), ImportError> {
-    let tokens = rows(ids, Loc::Input, "the ids")?;
+    let tokens = json_array(ids, "the ids", Loc::Input)?;
     let wtokens = weights
-        .map(|w| rows(w, Loc::Input, "the weights"))
+        .map(|w| json_array(w, "the weights", Loc::Input))
         .transpose()?;
     if let Some(w) = wtokens {
         if w.len() != tokens.len() {
@@ -92,9 +92,9 @@ fn read_tokens(ids: &Value, weights: Option<&Value>, c: &mut Collector) -> Resul
     for (t, layers) in tokens.iter().enumerate() {
         let t = t as u64;
         let token_at = Loc::Entry { token: t, layer: 0 };
-        let layers = rows(layers, token_at, "a token")?;
+        let layers = json_array(layers, "a token", token_at)?;
         let wlayers = wtokens
-            .map(|w| rows(&w[t as usize], token_at, "a token's weights"))
+            .map(|w| json_array(&w[t as usize], "a token's weights", token_at))
             .transpose()?;
         c.start_token();
         for (l, ids) in layers.iter().enumerate() {
@@ -105,7 +105,7 @@ fn read_tokens(ids: &Value, weights: Option<&Value>, c: &mut Collector) -> Resul
             let w = wlayers
                 .map(|w| w.get(l).ok_or_else(|| missing(at)))
                 .transpose()?;
-            c.push(route(l as u32, ids, w, at)?, at)?;
+            c.push(json_route(l as u32, ids, w, at)?, at)?;
         }
     }
     Ok(())
@@ -113,30 +113,4 @@ fn read_tokens(ids: &Value, weights: Option<&Value>, c: &mut Collector) -> Resul
 
 fn missing(at: Loc) -> ImportError {
     ImportError::at(at, "no router weights for this layer")
-}
-
-/// A value that must be an array.
-fn rows<'a>(v: &'a Value, at: Loc, what: &str) -> Result<&'a Vec<Value>, ImportError> {
-    v.as_array()
-        .ok_or_else(|| ImportError::at(at, format!("{what} is {v}, not an array")))
-}
-
-fn route(layer: u32, ids: &Value, w: Option<&Value>, at: Loc) -> Result<Route, ImportError> {
-    let ids = rows(ids, at, "the expert ids")?
-        .iter()
-        .map(|v| json_id(v, at))
-        .collect::<Result<Vec<_>, _>>()?;
-    let weights = w
-        .map(|w| {
-            rows(w, at, "the router weights")?
-                .iter()
-                .map(|v| json_weight(v, at))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
-    Ok(Route {
-        layer,
-        ids,
-        weights,
-    })
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::collect::{Collector, Route};
 use super::spellings::{IDS, LAYER, TOKEN, WEIGHTS};
-use super::{json_id, json_weight, pick, ImportError, Loc};
+use super::{json_array, json_route, pick, ImportError, Loc};
 
 /// The field names of a file.
 #[derive(Clone, Copy)]
@@ -164,14 +164,14 @@ fn routes(obj: &Map<String, Value>, sp: &Spelling, at: Loc) -> Result<Vec<Route>
                 .ok_or_else(|| {
                     ImportError::at(at, format!("layer {layer} is not a non-negative integer"))
                 })?;
-            Ok(vec![route(layer, ids, weights, at)?])
+            Ok(vec![json_route(layer, ids, weights, at)?])
         }
         None => {
-            let per_layer = list(ids, sp.ids, at)?;
+            let per_layer = json_array(ids, sp.ids, at)?;
             if per_layer.is_empty() {
                 return Err(ImportError::at(at, format!("`{}` lists no layers", sp.ids)));
             }
-            let w = weights.map(|w| list(w, "weights", at)).transpose()?;
+            let w = weights.map(|w| json_array(w, "weights", at)).transpose()?;
             if let Some(w) = &w {
                 if w.len() != per_layer.len() {
                     return Err(ImportError::at(
@@ -187,35 +187,8 @@ fn routes(obj: &Map<String, Value>, sp: &Spelling, at: Loc) -> Result<Vec<Route>
             per_layer
                 .iter()
                 .enumerate()
-                .map(|(l, ids)| route(l as u32, ids, w.map(|w| &w[l]), at))
+                .map(|(l, ids)| json_route(l as u32, ids, w.map(|w| &w[l]), at))
                 .collect()
         }
     }
-}
-
-/// A JSON value that must be an array.
-fn list<'a>(v: &'a Value, what: &str, at: Loc) -> Result<&'a Vec<Value>, ImportError> {
-    v.as_array()
-        .ok_or_else(|| ImportError::at(at, format!("`{what}` is {}, not a list", kind(v))))
-}
-
-/// One layer's route from its ids and weights.
-fn route(layer: u32, ids: &Value, weights: Option<&Value>, at: Loc) -> Result<Route, ImportError> {
-    let ids = list(ids, "expert ids", at)?
-        .iter()
-        .map(|v| json_id(v, at))
-        .collect::<Result<Vec<_>, _>>()?;
-    let weights = weights
-        .map(|w| {
-            list(w, "weights", at)?
-                .iter()
-                .map(|v| json_weight(v, at))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
-    Ok(Route {
-        layer,
-        ids,
-        weights,
-    })
 }

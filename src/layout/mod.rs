@@ -8,6 +8,9 @@ use crate::llama::gguf::{GgufFile, GgufShards, TensorInfo};
 use crate::llama::quant::GgmlType;
 use crate::llama::LlamaError;
 
+mod ctx_shape;
+pub(crate) use ctx_shape::CtxShape;
+
 /// The three projections of a SwiGLU expert (one type with the flash arena's).
 pub use bmoe_actors::proj::Proj;
 
@@ -86,6 +89,9 @@ pub struct MoeLayout {
     /// Tensors named like stacked experts (`blk.N.*exps.weight`) whose
     /// projection bmoe does not know: they are not streamed.
     pub(crate) unknown_experts: Vec<String>,
+    /// What the header says about a context's memory (None: it lacks the
+    /// attention hyperparameters; no memory check then).
+    pub(crate) ctx: Option<CtxShape>,
 }
 
 /// N of a `blk.N.*` tensor name.
@@ -133,6 +139,7 @@ impl MoeLayout {
             types: BTreeMap::new(),
             blocks_in_table: 0,
             unknown_experts: Vec::new(),
+            ctx: CtxShape::of(files),
         };
         for f in files {
             l.add_file(f);
