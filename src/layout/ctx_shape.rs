@@ -31,9 +31,9 @@ impl CtxShape {
         let n_layer = file.get_int(&key("block_count"))?.max(0) as u64;
         let n_embd = file.get_int(&key("embedding_length"))?.max(1) as u64;
         let heads = per_layer(file.get(&key("attention.head_count")), n_layer)?;
-        let kv_heads = per_layer(file.get(&key("attention.head_count_kv")), n_layer)
-            .unwrap_or_else(|| heads.clone());
-        let n_head = heads.iter().copied().max().unwrap_or(1).max(1);
+        let kv_heads =
+            per_layer(file.get(&key("attention.head_count_kv")), n_layer).unwrap_or(heads);
+        let n_head = heads.max.max(1);
         let head_dim = n_embd / n_head;
         let k_len = file
             .get_int(&key("attention.key_length"))
@@ -45,9 +45,12 @@ impl CtxShape {
             // MLA caches the compressed latent and the rope part per layer.
             Some(rank) => {
                 let rope = file.get_int(&key("rope.dimension_count")).unwrap_or(64);
-                n_layer * (2 * rank.max(0) as u64 + rope.max(0) as u64)
+                let per_layer = (rank.max(0) as u64)
+                    .saturating_mul(2)
+                    .saturating_add(rope.max(0) as u64);
+                n_layer.saturating_mul(per_layer)
             }
-            None => kv_heads.iter().map(|&h| h * (k_len + v_len)).sum(),
+            None => kv_heads.sum.saturating_mul(k_len.saturating_add(v_len)),
         };
         let n_vocab = files.iter().find_map(vocab_size)?;
         let nextn = file
@@ -66,13 +69,35 @@ impl CtxShape {
     }
 }
 
-/// A per-layer count given as one number or an array.
-fn per_layer(v: Option<MetaValue>, n_layer: u64) -> Option<Vec<u64>> {
+/// A per-layer count given as one number or an array, as its largest value
+/// and its sum.
+fn per_layer(v: Option<MetaValue>, n_layer: u64) -> Option<PerLayer> {
+    // A header may say anything (the fuzz tests mutate it before the layout
+    // check refuses it): nothing is allocated per layer, every sum saturates.
     match v? {
-        MetaValue::Int(h) => Some(vec![h.max(0) as u64; n_layer as usize]),
-        MetaValue::IntArray(a) => Some(a.iter().map(|&h| h.max(0) as u64).collect()),
+        MetaValue::Int(h) => {
+            let h = h.max(0) as u64;
+            Some(PerLayer {
+                max: h,
+                sum: h.saturating_mul(n_layer),
+            })
+        }
+        MetaValue::IntArray(a) => {
+            let each = a.iter().map(|&h| h.max(0) as u64);
+            Some(PerLayer {
+                max: each.clone().max().unwrap_or(0),
+                sum: each.fold(0, u64::saturating_add),
+            })
+        }
         _ => None,
     }
+}
+
+/// A per-layer count's largest value and its sum over the layers.
+#[derive(Debug, Clone, Copy)]
+struct PerLayer {
+    max: u64,
+    sum: u64,
 }
 
 /// The vocabulary's size: the token embedding's rows.
