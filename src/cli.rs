@@ -24,6 +24,7 @@ pub mod commands;
 pub mod fixture;
 pub mod graph;
 pub mod replay;
+pub mod rpc;
 pub mod run;
 pub mod sampling;
 pub mod serve;
@@ -92,6 +93,10 @@ pub enum Command {
     /// Build or fetch the offline test models.
     #[command(subcommand)]
     Fixture(fixture::FixtureCmd),
+    /// Serve this host's CPU and memory to `--rpc` runs on other hosts
+    /// (llama.cpp's RPC server, the same protocol by construction): they put
+    /// their last layers here. Loopback unless --allow-remote. Until killed.
+    RpcServer(rpc::RpcServerArgs),
     /// Internal: build the model's graph with K experts per token (exit 0 when
     /// llama.cpp can; it aborts when it cannot). See `--n-expert-used`.
     #[command(hide = true)]
@@ -356,6 +361,8 @@ pub struct RunArgs {
     /// What to do with the dense (non-expert) weights after load.
     #[arg(long, value_enum, default_value_t = bmoe::stream::DenseMode::Warm)]
     pub dense_weights: bmoe::stream::DenseMode,
+    #[command(flatten)]
+    pub rpc: rpc::RpcArgs,
 }
 
 #[derive(Debug, Args)]

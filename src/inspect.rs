@@ -190,6 +190,10 @@ mod tests {
             blocks_in_table: 1,
             unknown_experts: Vec::new(),
             ctx: None,
+            block_bytes: Default::default(),
+            output_bytes: 0,
+            embd_bytes: 0,
+            remote: None,
             hash_layers: 0,
         }
     }

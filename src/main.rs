@@ -22,6 +22,8 @@ mod exit {
     pub const USAGE: u8 = 2;
     pub const MODEL_MISSING: u8 = 3;
     pub const MODEL_INVALID: u8 = 4;
+    /// An RPC host unreachable, lost or stalled (`--rpc`).
+    pub const REMOTE: u8 = bmoe::llama::rpc::EXIT_REMOTE_LOST as u8;
 }
 
 /// The error and its causes on one line, each said once (a message that
@@ -136,6 +138,8 @@ fn llama_code(e: &LlamaError) -> Option<u8> {
         | LlamaError::Truncated { .. }
         | LlamaError::Corrupt { .. }
         | LlamaError::ShardMismatch { .. } => Some(exit::MODEL_INVALID),
+        LlamaError::Rpc(bmoe::llama::rpc::RpcError::BadAddress(_)) => Some(exit::USAGE),
+        LlamaError::Rpc(_) => Some(exit::REMOTE),
         _ => None,
     }
 }
@@ -222,6 +226,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Replay(r) => cli::replay::replay(r),
         Command::Trace(t) => cli::trace::trace_cmd(t),
         Command::Fixture(f) => cli::fixture::fixture_cmd(f),
+        Command::RpcServer(a) => cli::rpc::rpc_server(a),
         Command::CheckGraph {
             model,
             n_expert_used,

@@ -35,6 +35,9 @@ pub struct DecodeMetrics {
     /// no batch since the last single-token decode had: over a prompt's
     /// micro-batches, the distinct slices the prompt routed to.
     pub first_seen_bytes: u64,
+    /// `--rpc`: time from the end of the last local layer to the end of the
+    /// decode (the RPC hosts' layers, the network both ways, the logits back).
+    pub remote: Duration,
 }
 
 impl DecodeMetrics {
@@ -52,6 +55,7 @@ impl DecodeMetrics {
         self.predicted.merge(&other.predicted);
         self.routed.extend(other.routed);
         self.first_seen_bytes += other.first_seen_bytes;
+        self.remote += other.remote;
     }
 
     /// The distinct experts demanded at `layer`, sorted.
@@ -145,9 +149,11 @@ mod tests {
             hits: 2,
             routed: vec![(3, vec![1, 7]), (4, vec![0])],
             first_seen_bytes: 9,
+            remote: Duration::from_millis(7),
         };
         a.add(b);
         assert_eq!(a.stall, Duration::from_millis(5));
+        assert_eq!(a.remote, Duration::from_millis(7));
         assert_eq!(a.io, Duration::from_millis(1));
         assert_eq!(
             (a.read_bytes, a.hits, a.misses, a.evictions, a.demands),

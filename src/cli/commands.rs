@@ -265,6 +265,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         ubatch: engine::Ubatch::Auto,
         sampling: Default::default(),
         stop: Vec::new(),
+        rpc: None,
     };
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::lab::bench::warm_page_cache(model)

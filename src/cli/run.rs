@@ -124,6 +124,7 @@ pub(super) fn run_config(
         ubatch: args.ubatch,
         sampling,
         stop: args.sampling.stop.clone(),
+        rpc: args.rpc.config(),
     })
 }
 

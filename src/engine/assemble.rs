@@ -60,6 +60,8 @@ pub(super) struct Loaded {
     pub(super) anon: Option<SharedAnon>,
     /// When the model began loading, and the process's storage reads then.
     pub(super) load_start: (Instant, Option<u64>),
+    /// `--rpc`: the stall watchdog (stops when dropped).
+    pub(super) _watchdog: Option<crate::llama::rpc::watchdog::Watchdog>,
 }
 
 /// Check `cfg` against the model's layout, start the backend, load the model
@@ -70,14 +72,22 @@ pub(super) fn assemble(
     prompt: Prompt<'_>,
     n_seq: u32,
 ) -> Result<Assembly, EngineError> {
-    let layout = MoeLayout::open(&cfg.model)?;
+    let mut layout = MoeLayout::open(&cfg.model)?;
     let cfg = cfg.for_model(&layout);
     let (mode, mut notes) = cfg.check_against(&layout)?;
     check_context(&cfg, &layout, n_seq)?;
+    let rpc = super::rpc::attach(&cfg, &mut layout, &mut notes)?;
     let k = cfg.experts_used(&layout);
     let backend = Backend::start(&cfg, &layout, mode, k)?;
     let load_start = (Instant::now(), memory::io_read_bytes());
-    let model = load_model(&cfg, &layout, &backend)?;
+    let model = load_model(&cfg, &layout, &backend, rpc.as_ref())?;
+    let watchdog = rpc.as_ref().map(|r| {
+        let timeout = cfg
+            .rpc
+            .as_ref()
+            .map_or(super::rpc::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
+        crate::llama::rpc::watchdog::Watchdog::start(model.clone(), r.hosts.peers.clone(), timeout)
+    });
     let (tokens, longest) = match prompt {
         Prompt::Text { text, chat } => {
             let template = chat.then(|| ChatTemplate::of(&model, cfg.chat_template.as_deref()));
@@ -90,7 +100,16 @@ pub(super) fn assemble(
     let prefill = prefill_facts(&cfg, &model, &layout, &backend, longest);
     let abort = Arc::new(AtomicBool::new(false));
     let shape = (prefill.ubatch, n_seq);
-    let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes)?;
+    let remote_from = rpc.as_ref().map(|r| r.share.first_block);
+    let (ctx, anon) = target_context(
+        &cfg,
+        &model,
+        &backend,
+        &abort,
+        shape,
+        &mut notes,
+        remote_from,
+    )?;
     let loaded = Loaded {
         model,
         backend,
@@ -105,6 +124,7 @@ pub(super) fn assemble(
         abort,
         anon,
         load_start,
+        _watchdog: watchdog,
     };
     Ok(Assembly { ctx, loaded })
 }
@@ -224,6 +244,7 @@ pub(super) fn load_model(
     cfg: &RunConfig,
     layout: &MoeLayout,
     backend: &Backend,
+    rpc: Option<&super::rpc::RpcRun>,
 ) -> Result<Arc<Model>, LlamaError> {
     let int_overrides = match cfg.n_expert_used {
         Some(k) => vec![(format!("{}.expert_used_count", layout.arch), k as i64)],
@@ -241,6 +262,10 @@ pub(super) fn load_model(
         int_overrides,
         unpopulated,
         vocab_only: false,
+        rpc: rpc.map(|r| crate::llama::RpcPlacement {
+            devices: r.hosts.devices.clone(),
+            layers: r.share.blocks,
+        }),
     };
     Ok(Arc::new(Model::load(&cfg.model, &params)?))
 }
@@ -255,6 +280,7 @@ pub(super) fn target_context(
     abort: &Arc<AtomicBool>,
     (ubatch, n_seq): (u32, u32),
     notes: &mut Vec<String>,
+    remote_from: Option<u32>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
@@ -274,6 +300,10 @@ pub(super) fn target_context(
         anon = streamer.prepare_mapping(sc.dense)?;
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
+    }
+    if let Some(first) = remote_from {
+        let clock = super::rpc::RemoteClock::new(params.observer.take(), first);
+        params.observer = Some(Box::new(clock));
     }
     let ctx = Context::new(model.clone(), params)?;
     if ctx.n_ctx() != cfg.n_ctx {

@@ -131,6 +131,8 @@ pub struct RunConfig {
     pub sampling: bmoe_actors::sampling::SamplingParams,
     /// `--stop`: text that ends generation.
     pub stop: Vec<String>,
+    /// `--rpc`: the last layers on llama.cpp RPC hosts.
+    pub rpc: Option<super::rpc::RpcConfig>,
 }
 
 impl RunConfig {
@@ -354,6 +356,10 @@ mod tests {
             blocks_in_table: 30,
             unknown_experts: Vec::new(),
             ctx: None,
+            block_bytes: BTreeMap::new(),
+            output_bytes: 0,
+            embd_bytes: 0,
+            remote: None,
         }
     }
 
@@ -376,6 +382,7 @@ mod tests {
             spec_gate: false,
             sampling: Default::default(),
             stop: Vec::new(),
+            rpc: None,
             ubatch: super::super::Ubatch::Auto,
         }
     }

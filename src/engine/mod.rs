@@ -20,6 +20,7 @@ pub mod graph_check;
 mod mode;
 mod prefill;
 mod report;
+mod rpc;
 mod session;
 mod sink;
 mod startup;
@@ -29,6 +30,7 @@ use config::preamble;
 pub use config::{RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
 pub use mode::Mode;
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
+pub use rpc::{RpcConfig, RpcLayers, DEFAULT_RPC_TIMEOUT};
 pub use session::{Session, Turn, TurnFigures};
 use sink::Sink;
 pub(crate) use startup::Startup;
@@ -280,6 +282,9 @@ fn generate_metered<'t>(
         telemetry,
         cfg.speculation != Speculation::Off,
     );
+    sink.rpc_peers = rpc_peers(cfg);
+    // What crossed during the load is not the prompt's.
+    sink.net = crate::llama::rpc::net::bytes_to(&sink.rpc_peers);
     let mut ngram = cfg
         .speculation
         .ngram()
@@ -333,4 +338,12 @@ fn generate_metered<'t>(
         kernel_read_bytes_before,
         prefill_distinct_bytes,
     }
+}
+
+/// The RPC hosts' addresses (none without `--rpc`), for the network bytes.
+fn rpc_peers(cfg: &RunConfig) -> Vec<std::net::SocketAddr> {
+    let endpoints = cfg.rpc.iter().flat_map(|r| r.endpoints.iter());
+    endpoints
+        .filter_map(|e| crate::llama::rpc::resolve(e).ok())
+        .collect()
 }

@@ -9,6 +9,7 @@ use bmoe_actors::telemetry::Telemetry;
 
 use super::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
+use crate::llama::rpc::net::{self, NetBytes};
 use crate::stream::memory;
 
 pub(super) struct Sink<'a, F: FnMut(&str)> {
@@ -31,6 +32,9 @@ pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) speculating: bool,
     /// Bytes of the distinct expert slices the prefill's decodes routed to.
     pub(super) prefill_distinct_bytes: u64,
+    /// `--rpc`: the hosts, and the bytes to and from them at the last decode.
+    pub(super) rpc_peers: Vec<std::net::SocketAddr>,
+    pub(super) net: NetBytes,
 }
 
 impl<'a, F: FnMut(&str)> Sink<'a, F> {
@@ -54,6 +58,8 @@ impl<'a, F: FnMut(&str)> Sink<'a, F> {
             predicted: PredictorTally::default(),
             speculating,
             prefill_distinct_bytes: 0,
+            rpc_peers: Vec::new(),
+            net: NetBytes::default(),
         }
     }
 
@@ -104,7 +110,12 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
 
     fn decoded(&mut self, step: DecodeStep) {
         let u = memory::usage();
-        let row = decode_row(&step, &u, &self.usage, self.speculating);
+        let mut row = decode_row(&step, &u, &self.usage, self.speculating);
+        if !self.rpc_peers.is_empty() {
+            let net = net::bytes_to(&self.rpc_peers);
+            row.net_bytes = net.since(self.net).total();
+            self.net = net;
+        }
         let s = &step.metrics;
         self.predicted.merge(&s.predicted);
         self.usage = u;
@@ -171,6 +182,7 @@ fn decode_row(
         gate_k: step.gate.map_or(0, |g| g.choice.k as u64),
         gate_predicted_ms: step.gate.map_or(0.0, |g| g.choice.predicted_s * 1e3),
         gate_source: step.gate.map_or(0, |g| g.source as u64 + 1),
+        remote_ms: m.remote.as_secs_f64() * 1e3,
         ..TokenRow::default()
     }
 }

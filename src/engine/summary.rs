@@ -29,6 +29,7 @@ impl RunReport {
             v.extend(self.warm_lines.iter().cloned());
         }
         v.extend(self.drop_line());
+        v.extend(self.rpc_line());
         if self.speculation != Speculation::Off {
             v.extend(self.speculation_lines());
         }
@@ -49,6 +50,29 @@ impl RunReport {
             majflt: per_token(|r| r.majflt as f64),
             minflt: per_token(|r| r.minflt as f64),
         }
+    }
+
+    /// `--rpc`: the hosts' share of a token's time and the network bytes
+    /// (per generated token; the prefill's on its own).
+    fn rpc_line(&self) -> Option<String> {
+        let rows = || self.decode_rows();
+        let n = rows().count();
+        let net: u64 = self.rows.iter().map(|r| r.net_bytes).sum();
+        let remote: f64 = self.rows.iter().map(|r| r.remote_ms).sum();
+        if net == 0 && remote == 0.0 {
+            return None;
+        }
+        let wall = mean(rows().map(|r| r.wall_ms).sum(), n);
+        let rem = mean(rows().map(|r| r.remote_ms).sum(), n);
+        let kib = mean(rows().map(|r| r.net_bytes as f64).sum(), n) / 1024.0;
+        let pre = self.rows.iter().find(|r| r.prefill);
+        Some(format!(
+            "rpc: remote part {rem:.1} ms/token ({:.0}% of {wall:.1} ms), network {kib:.1} KiB/token; \
+             prefill {:.1} ms remote, {:.1} KiB",
+            if wall > 0.0 { rem * 100.0 / wall } else { 0.0 },
+            pre.map_or(0.0, |r| r.remote_ms),
+            pre.map_or(0.0, |r| r.net_bytes as f64 / 1024.0)
+        ))
     }
 
     /// `generation:` and `compute:`.
@@ -397,6 +421,10 @@ mod tests {
                 blocks_in_table: 2,
                 unknown_experts: Vec::new(),
                 ctx: None,
+                block_bytes: Default::default(),
+                output_bytes: 0,
+                embd_bytes: 0,
+                remote: None,
             },
             done_line: String::new(),
             startup: crate::engine::Startup::default(),

@@ -9,7 +9,9 @@ use crate::llama::quant::GgmlType;
 use crate::llama::LlamaError;
 
 mod ctx_shape;
+mod remote;
 pub(crate) use ctx_shape::CtxShape;
+pub use remote::RemoteShare;
 
 /// The three projections of a SwiGLU expert (one type with the flash arena's).
 pub use bmoe_actors::proj::Proj;
@@ -92,6 +94,14 @@ pub struct MoeLayout {
     /// What the header says about a context's memory (None: it lacks the
     /// attention hyperparameters; no memory check then).
     pub(crate) ctx: Option<CtxShape>,
+    /// Bytes of each block's tensors (blocks the table names), and of the
+    /// tensors outside blocks whose name starts with `output` (the output
+    /// layer), and the token embedding's: what a remote share holds.
+    pub(crate) block_bytes: BTreeMap<u32, u64>,
+    pub(crate) output_bytes: u64,
+    pub(crate) embd_bytes: u64,
+    /// The last layers handed to RPC hosts ([`MoeLayout::hand_off`]).
+    pub remote: Option<RemoteShare>,
 }
 
 /// N of a `blk.N.*` tensor name.
@@ -140,6 +150,10 @@ impl MoeLayout {
             blocks_in_table: 0,
             unknown_experts: Vec::new(),
             ctx: CtxShape::of(files),
+            block_bytes: BTreeMap::new(),
+            output_bytes: 0,
+            embd_bytes: 0,
+            remote: None,
         };
         for f in files {
             l.add_file(f);
@@ -162,8 +176,14 @@ impl MoeLayout {
         });
         self.file_bytes += f.file_bytes();
         for t in f.tensors() {
-            if let Some(b) = block_of(&t.name) {
-                self.blocks_in_table = self.blocks_in_table.max(b.saturating_add(1));
+            match block_of(&t.name) {
+                Some(b) => {
+                    self.blocks_in_table = self.blocks_in_table.max(b.saturating_add(1));
+                    *self.block_bytes.entry(b).or_default() += t.size_bytes;
+                }
+                None if t.name.starts_with("output") => self.output_bytes += t.size_bytes,
+                None if t.name.starts_with("token_embd.") => self.embd_bytes += t.size_bytes,
+                None => {}
             }
             self.total_tensor_bytes += t.size_bytes;
             let e = self.types.entry(t.ggml_type.name()).or_default();
@@ -257,7 +277,10 @@ impl MoeLayout {
     }
 
     pub fn dense_bytes(&self) -> u64 {
-        self.total_tensor_bytes.saturating_sub(self.expert_bytes())
+        let remote = self.remote.as_ref().map_or(0, |r| r.local_bytes_freed);
+        self.total_tensor_bytes
+            .saturating_sub(self.expert_bytes())
+            .saturating_sub(remote)
     }
 
     /// Bytes of one expert slice per projection (from the first layer that has it).

@@ -258,6 +258,12 @@ impl Context {
         // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
         // the call; the context is used only from this thread (`&mut self`).
         let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), batch.raw()) };
+        if rc == 0 {
+            // llama_decode may return with a backend still computing (an RPC
+            // host's layers); the decode ends when its outputs are here.
+            // SAFETY: the context is live and used from this thread only.
+            unsafe { sys::llama_synchronize(self.ptr.as_ptr()) };
+        }
         if let Some(o) = self._observer.as_mut() {
             o.observer.decode_end();
             if let Some(msg) = o.panic.clone() {

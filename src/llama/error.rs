@@ -38,6 +38,8 @@ pub enum LlamaError {
     },
     #[error("{path}: {detail}; re-download the split model's shards or rebuild them")]
     ShardMismatch { path: PathBuf, detail: String },
+    #[error(transparent)]
+    Rpc(#[from] super::rpc::RpcError),
     #[error("llama.cpp failed to load the model {path} (run with -v to see llama.cpp's log)")]
     LoadFailed { path: PathBuf },
     #[error("llama.cpp failed to create a context: {0} (run with -v to see llama.cpp's log)")]

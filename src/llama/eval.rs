@@ -74,7 +74,8 @@ impl<'a> NodeView<'a> {
         (!p.is_null()).then(|| unsafe { NodeView::new(p) })
     }
 
-    /// Whether this tensor is a model weight (allocated in a weights buffer).
+    /// Whether this tensor is a model weight in this process's memory
+    /// (allocated in a host weights buffer; an RPC host's weights are not).
     pub(crate) fn is_weight(&self) -> bool {
         let b = self.raw().buffer;
         if b.is_null() {
@@ -82,7 +83,9 @@ impl<'a> NodeView<'a> {
         }
         // SAFETY: a non-null buffer pointer of a live tensor is a live buffer.
         let usage = unsafe { sys::ggml_backend_buffer_get_usage(b) };
+        // SAFETY: as above.
         usage == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+            && unsafe { sys::ggml_backend_buffer_is_host(b) }
     }
 
     /// The address the kernels read this tensor's bytes from.

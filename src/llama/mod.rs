@@ -15,6 +15,7 @@ mod model;
 mod mtp;
 mod populate;
 pub mod quant;
+pub mod rpc;
 mod sampler;
 mod target;
 
@@ -23,7 +24,7 @@ pub use batch::Batch;
 pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, EvalObserver, NodeView};
-pub use model::{ChatMessage, Model, ModelParams};
+pub use model::{ChatMessage, Model, ModelParams, RpcPlacement};
 pub use mtp::MtpHead;
 pub(crate) use sampler::Sampler;
 pub use target::{Target, TargetTurn};

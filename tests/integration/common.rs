@@ -261,6 +261,7 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
         ubatch: bmoe::engine::Ubatch::Auto,
         sampling: Default::default(),
         stop: Vec::new(),
+        rpc: None,
     }
 }
 

@@ -42,6 +42,10 @@ pub struct Row {
     /// Whose draft the gate judged: 1 the n-gram matcher, 2 the MTP head
     /// (`--spec auto` asks the matcher first); 0 without the gate.
     pub gate_source: u64,
+    /// `--rpc`: time in the RPC hosts' part of the decode (their layers, the
+    /// network both ways), and bytes that crossed the network to and from them.
+    pub remote_ms: f64,
+    pub net_bytes: u64,
     /// Text this token completed (may be empty inside a multi-byte character).
     pub text: String,
 }
@@ -64,11 +68,13 @@ impl Row {
         self.cpu_ms += other.cpu_ms;
         self.prefetch_bytes += other.prefetch_bytes;
         self.dropped_experts += other.dropped_experts;
+        self.remote_ms += other.remote_ms;
+        self.net_bytes += other.net_bytes;
     }
 }
 
 /// The CSV columns, in order.
-pub const COLUMNS: [&str; 22] = [
+pub const COLUMNS: [&str; 24] = [
     "step",
     "wall_ms",
     "stall_ms",
@@ -91,13 +97,15 @@ pub const COLUMNS: [&str; 22] = [
     "gate_k",
     "gate_predicted_ms",
     "gate_source",
+    "remote_ms",
+    "net_bytes",
 ];
 
 impl Row {
     /// The CSV row, in [`COLUMNS`] order.
     pub(super) fn csv(&self) -> String {
         format!(
-            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{}",
+            "{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{},{:.3},{}",
             self.step,
             self.wall_ms,
             self.stall_ms,
@@ -119,7 +127,9 @@ impl Row {
             self.gate_available,
             self.gate_k,
             self.gate_predicted_ms,
-            self.gate_source
+            self.gate_source,
+            self.remote_ms,
+            self.net_bytes
         )
     }
 

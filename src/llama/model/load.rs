@@ -29,6 +29,17 @@ pub struct ModelParams {
     /// Load only the vocabulary and metadata (no tensors): enough to
     /// tokenize and render chat templates.
     pub vocab_only: bool,
+    /// Place the last layers on RPC hosts' devices (`--rpc`).
+    pub rpc: Option<RpcPlacement>,
+}
+
+/// Which layers llama.cpp puts on the RPC devices: the last `layers` trunk
+/// layers and the output layer (its `n_gpu_layers` = `layers` + 1), split
+/// over `devices` by their reported free memory.
+#[derive(Debug, Clone)]
+pub struct RpcPlacement {
+    pub devices: Vec<crate::llama::rpc::RpcDevice>,
+    pub layers: u32,
 }
 
 impl Default for ModelParams {
@@ -39,6 +50,7 @@ impl Default for ModelParams {
             int_overrides: Vec::new(),
             unpopulated: Vec::new(),
             vocab_only: false,
+            rpc: None,
         }
     }
 }
@@ -159,6 +171,14 @@ impl Model {
         let overrides = kv_overrides(&params.int_overrides)?;
         if !params.int_overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();
+        }
+        // Null-terminated, alive for the whole load call.
+        let mut devices: Vec<sys::ggml_backend_dev_t> = Vec::new();
+        if let Some(r) = &params.rpc {
+            devices.extend(r.devices.iter().map(|d| d.ptr));
+            devices.push(std::ptr::null_mut());
+            mp.devices = devices.as_mut_ptr();
+            mp.n_gpu_layers = r.layers.saturating_add(1).min(i32::MAX as u32) as i32;
         }
         let unpopulated: Vec<&Path> = params.unpopulated.iter().map(|p| p.as_path()).collect();
         let armed =

@@ -5,7 +5,7 @@ mod load;
 mod vocab;
 
 pub use chat::ChatMessage;
-pub use load::ModelParams;
+pub use load::{ModelParams, RpcPlacement};
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +63,11 @@ impl Model {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| LlamaError::ConcurrentDecode)?;
         Ok(DecodeTurn(&self.decoding))
+    }
+
+    /// Whether a context of this model is inside `llama_decode` now.
+    pub fn is_decoding(&self) -> bool {
+        self.decoding.load(Ordering::Relaxed)
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::llama_model {

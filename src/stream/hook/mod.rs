@@ -72,6 +72,14 @@ pub(crate) struct HookOptions {
     pub(crate) anon: Option<SharedAnon>,
     /// `--route-trace`: every demand's routed ids and every decode's rows.
     pub(crate) route_trace: Option<super::trace::RouteTraceWriter>,
+    /// `--rpc`: the first block on an RPC host; from there on every node is
+    /// left alone (its tensors live in the host's memory).
+    pub(crate) remote_from: Option<u32>,
+}
+
+/// The block of a node named `NAME-N` (llama.cpp's per-layer names).
+fn node_layer(name: &str) -> Option<u32> {
+    name.rsplit_once('-')?.1.parse().ok()
 }
 
 pub(crate) struct StreamHook {
@@ -169,6 +177,14 @@ impl StreamHook {
         }
     }
 
+    /// Whether a layer (None: a node outside the layers) runs on this host.
+    fn is_local(&self, layer: Option<u32>) -> bool {
+        match (self.opts.remote_from, layer) {
+            (Some(first), Some(l)) => l < first,
+            _ => true,
+        }
+    }
+
     /// Record the first error (later ones are its consequences: logged at
     /// debug) and abort the decode.
     fn fail(&mut self, msg: String) {
@@ -184,6 +200,9 @@ impl StreamHook {
 
 impl EvalObserver for StreamHook {
     fn wants(&mut self, node: &NodeView<'_>) -> bool {
+        if !self.is_local(node_layer(node.name())) {
+            return false;
+        }
         if self.opts.anon.is_some() {
             self.bind_dense(node);
         }

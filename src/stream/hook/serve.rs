@@ -140,7 +140,8 @@ impl StreamHook {
         let hint = match single {
             true => self.predict_next(node, layer),
             false => self.whole_next_layer(layer),
-        };
+        }
+        .filter(|_| self.is_local(Some(layer + 1)));
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();

@@ -39,6 +39,7 @@ impl Streamer {
             route_log: false,
             anon,
             route_trace: self.route_trace.lock().ok().and_then(|mut w| w.take()),
+            remote_from: self.layout.remote.as_ref().map(|r| r.first_block),
         };
         StreamHook::new(
             self.flash.client(Requester::Verify),

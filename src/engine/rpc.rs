@@ -1,0 +1,238 @@
+//! `--rpc`: the last layers of the model on llama.cpp RPC hosts, resident in
+//! their memory, while this host streams the experts of the layers it keeps.
+//! The hosts are reached (and refused with their address when down) before
+//! the load; the layout then covers only the local layers, so the flash
+//! actor, the cache budget, the mapping drop and the hook never see a
+//! remote tensor. [`RemoteClock`] times the remote part of every decode.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use bmoe_actors::metrics::DecodeMetrics;
+
+use super::{EngineError, RunConfig};
+use crate::layout::{MoeLayout, RemoteShare};
+use crate::llama::rpc::{self, RpcHosts};
+use crate::llama::{EvalObserver, NodeView};
+
+/// `--rpc-timeout`'s default: a decode that hears nothing from the hosts for
+/// this long has lost one.
+pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `--rpc HOST:PORT,...` with `--rpc-layers` and `--rpc-timeout`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcConfig {
+    pub endpoints: Vec<String>,
+    pub layers: RpcLayers,
+    pub timeout: Duration,
+}
+
+/// How many trailing layers go to the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcLayers {
+    /// As many as the hosts' reported free memory holds.
+    Auto,
+    Count(u32),
+}
+
+impl FromStr for RpcLayers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            n => n
+                .parse()
+                .map(Self::Count)
+                .map_err(|_| format!("{s:?}: give a layer count or auto")),
+        }
+    }
+}
+
+/// The hosts of a run and what they hold.
+pub(super) struct RpcRun {
+    pub(super) hosts: RpcHosts,
+    pub(super) share: RemoteShare,
+}
+
+/// Reach the hosts, decide the layers they hold and hand those off in
+/// `layout` (None without `--rpc`).
+pub(super) fn attach(
+    cfg: &RunConfig,
+    layout: &mut MoeLayout,
+    notes: &mut Vec<String>,
+) -> Result<Option<RpcRun>, EngineError> {
+    let Some(rc) = &cfg.rpc else { return Ok(None) };
+    if cfg.speculation.head().is_some() {
+        return Err(EngineError::Config(
+            "--rpc with --mtp: the MTP head's layer would sit on an RPC host, which bmoe does \
+             not support; drop one of them"
+                .into(),
+        ));
+    }
+    let hosts = rpc::connect(&rc.endpoints).map_err(crate::llama::LlamaError::from)?;
+    let free = hosts.free_bytes();
+    let blocks = match rc.layers {
+        RpcLayers::Auto => layout.blocks_fitting(free),
+        RpcLayers::Count(n) if n > layout.blocks() => {
+            return Err(EngineError::Config(format!(
+                "--rpc-layers {n}: {} has {} layers (blocks); choose 0..={}",
+                cfg.model.display(),
+                layout.blocks(),
+                layout.blocks()
+            )))
+        }
+        RpcLayers::Count(n) => n,
+    };
+    if layout.remote_bytes(blocks) > free {
+        return Err(EngineError::Config(format!(
+            "--rpc-layers {blocks}: those layers and the output layer take {} MiB but the RPC \
+             hosts report {} MiB free; give fewer layers, more hosts, or --rpc-layers auto",
+            mib(layout.remote_bytes(blocks)),
+            mib(free)
+        )));
+    }
+    let share = layout.hand_off(blocks).clone();
+    notes.push(note(&share, &hosts, layout.blocks()));
+    Ok(Some(RpcRun { hosts, share }))
+}
+
+fn mib(b: u64) -> u64 {
+    b / (1024 * 1024)
+}
+
+/// The summary's line on the split.
+fn note(share: &RemoteShare, hosts: &RpcHosts, blocks: u32) -> String {
+    let held = match share.blocks {
+        0 => "the output layer".to_string(),
+        n => format!(
+            "layers {}..={} and the output layer",
+            share.first_block,
+            share.first_block + n - 1
+        ),
+    };
+    format!(
+        "rpc: {held} on {} ({} MiB there, {} MiB reported free); {} of {blocks} layers stream here \
+         ({:.1} MiB routed per token)",
+        hosts.endpoints.join(","),
+        mib(share.remote_bytes),
+        mib(hosts.free_bytes()),
+        share.first_block,
+        share.local_routed_bytes_per_token as f64 / (1024.0 * 1024.0)
+    )
+}
+
+/// The RPC hosts' part of each decode: from the last local layer's output
+/// (`l_out-N`, asked of the scheduler so it reports its end) to the end of
+/// the decode. Wraps the context's own observer (the streaming hook), or
+/// none when resident.
+pub(crate) struct RemoteClock {
+    inner: Option<Box<dyn EvalObserver>>,
+    /// `l_out-{first remote block - 1}`; empty when every layer is remote.
+    boundary: String,
+    inner_wants_boundary: bool,
+    began: Option<Instant>,
+    local_done: Option<Instant>,
+    remote: Duration,
+}
+
+impl RemoteClock {
+    pub(crate) fn new(inner: Option<Box<dyn EvalObserver>>, first_remote: u32) -> Self {
+        let boundary = match first_remote {
+            0 => String::new(),
+            n => format!("l_out-{}", n - 1),
+        };
+        Self {
+            inner,
+            boundary,
+            inner_wants_boundary: false,
+            began: None,
+            local_done: None,
+            remote: Duration::ZERO,
+        }
+    }
+}
+
+impl EvalObserver for RemoteClock {
+    fn wants(&mut self, node: &NodeView<'_>) -> bool {
+        let inner = self.inner.as_mut().is_some_and(|o| o.wants(node));
+        if !self.boundary.is_empty() && node.name() == self.boundary {
+            self.inner_wants_boundary = inner;
+            return true;
+        }
+        inner
+    }
+
+    fn observe(&mut self, node: &NodeView<'_>) {
+        let at_boundary = !self.boundary.is_empty() && node.name() == self.boundary;
+        if at_boundary {
+            self.local_done = Some(Instant::now());
+        }
+        if !at_boundary || self.inner_wants_boundary {
+            if let Some(o) = self.inner.as_mut() {
+                o.observe(node);
+            }
+        }
+    }
+
+    fn decode_begin(&mut self) {
+        self.began = Some(Instant::now());
+        self.local_done = None;
+        if let Some(o) = self.inner.as_mut() {
+            o.decode_begin();
+        }
+    }
+
+    fn decode_end(&mut self) {
+        if let Some(o) = self.inner.as_mut() {
+            o.decode_end();
+        }
+        let from = match self.boundary.is_empty() {
+            true => self.began,
+            false => self.local_done,
+        };
+        if let Some(t) = from {
+            self.remote += t.elapsed();
+        }
+    }
+
+    fn take_metrics(&mut self) -> DecodeMetrics {
+        let mut m = self
+            .inner
+            .as_mut()
+            .map(|o| o.take_metrics())
+            .unwrap_or_default();
+        m.remote += std::mem::take(&mut self.remote);
+        m
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.inner.as_ref().and_then(|o| o.failure())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_counts_parse_and_nonsense_is_explained() {
+        assert_eq!("auto".parse(), Ok(RpcLayers::Auto));
+        assert_eq!("12".parse(), Ok(RpcLayers::Count(12)));
+        assert!("-1".parse::<RpcLayers>().unwrap_err().contains("auto"));
+    }
+
+    #[test]
+    fn the_clock_times_from_the_last_local_layer_and_keeps_nothing_without_it() {
+        let mut c = RemoteClock::new(None, 5);
+        assert_eq!(c.boundary, "l_out-4");
+        c.decode_begin();
+        c.decode_end();
+        // The boundary never ran: nothing is counted as remote.
+        assert_eq!(c.take_metrics().remote, Duration::ZERO);
+        let mut all = RemoteClock::new(None, 0);
+        all.decode_begin();
+        std::thread::sleep(Duration::from_millis(2));
+        all.decode_end();
+        assert!(all.take_metrics().remote >= Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,162 @@
+//! The last layers of a model handed to RPC hosts (`--rpc`): llama.cpp puts
+//! the last N blocks and the output layer in the hosts' memory, so bmoe
+//! streams, caches and counts only the layers that stay local.
+
+use super::MoeLayout;
+
+/// What went to the RPC hosts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteShare {
+    /// The first block held remotely (blocks from here to the last are remote).
+    pub first_block: u32,
+    /// Blocks held remotely.
+    pub blocks: u32,
+    /// Bytes the hosts hold: the blocks, the output layer (the token
+    /// embedding again when the output is tied to it).
+    pub remote_bytes: u64,
+    /// Bytes that leave this host's dense weights and experts.
+    pub(crate) local_bytes_freed: u64,
+    /// Expert bytes one token reads on this host (k experts of each local layer).
+    pub local_routed_bytes_per_token: u64,
+}
+
+impl MoeLayout {
+    /// Blocks in all (trunk + nextn): what llama.cpp's layer placement counts.
+    pub fn blocks(&self) -> u32 {
+        self.n_layer + self.n_layer_nextn
+    }
+
+    /// Bytes the last `blocks` blocks and the output layer take (what the
+    /// hosts must hold), without changing the layout.
+    pub fn remote_bytes(&self, blocks: u32) -> u64 {
+        let first = self.blocks().saturating_sub(blocks);
+        let layers: u64 = self.block_bytes.range(first..).map(|(_, b)| *b).sum();
+        // A model without output.weight reuses the token embedding, which
+        // llama.cpp then places with the output layer as well.
+        let tied = if self.output_bytes_weight_missing() {
+            self.embd_bytes
+        } else {
+            0
+        };
+        layers + self.output_bytes + tied
+    }
+
+    fn output_bytes_weight_missing(&self) -> bool {
+        // output_norm alone is tiny; a real output matrix is at least the
+        // embedding's size over the vocabulary.
+        self.output_bytes < self.embd_bytes / 2
+    }
+
+    /// The most trailing blocks whose bytes fit in `free_bytes` (with an
+    /// eighth kept for the hosts' KV cache and compute buffers).
+    pub fn blocks_fitting(&self, free_bytes: u64) -> u32 {
+        let room = free_bytes - free_bytes / 8;
+        (0..=self.blocks())
+            .take_while(|&n| self.remote_bytes(n) <= room)
+            .last()
+            .unwrap_or(0)
+    }
+
+    /// Hand the last `blocks` blocks (and the output layer) to RPC hosts:
+    /// their experts leave the layout (nothing of them is streamed, cached or
+    /// dropped from the mapping here), their bytes leave the local counts.
+    pub fn hand_off(&mut self, blocks: u32) -> &RemoteShare {
+        let blocks = blocks.min(self.blocks());
+        let first_block = self.blocks() - blocks;
+        let before = self.expert_bytes();
+        self.experts.retain(|e| e.layer < first_block);
+        let remote_experts = before - self.expert_bytes();
+        let layers: u64 = self.block_bytes.range(first_block..).map(|(_, b)| *b).sum();
+        let share = RemoteShare {
+            first_block,
+            blocks,
+            remote_bytes: self.remote_bytes(blocks),
+            // The remote blocks' dense part and the output layer (a tied
+            // embedding stays here too, for the input).
+            local_bytes_freed: layers - remote_experts + self.output_bytes,
+            local_routed_bytes_per_token: 0,
+        };
+        self.remote = Some(share);
+        let routed = self.routed_bytes_per_token();
+        let r = self.remote.as_mut().expect("set above");
+        r.local_routed_bytes_per_token = routed;
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::layout::{ExpertTensor, Proj};
+    use crate::llama::quant::GgmlType;
+
+    /// Two blocks of 1000 bytes each, 600 of them experts (3 x 200); an
+    /// output layer of 300; an embedding of 400.
+    fn two_blocks() -> MoeLayout {
+        let expert = |layer: u32, proj: Proj| ExpertTensor {
+            layer,
+            proj,
+            name: format!("blk.{layer}.ffn_{proj:?}_exps.weight"),
+            ggml_type: GgmlType::F32,
+            shard: 0,
+            file_offset: 0,
+            stream_offset: 0,
+            slice_bytes: 50,
+            n_expert: 4,
+        };
+        let experts = (0..2)
+            .flat_map(|l| [Proj::Gate, Proj::Up, Proj::Down].map(|p| expert(l, p)))
+            .collect();
+        MoeLayout {
+            arch: "llama".into(),
+            n_layer: 2,
+            n_layer_nextn: 0,
+            n_expert: 4,
+            n_expert_used: 2,
+            hash_layers: 0,
+            experts,
+            total_tensor_bytes: 2700,
+            file_bytes: 2800,
+            shards: Vec::new(),
+            alignment: 32,
+            types: BTreeMap::new(),
+            blocks_in_table: 2,
+            unknown_experts: Vec::new(),
+            ctx: None,
+            block_bytes: BTreeMap::from([(0, 1000), (1, 1000)]),
+            output_bytes: 300,
+            embd_bytes: 400,
+            remote: None,
+        }
+    }
+
+    #[test]
+    fn handing_off_a_layer_leaves_only_local_experts_and_bytes() {
+        let mut l = two_blocks();
+        assert_eq!(l.dense_bytes(), 2700 - 1200);
+        assert_eq!(l.remote_bytes(1), 1000 + 300);
+        assert_eq!(l.remote_bytes(2), 2000 + 300);
+        let share = l.hand_off(1).clone();
+        assert_eq!((share.first_block, share.blocks), (1, 1));
+        assert!(l.experts.iter().all(|e| e.layer == 0));
+        assert_eq!(l.expert_bytes(), 600);
+        // Block 1's 400 dense bytes and the 300 of the output left this host.
+        assert_eq!(l.dense_bytes(), 2700 - 600 - 700);
+        assert_eq!(share.remote_bytes, 1300);
+        assert_eq!(share.local_routed_bytes_per_token, 3 * 50 * 2);
+    }
+
+    #[test]
+    fn a_tied_output_takes_the_embedding_along_and_auto_fits_what_is_free() {
+        let mut l = two_blocks();
+        l.output_bytes = 4; // output_norm only: the output reuses token_embd
+        assert_eq!(l.remote_bytes(1), 1000 + 4 + 400);
+        // An eighth is kept for the hosts' KV and buffers.
+        assert_eq!(l.blocks_fitting(1404 * 8 / 7 + 1), 1);
+        assert_eq!(l.blocks_fitting(1403), 0);
+        assert_eq!(l.blocks_fitting(u64::MAX / 2), 2);
+        assert_eq!(l.hand_off(9).blocks, 2);
+    }
+}

@@ -1,0 +1,291 @@
+//! llama.cpp's RPC backend (ggml-rpc, compiled in through `GGML_RPC=ON` in
+//! `.cargo/config.toml`): remote hosts that hold whole layers in their memory.
+//!
+//! Two sides, one binary, so both speak the same protocol version by
+//! construction: [`serve`] runs ggml's own RPC server (`bmoe rpc-server`), and
+//! [`connect`] reaches servers for `--rpc` and returns their devices for
+//! llama.cpp's layer placement ([`crate::llama::ModelParams::rpc`]).
+//!
+//! ggml's RPC client has no error path: a host that cannot be reached, speaks
+//! another protocol version or drops the connection ends in `GGML_ABORT`
+//! (`ggml-rpc.cpp`: `RPC_STATUS_ASSERT`, `rpc_dispatcher::start`). bmoe checks
+//! each address with its own TCP connect first (a refusal naming the address),
+//! and once a client exists it installs ggml's abort callback
+//! ([`arm_lost_host_exit`]): the abort becomes a one-line error, the outputs
+//! written so far go into place and the process exits with
+//! [`EXIT_REMOTE_LOST`]. A host that stalls (no reply while a decode waits on
+//! it) is caught by [`watchdog`].
+
+pub mod net;
+pub mod watchdog;
+
+use std::ffi::{c_char, CStr, CString};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use llama_cpp_sys_2 as sys;
+
+/// The exit code of a run that lost an RPC host (refused at start, dropped or
+/// stalled mid-run, or another protocol version).
+pub const EXIT_REMOTE_LOST: i32 = 5;
+
+/// How long the pre-flight connect to each host may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The RPC protocol version of this build (`ggml-rpc.h`).
+pub const PROTOCOL_VERSION: &str = "7.0.0";
+
+// ggml-rpc.h is not in llama-cpp-sys-2's bindings; these are its declarations
+// for the version the crate bundles (0.1.161, protocol 7.0.0).
+extern "C" {
+    fn ggml_backend_rpc_add_server(endpoint: *const c_char) -> sys::ggml_backend_reg_t;
+    fn ggml_backend_rpc_start_server(
+        endpoint: *const c_char,
+        cache_dir: *const c_char,
+        n_threads: usize,
+        n_devices: usize,
+        devices: *mut sys::ggml_backend_dev_t,
+    );
+}
+
+/// What can go wrong with RPC hosts.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("--rpc {0:?}: give HOST:PORT (e.g. 127.0.0.1:50052)")]
+    BadAddress(String),
+    #[error(
+        "cannot reach the RPC host {endpoint}: {reason}; start `bmoe rpc-server` there \
+         (same bmoe version) or drop it from --rpc"
+    )]
+    Unreachable { endpoint: String, reason: String },
+    #[error("the RPC host {0} reports no devices")]
+    NoDevices(String),
+    #[error("rpc-server: cannot listen on {endpoint}: {reason}")]
+    Listen { endpoint: String, reason: String },
+    #[error("rpc-server on {0} stopped (ggml's server returned: see its messages above)")]
+    ServerStopped(String),
+}
+
+/// One device of an RPC host: llama.cpp places layers on it.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcDevice {
+    pub(crate) ptr: sys::ggml_backend_dev_t,
+    /// What the host reports free and in all.
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+// SAFETY: ggml's device objects are created once per process by
+// `ggml_backend_rpc_add_server`, never freed, and their methods lock what they
+// share (each call opens its own request on the host's connection).
+unsafe impl Send for RpcDevice {}
+// SAFETY: as above.
+unsafe impl Sync for RpcDevice {}
+
+/// The RPC hosts of a run, connected, with their devices in `--rpc` order.
+#[derive(Debug, Clone)]
+pub struct RpcHosts {
+    pub endpoints: Vec<String>,
+    pub peers: Vec<SocketAddr>,
+    pub devices: Vec<RpcDevice>,
+}
+
+impl RpcHosts {
+    /// Memory the hosts report free, in all.
+    pub fn free_bytes(&self) -> u64 {
+        self.devices.iter().map(|d| d.free_bytes).sum()
+    }
+}
+
+/// `HOST:PORT` resolved (the first address).
+pub fn resolve(endpoint: &str) -> Result<SocketAddr, RpcError> {
+    let bad = || RpcError::BadAddress(endpoint.to_string());
+    let (_, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
+    port.parse::<u16>().map_err(|_| bad())?;
+    endpoint
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+/// Reach every host of `endpoints` (each checked with a TCP connect first, so
+/// a host that is down is refused with its address instead of ggml's abort),
+/// then register it with ggml's RPC client (its protocol handshake) and read
+/// its devices and their memory.
+pub fn connect(endpoints: &[String]) -> Result<RpcHosts, RpcError> {
+    let mut peers = Vec::with_capacity(endpoints.len());
+    for e in endpoints {
+        let addr = resolve(e)?;
+        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|err| {
+            RpcError::Unreachable {
+                endpoint: e.clone(),
+                reason: err.to_string(),
+            }
+        })?;
+        peers.push(addr);
+    }
+    crate::llama::init_backend();
+    arm_lost_host_exit();
+    let mut devices = Vec::new();
+    for e in endpoints {
+        devices.extend(host_devices(e)?);
+    }
+    Ok(RpcHosts {
+        endpoints: endpoints.to_vec(),
+        peers,
+        devices,
+    })
+}
+
+/// Register `endpoint` with ggml's RPC client and list its devices.
+fn host_devices(endpoint: &str) -> Result<Vec<RpcDevice>, RpcError> {
+    let c = CString::new(endpoint).map_err(|_| RpcError::BadAddress(endpoint.to_string()))?;
+    // `c` is a valid NUL-terminated string for the call; ggml copies it. A
+    // failed handshake aborts through the callback armed before this call.
+    // SAFETY: as the comment above says.
+    let reg = unsafe { ggml_backend_rpc_add_server(c.as_ptr()) };
+    if reg.is_null() {
+        return Err(RpcError::NoDevices(endpoint.to_string()));
+    }
+    // SAFETY: `reg` is the live registry object ggml just returned (never freed).
+    let n = unsafe { sys::ggml_backend_reg_dev_count(reg) };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `i` is below the registry's device count.
+        let ptr = unsafe { sys::ggml_backend_reg_dev_get(reg, i) };
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: `ptr` is a live device; both out-pointers are valid locals.
+        unsafe { sys::ggml_backend_dev_memory(ptr, &mut free, &mut total) };
+        out.push(RpcDevice {
+            ptr,
+            free_bytes: free as u64,
+            total_bytes: total as u64,
+        });
+    }
+    if out.is_empty() {
+        return Err(RpcError::NoDevices(endpoint.to_string()));
+    }
+    Ok(out)
+}
+
+/// Serve this host's CPU to RPC clients on `endpoint` with ggml's own server
+/// (`ggml_backend_rpc_start_server`): it returns only when it cannot listen or
+/// accept. `cache_dir` keeps large tensors clients sent, by hash.
+pub fn serve(endpoint: &str, cache_dir: Option<&str>, threads: u32) -> Result<(), RpcError> {
+    let addr = resolve(endpoint)?;
+    // ggml's server prints only "Failed to create server socket": bind here
+    // first to say why (the listener is closed again before ggml binds).
+    std::net::TcpListener::bind(addr).map_err(|e| RpcError::Listen {
+        endpoint: endpoint.to_string(),
+        reason: e.to_string(),
+    })?;
+    crate::llama::init_backend();
+    let bad = || RpcError::BadAddress(endpoint.to_string());
+    let c_end = CString::new(endpoint).map_err(|_| bad())?;
+    let c_cache = cache_dir.map(CString::new).transpose().map_err(|_| bad())?;
+    // SAFETY: the CPU device is a process-wide static object (or null).
+    let mut cpu = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
+    if cpu.is_null() {
+        return Err(RpcError::NoDevices("this host".into()));
+    }
+    let cache_ptr = c_cache.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // The strings and the one-device array outlive the call (it blocks while
+    // serving); the device is ggml's own CPU device.
+    // SAFETY: as the comment above says.
+    unsafe {
+        ggml_backend_rpc_start_server(c_end.as_ptr(), cache_ptr, threads as usize, 1, &mut cpu)
+    };
+    Err(RpcError::ServerStopped(endpoint.to_string()))
+}
+
+/// From now on a ggml abort (a lost RPC host, or any other) ends the process
+/// with a clear line and [`EXIT_REMOTE_LOST`] after moving the outputs
+/// written so far into place, instead of a bare abort and core dump.
+pub fn arm_lost_host_exit() {
+    // SAFETY: installs a plain function pointer; ggml calls it from whichever
+    // thread aborts, just before abort().
+    unsafe { sys::ggml_set_abort_callback(Some(on_ggml_abort)) };
+}
+
+/// Print why, put the outputs in place and exit (never returns to ggml,
+/// whose next step is abort()).
+pub fn exit_lost(why: &str) -> ! {
+    let line = format!(
+        "\nerror: an RPC host was lost: {why}; the run stopped (is `bmoe rpc-server` still \
+         running and reachable, from the same bmoe build?)\n"
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    bmoe_actors::output::commit_all_from_signal_handler();
+    // SAFETY: _exit ends the process at once; nothing here is left half-written
+    // that the outputs' commit did not handle.
+    unsafe { libc::_exit(EXIT_REMOTE_LOST) }
+}
+
+extern "C" fn on_ggml_abort(msg: *const c_char) {
+    let text = if msg.is_null() {
+        "ggml aborted".to_string()
+    } else {
+        // SAFETY: ggml passes a NUL-terminated message buffer valid for the call.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .trim()
+            .to_string()
+    };
+    let text = without_source_path(&text).to_string();
+    if text.contains("RPC") || text.contains("connect") {
+        exit_lost(&text);
+    }
+    // Another abort of llama.cpp's (not the RPC client's): said as such.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("\nerror: llama.cpp aborted: {text}\n").as_bytes(),
+    );
+    bmoe_actors::output::commit_all_from_signal_handler();
+    // SAFETY: as in `exit_lost`.
+    unsafe { libc::_exit(1) }
+}
+
+/// ggml's abort message without its `/path/to/file.cpp:LINE: ` prefix.
+fn without_source_path(msg: &str) -> &str {
+    match msg.split_once(".cpp:") {
+        Some((_, rest)) => rest.split_once(": ").map_or(rest, |(_, m)| m),
+        None => msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ggmls_source_path_is_left_out_of_the_message() {
+        assert_eq!(
+            without_source_path("/x/ggml-rpc.cpp:569: Remote RPC server crashed"),
+            "Remote RPC server crashed"
+        );
+        assert_eq!(without_source_path("plain"), "plain");
+    }
+
+    #[test]
+    fn addresses_need_a_port() {
+        assert!(resolve("127.0.0.1:50052").is_ok());
+        for bad in ["127.0.0.1", "localhost:notaport", "", ":"] {
+            assert!(
+                matches!(resolve(bad), Err(RpcError::BadAddress(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_host_that_is_down_is_refused_with_its_address() {
+        // A port nobody listens on: bind one, note it, close it.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let e = connect(std::slice::from_ref(&addr)).unwrap_err();
+        assert!(matches!(e, RpcError::Unreachable { .. }));
+        assert!(e.to_string().contains(&addr), "{e}");
+    }
+}
