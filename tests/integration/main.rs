@@ -15,6 +15,7 @@ mod load;
 mod prefetch;
 mod prefill;
 mod replay;
+mod rpc;
 mod run;
 mod sampling;
 mod serve;

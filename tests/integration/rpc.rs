@@ -1,0 +1,232 @@
+//! `--rpc`: the model's last layers on a `bmoe rpc-server` on loopback, the
+//! local ones streamed; a server that dies or stalls mid-decode; the
+//! refusals (docs/scale-out.md).
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{bmoe, bmoe_within, e8k2, stderr, stdout, zoo_model, PROSE};
+
+/// A `bmoe rpc-server` on a free loopback port, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    /// Its stdout: one line per client connection accepted or closed.
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["rpc-server", "--port", &port.to_string(), "-t", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rpc-server");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let addr = format!("127.0.0.1:{port}");
+        let t0 = Instant::now();
+        while TcpStream::connect(&addr).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "rpc-server did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, addr, lines }
+    }
+
+    /// Wait for the server to say a client connected (the run's load).
+    fn wait_for_client(&self) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(60) {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                // The pre-flight connect opens and closes at once; the load's
+                // connection is the one still open when tensors arrive.
+                if l.starts_with("Accepted client connection") {
+                    return;
+                }
+            }
+        }
+        panic!("no client reached the rpc-server");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_text(model: &str, n: u32, extra: &[&str]) -> std::process::Output {
+    let n = n.to_string();
+    let mut args = vec!["run", "-m", model, "-p", PROSE, "-n", &n];
+    args.extend_from_slice(extra);
+    bmoe_within(&args, 300)
+}
+
+/// The model's text resident in one process, then split with `layers` on the
+/// server and the rest streamed at cache 0, with --overlap and at 25%.
+fn split_equals_resident(model: &str, layers: &str) {
+    let server = Server::start();
+    let resident = run_text(model, 16, &["--resident"]);
+    assert!(resident.status.success(), "{}", stderr(&resident));
+    let want = stdout(&resident);
+    assert!(!want.trim().is_empty());
+    let rpc = ["--rpc", server.addr.as_str(), "--rpc-layers", layers];
+    for extra in [
+        &["--cache-mb", "0"][..],
+        &["--cache-mb", "0", "--overlap"],
+        &["--cache-mb", "25%"],
+    ] {
+        let args: Vec<&str> = rpc.iter().chain(extra).copied().collect();
+        let o = run_text(model, 16, &args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert_eq!(
+            stdout(&o),
+            want,
+            "{model} {args:?}: the split text differs\n{err}"
+        );
+        assert!(err.contains("note: rpc: layers"), "{err}");
+        // The split streamed (bytes read here) and used the network.
+        let rpc_line = err
+            .lines()
+            .find(|l| l.starts_with("rpc: "))
+            .expect("rpc line");
+        assert!(!rpc_line.contains("network 0.0 KiB"), "{rpc_line}");
+        assert!(err.contains("moe-stream: "), "{err}");
+    }
+}
+
+#[test]
+fn e8k2_split_across_two_processes_writes_the_resident_text() {
+    split_equals_resident(e8k2().to_str().unwrap(), "15");
+}
+
+#[test]
+fn a_zoo_model_split_across_two_processes_writes_the_resident_text() {
+    split_equals_resident(&zoo_model("qwen3moe", "q8_0"), "1");
+}
+
+/// Start a long run against `server`, wait until it decodes, then `act` on
+/// the server; the run must end with exit 5 and `why` within `secs`.
+fn lose_the_server_mid_decode(act: libc::c_int, extra: &[&str], why: &str, secs: u64) {
+    let server = Server::start();
+    let csv = std::env::temp_dir().join(format!("bmoe-rpc-lost-{}-{act}.csv", std::process::id()));
+    let mut args = vec![
+        "run".to_string(),
+        "-m".into(),
+        e8k2().to_str().unwrap().into(),
+        "-p".into(),
+        PROSE.into(),
+        "-n".into(),
+        "100000".into(),
+        "--ignore-eos".into(),
+        "--rpc".into(),
+        server.addr.clone(),
+        "--rpc-layers".into(),
+        "15".into(),
+        "--csv".into(),
+        csv.to_str().unwrap().into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start run");
+    server.wait_for_client();
+    // Let it load and decode for a while.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the server was lost"
+    );
+    // SAFETY: sends a signal to the server child, which is alive (owned by `server`).
+    unsafe { libc::kill(server.child.id() as libc::pid_t, act) };
+    let t0 = Instant::now();
+    let status =
+        crate::common::wait_within(&mut child, secs + 20, "the run after its server was lost");
+    let took = t0.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(5), "{err}");
+    assert!(took < Duration::from_secs(secs), "exit after {took:?}");
+    assert!(
+        err.contains("an RPC host was lost") && err.contains(why),
+        "{err}"
+    );
+    // The rows written so far are kept.
+    let kept = std::fs::read_to_string(&csv).expect("the CSV is kept");
+    assert!(kept.lines().count() > 5, "{kept}");
+    let _ = std::fs::remove_file(&csv);
+    if act == libc::SIGSTOP {
+        // SAFETY: as above; let the drop's kill end it.
+        unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+#[test]
+fn a_server_killed_mid_decode_ends_the_run_with_exit_5_within_10_s() {
+    lose_the_server_mid_decode(libc::SIGKILL, &[], "crashed", 10);
+}
+
+#[test]
+fn a_stalled_server_ends_the_run_after_the_rpc_timeout() {
+    lose_the_server_mid_decode(libc::SIGSTOP, &["--rpc-timeout", "2"], "no reply from", 10);
+}
+
+#[test]
+fn the_server_stays_on_loopback_unless_asked_and_bad_splits_are_refused() {
+    let o = bmoe(&["rpc-server", "--host", "0.0.0.0", "--port", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--allow-remote"), "{}", stderr(&o));
+    // A host that is down: refused with its address before the load.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let m = e8k2().to_str().unwrap();
+    let o = bmoe(&["run", "-m", m, "-p", "Hi", "-n", "2", "--rpc", &closed]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("cannot reach the RPC host {closed}")),
+        "{}",
+        stderr(&o)
+    );
+    let o = bmoe(&["run", "-m", m, "-p", "Hi", "-n", "2", "--rpc", "nohost"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // More layers than the model has.
+    let server = Server::start();
+    let o = bmoe(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--rpc",
+        &server.addr,
+        "--rpc-layers",
+        "31",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("choose 0..=30"), "{}", stderr(&o));
+}
