@@ -65,6 +65,10 @@ pub enum Command {
     Inspect {
         /// The gguf file.
         model: PathBuf,
+        /// Also say how `--rpc --rpc-layers N` would split it: what the RPC
+        /// hosts hold, what stays and streams here, the network per token.
+        #[arg(long, value_name = "N")]
+        rpc_layers: Option<u32>,
     },
     /// Measure this host's limits for a model: io_uring expert-slice read bandwidth per queue depth.
     Probe(ProbeArgs),

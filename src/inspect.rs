@@ -166,6 +166,63 @@ pub(crate) fn verdict(l: &MoeLayout) -> String {
     v
 }
 
+/// `bmoe inspect MODEL --rpc-layers N`: how `--rpc` would split the model
+/// and what each side needs (from the header; the hosts are not asked).
+pub fn rpc_split(l: &MoeLayout, blocks: u32) -> String {
+    let one_host = l.routed_bytes_per_token();
+    let mut split = l.clone();
+    let r = split.hand_off(blocks).clone();
+    let held = match r.blocks {
+        0 => "the output layer".to_string(),
+        n => format!(
+            "layers {}..={} and the output layer",
+            r.first_block,
+            r.first_block + n - 1
+        ),
+    };
+    let (embd, vocab) = l.ctx.as_ref().map_or((0, 0), |c| (c.n_embd, c.n_vocab));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "rpc split:        --rpc-layers {}: {held} on the RPC hosts",
+        r.blocks
+    );
+    let _ = writeln!(
+        s,
+        "  hosts' memory:  {} resident (plus their layers' KV cache)",
+        mib(r.remote_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  sent at load:   {} over the network (a host's --cache keeps it for the next load)",
+        mib(r.remote_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  this host RAM:  dense {} + the expert cache",
+        mib(split.dense_bytes())
+    );
+    let _ = writeln!(
+        s,
+        "  this host flash: the whole file, {} (llama.cpp reads the hosts' layers from it at load)",
+        mib(l.file_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  streamed here:  {} routed per token (one host: {}), {} expert bytes to cache",
+        mib(r.local_routed_bytes_per_token),
+        mib(one_host),
+        mib(split.expert_bytes())
+    );
+    let _ = writeln!(
+        s,
+        "  network/token:  at least {:.1} KiB (the hidden state out, the logits back), plus the \
+         graph llama.cpp's RPC client sends with each decode (`bmoe run --rpc` prints the measured total)",
+        (embd * 4 + vocab * 4) as f64 / 1024.0
+    );
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -234,5 +291,36 @@ mod tests {
             v.starts_with("streamable: 2 of 8") && v.contains("gate+up fused"),
             "{v}"
         );
+    }
+
+    #[test]
+    fn the_rpc_split_says_what_each_side_holds() {
+        let mut l = layout(
+            vec![
+                expert("blk.0.ffn_gate_exps.weight", Proj::Gate),
+                expert("blk.0.ffn_up_exps.weight", Proj::Up),
+                expert("blk.0.ffn_down_exps.weight", Proj::Down),
+            ],
+            8,
+        );
+        l.block_bytes = BTreeMap::from([(0, 3 * 8 * 1024 + 2048)]);
+        l.total_tensor_bytes = 3 * 8 * 1024 + 2048 + 4096;
+        l.output_bytes = 4096;
+        let none = rpc_split(&l, 0);
+        assert!(
+            none.contains("--rpc-layers 0: the output layer on"),
+            "{none}"
+        );
+        assert!(
+            none.contains("streamed here:  0.01 MiB routed per token (one host: 0.01 MiB)"),
+            "{none}"
+        );
+        let all = rpc_split(&l, 1);
+        assert!(all.contains("layers 0..=0 and the output layer"), "{all}");
+        assert!(
+            all.contains("streamed here:  0.00 MiB routed per token"),
+            "{all}"
+        );
+        assert!(all.contains("this host RAM:  dense 0.00 MiB"), "{all}");
     }
 }

@@ -200,10 +200,20 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Run(args) => cli::run::run(args),
         Command::Serve(args) => cli::serve::serve(args),
         Command::Chat(args) => cli::chat::chat(args),
-        Command::Inspect { model } => {
+        Command::Inspect { model, rpc_layers } => {
             let layout =
                 MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;
             out!("{}", bmoe::inspect::report(&model, &layout));
+            if let Some(n) = rpc_layers {
+                if n > layout.blocks() {
+                    return Err(UsageError(format!(
+                        "--rpc-layers {n}: the model has {} layers (blocks)",
+                        layout.blocks()
+                    ))
+                    .into());
+                }
+                out!("{}", bmoe::inspect::rpc_split(&layout, n));
+            }
             Ok(())
         }
         Command::Probe(p) => cli::commands::probe(p),

@@ -151,6 +151,7 @@ mod tests {
             kv_elements_per_token: 30 * 3 * 128,
             n_vocab: 49152,
             n_head: 9,
+            n_embd: 576,
             n_ctx_train: Some(8192),
             nextn_share: (1, 31),
         }

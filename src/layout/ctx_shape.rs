@@ -13,6 +13,7 @@ pub(crate) struct CtxShape {
     pub(crate) kv_elements_per_token: u64,
     pub(crate) n_vocab: u64,
     pub(crate) n_head: u64,
+    pub(crate) n_embd: u64,
     /// `{arch}.context_length` (None: the file does not say).
     pub(crate) n_ctx_train: Option<u64>,
     /// The share of the KV a draft (MTP) context holds: its nextn layers of
@@ -61,6 +62,7 @@ impl CtxShape {
             kv_elements_per_token,
             n_vocab,
             n_head,
+            n_embd,
             n_ctx_train: file
                 .get_int(&key("context_length"))
                 .map(|v| v.max(0) as u64),

@@ -63,17 +63,15 @@ impl MoeLayout {
     pub fn hand_off(&mut self, blocks: u32) -> &RemoteShare {
         let blocks = blocks.min(self.blocks());
         let first_block = self.blocks() - blocks;
-        let before = self.expert_bytes();
         self.experts.retain(|e| e.layer < first_block);
-        let remote_experts = before - self.expert_bytes();
         let layers: u64 = self.block_bytes.range(first_block..).map(|(_, b)| *b).sum();
         let share = RemoteShare {
             first_block,
             blocks,
             remote_bytes: self.remote_bytes(blocks),
-            // The remote blocks' dense part and the output layer (a tied
-            // embedding stays here too, for the input).
-            local_bytes_freed: layers - remote_experts + self.output_bytes,
+            // The remote blocks (dense and experts) and the output layer (a
+            // tied embedding stays here too, for the input).
+            local_bytes_freed: layers + self.output_bytes,
             local_routed_bytes_per_token: 0,
         };
         self.remote = Some(share);
@@ -142,8 +140,8 @@ mod tests {
         assert_eq!((share.first_block, share.blocks), (1, 1));
         assert!(l.experts.iter().all(|e| e.layer == 0));
         assert_eq!(l.expert_bytes(), 600);
-        // Block 1's 400 dense bytes and the 300 of the output left this host.
-        assert_eq!(l.dense_bytes(), 2700 - 600 - 700);
+        // Block 0's 400 dense bytes and the embedding's 400 stay here.
+        assert_eq!(l.dense_bytes(), 800);
         assert_eq!(share.remote_bytes, 1300);
         assert_eq!(share.local_routed_bytes_per_token, 3 * 50 * 2);
     }
