@@ -38,6 +38,8 @@ pub struct DecodeMetrics {
     /// `--rpc`: time from the end of the last local layer to the end of the
     /// decode (the RPC hosts' layers, the network both ways, the logits back).
     pub remote: Duration,
+    /// `--rpc`: bytes that crossed the network to and from the RPC hosts.
+    pub net_bytes: u64,
 }
 
 impl DecodeMetrics {
@@ -56,6 +58,7 @@ impl DecodeMetrics {
         self.routed.extend(other.routed);
         self.first_seen_bytes += other.first_seen_bytes;
         self.remote += other.remote;
+        self.net_bytes += other.net_bytes;
     }
 
     /// The distinct experts demanded at `layer`, sorted.
@@ -150,10 +153,11 @@ mod tests {
             routed: vec![(3, vec![1, 7]), (4, vec![0])],
             first_seen_bytes: 9,
             remote: Duration::from_millis(7),
+            net_bytes: 11,
         };
         a.add(b);
         assert_eq!(a.stall, Duration::from_millis(5));
-        assert_eq!(a.remote, Duration::from_millis(7));
+        assert_eq!((a.remote, a.net_bytes), (Duration::from_millis(7), 11));
         assert_eq!(a.io, Duration::from_millis(1));
         assert_eq!(
             (a.read_bytes, a.hits, a.misses, a.evictions, a.demands),

@@ -100,16 +100,10 @@ pub(super) fn assemble(
     let prefill = prefill_facts(&cfg, &model, &layout, &backend, longest);
     let abort = Arc::new(AtomicBool::new(false));
     let shape = (prefill.ubatch, n_seq);
-    let remote_from = rpc.as_ref().map(|r| r.share.first_block);
-    let (ctx, anon) = target_context(
-        &cfg,
-        &model,
-        &backend,
-        &abort,
-        shape,
-        &mut notes,
-        remote_from,
-    )?;
+    let remote = rpc
+        .as_ref()
+        .map(|r| (r.share.first_block, r.hosts.peers.clone()));
+    let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes, remote)?;
     let loaded = Loaded {
         model,
         backend,
@@ -280,7 +274,7 @@ pub(super) fn target_context(
     abort: &Arc<AtomicBool>,
     (ubatch, n_seq): (u32, u32),
     notes: &mut Vec<String>,
-    remote_from: Option<u32>,
+    remote: Option<(u32, Vec<std::net::SocketAddr>)>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
@@ -301,8 +295,8 @@ pub(super) fn target_context(
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
     }
-    if let Some(first) = remote_from {
-        let clock = super::rpc::RemoteClock::new(params.observer.take(), first);
+    if let Some((first, peers)) = remote {
+        let clock = super::rpc::RemoteClock::new(params.observer.take(), first, peers);
         params.observer = Some(Box::new(clock));
     }
     let ctx = Context::new(model.clone(), params)?;

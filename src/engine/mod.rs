@@ -282,9 +282,6 @@ fn generate_metered<'t>(
         telemetry,
         cfg.speculation != Speculation::Off,
     );
-    sink.rpc_peers = rpc_peers(cfg);
-    // What crossed during the load is not the prompt's.
-    sink.net = crate::llama::rpc::net::bytes_to(&sink.rpc_peers);
     let mut ngram = cfg
         .speculation
         .ngram()
@@ -338,12 +335,4 @@ fn generate_metered<'t>(
         kernel_read_bytes_before,
         prefill_distinct_bytes,
     }
-}
-
-/// The RPC hosts' addresses (none without `--rpc`), for the network bytes.
-fn rpc_peers(cfg: &RunConfig) -> Vec<std::net::SocketAddr> {
-    let endpoints = cfg.rpc.iter().flat_map(|r| r.endpoints.iter());
-    endpoints
-        .filter_map(|e| crate::llama::rpc::resolve(e).ok())
-        .collect()
 }

@@ -5,6 +5,7 @@
 //! actor, the cache budget, the mapping drop and the hook never see a
 //! remote tensor. [`RemoteClock`] times the remote part of every decode.
 
+use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use bmoe_actors::metrics::DecodeMetrics;
 
 use super::{EngineError, RunConfig};
 use crate::layout::{MoeLayout, RemoteShare};
+use crate::llama::rpc::net::{self, NetBytes};
 use crate::llama::rpc::{self, RpcHosts};
 use crate::llama::{EvalObserver, NodeView};
 
@@ -123,20 +125,30 @@ fn note(share: &RemoteShare, hosts: &RpcHosts, blocks: u32) -> String {
 
 /// The RPC hosts' part of each decode: from the last local layer's output
 /// (`l_out-N`, asked of the scheduler so it reports its end) to the end of
-/// the decode. Wraps the context's own observer (the streaming hook), or
-/// none when resident.
+/// the decode (a `rpc.remote` span in the trace), and the bytes that
+/// crossed the network. Wraps the context's own observer (the streaming
+/// hook), or none when resident.
 pub(crate) struct RemoteClock {
     inner: Option<Box<dyn EvalObserver>>,
     /// `l_out-{first remote block - 1}`; empty when every layer is remote.
     boundary: String,
     inner_wants_boundary: bool,
-    began: Option<Instant>,
     local_done: Option<Instant>,
     remote: Duration,
+    span: Option<tracing::span::EnteredSpan>,
+    /// The hosts, the bytes to and from them at the last decode's end, and
+    /// those since the last hand-out.
+    peers: Vec<SocketAddr>,
+    net: NetBytes,
+    net_bytes: u64,
 }
 
 impl RemoteClock {
-    pub(crate) fn new(inner: Option<Box<dyn EvalObserver>>, first_remote: u32) -> Self {
+    pub(crate) fn new(
+        inner: Option<Box<dyn EvalObserver>>,
+        first_remote: u32,
+        peers: Vec<SocketAddr>,
+    ) -> Self {
         let boundary = match first_remote {
             0 => String::new(),
             n => format!("l_out-{}", n - 1),
@@ -145,10 +157,21 @@ impl RemoteClock {
             inner,
             boundary,
             inner_wants_boundary: false,
-            began: None,
             local_done: None,
             remote: Duration::ZERO,
+            span: None,
+            // What crossed during the load is not a decode's.
+            net: net::bytes_to(&peers),
+            peers,
+            net_bytes: 0,
         }
+    }
+
+    /// The remote part begins (its span opens).
+    fn remote_begins(&mut self, at: Instant) {
+        self.local_done = Some(at);
+        let span = tracing::debug_span!("rpc.remote", net_bytes = tracing::field::Empty);
+        self.span = Some(span.entered());
     }
 }
 
@@ -165,7 +188,7 @@ impl EvalObserver for RemoteClock {
     fn observe(&mut self, node: &NodeView<'_>) {
         let at_boundary = !self.boundary.is_empty() && node.name() == self.boundary;
         if at_boundary {
-            self.local_done = Some(Instant::now());
+            self.remote_begins(Instant::now());
         }
         if !at_boundary || self.inner_wants_boundary {
             if let Some(o) = self.inner.as_mut() {
@@ -175,8 +198,11 @@ impl EvalObserver for RemoteClock {
     }
 
     fn decode_begin(&mut self) {
-        self.began = Some(Instant::now());
+        let now = Instant::now();
         self.local_done = None;
+        if self.boundary.is_empty() {
+            self.remote_begins(now);
+        }
         if let Some(o) = self.inner.as_mut() {
             o.decode_begin();
         }
@@ -186,12 +212,15 @@ impl EvalObserver for RemoteClock {
         if let Some(o) = self.inner.as_mut() {
             o.decode_end();
         }
-        let from = match self.boundary.is_empty() {
-            true => self.began,
-            false => self.local_done,
-        };
-        if let Some(t) = from {
+        if let Some(t) = self.local_done.take() {
             self.remote += t.elapsed();
+        }
+        let net = net::bytes_to(&self.peers);
+        let crossed = net.since(self.net).total();
+        self.net = net;
+        self.net_bytes += crossed;
+        if let Some(span) = self.span.take() {
+            span.record("net_bytes", crossed);
         }
     }
 
@@ -202,6 +231,7 @@ impl EvalObserver for RemoteClock {
             .map(|o| o.take_metrics())
             .unwrap_or_default();
         m.remote += std::mem::take(&mut self.remote);
+        m.net_bytes += std::mem::take(&mut self.net_bytes);
         m
     }
 
@@ -223,13 +253,13 @@ mod tests {
 
     #[test]
     fn the_clock_times_from_the_last_local_layer_and_keeps_nothing_without_it() {
-        let mut c = RemoteClock::new(None, 5);
+        let mut c = RemoteClock::new(None, 5, Vec::new());
         assert_eq!(c.boundary, "l_out-4");
         c.decode_begin();
         c.decode_end();
         // The boundary never ran: nothing is counted as remote.
         assert_eq!(c.take_metrics().remote, Duration::ZERO);
-        let mut all = RemoteClock::new(None, 0);
+        let mut all = RemoteClock::new(None, 0, Vec::new());
         all.decode_begin();
         std::thread::sleep(Duration::from_millis(2));
         all.decode_end();

@@ -9,7 +9,6 @@ use bmoe_actors::telemetry::Telemetry;
 
 use super::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
-use crate::llama::rpc::net::{self, NetBytes};
 use crate::stream::memory;
 
 pub(super) struct Sink<'a, F: FnMut(&str)> {
@@ -32,9 +31,6 @@ pub(super) struct Sink<'a, F: FnMut(&str)> {
     pub(super) speculating: bool,
     /// Bytes of the distinct expert slices the prefill's decodes routed to.
     pub(super) prefill_distinct_bytes: u64,
-    /// `--rpc`: the hosts, and the bytes to and from them at the last decode.
-    pub(super) rpc_peers: Vec<std::net::SocketAddr>,
-    pub(super) net: NetBytes,
 }
 
 impl<'a, F: FnMut(&str)> Sink<'a, F> {
@@ -58,8 +54,6 @@ impl<'a, F: FnMut(&str)> Sink<'a, F> {
             predicted: PredictorTally::default(),
             speculating,
             prefill_distinct_bytes: 0,
-            rpc_peers: Vec::new(),
-            net: NetBytes::default(),
         }
     }
 
@@ -110,12 +104,7 @@ impl<F: FnMut(&str)> GenerationSink for Sink<'_, F> {
 
     fn decoded(&mut self, step: DecodeStep) {
         let u = memory::usage();
-        let mut row = decode_row(&step, &u, &self.usage, self.speculating);
-        if !self.rpc_peers.is_empty() {
-            let net = net::bytes_to(&self.rpc_peers);
-            row.net_bytes = net.since(self.net).total();
-            self.net = net;
-        }
+        let row = decode_row(&step, &u, &self.usage, self.speculating);
         let s = &step.metrics;
         self.predicted.merge(&s.predicted);
         self.usage = u;
@@ -183,6 +172,7 @@ fn decode_row(
         gate_predicted_ms: step.gate.map_or(0.0, |g| g.choice.predicted_s * 1e3),
         gate_source: step.gate.map_or(0, |g| g.source as u64 + 1),
         remote_ms: m.remote.as_secs_f64() * 1e3,
+        net_bytes: m.net_bytes,
         ..TokenRow::default()
     }
 }

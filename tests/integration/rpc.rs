@@ -87,8 +87,10 @@ fn split_equals_resident(model: &str, layers: &str) {
     let want = stdout(&resident);
     assert!(!want.trim().is_empty());
     let rpc = ["--rpc", server.addr.as_str(), "--rpc-layers", layers];
+    let trace = std::env::temp_dir().join(format!("bmoe-rpc-{}.json", std::process::id()));
+    let traced = ["--trace-chrome", trace.to_str().unwrap()];
     for extra in [
-        &["--cache-mb", "0"][..],
+        &["--cache-mb", "0", traced[0], traced[1]][..],
         &["--cache-mb", "0", "--overlap"],
         &["--cache-mb", "25%"],
     ] {
@@ -110,6 +112,13 @@ fn split_equals_resident(model: &str, layers: &str) {
         assert!(!rpc_line.contains("network 0.0 KiB"), "{rpc_line}");
         assert!(err.contains("moe-stream: "), "{err}");
     }
+    // The trace shows the remote part of each decode with its bytes.
+    let t = std::fs::read_to_string(&trace).expect("trace");
+    assert!(
+        t.contains("rpc.remote") && t.contains("net_bytes"),
+        "no rpc.remote span"
+    );
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -229,4 +238,46 @@ fn the_server_stays_on_loopback_unless_asked_and_bad_splits_are_refused() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("choose 0..=30"), "{}", stderr(&o));
+}
+
+/// A server of another protocol version: it answers the client's HELLO
+/// (command 14) with version 8.0.0, as a newer ggml-rpc would.
+fn fake_newer_server() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut c in l.incoming().map_while(Result::ok) {
+            let mut head = [0u8; 9];
+            if c.read_exact(&mut head).is_err() {
+                continue; // bmoe's own reachability check: connect, close
+            }
+            let size = u64::from_le_bytes(head[1..9].try_into().unwrap());
+            let mut req = vec![0u8; size as usize];
+            let _ = c.read_exact(&mut req);
+            // | size (8 bytes) | major minor patch padding | 24 bytes of caps |
+            let mut rsp = 28u64.to_le_bytes().to_vec();
+            rsp.extend_from_slice(&[8, 0, 0, 0]);
+            rsp.extend_from_slice(&[0u8; 24]);
+            let _ = c.write_all(&rsp);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_server_of_another_protocol_version_is_refused_clearly() {
+    let addr = fake_newer_server();
+    let m = e8k2().to_str().unwrap();
+    let o = bmoe_within(&["run", "-m", m, "-p", "Hi", "-n", "2", "--rpc", &addr], 60);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("another RPC protocol version") && err.contains("7.0.0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("version mismatch: 8.0.0"),
+        "llama.cpp's line names the host's: {err}"
+    );
 }

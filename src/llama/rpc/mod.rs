@@ -233,6 +233,12 @@ extern "C" fn on_ggml_abort(msg: *const c_char) {
             .to_string()
     };
     let text = without_source_path(&text).to_string();
+    if text.contains("handshake failed") {
+        exit_lost(&format!(
+            "{text}: the host answered with another RPC protocol version (llama.cpp's line above \
+             names it; this bmoe speaks {PROTOCOL_VERSION}): run the same bmoe build on both sides"
+        ));
+    }
     if text.contains("RPC") || text.contains("connect") {
         exit_lost(&text);
     }
