@@ -23,6 +23,7 @@ pub mod checks;
 pub mod commands;
 pub mod fixture;
 pub mod graph;
+pub mod inspect;
 pub mod replay;
 pub mod rpc;
 pub mod run;
@@ -61,15 +62,10 @@ pub enum Command {
     /// turn decodes only its new tokens (the history stays in the KV cache).
     /// Takes run's model, cache and sampling flags (-n caps each reply).
     Chat(chat::ChatArgs),
-    /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes.
-    Inspect {
-        /// The gguf file.
-        model: PathBuf,
-        /// Also say how `--rpc --rpc-layers N` would split it: what the RPC
-        /// hosts hold, what stays and streams here, the network per token.
-        #[arg(long, value_name = "N")]
-        rpc_layers: Option<u32>,
-    },
+    /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes;
+    /// with --rpc-layers how --rpc would split it, with --forecast the decode
+    /// rate to expect on this host.
+    Inspect(inspect::InspectArgs),
     /// Measure this host's limits for a model: io_uring expert-slice read bandwidth per queue depth.
     Probe(ProbeArgs),
     /// Compare runs side by side from their `--csv` files (rate with a bootstrap

@@ -12,6 +12,7 @@ pub mod chrome_trace;
 pub(crate) mod draft;
 pub mod engine;
 pub mod fixture;
+pub mod forecast;
 pub mod generate;
 pub mod inspect;
 pub mod interrupt;

@@ -6,12 +6,11 @@ mod cli;
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use bmoe::chrome_trace::ChromeTrace;
 use bmoe::engine::{self, EngineError};
 use bmoe::fixture::FixtureError;
-use bmoe::layout::MoeLayout;
 use bmoe::llama::LlamaError;
 use cli::checks::{self, UsageError};
 use cli::{Cli, Command};
@@ -200,22 +199,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Run(args) => cli::run::run(args),
         Command::Serve(args) => cli::serve::serve(args),
         Command::Chat(args) => cli::chat::chat(args),
-        Command::Inspect { model, rpc_layers } => {
-            let layout =
-                MoeLayout::open(&model).with_context(|| format!("inspect {}", model.display()))?;
-            out!("{}", bmoe::inspect::report(&model, &layout));
-            if let Some(n) = rpc_layers {
-                if n > layout.blocks() {
-                    return Err(UsageError(format!(
-                        "--rpc-layers {n}: the model has {} layers (blocks)",
-                        layout.blocks()
-                    ))
-                    .into());
-                }
-                out!("{}", bmoe::inspect::rpc_split(&layout, n));
-            }
-            Ok(())
-        }
+        Command::Inspect(a) => cli::inspect::inspect(a),
         Command::Probe(p) => cli::commands::probe(p),
         Command::Compare { csv, mixed } => {
             use bmoe::lab::compare::{self, CompareError, RunCsv};

@@ -89,6 +89,9 @@ pub struct ReplayStats {
     pub generation_hits: u64,
     pub generation_misses: u64,
     pub generation_read_bytes: u64,
+    /// Of `generation_read_bytes`, the misses that took a free slot (none
+    /// evicted for them): read into memory the cache never used before.
+    pub generation_fill_bytes: u64,
 }
 
 impl ReplayStats {
@@ -170,6 +173,10 @@ fn replay_observed(
     for demand in &d.demands {
         let plan = cache.request(Requester::Verify, &demand.keys);
         let bytes: u64 = plan.misses.iter().map(|k| slot_bytes(header, *k)).sum();
+        let freed: u64 = plan.evict.iter().map(|k| slot_bytes(header, *k)).sum();
+        if !demand.prompt {
+            stats.generation_fill_bytes += bytes.saturating_sub(freed);
+        }
         for &k in &plan.misses {
             missed(demand.prompt, k);
         }
@@ -414,5 +421,18 @@ mod tests {
                 assert!(s.hits <= opt.hits, "{p}: {s:?} beat {opt:?} at {budget}");
             }
         }
+    }
+
+    #[test]
+    fn misses_into_free_slots_are_fills_and_misses_that_evict_are_not() {
+        // One layer, 4 experts used in turn, 10 bytes a slot.
+        let h = header(1, 4);
+        let d = demands(&trace(8, 1, |t, _| (t % 4) as u16));
+        // Room for all four: the first four tokens fill, the rest hit.
+        let big = replay(&h, &d, 40, CachePolicy::Cycle);
+        assert_eq!((big.generation_misses, big.generation_fill_bytes), (4, 40));
+        // Room for one: every token misses, only the first into a free slot.
+        let one = replay(&h, &d, 10, CachePolicy::Cycle);
+        assert_eq!((one.generation_misses, one.generation_fill_bytes), (8, 10));
     }
 }

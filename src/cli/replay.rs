@@ -51,7 +51,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-fn read_trace(path: &Path) -> Result<(TraceHeader, Vec<TraceRecord>, Option<String>)> {
+pub(super) fn read_trace(path: &Path) -> Result<(TraceHeader, Vec<TraceRecord>, Option<String>)> {
     let usage = |e: String| UsageError(format!("{}: {e}", path.display()));
     let file = bmoe::user_file::open_regular(path).map_err(|e| usage(e.to_string()))?;
     let mut reader = TraceReader::new(BufReader::new(file)).map_err(|e| usage(e.to_string()))?;

@@ -11,6 +11,8 @@ use crate::llama::LlamaError;
 mod ctx_shape;
 mod remote;
 pub(crate) use ctx_shape::CtxShape;
+#[cfg(test)]
+pub(crate) use remote::tests::two_blocks;
 pub use remote::RemoteShare;
 
 /// The three projections of a SwiGLU expert (one type with the flash arena's).
@@ -256,6 +258,11 @@ impl MoeLayout {
             }
         }
         Ok(())
+    }
+
+    /// The hidden state's width (None where the header lacks it).
+    pub fn n_embd(&self) -> Option<u64> {
+        self.ctx.as_ref().map(|c| c.n_embd)
     }
 
     pub fn is_moe(&self) -> bool {

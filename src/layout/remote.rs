@@ -83,7 +83,7 @@ impl MoeLayout {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
@@ -92,7 +92,7 @@ mod tests {
 
     /// Two blocks of 1000 bytes each, 600 of them experts (3 x 200); an
     /// output layer of 300; an embedding of 400.
-    fn two_blocks() -> MoeLayout {
+    pub(crate) fn two_blocks() -> MoeLayout {
         let expert = |layer: u32, proj: Proj| ExpertTensor {
             layer,
             proj,

@@ -11,6 +11,7 @@ mod error;
 mod eval;
 pub mod gguf;
 mod header;
+pub mod matvec;
 mod model;
 mod mtp;
 mod populate;

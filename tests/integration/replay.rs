@@ -210,3 +210,56 @@ fn an_imported_jsonl_log_replays() {
     assert!(stderr(&r).contains("line 24"), "{}", stderr(&r));
     assert!(!out.exists());
 }
+
+#[test]
+fn inspect_forecasts_from_a_route_trace_of_the_model_or_the_published_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, err, _) = traced(PROSE, "cycle", dir.path());
+    let live = pct(live_hits(&err, "decode hit "));
+    let trace = dir.path().join(format!("cycle-{}.trace", PROSE.len()));
+    let m = e8k2().to_str().unwrap();
+    let t = trace.to_str().unwrap();
+    let o = bmoe(&[
+        "inspect",
+        m,
+        "--forecast",
+        "--route-trace",
+        t,
+        "--probe-seconds",
+        "0.5",
+    ]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains(&format!("hit rates from: {t}")), "{out}");
+    let row = |label: &str| -> Vec<f64> {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(label));
+        let line = line.unwrap_or_else(|| panic!("no {label} row in\n{out}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    // cache, budget MiB, hit %, read MiB/token, fresh %, tok/s serial, overlap bound
+    let (zero, quarter) = (row("0"), row("25%"));
+    assert_eq!(zero[1], 0.0);
+    assert!(
+        (zero[2] - 94.92).abs() < 0.01,
+        "cache 0 reads every routed slice: {out}"
+    );
+    // The trace's own hit at 25% is the run's, within the replay's 2 points.
+    assert!((quarter[1] - live).abs() <= 2.0, "{out}\nlive {live}");
+    assert!(quarter[4] > zero[4] && zero[4] > 0.0, "{out}");
+    for label in ["10%", "50%", "auto"] {
+        assert_eq!(row(label).len(), 6, "{out}");
+    }
+    let o = bmoe(&["inspect", m, "--forecast", "--probe-seconds", "0.5"]);
+    assert!(
+        stdout(&o).contains("gpt-oss-20b's published routing"),
+        "{}",
+        stdout(&o)
+    );
+    let o = bmoe(&["inspect", m, "--route-trace", t]);
+    assert_eq!(o.status.code(), Some(2), "--route-trace needs --forecast");
+}

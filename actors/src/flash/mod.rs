@@ -11,6 +11,7 @@ mod error;
 mod fault;
 mod io;
 mod probe;
+mod probe_fresh;
 mod protocol;
 mod readahead;
 mod recycle;
@@ -30,6 +31,7 @@ pub use fault::{
 };
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
 pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult};
+pub use probe_fresh::probe_fresh_reads;
 pub use protocol::DemandReply;
 pub use recycle::SPARE_MAX_BYTES;
 pub use ring::{KernelRing, Ring};

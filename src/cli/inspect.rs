@@ -1,0 +1,173 @@
+//! `bmoe inspect`: the header's facts, and on request how `--rpc` would split
+//! the model and what decode rate to expect on this host (`--forecast`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::checks::UsageError;
+use bmoe::forecast::{self, CacheOutcome, HostFacts};
+use bmoe::layout::MoeLayout;
+use bmoe_actors::cache::CachePolicy;
+use bmoe_actors::replay;
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The gguf file.
+    pub model: PathBuf,
+    /// Also say how `--rpc --rpc-layers N` would split it: what the RPC
+    /// hosts hold, what stays and streams here, the network per token.
+    #[arg(long, value_name = "N")]
+    pub rpc_layers: Option<u32>,
+    /// Also forecast the decode rate on this host at cache 0, 10%, 25%, 50%
+    /// and auto: probes the read bandwidth of this file's expert slices and
+    /// ggml's product kernel (a few seconds; the model is not loaded).
+    #[arg(long)]
+    pub forecast: bool,
+    /// With --forecast: hit rates from this route trace of the model
+    /// (`bmoe run --route-trace`) replayed under the default policy, instead
+    /// of the published real routing of docs/cache.md.
+    #[arg(long, value_name = "FILE", requires = "forecast")]
+    pub route_trace: Option<PathBuf>,
+    /// With --forecast: seconds the read probe runs.
+    #[arg(long, value_name = "S", default_value_t = 2.0, requires = "forecast")]
+    pub probe_seconds: f64,
+}
+
+/// `bmoe inspect MODEL [--rpc-layers N] [--forecast [--route-trace FILE]]`.
+pub fn inspect(args: InspectArgs) -> Result<()> {
+    let model = &args.model;
+    let layout = MoeLayout::open(model).with_context(|| format!("inspect {}", model.display()))?;
+    out!("{}", bmoe::inspect::report(model, &layout));
+    if let Some(n) = args.rpc_layers {
+        if n > layout.blocks() {
+            return Err(UsageError(format!(
+                "--rpc-layers {n}: the model has {} layers (blocks)",
+                layout.blocks()
+            ))
+            .into());
+        }
+        out!("{}", bmoe::inspect::rpc_split(&layout, n));
+    }
+    if args.forecast {
+        out!("{}", forecast_table(&args, &layout)?);
+    }
+    Ok(())
+}
+
+/// Measure this host, then the forecast's table.
+fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
+    if !l.is_moe() {
+        return Err(UsageError(format!(
+            "{}: no experts to forecast streaming for",
+            args.model.display()
+        ))
+        .into());
+    }
+    if !(args.probe_seconds > 0.0 && args.probe_seconds <= 600.0) {
+        return Err(UsageError("--probe-seconds: give 0 < S <= 600".into()).into());
+    }
+    let host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
+    let curve = match &args.route_trace {
+        Some(p) => Curve::Trace(load_trace(p)?),
+        None => Curve::Published,
+    };
+    let experts = l.expert_bytes();
+    let mut cells = Vec::new();
+    for (label, share) in [("0", 0.0), ("10%", 0.10), ("25%", 0.25), ("50%", 0.50)] {
+        let budget = (experts as f64 * share) as u64;
+        cells.push(forecast::cell(
+            label,
+            budget,
+            curve.outcome(share),
+            l,
+            &host,
+        ));
+    }
+    let auto = forecast::auto_budget_bytes(l, host.mem_available_bytes);
+    let share = auto as f64 / experts.max(1) as f64;
+    cells.push(forecast::cell("auto", auto, curve.outcome(share), l, &host));
+    Ok(forecast::table(
+        &cells,
+        l,
+        &host,
+        &curve.describe(args.route_trace.as_deref()),
+    ))
+}
+
+/// What the fresh-memory read probe reads.
+const FRESH_PROBE_BYTES: u64 = 128 << 20;
+
+/// Read bandwidth of this file's expert slices (depth 4, O_DIRECT) into
+/// recycled and into fresh memory, the kernel's rate for the expert type and
+/// a graph segment's cost, MemAvailable.
+fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
+    use bmoe::llama::matvec;
+    use bmoe_actors::flash;
+    let (file, slices) = bmoe::stream::probe_slices(l);
+    let stop = || bmoe::interrupt::requested().is_some();
+    let order = flash::ProbeOrder::Random { seed: 7 };
+    let read = flash::probe_read_bandwidth(&file, &slices, (4, true), probe, order, &stop)
+        .with_context(|| format!("read probe of {}", file.display()))?;
+    let fresh = flash::probe_fresh_reads(&file, &slices, (4, true), FRESH_PROBE_BYTES)
+        .with_context(|| format!("fresh-memory read probe of {}", file.display()))?;
+    let threads = bmoe::llama::default_threads();
+    let (ty, n_embd) = (l.experts[0].ggml_type, l.n_embd().unwrap_or(0));
+    let kernel = matvec::weight_bytes_per_s(ty, n_embd, threads, Duration::from_millis(500))
+        .context("kernel probe")?;
+    let segment = matvec::segment_cost(threads).context("segment probe")?;
+    Ok(HostFacts {
+        read_bytes_per_s: read.bytes_per_s(),
+        weight_bytes_per_s: kernel,
+        fresh_read_bytes_per_s: fresh.bytes_per_s(),
+        segment_s: segment.as_secs_f64(),
+        mem_available_bytes: bmoe::stream::memory::mem_available_bytes().unwrap_or(0),
+    })
+}
+
+/// Where the hit rates come from.
+enum Curve {
+    Trace((bmoe_actors::route_trace::TraceHeader, replay::Demands)),
+    Published,
+}
+
+impl Curve {
+    /// The cache's outcome over generated tokens at budget share `share`
+    /// (the published curve is a long run's: its cache has filled).
+    fn outcome(&self, share: f64) -> CacheOutcome {
+        match self {
+            Curve::Published => CacheOutcome {
+                hit: forecast::interpolate(&forecast::PUBLISHED_CYCLE, share),
+                fill_share: 0.0,
+            },
+            Curve::Trace((h, d)) => {
+                let budget = (h.expert_bytes() as f64 * share.clamp(0.0, 1.0)) as u64;
+                let r = replay::replay(h, d, budget, CachePolicy::default());
+                CacheOutcome {
+                    hit: r.generation_hit_pct() / 100.0,
+                    fill_share: r.generation_fill_bytes as f64
+                        / r.generation_read_bytes.max(1) as f64,
+                }
+            }
+        }
+    }
+
+    fn describe(&self, path: Option<&Path>) -> String {
+        match (self, path) {
+            (Curve::Trace(_), Some(p)) => {
+                format!("{} replayed under the default policy", p.display())
+            }
+            _ => "gpt-oss-20b's published routing under the default policy (docs/cache.md, \
+                  \"Real routing\"); a --route-trace of this model is closer"
+                .into(),
+        }
+    }
+}
+
+fn load_trace(p: &Path) -> Result<(bmoe_actors::route_trace::TraceHeader, replay::Demands)> {
+    let (header, records, _note) = super::replay::read_trace(p)?;
+    let demands = replay::demands(&records);
+    Ok((header, demands))
+}

@@ -1,0 +1,222 @@
+//! The decode rate to expect before a run (`bmoe inspect MODEL --forecast`):
+//! from the header's bytes, this host's measured read bandwidth and kernel
+//! rate, MemAvailable, and a hit-rate curve (a route trace of the model
+//! replayed through the cache, or the published real routing of
+//! docs/cache.md). Pure functions of those facts; the CLI measures them.
+
+use crate::layout::MoeLayout;
+use crate::stream::compute_estimate_bytes;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// What this host measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostFacts {
+    /// Random expert-slice reads of this model's file (the read probe).
+    pub read_bytes_per_s: f64,
+    /// Weight bytes per second through ggml's product kernel for the
+    /// model's expert type.
+    pub weight_bytes_per_s: f64,
+    /// Reads into memory never touched before (a cache still filling).
+    pub fresh_read_bytes_per_s: f64,
+    /// One graph segment's fixed cost on a sleeping thread pool, in seconds
+    /// (a streamed decode runs one per routed layer).
+    pub segment_s: f64,
+    pub mem_available_bytes: u64,
+}
+
+/// What the cache does at one budget: the share of routed slices it finds,
+/// and the share of its reads that go to slots never used before.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheOutcome {
+    pub hit: f64,
+    pub fill_share: f64,
+}
+
+/// gpt-oss-20b's public routing through the cycle policy (docs/cache.md,
+/// trace `all`): (budget share of the expert bytes, hit share).
+pub const PUBLISHED_CYCLE: [(f64, f64); 5] = [
+    (0.0, 0.0),
+    (0.10, 0.366),
+    (0.25, 0.671),
+    (0.50, 0.916),
+    (1.0, 1.0),
+];
+
+/// A hit share at budget share `f` by straight lines between `points`.
+pub fn interpolate(points: &[(f64, f64)], f: f64) -> f64 {
+    let f = f.clamp(0.0, 1.0);
+    for w in points.windows(2) {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        if f <= x1 {
+            return y0 + (y1 - y0) * (f - x0) / (x1 - x0).max(f64::EPSILON);
+        }
+    }
+    points.last().map_or(0.0, |p| p.1)
+}
+
+/// One cache setting's forecast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub label: String,
+    pub budget_bytes: u64,
+    /// Share of routed slices found cached (0..=1).
+    pub hit: f64,
+    /// Share of the reads into slots never used before.
+    pub fill_share: f64,
+    pub read_bytes_per_token: f64,
+    /// Reads then compute, one after the other (the default).
+    pub serial_tok_s: f64,
+    /// The most `--overlap` and read-ahead can reach: the slower of the two.
+    pub overlap_bound_tok_s: f64,
+}
+
+/// Weight bytes one token's compute reads: the dense weights (the token
+/// embedding only where it is also the output matrix) and the routed experts.
+pub fn weight_bytes_per_token(l: &MoeLayout) -> u64 {
+    let tied = l.output_bytes < l.embd_bytes / 2;
+    let embd = if tied { 0 } else { l.embd_bytes };
+    l.dense_bytes().saturating_sub(embd) + l.routed_bytes_per_token()
+}
+
+/// Compute seconds of one token: its weights through the kernel, and one
+/// graph segment per routed layer.
+pub fn compute_s(l: &MoeLayout, host: &HostFacts) -> f64 {
+    let layers = l.expert_layers().len() as f64;
+    weight_bytes_per_token(l) as f64 / host.weight_bytes_per_s.max(1.0) + layers * host.segment_s
+}
+
+/// The cache at `budget_bytes` with outcome `o`, on `host`.
+pub fn cell(
+    label: &str,
+    budget_bytes: u64,
+    o: CacheOutcome,
+    l: &MoeLayout,
+    host: &HostFacts,
+) -> Cell {
+    let compute_s = compute_s(l, host);
+    let read = l.routed_bytes_per_token() as f64 * (1.0 - o.hit.clamp(0.0, 1.0));
+    let fresh = read * o.fill_share.clamp(0.0, 1.0);
+    let read_s = (read - fresh) / host.read_bytes_per_s.max(1.0)
+        + fresh / host.fresh_read_bytes_per_s.max(1.0);
+    Cell {
+        label: label.to_string(),
+        budget_bytes,
+        hit: o.hit,
+        fill_share: o.fill_share,
+        read_bytes_per_token: read,
+        serial_tok_s: 1.0 / (compute_s + read_s),
+        overlap_bound_tok_s: 1.0 / compute_s.max(read_s),
+    }
+}
+
+/// What `--cache-mb auto` would take at start-up: MemAvailable less the
+/// dense weights, a default context's compute buffers (-c 2048, a 512-token
+/// micro-batch) and 512 MiB of headroom, capped by the expert bytes (the
+/// run's own rule, `stream::budget`, before a load).
+pub fn auto_budget_bytes(l: &MoeLayout, mem_available_bytes: u64) -> u64 {
+    let (vocab, heads) = l.ctx.as_ref().map_or((0, 1), |c| (c.n_vocab, c.n_head));
+    let compute = compute_estimate_bytes(512, vocab, 2048, heads);
+    mem_available_bytes
+        .saturating_sub(l.dense_bytes())
+        .saturating_sub(compute)
+        .saturating_sub(crate::stream::HEADROOM_BYTES)
+        .min(l.expert_bytes())
+}
+
+/// The forecast table.
+pub fn table(cells: &[Cell], l: &MoeLayout, host: &HostFacts, curve: &str) -> String {
+    let mut s = format!(
+        "forecast:         reads {:.0} MiB/s (random expert slices, depth 4; {:.0} MiB/s into memory \
+         never used before), kernel {:.0} MiB/s of weights and {:.0} us a graph segment -> compute \
+         {:.1} ms/token ({:.1} MiB of weights, {} routed layers); MemAvailable {:.0} MiB\n",
+        host.read_bytes_per_s / MIB,
+        host.fresh_read_bytes_per_s / MIB,
+        host.weight_bytes_per_s / MIB,
+        host.segment_s * 1e6,
+        compute_s(l, host) * 1e3,
+        weight_bytes_per_token(l) as f64 / MIB,
+        l.expert_layers().len(),
+        host.mem_available_bytes as f64 / MIB
+    );
+    s += &format!("  hit rates from: {curve}\n");
+    s += "  cache      budget MiB   hit %   read MiB/token   fresh %   tok/s serial   tok/s overlap bound\n";
+    for c in cells {
+        s += &format!(
+            "  {:<10} {:>10.0} {:>7.1} {:>16.2} {:>9.0} {:>14.2} {:>21.2}\n",
+            c.label,
+            c.budget_bytes as f64 / MIB,
+            c.hit * 100.0,
+            c.read_bytes_per_token / MIB,
+            c.fill_share * 100.0,
+            c.serial_tok_s,
+            c.overlap_bound_tok_s
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_published_curve_is_interpolated_and_clamped() {
+        assert_eq!(interpolate(&PUBLISHED_CYCLE, 0.0), 0.0);
+        assert!((interpolate(&PUBLISHED_CYCLE, 0.25) - 0.671).abs() < 1e-12);
+        let mid = interpolate(&PUBLISHED_CYCLE, 0.375);
+        assert!((mid - (0.671 + 0.916) / 2.0).abs() < 1e-9, "{mid}");
+        assert_eq!(interpolate(&PUBLISHED_CYCLE, 7.0), 1.0);
+    }
+
+    #[test]
+    fn a_cell_adds_reads_to_compute_and_the_bound_takes_the_slower() {
+        let mut l = crate::layout::two_blocks();
+        l.output_bytes = 4; // tied: the embedding is the output matrix
+        let host = HostFacts {
+            read_bytes_per_s: 600.0,
+            weight_bytes_per_s: 1000.0 * 8.0,
+            fresh_read_bytes_per_s: 200.0,
+            segment_s: 0.01,
+            mem_available_bytes: 0,
+        };
+        let none = |hit| CacheOutcome {
+            hit,
+            fill_share: 0.0,
+        };
+        // Routed 600 bytes/token; weights: dense 1500 (all of it, tied) + 600.
+        assert_eq!(weight_bytes_per_token(&l), 1500 + 600);
+        let c = cell("0", 0, none(0.0), &l, &host);
+        // Two routed layers: two segments.
+        let (compute, read) = (2100.0 / 8000.0 + 0.02, 600.0 / 600.0);
+        assert!((c.serial_tok_s - 1.0 / (compute + read)).abs() < 1e-9);
+        assert!((c.overlap_bound_tok_s - 1.0 / read).abs() < 1e-9);
+        let half = cell("50%", 600, none(0.5), &l, &host);
+        assert_eq!(half.read_bytes_per_token, 300.0);
+        // Untied: the embedding's 400 bytes are one row a token, not read whole.
+        assert_eq!(
+            weight_bytes_per_token(&crate::layout::two_blocks()),
+            1100 + 600
+        );
+        assert!(half.serial_tok_s > c.serial_tok_s);
+        // A cache still filling reads its misses into fresh memory, slower.
+        let filling = cell(
+            "auto",
+            1200,
+            CacheOutcome {
+                hit: 0.5,
+                fill_share: 1.0,
+            },
+            &l,
+            &host,
+        );
+        assert!((filling.serial_tok_s - 1.0 / (compute + 300.0 / 200.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn auto_takes_what_is_left_and_stops_at_the_experts() {
+        let l = crate::layout::two_blocks();
+        assert_eq!(auto_budget_bytes(&l, 0), 0);
+        assert_eq!(auto_budget_bytes(&l, 1 << 40), l.expert_bytes());
+    }
+}
