@@ -27,23 +27,29 @@ pub fn weight_bytes_per_s(
     let row = quantized_row(ty, ne0)?;
     let rows = (MATRIX_BYTES / row.len() as u64).max(1);
     let w_bytes = row.len() as u64 * rows;
+    // The matrix, the vector, the result and the graph, with room to spare.
+    let ctx = ggml_context(w_bytes + ne0 * 4 + rows * 4 + (8 << 20))?;
+    let res = measure(ctx, ty, (ne0, rows), &row, (threads, min_time));
+    // SAFETY: `ctx` came from ggml_init and is freed once.
+    unsafe { sys::ggml_free(ctx) };
+    res.map(|per_product| w_bytes as f64 / per_product.as_secs_f64())
+}
+
+/// A ggml context owning `bytes` of memory (the caller frees it).
+fn ggml_context(bytes: u64) -> Result<*mut sys::ggml_context, LlamaError> {
     let params = sys::ggml_init_params {
-        // The matrix, the vector, the result and the graph, with room to spare.
-        mem_size: (w_bytes + ne0 * 4 + rows * 4 + (8 << 20)) as usize,
+        mem_size: bytes as usize,
         mem_buffer: std::ptr::null_mut(),
         no_alloc: false,
     };
     // SAFETY: a plain parameter struct; ggml allocates the arena it owns.
     let ctx = unsafe { sys::ggml_init(params) };
     if ctx.is_null() {
-        return Err(LlamaError::Quant(
-            "ggml_init failed for the kernel probe".into(),
-        ));
+        return Err(LlamaError::Quant(format!(
+            "ggml_init of {bytes} bytes failed"
+        )));
     }
-    let res = measure(ctx, ty, (ne0, rows), &row, (threads, min_time));
-    // SAFETY: `ctx` came from ggml_init and is freed once.
-    unsafe { sys::ggml_free(ctx) };
-    res.map(|per_product| w_bytes as f64 / per_product.as_secs_f64())
+    Ok(ctx)
 }
 
 /// One row of `ty` quantized from a fixed pattern (the kernel's speed does
@@ -100,18 +106,7 @@ fn measure(
 /// every MoE layer adds one wake-up of the pool.
 pub fn segment_cost(threads: u32) -> Result<Duration, LlamaError> {
     const REPS: u32 = 200;
-    let params = sys::ggml_init_params {
-        mem_size: 4 << 20,
-        mem_buffer: std::ptr::null_mut(),
-        no_alloc: false,
-    };
-    // SAFETY: a plain parameter struct; ggml allocates the arena it owns.
-    let ctx = unsafe { sys::ggml_init(params) };
-    if ctx.is_null() {
-        return Err(LlamaError::Quant(
-            "ggml_init failed for the segment probe".into(),
-        ));
-    }
+    let ctx = ggml_context(4 << 20)?;
     // `ctx` is live and large enough for two tiny tensors, their product and
     // a graph; the pool and the work buffer outlive every compute; each
     // object is freed once, after its last use.
