@@ -86,7 +86,11 @@ pub(super) fn assemble(
             .rpc
             .as_ref()
             .map_or(super::rpc::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
-        crate::llama::rpc::watchdog::Watchdog::start(model.clone(), r.hosts.peers.clone(), timeout)
+        crate::llama::rpc::watchdog::Watchdog::start(
+            r.waiting.clone(),
+            r.hosts.peers.clone(),
+            timeout,
+        )
     });
     let (tokens, longest) = match prompt {
         Prompt::Text { text, chat } => {
@@ -100,9 +104,13 @@ pub(super) fn assemble(
     let prefill = prefill_facts(&cfg, &model, &layout, &backend, longest);
     let abort = Arc::new(AtomicBool::new(false));
     let shape = (prefill.ubatch, n_seq);
-    let remote = rpc
-        .as_ref()
-        .map(|r| (r.share.first_block, r.hosts.peers.clone()));
+    let remote = rpc.as_ref().map(|r| {
+        (
+            r.share.first_block,
+            r.hosts.peers.clone(),
+            r.waiting.clone(),
+        )
+    });
     let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes, remote)?;
     let loaded = Loaded {
         model,
@@ -274,7 +282,7 @@ pub(super) fn target_context(
     abort: &Arc<AtomicBool>,
     (ubatch, n_seq): (u32, u32),
     notes: &mut Vec<String>,
-    remote: Option<(u32, Vec<std::net::SocketAddr>)>,
+    remote: Option<(u32, Vec<std::net::SocketAddr>, Arc<AtomicBool>)>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let speculating = cfg.speculation != Speculation::Off;
     let mut params = ContextParams {
@@ -295,8 +303,8 @@ pub(super) fn target_context(
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
     }
-    if let Some((first, peers)) = remote {
-        let clock = super::rpc::RemoteClock::new(params.observer.take(), first, peers);
+    if let Some((first, peers, waiting)) = remote {
+        let clock = super::rpc::RemoteClock::new(params.observer.take(), first, peers, waiting);
         params.observer = Some(Box::new(clock));
     }
     let ctx = Context::new(model.clone(), params)?;

@@ -7,6 +7,8 @@
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bmoe_actors::metrics::DecodeMetrics;
@@ -54,6 +56,8 @@ impl FromStr for RpcLayers {
 pub(super) struct RpcRun {
     pub(super) hosts: RpcHosts,
     pub(super) share: RemoteShare,
+    /// Raised by the decode's [`RemoteClock`] while it waits on the hosts.
+    pub(super) waiting: Arc<AtomicBool>,
 }
 
 /// Reach the hosts, decide the layers they hold and hand those off in
@@ -95,7 +99,11 @@ pub(super) fn attach(
     }
     let share = layout.hand_off(blocks).clone();
     notes.push(note(&share, &hosts, layout.blocks()));
-    Ok(Some(RpcRun { hosts, share }))
+    Ok(Some(RpcRun {
+        hosts,
+        share,
+        waiting: Arc::default(),
+    }))
 }
 
 fn mib(b: u64) -> u64 {
@@ -141,6 +149,8 @@ pub(crate) struct RemoteClock {
     peers: Vec<SocketAddr>,
     net: NetBytes,
     net_bytes: u64,
+    /// Raised while the decode waits on the hosts (the stall watchdog reads it).
+    waiting: Arc<AtomicBool>,
 }
 
 impl RemoteClock {
@@ -148,6 +158,7 @@ impl RemoteClock {
         inner: Option<Box<dyn EvalObserver>>,
         first_remote: u32,
         peers: Vec<SocketAddr>,
+        waiting: Arc<AtomicBool>,
     ) -> Self {
         let boundary = match first_remote {
             0 => String::new(),
@@ -164,12 +175,14 @@ impl RemoteClock {
             net: net::bytes_to(&peers),
             peers,
             net_bytes: 0,
+            waiting,
         }
     }
 
     /// The remote part begins (its span opens).
     fn remote_begins(&mut self, at: Instant) {
         self.local_done = Some(at);
+        self.waiting.store(true, Ordering::Relaxed);
         let span = tracing::debug_span!("rpc.remote", net_bytes = tracing::field::Empty);
         self.span = Some(span.entered());
     }
@@ -215,6 +228,7 @@ impl EvalObserver for RemoteClock {
         if let Some(t) = self.local_done.take() {
             self.remote += t.elapsed();
         }
+        self.waiting.store(false, Ordering::Relaxed);
         let net = net::bytes_to(&self.peers);
         let crossed = net.since(self.net).total();
         self.net = net;
@@ -253,13 +267,13 @@ mod tests {
 
     #[test]
     fn the_clock_times_from_the_last_local_layer_and_keeps_nothing_without_it() {
-        let mut c = RemoteClock::new(None, 5, Vec::new());
+        let mut c = RemoteClock::new(None, 5, Vec::new(), Arc::default());
         assert_eq!(c.boundary, "l_out-4");
         c.decode_begin();
         c.decode_end();
         // The boundary never ran: nothing is counted as remote.
         assert_eq!(c.take_metrics().remote, Duration::ZERO);
-        let mut all = RemoteClock::new(None, 0, Vec::new());
+        let mut all = RemoteClock::new(None, 0, Vec::new(), Arc::default());
         all.decode_begin();
         std::thread::sleep(Duration::from_millis(2));
         all.decode_end();

@@ -131,6 +131,24 @@ fn a_zoo_model_split_across_two_processes_writes_the_resident_text() {
     split_equals_resident(&zoo_model("qwen3moe", "q8_0"), "1");
 }
 
+#[test]
+fn two_hosts_share_the_remote_layers_and_the_text_stays_the_resident_one() {
+    let (a, b) = (Server::start(), Server::start());
+    let m = e8k2().to_str().unwrap();
+    let resident = run_text(m, 12, &["--resident"]);
+    assert!(resident.status.success(), "{}", stderr(&resident));
+    let hosts = format!("{},{}", a.addr, b.addr);
+    let o = run_text(
+        m,
+        12,
+        &["--rpc", &hosts, "--rpc-layers", "20", "--cache-mb", "0"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(stdout(&o), stdout(&resident), "{err}");
+    assert!(err.contains(&format!("on {hosts} (")), "{err}");
+}
+
 /// Start a long run against `server`, wait until it decodes, then `act` on
 /// the server; the run must end with exit 5 and `why` within `secs`.
 fn lose_the_server_mid_decode(act: libc::c_int, extra: &[&str], why: &str, secs: u64) {

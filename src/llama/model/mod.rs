@@ -65,11 +65,6 @@ impl Model {
         Ok(DecodeTurn(&self.decoding))
     }
 
-    /// Whether a context of this model is inside `llama_decode` now.
-    pub fn is_decoding(&self) -> bool {
-        self.decoding.load(Ordering::Relaxed)
-    }
-
     pub(crate) fn as_ptr(&self) -> *mut sys::llama_model {
         self.ptr.as_ptr()
     }

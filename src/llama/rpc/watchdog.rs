@@ -2,11 +2,13 @@
 //! and no timeout, so a host that stops answering (stopped, overloaded, a
 //! network that drops packets silently) would hang the run for good. The
 //! watchdog thread watches the bytes received from the hosts while a decode
-//! runs: none for `timeout` ends the run as a lost host
+//! waits on them (its remote part, flagged by the engine's clock of it):
+//! none for `timeout` ends the run as a lost host
 //! ([`super::exit_lost`], exit [`super::EXIT_REMOTE_LOST`]). A host that
 //! dies closes its connection instead, which ggml's client meets at once.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -14,7 +16,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use super::net::bytes_to;
-use crate::llama::Model;
 
 /// How often the watchdog looks.
 const TICK: Duration = Duration::from_millis(200);
@@ -28,13 +29,13 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Watch `peers` while `model` decodes; `timeout` without a received
-    /// byte during a decode ends the process.
-    pub fn start(model: Arc<Model>, peers: Vec<SocketAddr>, timeout: Duration) -> Self {
+    /// Watch `peers` while `waiting` says a decode waits on them; `timeout`
+    /// without a received byte then ends the process.
+    pub fn start(waiting: Arc<AtomicBool>, peers: Vec<SocketAddr>, timeout: Duration) -> Self {
         let (stop, rx) = bounded(STOP_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("bmoe-rpc-watch".into())
-            .spawn(move || watch(&model, &peers, timeout, &rx))
+            .spawn(move || watch(&waiting, &peers, timeout, &rx))
             .ok();
         Self { stop, thread }
     }
@@ -91,7 +92,7 @@ impl StallClock {
     }
 }
 
-fn watch(model: &Model, peers: &[SocketAddr], timeout: Duration, stop: &Receiver<()>) {
+fn watch(waiting: &AtomicBool, peers: &[SocketAddr], timeout: Duration, stop: &Receiver<()>) {
     let mut clock = StallClock::new(bytes_to(peers).received, Instant::now());
     loop {
         match stop.recv_timeout(TICK) {
@@ -99,9 +100,12 @@ fn watch(model: &Model, peers: &[SocketAddr], timeout: Duration, stop: &Receiver
             _ => return,
         }
         let received = bytes_to(peers).received;
-        if let Verdict::Stalled(quiet) =
-            clock.look(model.is_decoding(), received, Instant::now(), timeout)
-        {
+        if let Verdict::Stalled(quiet) = clock.look(
+            waiting.load(Ordering::Relaxed),
+            received,
+            Instant::now(),
+            timeout,
+        ) {
             let hosts: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
             super::exit_lost(&format!(
                 "no reply from {} for {:.1} s while a decode waited on it (--rpc-timeout {})",
