@@ -74,8 +74,7 @@ pub struct Cell {
 /// Weight bytes one token's compute reads: the dense weights (the token
 /// embedding only where it is also the output matrix) and the routed experts.
 pub fn weight_bytes_per_token(l: &MoeLayout) -> u64 {
-    let tied = l.output_bytes < l.embd_bytes / 2;
-    let embd = if tied { 0 } else { l.embd_bytes };
+    let embd = if l.output_is_tied() { 0 } else { l.embd_bytes };
     l.dense_bytes().saturating_sub(embd) + l.routed_bytes_per_token()
 }
 
@@ -172,7 +171,8 @@ mod tests {
     #[test]
     fn a_cell_adds_reads_to_compute_and_the_bound_takes_the_slower() {
         let mut l = crate::layout::two_blocks();
-        l.output_bytes = 4; // tied: the embedding is the output matrix
+        // Tied: the embedding is the output matrix.
+        (l.output_bytes, l.output_matrix) = (4, false);
         let host = HostFacts {
             read_bytes_per_s: 600.0,
             weight_bytes_per_s: 1000.0 * 8.0,

@@ -218,7 +218,7 @@ pub fn rpc_split(l: &MoeLayout, blocks: u32) -> String {
         s,
         "  network/token:  at least {:.1} KiB (the hidden state out, the logits back), plus the \
          graph llama.cpp's RPC client sends with each decode (`bmoe run --rpc` prints the measured total)",
-        (embd * 4 + vocab * 4) as f64 / 1024.0
+        embd.saturating_add(vocab).saturating_mul(4) as f64 / 1024.0
     );
     s
 }
@@ -250,6 +250,7 @@ mod tests {
             block_bytes: Default::default(),
             output_bytes: 0,
             embd_bytes: 0,
+            output_matrix: false,
             remote: None,
             hash_layers: 0,
         }

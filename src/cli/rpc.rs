@@ -47,7 +47,7 @@ impl RpcArgs {
 
 #[derive(Debug, Args)]
 pub struct RpcServerArgs {
-    /// Address to listen on. Loopback by default; any other needs --allow-remote.
+    /// IPv4 address to listen on. Loopback by default; any other needs --allow-remote.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     /// Port to listen on.
@@ -69,6 +69,13 @@ pub struct RpcServerArgs {
 
 /// `bmoe rpc-server`: ggml's RPC server on this host's CPU, until killed.
 pub fn rpc_server(args: RpcServerArgs) -> Result<()> {
+    if args.host.is_ipv6() {
+        return Err(UsageError(format!(
+            "rpc-server --host {}: llama.cpp's RPC transport speaks IPv4 only; give an IPv4 address",
+            args.host
+        ))
+        .into());
+    }
     if !args.host.is_loopback() && !args.allow_remote {
         return Err(UsageError(format!(
             "rpc-server --host {}: not a loopback address, and the RPC protocol has no \
@@ -85,10 +92,7 @@ pub fn rpc_server(args: RpcServerArgs) -> Result<()> {
             args.port
         );
     }
-    let endpoint = match args.host {
-        IpAddr::V4(a) => format!("{a}:{}", args.port),
-        IpAddr::V6(a) => format!("[{a}]:{}", args.port),
-    };
+    let endpoint = format!("{}:{}", args.host, args.port);
     let cache = match &args.cache {
         Some(d) => {
             std::fs::create_dir_all(d)

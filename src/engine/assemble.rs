@@ -2,7 +2,7 @@
 //! the model, the target context with its observer, and the MTP actor's config;
 //! [`assemble`] puts them together for `bmoe run` and a session alike.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,24 +74,30 @@ pub(super) fn assemble(
 ) -> Result<Assembly, EngineError> {
     let mut layout = MoeLayout::open(&cfg.model)?;
     let cfg = cfg.for_model(&layout);
-    let (mode, mut notes) = cfg.check_against(&layout)?;
+    let (mut mode, mut notes) = cfg.check_against(&layout)?;
     check_context(&cfg, &layout, n_seq)?;
     let rpc = super::rpc::attach(&cfg, &mut layout, &mut notes)?;
+    if rpc.is_some() && !layout.is_moe() && mode.stream().is_some() {
+        notes.push("rpc: every layer is on the RPC hosts: nothing streams here".into());
+        mode = Mode::Resident;
+    }
     let k = cfg.experts_used(&layout);
     let backend = Backend::start(&cfg, &layout, mode, k)?;
     let load_start = (Instant::now(), memory::io_read_bytes());
-    let model = load_model(&cfg, &layout, &backend, rpc.as_ref())?;
-    let watchdog = rpc.as_ref().map(|r| {
-        let timeout = cfg
-            .rpc
-            .as_ref()
-            .map_or(super::rpc::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
-        crate::llama::rpc::watchdog::Watchdog::start(
-            r.waiting.clone(),
-            r.hosts.peers.clone(),
-            timeout,
-        )
-    });
+    let watchdog = match &rpc {
+        Some(r) => Some(start_watchdog(&cfg, r)?),
+        None => None,
+    };
+    // The load sends the hosts their layers: the watchdog watches it too.
+    let waiting = rpc.as_ref().map(|r| r.waiting.clone());
+    waiting
+        .iter()
+        .for_each(|w| w.store(true, Ordering::Relaxed));
+    let model = load_model(&cfg, &layout, &backend, rpc.as_ref());
+    waiting
+        .iter()
+        .for_each(|w| w.store(false, Ordering::Relaxed));
+    let model = model?;
     let (tokens, longest) = match prompt {
         Prompt::Text { text, chat } => {
             let template = chat.then(|| ChatTemplate::of(&model, cfg.chat_template.as_deref()));
@@ -238,6 +244,23 @@ impl Backend {
     pub(super) fn drop_cold(&self) -> f32 {
         self.stream().map_or(0.0, |s| s.cfg.drop_cold)
     }
+}
+
+/// The `--rpc` stall watchdog over the hosts of `r`.
+fn start_watchdog(
+    cfg: &RunConfig,
+    r: &super::rpc::RpcRun,
+) -> Result<crate::llama::rpc::watchdog::Watchdog, LlamaError> {
+    let timeout = cfg
+        .rpc
+        .as_ref()
+        .map_or(super::rpc::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
+    let peers = r.hosts.peers.clone();
+    Ok(crate::llama::rpc::watchdog::Watchdog::start(
+        r.waiting.clone(),
+        peers,
+        timeout,
+    )?)
 }
 
 /// The model, mapped by llama.cpp (with its MTP head for `--mtp`, and the

@@ -359,6 +359,7 @@ mod tests {
             block_bytes: BTreeMap::new(),
             output_bytes: 0,
             embd_bytes: 0,
+            output_matrix: false,
             remote: None,
         }
     }

@@ -424,6 +424,7 @@ mod tests {
                 block_bytes: Default::default(),
                 output_bytes: 0,
                 embd_bytes: 0,
+                output_matrix: false,
                 remote: None,
             },
             done_line: String::new(),

@@ -102,6 +102,9 @@ pub struct MoeLayout {
     pub(crate) block_bytes: BTreeMap<u32, u64>,
     pub(crate) output_bytes: u64,
     pub(crate) embd_bytes: u64,
+    /// Whether the file has its own output matrix (`output.weight`); without
+    /// one llama.cpp uses the token embedding as the output.
+    pub(crate) output_matrix: bool,
     /// The last layers handed to RPC hosts ([`MoeLayout::hand_off`]).
     pub remote: Option<RemoteShare>,
 }
@@ -155,6 +158,7 @@ impl MoeLayout {
             block_bytes: BTreeMap::new(),
             output_bytes: 0,
             embd_bytes: 0,
+            output_matrix: false,
             remote: None,
         };
         for f in files {
@@ -183,7 +187,10 @@ impl MoeLayout {
                     self.blocks_in_table = self.blocks_in_table.max(b.saturating_add(1));
                     *self.block_bytes.entry(b).or_default() += t.size_bytes;
                 }
-                None if t.name.starts_with("output") => self.output_bytes += t.size_bytes,
+                None if t.name.starts_with("output") => {
+                    self.output_bytes += t.size_bytes;
+                    self.output_matrix |= t.name == "output.weight";
+                }
                 None if t.name.starts_with("token_embd.") => self.embd_bytes += t.size_bytes,
                 None => {}
             }
@@ -258,6 +265,11 @@ impl MoeLayout {
             }
         }
         Ok(())
+    }
+
+    /// Whether the token embedding is also the output matrix (no `output.weight`).
+    pub fn output_is_tied(&self) -> bool {
+        !self.output_matrix
     }
 
     /// The hidden state's width (None where the header lacks it).

@@ -33,18 +33,12 @@ impl MoeLayout {
         let layers: u64 = self.block_bytes.range(first..).map(|(_, b)| *b).sum();
         // A model without output.weight reuses the token embedding, which
         // llama.cpp then places with the output layer as well.
-        let tied = if self.output_bytes_weight_missing() {
+        let tied = if self.output_is_tied() {
             self.embd_bytes
         } else {
             0
         };
         layers + self.output_bytes + tied
-    }
-
-    fn output_bytes_weight_missing(&self) -> bool {
-        // output_norm alone is tiny; a real output matrix is at least the
-        // embedding's size over the vocabulary.
-        self.output_bytes < self.embd_bytes / 2
     }
 
     /// The most trailing blocks whose bytes fit in `free_bytes` (with an
@@ -126,6 +120,7 @@ pub(crate) mod tests {
             block_bytes: BTreeMap::from([(0, 1000), (1, 1000)]),
             output_bytes: 300,
             embd_bytes: 400,
+            output_matrix: true,
             remote: None,
         }
     }
@@ -149,7 +144,8 @@ pub(crate) mod tests {
     #[test]
     fn a_tied_output_takes_the_embedding_along_and_auto_fits_what_is_free() {
         let mut l = two_blocks();
-        l.output_bytes = 4; // output_norm only: the output reuses token_embd
+        // output_norm only: the output reuses token_embd.
+        (l.output_bytes, l.output_matrix) = (4, false);
         assert_eq!(l.remote_bytes(1), 1000 + 4 + 400);
         // An eighth is kept for the hosts' KV and buffers.
         assert_eq!(l.blocks_fitting(1404 * 8 / 7 + 1), 1);

@@ -14,6 +14,8 @@ use super::LlamaError;
 /// The weight matrix measured: large enough to leave the caches, as a
 /// model's weights do.
 const MATRIX_BYTES: u64 = 64 << 20;
+/// The longest row probed (a header's `embedding_length` is not trusted).
+const MAX_ROW: u64 = 1 << 16;
 
 /// Weight bytes per second of `y = W x` for a `ty` matrix with rows of
 /// `ne0` values, on `threads` threads, over at least `min_time` (and at
@@ -24,6 +26,11 @@ pub fn weight_bytes_per_s(
     threads: u32,
     min_time: Duration,
 ) -> Result<f64, LlamaError> {
+    if ne0 == 0 || ne0 > MAX_ROW {
+        return Err(LlamaError::Quant(format!(
+            "the kernel probe takes rows of 1..={MAX_ROW} values, not {ne0}"
+        )));
+    }
     let row = quantized_row(ty, ne0)?;
     let rows = (MATRIX_BYTES / row.len() as u64).max(1);
     let w_bytes = row.len() as u64 * rows;
@@ -86,17 +93,44 @@ fn measure(
         }
         let xd = std::slice::from_raw_parts_mut((*x).data as *mut f32, ne0 as usize);
         xd.fill(0.5);
-        let y = sys::ggml_mul_mat(ctx, w, x);
         let graph = sys::ggml_new_graph(ctx);
-        sys::ggml_build_forward_expand(graph, y);
-        let compute = || sys::ggml_graph_compute_with_ctx(ctx, graph, threads as i32);
-        compute();
+        sys::ggml_build_forward_expand(graph, sys::ggml_mul_mat(ctx, w, x));
+        Ok(time_graph(graph, threads, (3, min_time)))
+    }
+}
+
+/// The mean time of one compute of `graph` on a sleeping pool of `threads`
+/// (poll 0, as bmoe's contexts use) with a work buffer of its own, over at
+/// least `reps` computes and `min_time`, after one warm-up.
+///
+/// # Safety
+/// `graph` is a live graph whose tensors are allocated and stay so.
+unsafe fn time_graph(
+    graph: *mut sys::ggml_cgraph,
+    threads: u32,
+    (reps, min_time): (u32, Duration),
+) -> Duration {
+    // The pool and the work buffer outlive every compute and are freed once,
+    // after the last; `graph` is live (the caller's contract).
+    // SAFETY: as the comment above says.
+    unsafe {
+        let mut tpp = sys::ggml_threadpool_params_default(threads as i32);
+        tpp.poll = 0;
+        let pool = sys::ggml_threadpool_new(&mut tpp);
+        let mut plan = sys::ggml_graph_plan(graph, threads as i32, pool);
+        let mut work = vec![0u8; plan.work_size.max(1)];
+        plan.work_data = work.as_mut_ptr();
+        sys::ggml_graph_compute(graph, &mut plan);
         let (t0, mut n) = (Instant::now(), 0u32);
-        while n < 3 || t0.elapsed() < min_time {
-            compute();
+        while n < reps || t0.elapsed() < min_time {
+            sys::ggml_graph_compute(graph, &mut plan);
             n += 1;
         }
-        Ok(t0.elapsed() / n)
+        let per = t0.elapsed() / n;
+        if !pool.is_null() {
+            sys::ggml_threadpool_free(pool);
+        }
+        per
     }
 }
 
@@ -108,29 +142,14 @@ pub fn segment_cost(threads: u32) -> Result<Duration, LlamaError> {
     const REPS: u32 = 200;
     let ctx = ggml_context(4 << 20)?;
     // `ctx` is live and large enough for two tiny tensors, their product and
-    // a graph; the pool and the work buffer outlive every compute; each
-    // object is freed once, after its last use.
+    // a graph (the work buffer is `time_graph`'s own); it is freed once, last.
     // SAFETY: as the comment above says.
     let per = unsafe {
         let w = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, 64, 64);
         let x = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 64);
         let graph = sys::ggml_new_graph(ctx);
         sys::ggml_build_forward_expand(graph, sys::ggml_mul_mat(ctx, w, x));
-        let mut tpp = sys::ggml_threadpool_params_default(threads as i32);
-        tpp.poll = 0;
-        let pool = sys::ggml_threadpool_new(&mut tpp);
-        let mut plan = sys::ggml_graph_plan(graph, threads as i32, pool);
-        let mut work = vec![0u8; plan.work_size.max(1)];
-        plan.work_data = work.as_mut_ptr();
-        sys::ggml_graph_compute(graph, &mut plan);
-        let t0 = Instant::now();
-        for _ in 0..REPS {
-            sys::ggml_graph_compute(graph, &mut plan);
-        }
-        let per = t0.elapsed() / REPS;
-        if !pool.is_null() {
-            sys::ggml_threadpool_free(pool);
-        }
+        let per = time_graph(graph, threads, (REPS, Duration::ZERO));
         sys::ggml_free(ctx);
         per
     };

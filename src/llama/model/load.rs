@@ -185,8 +185,9 @@ impl Model {
             (!unpopulated.is_empty()).then(|| crate::llama::populate::Armed::new(&unpopulated));
         // `cpath` is a valid NUL-terminated string for the call; `mp` is a
         // fully initialised parameter struct whose pointers (path, overrides
-        // terminated by an empty key, the progress state) stay valid for the
-        // whole call.
+        // terminated by an empty key, the progress state, the RPC device list
+        // terminated by null, whose devices ggml never frees) stay valid for
+        // the whole call.
         // SAFETY: as the comment above says.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), mp) };
         drop(armed);

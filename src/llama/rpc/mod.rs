@@ -17,11 +17,13 @@
 //! it) is caught by [`watchdog`].
 
 pub mod net;
+mod reach;
 pub mod watchdog;
 
+pub use reach::resolve;
+
 use std::ffi::{c_char, CStr, CString};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use llama_cpp_sys_2 as sys;
 
@@ -29,11 +31,10 @@ use llama_cpp_sys_2 as sys;
 /// stalled mid-run, or another protocol version).
 pub const EXIT_REMOTE_LOST: i32 = 5;
 
-/// How long the pre-flight connect to each host may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The RPC protocol version of this build (`ggml-rpc.h`).
 pub const PROTOCOL_VERSION: &str = "7.0.0";
+const PROTOCOL_MAJOR: u8 = 7;
+const PROTOCOL_MINOR: u8 = 0;
 
 // ggml-rpc.h is not in llama-cpp-sys-2's bindings; these are its declarations
 // for the version the crate bundles (0.1.161, protocol 7.0.0).
@@ -51,8 +52,19 @@ extern "C" {
 /// What can go wrong with RPC hosts.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
-    #[error("--rpc {0:?}: give HOST:PORT (e.g. 127.0.0.1:50052)")]
+    #[error("--rpc {0:?}: give IPv4 HOST:PORT (e.g. 127.0.0.1:50052), each host once")]
     BadAddress(String),
+    #[error(
+        "the RPC host {endpoint} speaks protocol {theirs}, this bmoe {ours}: run the same bmoe \
+         build on both sides"
+    )]
+    Version {
+        endpoint: String,
+        theirs: String,
+        ours: &'static str,
+    },
+    #[error("the RPC stall watchdog could not start: {0}")]
+    Watchdog(String),
     #[error(
         "cannot reach the RPC host {endpoint}: {reason}; start `bmoe rpc-server` there \
          (same bmoe version) or drop it from --rpc"
@@ -97,39 +109,27 @@ impl RpcHosts {
     }
 }
 
-/// `HOST:PORT` resolved (the first address).
-pub fn resolve(endpoint: &str) -> Result<SocketAddr, RpcError> {
-    let bad = || RpcError::BadAddress(endpoint.to_string());
-    let (_, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
-    port.parse::<u16>().map_err(|_| bad())?;
-    endpoint
-        .to_socket_addrs()
-        .map_err(|_| bad())?
-        .next()
-        .ok_or_else(bad)
-}
-
-/// Reach every host of `endpoints` (each checked with a TCP connect first, so
-/// a host that is down is refused with its address instead of ggml's abort),
-/// then register it with ggml's RPC client (its protocol handshake) and read
-/// its devices and their memory.
+/// Reach every host of `endpoints` (each resolved, connected and greeted
+/// by bmoe first, so a host that is down, busy, silent or of another
+/// version is refused with its address instead of ggml's abort or hang),
+/// then register it with ggml's RPC client and read its devices and their
+/// memory.
 pub fn connect(endpoints: &[String]) -> Result<RpcHosts, RpcError> {
-    let mut peers = Vec::with_capacity(endpoints.len());
+    let mut peers: Vec<SocketAddr> = Vec::with_capacity(endpoints.len());
     for e in endpoints {
-        let addr = resolve(e)?;
-        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|err| {
-            RpcError::Unreachable {
-                endpoint: e.clone(),
-                reason: err.to_string(),
-            }
-        })?;
-        peers.push(addr);
+        let addr = reach::resolve(e)?;
+        if peers.contains(&addr.into()) {
+            return Err(RpcError::BadAddress(e.clone()));
+        }
+        reach::greet(e, addr, reach::REACH_TIMEOUT)?;
+        peers.push(addr.into());
     }
     crate::llama::init_backend();
     arm_lost_host_exit();
     let mut devices = Vec::new();
-    for e in endpoints {
-        devices.extend(host_devices(e)?);
+    for p in &peers {
+        // ggml gets the address bmoe checked (the sockets then match `peers`).
+        devices.extend(host_devices(&p.to_string())?);
     }
     Ok(RpcHosts {
         endpoints: endpoints.to_vec(),
@@ -173,7 +173,7 @@ fn host_devices(endpoint: &str) -> Result<Vec<RpcDevice>, RpcError> {
 /// (`ggml_backend_rpc_start_server`): it returns only when it cannot listen or
 /// accept. `cache_dir` keeps large tensors clients sent, by hash.
 pub fn serve(endpoint: &str, cache_dir: Option<&str>, threads: u32) -> Result<(), RpcError> {
-    let addr = resolve(endpoint)?;
+    let addr = reach::resolve(endpoint)?;
     // ggml's server prints only "Failed to create server socket": bind here
     // first to say why (the listener is closed again before ggml binds).
     std::net::TcpListener::bind(addr).map_err(|e| RpcError::Listen {
@@ -271,17 +271,6 @@ mod tests {
             "Remote RPC server crashed"
         );
         assert_eq!(without_source_path("plain"), "plain");
-    }
-
-    #[test]
-    fn addresses_need_a_port() {
-        assert!(resolve("127.0.0.1:50052").is_ok());
-        for bad in ["127.0.0.1", "localhost:notaport", "", ":"] {
-            assert!(
-                matches!(resolve(bad), Err(RpcError::BadAddress(_))),
-                "{bad}"
-            );
-        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! A stalled RPC host: ggml's client waits for a reply with a blocking read
 //! and no timeout, so a host that stops answering (stopped, overloaded, a
 //! network that drops packets silently) would hang the run for good. The
-//! watchdog thread watches the bytes received from the hosts while a decode
-//! waits on them (its remote part, flagged by the engine's clock of it):
-//! none for `timeout` ends the run as a lost host
+//! watchdog thread watches the bytes to and from the hosts while the run
+//! waits on them (the load sending their layers; a decode's remote part,
+//! flagged by the engine's clock of it): none for `timeout` ends the run as
+//! a lost host
 //! ([`super::exit_lost`], exit [`super::EXIT_REMOTE_LOST`]). A host that
 //! dies closes its connection instead, which ggml's client meets at once.
 
@@ -29,15 +30,23 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Watch `peers` while `waiting` says a decode waits on them; `timeout`
-    /// without a received byte then ends the process.
-    pub fn start(waiting: Arc<AtomicBool>, peers: Vec<SocketAddr>, timeout: Duration) -> Self {
+    /// Watch `peers` while `waiting` says the run waits on them (a load
+    /// sending them their layers, a decode's remote part); `timeout` without
+    /// a byte moving either way then ends the process.
+    pub fn start(
+        waiting: Arc<AtomicBool>,
+        peers: Vec<SocketAddr>,
+        timeout: Duration,
+    ) -> Result<Self, super::RpcError> {
         let (stop, rx) = bounded(STOP_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("bmoe-rpc-watch".into())
             .spawn(move || watch(&waiting, &peers, timeout, &rx))
-            .ok();
-        Self { stop, thread }
+            .map_err(|e| super::RpcError::Watchdog(e.to_string()))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -93,7 +102,8 @@ impl StallClock {
 }
 
 fn watch(waiting: &AtomicBool, peers: &[SocketAddr], timeout: Duration, stop: &Receiver<()>) {
-    let mut clock = StallClock::new(bytes_to(peers).received, Instant::now());
+    let moved = || bytes_to(peers).total();
+    let mut clock = StallClock::new(moved(), Instant::now());
     loop {
         match stop.recv_timeout(TICK) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -108,7 +118,7 @@ fn watch(waiting: &AtomicBool, peers: &[SocketAddr], timeout: Duration, stop: &R
         ) {
             let hosts: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
             super::exit_lost(&format!(
-                "no reply from {} for {:.1} s while a decode waited on it (--rpc-timeout {})",
+                "no byte from or to {} for {:.1} s while the run waited on it (--rpc-timeout {})",
                 hosts.join(", "),
                 quiet.as_secs_f64(),
                 timeout.as_secs()
