@@ -172,14 +172,7 @@ pub fn rpc_split(l: &MoeLayout, blocks: u32) -> String {
     let one_host = l.routed_bytes_per_token();
     let mut split = l.clone();
     let r = split.hand_off(blocks).clone();
-    let held = match r.blocks {
-        0 => "the output layer".to_string(),
-        n => format!(
-            "layers {}..={} and the output layer",
-            r.first_block,
-            r.first_block + n - 1
-        ),
-    };
+    let held = r.held();
     let (embd, vocab) = l.ctx.as_ref().map_or((0, 0), |c| (c.n_embd, c.n_vocab));
     let mut s = String::new();
     let _ = writeln!(
@@ -235,24 +228,12 @@ mod tests {
         MoeLayout {
             arch: "x".into(),
             n_layer: 1,
-            n_layer_nextn: 0,
             n_expert,
             n_expert_used: 2,
             experts,
-            total_tensor_bytes: 0,
-            file_bytes: 0,
-            shards: Vec::new(),
             alignment: 32,
-            types: BTreeMap::new(),
             blocks_in_table: 1,
-            unknown_experts: Vec::new(),
-            ctx: None,
-            block_bytes: Default::default(),
-            output_bytes: 0,
-            embd_bytes: 0,
-            output_matrix: false,
-            remote: None,
-            hash_layers: 0,
+            ..MoeLayout::default()
         }
     }
 

@@ -334,7 +334,6 @@ pub(super) fn preamble(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::stream::StreamConfig;
@@ -343,24 +342,11 @@ mod tests {
         MoeLayout {
             arch: "llama".into(),
             n_layer: 30,
-            n_layer_nextn: 0,
             n_expert: 64,
             n_expert_used: 4,
-            hash_layers: 0,
-            experts: Vec::new(),
-            total_tensor_bytes: 0,
-            file_bytes: 0,
-            shards: Vec::new(),
             alignment: 4096,
-            types: BTreeMap::new(),
             blocks_in_table: 30,
-            unknown_experts: Vec::new(),
-            ctx: None,
-            block_bytes: BTreeMap::new(),
-            output_bytes: 0,
-            embd_bytes: 0,
-            output_matrix: false,
-            remote: None,
+            ..MoeLayout::default()
         }
     }
 

@@ -112,14 +112,7 @@ fn mib(b: u64) -> u64 {
 
 /// The summary's line on the split.
 fn note(share: &RemoteShare, hosts: &RpcHosts, blocks: u32) -> String {
-    let held = match share.blocks {
-        0 => "the output layer".to_string(),
-        n => format!(
-            "layers {}..={} and the output layer",
-            share.first_block,
-            share.first_block + n - 1
-        ),
-    };
+    let held = share.held();
     format!(
         "rpc: {held} on {} ({} MiB there, {} MiB reported free); {} of {blocks} layers stream here \
          ({:.1} MiB routed per token)",

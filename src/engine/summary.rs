@@ -351,7 +351,6 @@ fn gate_line(g: &crate::generate::GateStats) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     use super::*;
@@ -408,24 +407,11 @@ mod tests {
             layout: MoeLayout {
                 arch: "llama".into(),
                 n_layer: 2,
-                n_layer_nextn: 0,
                 n_expert: 8,
                 n_expert_used: 2,
-                hash_layers: 0,
-                experts: Vec::new(),
-                total_tensor_bytes: 0,
-                file_bytes: 0,
-                shards: Vec::new(),
                 alignment: 32,
-                types: BTreeMap::new(),
                 blocks_in_table: 2,
-                unknown_experts: Vec::new(),
-                ctx: None,
-                block_bytes: Default::default(),
-                output_bytes: 0,
-                embd_bytes: 0,
-                output_matrix: false,
-                remote: None,
+                ..MoeLayout::default()
             },
             done_line: String::new(),
             startup: crate::engine::Startup::default(),

@@ -70,6 +70,7 @@ const SHARD_ALIGN: u64 = 4096;
 
 /// The model seen as dense weights plus streamable expert slices.
 #[derive(Debug, Clone)]
+#[cfg_attr(test, derive(Default))]
 pub struct MoeLayout {
     pub arch: String,
     pub n_layer: u32,

@@ -20,6 +20,20 @@ pub struct RemoteShare {
     pub local_routed_bytes_per_token: u64,
 }
 
+impl RemoteShare {
+    /// What the hosts hold, in words.
+    pub fn held(&self) -> String {
+        match self.blocks {
+            0 => "the output layer".to_string(),
+            n => format!(
+                "layers {}..={} and the output layer",
+                self.first_block,
+                self.first_block + n - 1
+            ),
+        }
+    }
+}
+
 impl MoeLayout {
     /// Blocks in all (trunk + nextn): what llama.cpp's layer placement counts.
     pub fn blocks(&self) -> u32 {
@@ -104,24 +118,18 @@ pub(crate) mod tests {
         MoeLayout {
             arch: "llama".into(),
             n_layer: 2,
-            n_layer_nextn: 0,
             n_expert: 4,
             n_expert_used: 2,
-            hash_layers: 0,
             experts,
             total_tensor_bytes: 2700,
             file_bytes: 2800,
-            shards: Vec::new(),
             alignment: 32,
-            types: BTreeMap::new(),
             blocks_in_table: 2,
-            unknown_experts: Vec::new(),
-            ctx: None,
             block_bytes: BTreeMap::from([(0, 1000), (1, 1000)]),
             output_bytes: 300,
             embd_bytes: 400,
             output_matrix: true,
-            remote: None,
+            ..MoeLayout::default()
         }
     }
 

@@ -177,12 +177,15 @@ impl StreamHook {
         }
     }
 
-    /// Whether a layer (None: a node outside the layers) runs on this host.
-    fn is_local(&self, layer: Option<u32>) -> bool {
-        match (self.opts.remote_from, layer) {
-            (Some(first), Some(l)) => l < first,
-            _ => true,
-        }
+    /// Whether `layer` runs on this host (every layer does without `--rpc`).
+    fn is_local(&self, layer: u32) -> bool {
+        self.opts.remote_from.is_none_or(|first| layer < first)
+    }
+
+    /// Whether the node named `name` runs on this host: only `--rpc` parses
+    /// the name (a node outside the layers is local).
+    fn node_is_local(&self, name: &str) -> bool {
+        self.opts.remote_from.is_none() || node_layer(name).is_none_or(|l| self.is_local(l))
     }
 
     /// Record the first error (later ones are its consequences: logged at
@@ -200,7 +203,7 @@ impl StreamHook {
 
 impl EvalObserver for StreamHook {
     fn wants(&mut self, node: &NodeView<'_>) -> bool {
-        if !self.is_local(node_layer(node.name())) {
+        if !self.node_is_local(node.name()) {
             return false;
         }
         if self.opts.anon.is_some() {

@@ -141,7 +141,7 @@ impl StreamHook {
             true => self.predict_next(node, layer),
             false => self.whole_next_layer(layer),
         }
-        .filter(|_| self.is_local(Some(layer + 1)));
+        .filter(|_| self.is_local(layer + 1));
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
