@@ -286,3 +286,39 @@ pub fn e8k2_cli(prompt: &str, n: u32, extra: &[&str]) -> Output {
     args.extend_from_slice(extra);
     bmoe(&args)
 }
+
+/// The official API clients the serve tests drive the server with, at pinned
+/// versions. Every version's folder is made once per target directory by pip
+/// (`--target`), so the README's test command needs nothing installed by hand
+/// beyond Python 3 with pip.
+pub const PYTHON_CLIENTS: [&str; 2] = ["openai==3.63.0", "anthropic==2.17.0"];
+
+/// The folder holding [`PYTHON_CLIENTS`] (for `PYTHONPATH`), installed with
+/// pip on first use under a lock (one installer across test threads and
+/// processes; the folder appears only once pip has finished).
+pub fn python_clients() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = root.join(format!("py-clients-{}", PYTHON_CLIENTS.join("-")));
+        let _lock = bmoe::fixture::lock::BuildLock::acquire(&dir).expect("python clients lock");
+        if !dir.is_dir() {
+            let work = root.join(format!("py-clients-pip-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&work);
+            let o = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args(["--no-warn-script-location", "--target"])
+                .arg(&work)
+                .args(PYTHON_CLIENTS)
+                .output()
+                .expect("run python3 -m pip (the README's prerequisites: Python 3 with pip)");
+            assert!(
+                o.status.success(),
+                "pip could not install {PYTHON_CLIENTS:?} (needs PyPI the first time):\n{}",
+                stderr(&o)
+            );
+            std::fs::rename(&work, &dir).expect("move the python clients into place");
+        }
+        dir
+    })
+}
