@@ -6,10 +6,7 @@
 //! The boundary: the lab may use the engine (its layout, its memory facts,
 //! the flash actor's read probe, child `bmoe run` processes), never the other
 //! way. No module of the engine imports `lab`; only the binary's CLI and the
-//! tests do.
+//! tests do (checked by tests/integration/architecture.rs).
 
 pub mod bench;
 pub mod compare;
-
-#[cfg(test)]
-mod boundary;

@@ -306,7 +306,13 @@ pub fn python_clients() -> &'static Path {
             let work = root.join(format!("py-clients-pip-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&work);
             let o = Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(["--no-warn-script-location", "--target"])
                 .arg(&work)
                 .args(PYTHON_CLIENTS)
