@@ -29,6 +29,7 @@ pub mod rpc;
 pub mod run;
 pub mod sampling;
 pub mod serve;
+pub mod stream;
 pub mod trace;
 
 #[derive(Debug, Parser)]
@@ -254,46 +255,12 @@ pub struct RunArgs {
     /// each routed expert once), else in the fewest equal ones; capped by --ctx.
     #[arg(long, value_name = "N|auto", default_value = "auto")]
     pub ubatch: bmoe::engine::Ubatch,
-    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline).
-    #[arg(long, conflicts_with_all = ["moe_stream", "cache_mb", "io_threads", "no_odirect", "dense_weights", "overlap", "prefetch", "predict_prefetch", "drop_cold_experts"])]
+    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline);
+    /// refused beside any streaming flag.
+    #[arg(long, conflicts_with = "StreamArgs")]
     pub resident: bool,
-    /// Stream experts (the default for MoE models; an error for a dense model).
-    #[arg(long)]
-    pub moe_stream: bool,
-    /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
-    /// N keeps (layer, expert) slices within N MiB (evicted by --cache-policy), P% budgets P percent of the
-    /// model's expert bytes, auto sizes it from MemAvailable.
-    #[arg(long, value_name = "MIB|P%|auto", default_value = "auto")]
-    pub cache_mb: bmoe::stream::CacheSize,
-    /// Upper bound for --cache-mb auto, in MiB (default: what the host can spare).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=bmoe::stream::MAX_CACHE_MB))]
-    pub cache_ceil_mb: Option<u64>,
-    /// Expert reads kept in flight (io_uring queue depth).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub io_threads: u32,
-    /// Read experts through the page cache instead of O_DIRECT.
-    #[arg(long)]
-    pub no_odirect: bool,
-    /// Overlap expert reads with compute: wait for the down slices only after the
-    /// gate/up matmuls have run (byte-identical to serial).
-    #[arg(long)]
-    pub overlap: bool,
-    /// Temporal prefetch: after layer L is served, read on idle queue slots the
-    /// experts layers L+1..L+K used for the previous token (demands go first).
-    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
-    pub prefetch: u32,
-    /// Predictive prefetch: score layer L+1's router on layer L's MoE input and
-    /// read the experts it names early (lossless: the real routing is served).
-    #[arg(long)]
-    pub predict_prefetch: bool,
-    /// LOSSY: skip a routed expert when it is a cache miss and its router weight
-    /// is below F x (1/k); its weight is zeroed and the rest renormalized. 0 is off.
-    #[arg(long, value_name = "F", default_value_t = 0.0)]
-    pub drop_cold_experts: f32,
-    /// Testing only: read experts with pread through seeded faults, e.g.
-    /// `seed=1,eio=0.001,short=0.05,eagain=0.05,slow=0.01,slow_ms=5`.
-    #[arg(long, hide = true, value_name = "SPEC")]
-    pub inject_faults: Option<bmoe_actors::flash::FaultPlan>,
+    #[command(flatten)]
+    pub stream: stream::StreamArgs,
     /// Self-speculative decoding with n-gram drafts: the longest earlier match of
     /// the text's suffix proposes what followed it; the model verifies the drafts
     /// in one wider decode and keeps only tokens equal to its own argmax.
@@ -334,33 +301,12 @@ pub struct RunArgs {
     /// LOSSY: route each token to K experts instead of the model's count.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub n_expert_used: Option<u32>,
-    /// Which cached expert slot goes first when the cache is full: lru (least
-    /// recently used), lfu (least often used, counts aged) or cycle (longest
-    /// expected wait to its next use, from the fixed layer order and use counts).
-    /// `bmoe replay` compares them on a route trace (docs/cache.md).
-    #[arg(long, value_name = "POLICY", default_value = "cycle")]
-    pub cache_policy: bmoe_actors::cache::CachePolicy,
-    /// Write every verify decode's routing (layer, routed ids of each row) to
-    /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.
-    #[arg(long, value_name = "FILE")]
-    pub route_trace: Option<PathBuf>,
-    /// Start the expert cache warm: read the hottest experts of earlier runs
-    /// (a profile of their single-token routing) while the prompt is
-    /// prefilled, and fold this run's routing into the profile at the end.
-    /// auto: the profile kept for this model in the cache directory; FILE:
-    /// that profile (refused when it is another model's); off. Streaming with
-    /// a cache budget only; never changes the output (docs/cache.md).
-    #[arg(long, value_name = "auto|off|FILE", default_value = "off")]
-    pub cache_warm: bmoe::stream::WarmSource,
     /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
     /// Print one `BMOE_PROGRESS {json}` line per token on stdout (instead of the text).
     #[arg(long)]
     pub progress: bool,
-    /// What to do with the dense (non-expert) weights after load.
-    #[arg(long, value_enum, default_value_t = bmoe::stream::DenseMode::Warm)]
-    pub dense_weights: bmoe::stream::DenseMode,
     #[command(flatten)]
     pub rpc: rpc::RpcArgs,
 }

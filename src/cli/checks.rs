@@ -41,7 +41,7 @@ pub fn refuse_run_only(
         ("--chat", a.chat),
         ("--csv", a.csv.is_some()),
         ("--progress", a.progress),
-        ("--route-trace", a.route_trace.is_some()),
+        ("--route-trace", a.stream.route_trace.is_some()),
         ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
         ("--ignore-eos", a.ignore_eos),
         ("--show-prompt", a.show_prompt),
@@ -85,11 +85,12 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     args.sampling.params()?;
     args.sampling
         .check_speculation(args.uses_ngram() || args.uses_mtp())?;
-    if !(args.drop_cold_experts.is_finite() && (0.0..=1.0).contains(&args.drop_cold_experts)) {
+    let drop_cold = args.stream.drop_cold_experts;
+    if !(drop_cold.is_finite() && (0.0..=1.0).contains(&drop_cold)) {
         return Err(UsageError(format!(
             "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
              experts weighted below 0.75 x 1/k)",
-            args.drop_cold_experts
+            drop_cold
         )));
     }
     // Each source's own flags need that source (clap's `requires` accepts any
@@ -108,24 +109,10 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
             "--ngram-min-match needs --ngram or --spec ngram|auto".into(),
         ));
     }
-    if args.route_trace.is_some() && args.resident {
-        return Err(UsageError(
-            "--route-trace records the streamed experts' demands; with --resident nothing is \
-             streamed: drop one of them"
-                .into(),
-        ));
-    }
-    if args.route_trace.is_some() && args.uses_mtp() {
+    if args.stream.route_trace.is_some() && args.uses_mtp() {
         return Err(UsageError(
             "--route-trace records the verify decodes only, and with --mtp (or --spec mtp|auto) \
              the head's demands share the cache, so a replay would not match the run: drop one of them"
-                .into(),
-        ));
-    }
-    if args.cache_warm != bmoe::stream::WarmSource::Off && args.resident {
-        return Err(UsageError(
-            "--cache-warm fills the streamed experts' cache; with --resident there is none: \
-             drop one of them"
                 .into(),
         ));
     }

@@ -9,7 +9,6 @@ use bmoe::chat::ChatTemplate;
 use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
-use bmoe::stream::StreamConfig;
 
 use super::checks::{self, UsageError};
 use super::RunArgs;
@@ -63,10 +62,10 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
     if let Some(csv) = args.csv.as_deref() {
         checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(args))?;
     }
-    if let Some(t) = &args.route_trace {
+    if let Some(t) = &args.stream.route_trace {
         checks::refuse_output_over_input("--route-trace", t, &checks::run_inputs(args))?;
     }
-    if let bmoe::stream::WarmSource::File(f) = &args.cache_warm {
+    if let bmoe::stream::WarmSource::File(f) = &args.stream.cache_warm {
         checks::refuse_output_over_input("--cache-warm", f, &checks::run_inputs(args))?;
     }
     let prompt = match (&args.prompt, &args.file) {
@@ -111,7 +110,7 @@ pub(super) fn run_config(
         threads: args.threads.unwrap_or_else(llama::default_threads),
         n_ctx: args.ctx,
         mode: mode_of(args),
-        stream_explicit: args.moe_stream,
+        stream_explicit: args.stream.moe_stream,
         telemetry: bmoe_actors::telemetry::TelemetryConfig {
             csv: args.csv.clone(),
             progress: args.progress,
@@ -133,21 +132,7 @@ fn mode_of(args: &RunArgs) -> Mode {
     if args.resident {
         Mode::Resident
     } else {
-        Mode::Stream(StreamConfig {
-            cache: args.cache_mb,
-            cache_ceil_mb: args.cache_ceil_mb,
-            io_threads: args.io_threads,
-            o_direct: !args.no_odirect,
-            dense: args.dense_weights,
-            overlap: args.overlap,
-            prefetch: args.prefetch,
-            predict_prefetch: args.predict_prefetch,
-            drop_cold: args.drop_cold_experts,
-            faults: args.inject_faults.clone(),
-            policy: args.cache_policy,
-            route_trace: args.route_trace.clone(),
-            warm: args.cache_warm.clone(),
-        })
+        Mode::Stream(args.stream.config())
     }
 }
 

@@ -35,6 +35,17 @@ impl CacheSize {
     }
 }
 
+/// As `--cache-mb` takes it (`--help` shows the default so).
+impl std::fmt::Display for CacheSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheSize::Mib(mb) => write!(f, "{mb}"),
+            CacheSize::Percent(p) => write!(f, "{p}%"),
+            CacheSize::Auto => f.write_str("auto"),
+        }
+    }
+}
+
 impl std::str::FromStr for CacheSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -113,10 +124,12 @@ pub struct StreamConfig {
     pub warm: WarmSource,
 }
 
+/// The one source of the streaming defaults: `bmoe run`'s flags show and use
+/// these (`cli/stream.rs`), and so does everything else that streams.
 impl Default for StreamConfig {
     fn default() -> Self {
         Self {
-            cache: CacheSize::Mib(0),
+            cache: CacheSize::Auto,
             cache_ceil_mb: None,
             io_threads: 4,
             o_direct: true,

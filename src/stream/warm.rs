@@ -33,6 +33,17 @@ pub enum WarmSource {
     File(PathBuf),
 }
 
+/// As `--cache-warm` takes it (`--help` shows the default so).
+impl std::fmt::Display for WarmSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WarmSource::Off => f.write_str("off"),
+            WarmSource::Auto => f.write_str("auto"),
+            WarmSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
 impl std::str::FromStr for WarmSource {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

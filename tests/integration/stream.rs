@@ -204,6 +204,13 @@ fn streaming_flags_conflict_with_resident() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+    // The flags that a hand-kept list once left out are refused too, by name
+    // (the unit test cli::stream::tests covers every flag of the group).
+    for (flag, value) in [("--cache-policy", "lfu"), ("--cache-ceil-mb", "64")] {
+        let o = bmoe(&["run", "-p", "x", "--resident", flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
+        assert!(stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ impl Default for FlashConfig {
             request_capacity: 16,
             prefetch_layers: 0,
             prefetch_max_experts: 0,
-            policy: CachePolicy::Lru,
+            policy: CachePolicy::default(),
         }
     }
 }

@@ -1,0 +1,224 @@
+//! The streaming flags of `bmoe run` (and `chat`, `serve`), as one clap
+//! group: `--resident` conflicts with the group as a whole, so a flag added
+//! here is refused beside `--resident` without a list to keep. Every default
+//! is [`StreamConfig::default`]'s, shown by `--help` and used by a run.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use bmoe::stream::{CacheSize, DenseMode, StreamConfig, WarmSource};
+use bmoe_actors::cache::CachePolicy;
+
+/// The defaults, from their one source.
+fn defaults() -> StreamConfig {
+    StreamConfig::default()
+}
+
+/// How the routed experts are streamed (clap group `StreamArgs`).
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    /// Stream experts (the default for MoE models; an error for a dense model).
+    #[arg(long)]
+    pub moe_stream: bool,
+    /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
+    /// N keeps (layer, expert) slices within N MiB (evicted by --cache-policy), P% budgets P percent of the
+    /// model's expert bytes, auto sizes it from MemAvailable.
+    #[arg(long, value_name = "MIB|P%|auto", default_value_t = defaults().cache)]
+    pub cache_mb: CacheSize,
+    /// Upper bound for --cache-mb auto, in MiB (default: what the host can spare).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=bmoe::stream::MAX_CACHE_MB))]
+    pub cache_ceil_mb: Option<u64>,
+    /// Expert reads kept in flight (io_uring queue depth).
+    #[arg(long, default_value_t = defaults().io_threads, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub io_threads: u32,
+    /// Read experts through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    pub no_odirect: bool,
+    /// Overlap expert reads with compute: wait for the down slices only after the
+    /// gate/up matmuls have run (byte-identical to serial).
+    #[arg(long)]
+    pub overlap: bool,
+    /// Temporal prefetch: after layer L is served, read on idle queue slots the
+    /// experts layers L+1..L+K used for the previous token (demands go first).
+    #[arg(long, value_name = "K", default_value_t = defaults().prefetch, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub prefetch: u32,
+    /// Predictive prefetch: score layer L+1's router on layer L's MoE input and
+    /// read the experts it names early (lossless: the real routing is served).
+    #[arg(long)]
+    pub predict_prefetch: bool,
+    /// LOSSY: skip a routed expert when it is a cache miss and its router weight
+    /// is below F x (1/k); its weight is zeroed and the rest renormalized. 0 is off.
+    #[arg(long, value_name = "F", default_value_t = defaults().drop_cold)]
+    pub drop_cold_experts: f32,
+    /// Testing only: read experts with pread through seeded faults, e.g.
+    /// `seed=1,eio=0.001,short=0.05,eagain=0.05,slow=0.01,slow_ms=5`.
+    #[arg(long, hide = true, value_name = "SPEC")]
+    pub inject_faults: Option<bmoe_actors::flash::FaultPlan>,
+    /// Which cached expert slot goes first when the cache is full: lru (least
+    /// recently used), lfu (least often used, counts aged) or cycle (longest
+    /// expected wait to its next use, from the fixed layer order and use counts).
+    /// `bmoe replay` compares them on a route trace (docs/cache.md).
+    #[arg(long, value_name = "POLICY", default_value_t = defaults().policy)]
+    pub cache_policy: CachePolicy,
+    /// Write every verify decode's routing (layer, routed ids of each row) to
+    /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.
+    #[arg(long, value_name = "FILE")]
+    pub route_trace: Option<PathBuf>,
+    /// Start the expert cache warm: read the hottest experts of earlier runs
+    /// (a profile of their single-token routing) while the prompt is
+    /// prefilled, and fold this run's routing into the profile at the end.
+    /// auto: the profile kept for this model in the cache directory; FILE:
+    /// that profile (refused when it is another model's); off. Streaming with
+    /// a cache budget only; never changes the output (docs/cache.md).
+    #[arg(long, value_name = "auto|off|FILE", default_value_t = defaults().warm)]
+    pub cache_warm: WarmSource,
+    /// What to do with the dense (non-expert) weights after load.
+    #[arg(long, value_enum, default_value_t = defaults().dense)]
+    pub dense_weights: DenseMode,
+}
+
+impl StreamArgs {
+    /// The streaming settings these flags ask for.
+    pub fn config(&self) -> StreamConfig {
+        StreamConfig {
+            cache: self.cache_mb,
+            cache_ceil_mb: self.cache_ceil_mb,
+            io_threads: self.io_threads,
+            o_direct: !self.no_odirect,
+            dense: self.dense_weights,
+            overlap: self.overlap,
+            prefetch: self.prefetch,
+            predict_prefetch: self.predict_prefetch,
+            drop_cold: self.drop_cold_experts,
+            faults: self.inject_faults.clone(),
+            policy: self.cache_policy,
+            route_trace: self.route_trace.clone(),
+            warm: self.cache_warm.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+
+    /// `bmoe run`'s clap command.
+    fn run_command() -> clap::Command {
+        crate::cli::command()
+            .find_subcommand("run")
+            .expect("a run subcommand")
+            .clone()
+    }
+
+    /// The ids of the streaming group's flags.
+    fn group_ids() -> Vec<String> {
+        let run = run_command();
+        let group = run
+            .get_groups()
+            .find(|g| g.get_id() == "StreamArgs")
+            .expect("the StreamArgs group");
+        group.get_args().map(|a| a.to_string()).collect()
+    }
+
+    /// A value each flag of the group takes (None: a switch).
+    fn sample(id: &str) -> Option<&'static str> {
+        match id {
+            "cache_mb" => Some("64"),
+            "cache_ceil_mb" => Some("512"),
+            "io_threads" => Some("8"),
+            "prefetch" => Some("2"),
+            "drop_cold_experts" => Some("0.5"),
+            "inject_faults" => Some("seed=1,eio=0.001"),
+            "cache_policy" => Some("lfu"),
+            "route_trace" => Some("/tmp/t.bmrt"),
+            "cache_warm" => Some("auto"),
+            "dense_weights" => Some("anon"),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn resident_refuses_every_streaming_flag_by_name() {
+        let ids = group_ids();
+        assert!(
+            ids.len() >= 14,
+            "the group holds the streaming flags: {ids:?}"
+        );
+        let run = run_command();
+        for id in &ids {
+            let arg = run
+                .get_arguments()
+                .find(|a| a.get_id() == id.as_str())
+                .expect("the group's flag");
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            let mut argv = vec!["bmoe", "run", "-p", "x", "--resident", flag.as_str()];
+            let takes_value = arg.get_action().takes_values();
+            if takes_value {
+                argv.push(sample(id).unwrap_or_else(|| panic!("a sample value for {id}")));
+            }
+            let err = crate::cli::command()
+                .try_get_matches_from(&argv)
+                .expect_err(&format!("--resident {flag} is refused"));
+            assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{flag}: {err}");
+            assert_eq!(err.exit_code(), 2, "{flag}");
+            let text = err.to_string();
+            assert!(text.contains(&flag), "{flag} named: {text}");
+            // Without --resident the same flag is taken.
+            argv.retain(|a| *a != "--resident");
+            crate::cli::command()
+                .try_get_matches_from(&argv)
+                .unwrap_or_else(|e| panic!("{argv:?} is taken: {e}"));
+        }
+    }
+
+    #[test]
+    fn the_help_defaults_are_what_a_run_uses() {
+        use clap::FromArgMatches;
+        let m = crate::cli::command()
+            .try_get_matches_from(["bmoe", "run", "-p", "x"])
+            .expect("a plain run parses");
+        let cli = crate::cli::Cli::from_arg_matches(&m).expect("the arguments");
+        let crate::cli::Command::Run(args) = cli.command else {
+            panic!("a run")
+        };
+        let resolved = format!("{:?}", args.stream.config());
+        let default = format!("{:?}", bmoe::stream::StreamConfig::default());
+        assert_eq!(
+            resolved, default,
+            "a run without flags streams with the defaults"
+        );
+        // Each default the help text shows is the one source's, by name.
+        let d = bmoe::stream::StreamConfig::default();
+        let expect = [
+            ("cache_mb", d.cache.to_string()),
+            ("io_threads", d.io_threads.to_string()),
+            ("prefetch", d.prefetch.to_string()),
+            ("drop_cold_experts", d.drop_cold.to_string()),
+            ("cache_policy", d.policy.to_string()),
+            ("cache_warm", d.warm.to_string()),
+            ("dense_weights", "warm".to_string()),
+        ];
+        let run = run_command();
+        for (id, want) in expect {
+            let arg = run.get_arguments().find(|a| a.get_id() == id).expect(id);
+            let shown: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(shown, vec![want], "--help's default of {id}");
+        }
+        assert_eq!(d.cache, bmoe::stream::CacheSize::Auto, "docs: auto");
+        assert_eq!(
+            d.policy,
+            bmoe_actors::cache::CachePolicy::Cycle,
+            "docs: cycle"
+        );
+        assert_eq!(
+            bmoe_actors::flash::FlashConfig::default().policy,
+            d.policy,
+            "the flash actor's default policy is the same"
+        );
+    }
+}
