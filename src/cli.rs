@@ -106,7 +106,7 @@ pub enum Command {
         model: PathBuf,
         #[arg(long)]
         n_expert_used: u32,
-        #[arg(short = 'c', long, default_value_t = 2048)]
+        #[arg(short = 'c', long, default_value_t = bmoe::engine::DEFAULT_N_CTX)]
         ctx: u32,
     },
 }
@@ -222,7 +222,7 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub file: Option<PathBuf>,
     /// Tokens to generate (at least 1).
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(short = 'n', long = "n-predict", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
     pub n_predict: u32,
     #[command(flatten)]
     pub sampling: sampling::SamplingArgs,
@@ -248,7 +248,7 @@ pub struct RunArgs {
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
     /// Context size in tokens (llama.cpp rounds it up to a multiple of 256).
-    #[arg(short = 'c', long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
+    #[arg(short = 'c', long = "ctx", default_value_t = bmoe::engine::DEFAULT_N_CTX, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx: u32,
     /// The prompt's micro-batch in tokens (16..=8192): auto runs the whole prompt
     /// as one micro-batch when its compute buffers fit (so a streamed prompt reads
@@ -292,7 +292,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "auto|ngram|mtp|off")]
     pub spec: Option<SpecSource>,
     /// Draft width: tokens verified per decode with speculation (1..=8).
-    #[arg(long, value_name = "N", default_value_t = 3, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
+    #[arg(long, value_name = "N", default_value_t = bmoe::engine::DEFAULT_DRAFT, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
     pub draft: u32,
     /// Shortest suffix match that may draft with --ngram.
     /// Default 3.

@@ -8,7 +8,6 @@ use clap::Parser as _;
 use bmoe::engine::{self, Mode, RunConfig};
 use bmoe::fixture;
 use bmoe::layout::MoeLayout;
-use bmoe::llama;
 
 use super::checks::{self, UsageError};
 use super::{BenchArgs, Cli, Command, ProbeArgs};
@@ -242,31 +241,13 @@ fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
 
 /// The compute bound: a resident decode (no reads, no memory pressure).
 fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
-    let cfg = RunConfig {
-        model: model.to_path_buf(),
-        prompt: bmoe::lab::bench::WORKLOADS[0].1.to_string(),
-        chat: false,
-        chat_template: None,
-        n_predict: args.resident_tokens.max(2),
-        ignore_eos: true,
-        threads: llama::default_threads(),
-        n_ctx: 2048,
-        mode: Mode::Resident,
-        stream_explicit: false,
-        telemetry: bmoe_actors::telemetry::TelemetryConfig {
-            csv: None,
-            progress: false,
-            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
-        },
-        n_expert_used: None,
-        speculation: engine::Speculation::Off,
-        draft_max: 0,
-        spec_gate: false,
-        ubatch: engine::Ubatch::Auto,
-        sampling: Default::default(),
-        stop: Vec::new(),
-        rpc: None,
-    };
+    let mut cfg = RunConfig::new(
+        model.to_path_buf(),
+        bmoe::lab::bench::WORKLOADS[0].1.to_string(),
+    );
+    cfg.n_predict = args.resident_tokens.max(2);
+    cfg.ignore_eos = true;
+    cfg.mode = Mode::Resident;
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::lab::bench::warm_page_cache(model)
         .with_context(|| format!("read {} to warm the page cache", model.display()))?;

@@ -100,31 +100,28 @@ pub(super) fn run_config(
     prompt: String,
 ) -> Result<RunConfig, UsageError> {
     let sampling = args.sampling.params()?;
-    Ok(RunConfig {
-        model,
-        prompt,
-        chat: args.chat,
-        chat_template: template_file(args)?,
-        n_predict: args.n_predict,
-        ignore_eos: args.ignore_eos,
-        threads: args.threads.unwrap_or_else(llama::default_threads),
-        n_ctx: args.ctx,
-        mode: mode_of(args),
-        stream_explicit: args.stream.moe_stream,
-        telemetry: bmoe_actors::telemetry::TelemetryConfig {
-            csv: args.csv.clone(),
-            progress: args.progress,
-            channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
-        },
-        n_expert_used: args.n_expert_used,
-        speculation: speculation_of(args),
-        draft_max: args.draft,
-        spec_gate: args.spec.is_some(),
-        ubatch: args.ubatch,
-        sampling,
-        stop: args.sampling.stop.clone(),
-        rpc: args.rpc.config(),
-    })
+    let mut cfg = RunConfig::new(model, prompt);
+    cfg.chat = args.chat;
+    cfg.chat_template = template_file(args)?;
+    cfg.n_predict = args.n_predict;
+    cfg.ignore_eos = args.ignore_eos;
+    if let Some(t) = args.threads {
+        cfg.threads = t;
+    }
+    cfg.n_ctx = args.ctx;
+    cfg.mode = mode_of(args);
+    cfg.stream_explicit = args.stream.moe_stream;
+    cfg.telemetry.csv = args.csv.clone();
+    cfg.telemetry.progress = args.progress;
+    cfg.n_expert_used = args.n_expert_used;
+    cfg.speculation = speculation_of(args);
+    cfg.draft_max = args.draft;
+    cfg.spec_gate = args.spec.is_some();
+    cfg.ubatch = args.ubatch;
+    cfg.sampling = sampling;
+    cfg.stop = args.sampling.stop.clone();
+    cfg.rpc = args.rpc.config();
+    Ok(cfg)
 }
 
 /// Resident, or streamed with the cache and I/O flags.
@@ -237,4 +234,25 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
     bmoe::stdio::out(&text)?;
     bmoe::say!("({tokens} prompt tokens)");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// `bmoe run -p x` with no other flag runs [`RunConfig::new`]'s defaults:
+    /// the numbers `--help` shows are the engine's own.
+    #[test]
+    fn a_run_without_flags_is_the_engines_default_run() {
+        use clap::FromArgMatches;
+        let m = crate::cli::command()
+            .try_get_matches_from(["bmoe", "run", "-p", "x"])
+            .expect("a plain run parses");
+        let cli = crate::cli::Cli::from_arg_matches(&m).expect("the arguments");
+        let crate::cli::Command::Run(args) = cli.command else {
+            panic!("a run")
+        };
+        let model = std::path::PathBuf::from("m.gguf");
+        let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
+        let default = super::RunConfig::new(model, "x".into());
+        assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
+    }
 }

@@ -15,6 +15,12 @@ use crate::stream::{StreamError, Streamer};
 pub const MTP_UBATCH: u32 = 32;
 /// The widest `--draft`.
 pub const MAX_DRAFT: u32 = 8;
+/// `-n`'s default: tokens to generate.
+pub const DEFAULT_N_PREDICT: u32 = 128;
+/// `-c`'s default: the context size in tokens.
+pub const DEFAULT_N_CTX: u32 = 2048;
+/// `--draft`'s default: drafts verified per decode with speculation.
+pub const DEFAULT_DRAFT: u32 = 3;
 /// The target context's logical and physical batch.
 pub const TARGET_UBATCH: u32 = 512;
 // A verify batch ([last, d1..dN]) must fit one ubatch of each context, and a
@@ -133,6 +139,40 @@ pub struct RunConfig {
     pub stop: Vec<String>,
     /// `--rpc`: the last layers on llama.cpp RPC hosts.
     pub rpc: Option<super::rpc::RpcConfig>,
+}
+
+impl RunConfig {
+    /// A run of `prompt` on `model` with every other setting at its default
+    /// (the defaults `bmoe run`'s flags show): streamed with
+    /// [`crate::stream::StreamConfig::default`], greedy, no speculation, all
+    /// cores. Callers set the fields they change.
+    pub fn new(model: PathBuf, prompt: String) -> Self {
+        RunConfig {
+            model,
+            prompt,
+            chat: false,
+            chat_template: None,
+            n_predict: DEFAULT_N_PREDICT,
+            ignore_eos: false,
+            threads: crate::llama::default_threads(),
+            n_ctx: DEFAULT_N_CTX,
+            mode: Mode::Stream(crate::stream::StreamConfig::default()),
+            stream_explicit: false,
+            telemetry: TelemetryConfig {
+                csv: None,
+                progress: false,
+                channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+            },
+            n_expert_used: None,
+            speculation: Speculation::Off,
+            draft_max: DEFAULT_DRAFT,
+            spec_gate: false,
+            ubatch: super::Ubatch::Auto,
+            sampling: Default::default(),
+            stop: Vec::new(),
+            rpc: None,
+        }
+    }
 }
 
 impl RunConfig {
@@ -352,25 +392,15 @@ mod tests {
 
     fn config(mode: Mode) -> RunConfig {
         RunConfig {
-            model: PathBuf::from("m.gguf"),
-            prompt: "hi".into(),
-            chat: false,
-            chat_template: None,
             n_predict: 16,
             ignore_eos: true,
             threads: 2,
             n_ctx: 512,
             mode,
-            stream_explicit: false,
             telemetry: TelemetryConfig::default(),
-            n_expert_used: None,
             speculation: Speculation::Ngram { min_match: 3 },
             draft_max: 4,
-            spec_gate: false,
-            sampling: Default::default(),
-            stop: Vec::new(),
-            rpc: None,
-            ubatch: super::super::Ubatch::Auto,
+            ..RunConfig::new(PathBuf::from("m.gguf"), "hi".into())
         }
     }
 

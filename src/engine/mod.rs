@@ -27,7 +27,10 @@ mod startup;
 mod summary;
 use assemble::{Loaded, Prompt};
 use config::preamble;
-pub use config::{RunConfig, Speculation, MAX_DRAFT, MTP_UBATCH, TARGET_UBATCH};
+pub use config::{
+    RunConfig, Speculation, DEFAULT_DRAFT, DEFAULT_N_CTX, DEFAULT_N_PREDICT, MAX_DRAFT, MTP_UBATCH,
+    TARGET_UBATCH,
+};
 pub use mode::Mode;
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
 pub use rpc::{RpcConfig, RpcLayers, DEFAULT_RPC_TIMEOUT};

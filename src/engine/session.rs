@@ -94,10 +94,8 @@ impl Session {
     /// [`Self::open`] with a context of `n_seq` sequences, each of `-c`
     /// positions, for generations side by side ([`generate::Multi`]).
     pub(crate) fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
-        let cfg = RunConfig {
-            speculation: Speculation::Off,
-            ..cfg.clone()
-        };
+        let mut cfg = cfg.clone();
+        cfg.speculation = Speculation::Off;
         let Assembly { ctx, mut loaded } = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
         loaded.settle(false)?;
         let Loaded {

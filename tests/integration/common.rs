@@ -242,27 +242,12 @@ pub const PROSE: &str = "Once upon a time, in a small village by the sea, there 
 
 /// A library run of E8K2 on the prose prompt (2 threads, 512 context).
 pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig {
-    bmoe::engine::RunConfig {
-        model: e8k2().to_path_buf(),
-        prompt: PROSE.into(),
-        chat: false,
-        chat_template: None,
-        n_predict: n,
-        ignore_eos: false,
-        threads: 2,
-        n_ctx: 512,
-        mode,
-        stream_explicit: false,
-        telemetry: Default::default(),
-        n_expert_used: None,
-        speculation: bmoe::engine::Speculation::Off,
-        draft_max: 0,
-        spec_gate: false,
-        ubatch: bmoe::engine::Ubatch::Auto,
-        sampling: Default::default(),
-        stop: Vec::new(),
-        rpc: None,
-    }
+    let mut cfg = bmoe::engine::RunConfig::new(e8k2().to_path_buf(), PROSE.into());
+    cfg.n_predict = n;
+    cfg.threads = 2;
+    cfg.n_ctx = 512;
+    cfg.mode = mode;
+    cfg
 }
 
 /// Run [`e8k2_config`] through the engine.

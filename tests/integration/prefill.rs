@@ -13,11 +13,9 @@ use crate::common::{e8k2_cli, e8k2_config, stderr};
 const PROMPT: &str = include_str!("../../benches/workloads/copy.txt");
 
 fn run(mode: Mode, ubatch: Ubatch) -> RunReport {
-    let cfg = bmoe::engine::RunConfig {
-        prompt: PROMPT.into(),
-        ubatch,
-        ..e8k2_config(mode, 4)
-    };
+    let mut cfg = e8k2_config(mode, 4);
+    cfg.prompt = PROMPT.into();
+    cfg.ubatch = ubatch;
     bmoe::engine::run(&cfg, |_| {}).expect("run")
 }
 
