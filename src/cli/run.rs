@@ -114,9 +114,11 @@ pub(super) fn run_config(
     cfg.telemetry.csv = args.csv.clone();
     cfg.telemetry.progress = args.progress;
     cfg.n_expert_used = args.n_expert_used;
-    cfg.speculation = speculation_of(args);
-    cfg.draft_max = args.draft;
-    cfg.spec_gate = args.spec.is_some();
+    cfg.speculation = engine::SpecConfig {
+        source: speculation_of(args),
+        draft_max: args.draft,
+        gated: args.spec.is_some(),
+    };
     cfg.ubatch = args.ubatch;
     cfg.sampling = sampling;
     cfg.stop = args.sampling.stop.clone();

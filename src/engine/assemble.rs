@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::prefill::{choose_ubatch, PrefillFacts};
 use super::Startup;
-use super::{EngineError, Mode, RunConfig, Speculation, MTP_UBATCH, TARGET_UBATCH};
+use super::{EngineError, Mode, RunConfig, MTP_UBATCH, TARGET_UBATCH};
 use crate::chat::ChatTemplate;
 use crate::draft::MtpActorConfig;
 use crate::generate;
@@ -142,7 +142,7 @@ impl Loaded {
     /// head's experts stream too (requester Draft), and its dense weights
     /// share the verify hook's anonymous copies.
     pub(super) fn mtp_config(&mut self) -> Option<MtpActorConfig> {
-        let (p_min, predemand) = self.cfg.speculation.head()?;
+        let (p_min, predemand) = self.cfg.speculation.source.head()?;
         let anon = self.anon.take();
         Some(MtpActorConfig {
             model: self.model.clone(),
@@ -150,7 +150,7 @@ impl Loaded {
             n_threads: self.cfg.threads,
             n_ubatch: MTP_UBATCH,
             n_batch: self.prefill.ubatch,
-            draft_max: self.cfg.draft_max as usize,
+            draft_max: self.cfg.speculation.draft_max as usize,
             p_min,
             hook: self.backend.streamer().map(|s| s.draft_hook_parts(anon)),
             predemand,
@@ -283,7 +283,7 @@ pub(super) fn load_model(
     };
     let params = ModelParams {
         use_mmap: true,
-        load_mtp: cfg.speculation.head().is_some(),
+        load_mtp: cfg.speculation.source.head().is_some(),
         int_overrides,
         unpopulated,
         vocab_only: false,
@@ -307,7 +307,7 @@ pub(super) fn target_context(
     notes: &mut Vec<String>,
     remote: Option<(u32, Vec<std::net::SocketAddr>, Arc<AtomicBool>)>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
-    let speculating = cfg.speculation != Speculation::Off;
+    let speculating = cfg.speculation.is_on();
     let mut params = ContextParams {
         n_ctx: cfg.n_ctx,
         n_batch: ubatch,
@@ -315,7 +315,11 @@ pub(super) fn target_context(
         n_threads: cfg.threads,
         // Recurrent-state snapshots so a hybrid model can roll back rejected
         // drafts (clamped to 0 by llama.cpp on archs that need none).
-        n_rs_seq: if speculating { cfg.draft_max } else { 0 },
+        n_rs_seq: if speculating {
+            cfg.speculation.draft_max
+        } else {
+            0
+        },
         n_seq,
         abort: Some(abort.clone()),
         ..ContextParams::default()
@@ -388,7 +392,7 @@ fn check_context(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32) -> Result<(), 
         n_ctx: u64::from(cfg.n_ctx),
         n_seq: u64::from(n_seq),
         ubatch: u64::from(ubatch),
-        draft_ubatch: cfg.speculation.head().map(|_| u64::from(MTP_UBATCH)),
+        draft_ubatch: cfg.speculation.source.head().map(|_| u64::from(MTP_UBATCH)),
     };
     super::ctx_check::check_model(layout.ctx.as_ref(), ask)
         .map_err(|e| EngineError::Config(e.to_string()))

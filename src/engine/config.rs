@@ -104,6 +104,46 @@ impl Speculation {
     }
 }
 
+/// Speculation's settings, together: where drafts come from, how many a
+/// decode verifies, and whether the gate chooses that number each step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpecConfig {
+    pub source: Speculation,
+    /// `--draft`: drafts verified per decode (the most, when gated).
+    pub draft_max: u32,
+    /// `--spec`: the speculation gate chooses each step how many drafts to
+    /// verify (bmoe-actors `spec_gate`); `--ngram`/`--mtp` verify them all.
+    /// `--spec auto` mixes its sources through the gate, so is always gated.
+    pub gated: bool,
+}
+
+impl Default for SpecConfig {
+    /// No speculation, `--draft`'s default width kept for when it is turned on.
+    fn default() -> Self {
+        SpecConfig {
+            source: Speculation::Off,
+            draft_max: DEFAULT_DRAFT,
+            gated: false,
+        }
+    }
+}
+
+impl SpecConfig {
+    /// Whether drafts are made at all.
+    pub fn is_on(&self) -> bool {
+        self.source != Speculation::Off
+    }
+
+    /// Drafts verified per decode at most: 0 without speculation.
+    pub fn width(&self) -> u32 {
+        if self.is_on() {
+            self.draft_max
+        } else {
+            0
+        }
+    }
+}
+
 /// Everything `bmoe run` settles before generating.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -125,12 +165,9 @@ pub struct RunConfig {
     /// `--n-expert-used K`: route each token to K experts instead of the
     /// model's own count (lossy unless K equals it).
     pub n_expert_used: Option<u32>,
-    /// Draft source (`--ngram`), and the verify batch's draft width (`--draft`).
-    pub speculation: Speculation,
-    pub draft_max: u32,
-    /// `--spec`: the speculation gate chooses each step how many drafts to
-    /// verify (bmoe-actors `spec_gate`); `--ngram`/`--mtp` verify them all.
-    pub spec_gate: bool,
+    /// Speculation: the draft source, width and gate (`--ngram`, `--mtp`,
+    /// `--spec`, `--draft`).
+    pub speculation: SpecConfig,
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
     pub ubatch: super::Ubatch,
     /// `--temp` and the other sampling flags (greedy by default).
@@ -164,9 +201,7 @@ impl RunConfig {
                 channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
             },
             n_expert_used: None,
-            speculation: Speculation::Off,
-            draft_max: DEFAULT_DRAFT,
-            spec_gate: false,
+            speculation: SpecConfig::default(),
             ubatch: super::Ubatch::Auto,
             sampling: Default::default(),
             stop: Vec::new(),
@@ -180,7 +215,10 @@ impl RunConfig {
     /// the MTP head only where the model has one.
     pub(crate) fn for_model(&self, layout: &MoeLayout) -> RunConfig {
         RunConfig {
-            speculation: self.speculation.for_model(layout),
+            speculation: SpecConfig {
+                source: self.speculation.source.for_model(layout),
+                ..self.speculation
+            },
             ..self.clone()
         }
     }
@@ -253,13 +291,13 @@ impl RunConfig {
                 )));
             }
         }
-        if let Speculation::Auto { head: false, .. } = self.speculation {
+        if let Speculation::Auto { head: false, .. } = self.speculation.source {
             notes.push(format!(
                 "--spec auto: {} has no MTP head, so every draft comes from the n-gram matcher",
                 self.model.display()
             ));
         }
-        if let Some((p_min, _)) = self.speculation.head() {
+        if let Some((p_min, _)) = self.speculation.source.head() {
             if layout.n_layer_nextn == 0 {
                 return Err(EngineError::Config(format!(
                     "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
@@ -351,17 +389,13 @@ pub(super) fn preamble(
     kv("predict_prefetch", (predict as u8).to_string());
     kv("drop_cold_frac", drop.to_string());
     kv("lossy", (cfg.lossy(layout) as u8).to_string());
-    kv("spec", cfg.speculation.name().into());
-    let gated = cfg.spec_gate && cfg.speculation != Speculation::Off;
+    kv("spec", cfg.speculation.source.name().into());
+    let gated = cfg.speculation.gated && cfg.speculation.is_on();
     kv("spec_gate", (gated as u8).to_string());
     kv("temp", cfg.sampling.temperature.to_string());
     kv("seed", cfg.sampling.seed.to_string());
-    let s = cfg.speculation;
-    let draft_max = if s == Speculation::Off {
-        0
-    } else {
-        cfg.draft_max
-    };
+    let s = cfg.speculation.source;
+    let draft_max = cfg.speculation.width();
     let min_match = s.ngram().unwrap_or(0);
     let (p_min, predemand) = s.head().unwrap_or((0.0, false));
     kv("spec_draft_max", draft_max.to_string());
@@ -398,8 +432,11 @@ mod tests {
             n_ctx: 512,
             mode,
             telemetry: TelemetryConfig::default(),
-            speculation: Speculation::Ngram { min_match: 3 },
-            draft_max: 4,
+            speculation: SpecConfig {
+                source: Speculation::Ngram { min_match: 3 },
+                draft_max: 4,
+                gated: false,
+            },
             ..RunConfig::new(PathBuf::from("m.gguf"), "hi".into())
         }
     }

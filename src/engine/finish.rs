@@ -11,7 +11,7 @@ use bmoe_actors::telemetry::{json_object, Telemetry};
 use super::assemble::{Assembly, Backend, Loaded};
 use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
-use super::{EngineError, Metered, PrefetchReport, RunReport};
+use super::{EngineError, Metered, PrefetchReport, RunReport, SpecConfig};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
 use crate::stream::memory;
@@ -231,8 +231,10 @@ pub(super) fn report(
     Ok(RunReport {
         generation,
         decode_span: m.decode_span,
-        speculation: a.cfg.speculation,
-        draft_max: a.cfg.draft_max,
+        speculation: SpecConfig {
+            draft_max: a.cfg.speculation.width(),
+            ..a.cfg.speculation
+        },
         head_read_bytes: closing.split.head,
         verify_read_bytes: closing.split.verify,
         head: ended.head,

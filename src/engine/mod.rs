@@ -28,8 +28,8 @@ mod summary;
 use assemble::{Loaded, Prompt};
 use config::preamble;
 pub use config::{
-    RunConfig, Speculation, DEFAULT_DRAFT, DEFAULT_N_CTX, DEFAULT_N_PREDICT, MAX_DRAFT, MTP_UBATCH,
-    TARGET_UBATCH,
+    RunConfig, SpecConfig, Speculation, DEFAULT_DRAFT, DEFAULT_N_CTX, DEFAULT_N_PREDICT, MAX_DRAFT,
+    MTP_UBATCH, TARGET_UBATCH,
 };
 pub use mode::Mode;
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
@@ -102,8 +102,7 @@ pub struct RunReport {
     /// From the first token to the last (see [`decode_rate`]).
     pub(crate) decode_span: Duration,
     /// The draft source and width (`Off` and 0 without speculation).
-    pub(crate) speculation: Speculation,
-    pub(crate) draft_max: u32,
+    pub(crate) speculation: SpecConfig,
     /// Streamed bytes read for the MTP head's passes and for the verify decodes.
     pub(crate) head_read_bytes: u64,
     pub(crate) verify_read_bytes: u64,
@@ -279,14 +278,10 @@ fn generate_metered<'t>(
     memory::reset_peak_rss();
     let kernel_read_bytes_before = memory::io_read_bytes();
     let mut rows = Vec::new();
-    let mut sink = Sink::new(
-        on_text,
-        &mut rows,
-        telemetry,
-        cfg.speculation != Speculation::Off,
-    );
+    let mut sink = Sink::new(on_text, &mut rows, telemetry, cfg.speculation.is_on());
     let mut ngram = cfg
         .speculation
+        .source
         .ngram()
         .map(|m| generate::NgramDrafter::new(m as usize));
     let t0 = Instant::now();
@@ -298,7 +293,7 @@ fn generate_metered<'t>(
         n_batch: ubatch as usize,
         sampling: cfg.sampling.clone(),
         stop: cfg.stop.clone(),
-        draft_max: cfg.draft_max as usize,
+        draft_max: cfg.speculation.draft_max as usize,
         cached: 0,
         special_text: false,
     };
@@ -306,10 +301,10 @@ fn generate_metered<'t>(
         generate::generate_opts(target, tokens, &opts, &mut sink, d)
     };
     let res = match gated_sources(ngram.as_mut(), mtp) {
-        Some(generate::Sources::One(d, _)) if !cfg.spec_gate => run(Some(d)),
+        Some(generate::Sources::One(d, _)) if !cfg.speculation.gated => run(Some(d)),
         // `--spec auto` mixes its sources through the gate, so it is always gated.
         Some(sources) => {
-            let mut g = generate::GatedDrafter::new(sources, cfg.draft_max as usize);
+            let mut g = generate::GatedDrafter::new(sources, cfg.speculation.draft_max as usize);
             run(Some(&mut g)).map(|mut r| {
                 r.spec.gate = Some(g.stats);
                 r

@@ -68,7 +68,7 @@ pub(super) fn attach(
     notes: &mut Vec<String>,
 ) -> Result<Option<RpcRun>, EngineError> {
     let Some(rc) = &cfg.rpc else { return Ok(None) };
-    if cfg.speculation.head().is_some() {
+    if cfg.speculation.source.head().is_some() {
         return Err(EngineError::Config(
             "--rpc with --mtp: the MTP head's layer would sit on an RPC host, which bmoe does \
              not support; drop one of them"

@@ -95,7 +95,7 @@ impl Session {
     /// positions, for generations side by side ([`generate::Multi`]).
     pub(crate) fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
         let mut cfg = cfg.clone();
-        cfg.speculation = Speculation::Off;
+        cfg.speculation.source = Speculation::Off;
         let Assembly { ctx, mut loaded } = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
         loaded.settle(false)?;
         let Loaded {

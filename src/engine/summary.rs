@@ -2,7 +2,7 @@
 //! [`RunReport`], one per line family (generation, moe-*, speculation).
 
 use super::report::mean;
-use super::{Mode, RunReport, Speculation, TokenRow};
+use super::{Mode, RunReport, TokenRow};
 use crate::generate::{SpecStats, StopReason};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -30,7 +30,7 @@ impl RunReport {
         }
         v.extend(self.drop_line());
         v.extend(self.rpc_line());
-        if self.speculation != Speculation::Off {
+        if self.speculation.is_on() {
             v.extend(self.speculation_lines());
         }
         v.push(self.prefill.line());
@@ -132,7 +132,7 @@ impl RunReport {
         let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
         let mut in_warm = false;
         for r in self.decode_rows() {
-            if self.speculation == Speculation::Off || r.mtp_batch > 0 {
+            if !self.speculation.is_on() || r.mtp_batch > 0 {
                 decodes += 1;
                 in_warm = r.misses == 0;
                 if in_warm {
@@ -250,12 +250,12 @@ impl RunReport {
         let emitted = self.decode_rows().count() as f64;
         let rate = |ms: f64| if ms > 0.0 { emitted * 1e3 / ms } else { 0.0 };
         let (reported, effective) = (rate(decode_ms), rate(decode_ms + draft_ms));
-        let name = self.speculation.name();
+        let name = self.speculation.source.name();
         let mut v = vec![
             format!(
                 "{name}: draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
                  decode ({} tokens / {} decodes), drafted on {} of {} steps",
-                self.draft_max,
+                self.speculation.draft_max,
                 if sp.drafted > 0 {
                     sp.accepted as f64 * 100.0 / sp.drafted as f64
                 } else {
@@ -279,7 +279,7 @@ impl RunReport {
             ),
         ];
         v.extend(sp.gate.map(|g| gate_line(&g)));
-        if self.mode == Mode::Stream(()) && self.speculation.head().is_some() {
+        if self.mode == Mode::Stream(()) && self.speculation.source.head().is_some() {
             v.extend(self.mtp_stream_lines(sp));
         }
         v
@@ -354,7 +354,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::PrefetchReport;
+    use crate::engine::{PrefetchReport, SpecConfig};
     use crate::generate::Generation;
     use crate::layout::MoeLayout;
 
@@ -380,8 +380,10 @@ mod tests {
                 spec: SpecStats::default(),
             },
             decode_span: Duration::from_millis(200),
-            speculation: Speculation::Off,
-            draft_max: 0,
+            speculation: SpecConfig {
+                draft_max: 0,
+                ..SpecConfig::default()
+            },
             head_read_bytes: 0,
             verify_read_bytes: 0,
             head: Default::default(),
