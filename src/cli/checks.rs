@@ -311,3 +311,35 @@ pub fn prompt_text(prompt: &str, chat: bool) -> Result<(), UsageError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_that_is_an_input_by_name_symlink_or_hard_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("in"), "precious").unwrap();
+        std::fs::write(p("other"), "another file").unwrap();
+        std::os::unix::fs::symlink(p("in"), p("sym")).unwrap();
+        std::fs::hard_link(p("in"), p("hard")).unwrap();
+        let input = p("in");
+        let inputs = [input.as_path()];
+        for out in ["in", "sym", "hard"] {
+            let e = output_file("-o", &p(out), &inputs).unwrap_err().0;
+            assert!(
+                e.contains("own input") && e.contains(&input.display().to_string()),
+                "{e}"
+            );
+        }
+        // A new file, another file, a dangling symlink: written as asked.
+        std::os::unix::fs::symlink(p("gone"), p("dangling")).unwrap();
+        for out in ["new", "other", "dangling"] {
+            assert!(output_file("-o", &p(out), &inputs).is_ok(), "{out}");
+        }
+        let e = output_file("-o", dir.path(), &inputs).unwrap_err().0;
+        assert!(e.contains("is a directory"), "{e}");
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "precious");
+    }
+}
