@@ -44,6 +44,10 @@ pub const MAX_EXPERTS: u32 = u16::MAX as u32 + 1;
 /// The most layers a header holds (a reader refuses more: the slot sizes
 /// are read before anything else could tell a real header from noise).
 pub const MAX_LAYERS: u32 = 1 << 16;
+/// The most (layer, expert) slots a trace describes: 2^24, a thousand times
+/// DeepSeek-V3's 61 x 256, and few enough that a replay's per-slot tables
+/// (counts per layer and expert) stay within tens of MiB.
+pub const MAX_SLOTS: u64 = 1 << 24;
 /// The most bytes of experts (every layer's slot x the experts) a trace's
 /// model may hold: 1 EiB, far beyond any model, and low enough that a
 /// replay's sums of slot sizes (a budget, what is resident plus a demand)
@@ -119,7 +123,7 @@ impl TraceHeader {
     }
 
     /// What the format holds and a replay can compute with: 1..=MAX_EXPERTS
-    /// experts, k >= 1, at most MAX_LAYERS layers, at most MAX_EXPERT_BYTES
+    /// experts, k >= 1, at most MAX_LAYERS layers and MAX_SLOTS slots, at most MAX_EXPERT_BYTES
     /// bytes of experts (checked by the writer and the reader alike).
     pub fn check(&self) -> Result<(), TraceError> {
         let bad = |what: String| Err(TraceError::Header(what));
@@ -133,6 +137,14 @@ impl TraceHeader {
             return bad(format!(
                 "{} layers: a trace holds at most {MAX_LAYERS}",
                 self.slot_bytes.len()
+            ));
+        }
+        let slots = self.slot_bytes.len() as u64 * u64::from(self.n_expert);
+        if slots > MAX_SLOTS {
+            return bad(format!(
+                "{} layers x {} experts: a trace describes at most {MAX_SLOTS} expert slots",
+                self.slot_bytes.len(),
+                self.n_expert
             ));
         }
         match self.checked_expert_bytes() {

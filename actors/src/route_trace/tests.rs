@@ -161,6 +161,13 @@ fn headers_whose_sizes_overflow_or_pass_the_format_are_refused() {
         ..header()
     };
     assert!(layers.check().unwrap_err().to_string().contains("layers"));
+    let slots = TraceHeader {
+        n_expert: MAX_EXPERTS,
+        slot_bytes: vec![1; (MAX_SLOTS / u64::from(MAX_EXPERTS)) as usize + 1],
+        ..header()
+    };
+    let e = slots.check().unwrap_err().to_string();
+    assert!(e.contains("expert slots"), "{e}");
 }
 
 #[test]

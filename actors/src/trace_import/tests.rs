@@ -2,7 +2,7 @@
 //! trace writer and reader.
 
 use super::*;
-use crate::route_trace::{TraceReader, TraceWriter};
+use crate::route_trace::{TraceReader, TraceWriter, MAX_EXPERTS};
 
 fn flat(n_expert: Option<u32>) -> Sizes {
     Sizes::Flat {
@@ -399,6 +399,20 @@ fn layer_ids_and_sizes_that_would_size_a_huge_trace_are_refused() {
         Sizes::Like(model()),
     );
     assert!(what.contains("m.gguf has 4 layers"), "{what}");
+    // More (layer, expert) slots than a replay's tables should hold.
+    let many = Sizes::Flat {
+        slot_bytes: 1,
+        n_expert: Some(MAX_EXPERTS),
+        name: "log".into(),
+    };
+    let (at, what) = err(
+        b"300,1
+",
+        ImportFormat::Csv,
+        many,
+    );
+    assert_eq!(at, Loc::Input);
+    assert!(what.contains("expert slots"), "{what}");
     // Slot sizes whose products pass 64 bits (or the trace's bound).
     for slot_bytes in [u64::MAX, i64::MAX as u64, 1 << 60] {
         let sizes = Sizes::Flat {
