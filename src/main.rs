@@ -44,9 +44,7 @@ fn error_text(e: &anyhow::Error) -> String {
 fn main() -> ExitCode {
     let cli = cli::parse();
     if let Some(t) = cli.trace_chrome.as_deref() {
-        if let Err(e) =
-            checks::refuse_output_over_input("--trace-chrome", t, &checks::inputs(&cli.command))
-        {
+        if let Err(e) = checks::output_file("--trace-chrome", t, &checks::inputs(&cli.command)) {
             bmoe::say!("error: {e}");
             return ExitCode::from(exit::USAGE);
         }

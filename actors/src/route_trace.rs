@@ -41,6 +41,18 @@ const TAG_DECODE_END: u8 = 2;
 const TAG_WEIGHTS: u8 = 3;
 /// Expert ids are stored as u16.
 pub const MAX_EXPERTS: u32 = u16::MAX as u32 + 1;
+/// The most layers a header holds (a reader refuses more: the slot sizes
+/// are read before anything else could tell a real header from noise).
+pub const MAX_LAYERS: u32 = 1 << 16;
+/// The most (layer, expert) slots a trace describes: 2^24, a thousand times
+/// DeepSeek-V3's 61 x 256, and few enough that a replay's per-slot tables
+/// (counts per layer and expert) stay within tens of MiB.
+pub const MAX_SLOTS: u64 = 1 << 24;
+/// The most bytes of experts (every layer's slot x the experts) a trace's
+/// model may hold: 1 EiB, far beyond any model, and low enough that a
+/// replay's sums of slot sizes (a budget, what is resident plus a demand)
+/// never pass 64 bits.
+pub const MAX_EXPERT_BYTES: u64 = 1 << 60;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -70,12 +82,82 @@ pub struct TraceHeader {
 }
 
 impl TraceHeader {
-    /// Bytes of every expert of every layer.
+    /// Bytes of every expert of every layer (saturating: a header that
+    /// passed [`TraceHeader::check`] is at most [`MAX_EXPERT_BYTES`]).
     pub fn expert_bytes(&self) -> u64 {
-        self.slot_bytes
-            .iter()
-            .map(|b| b * u64::from(self.n_expert))
-            .sum()
+        self.checked_expert_bytes().unwrap_or(u64::MAX)
+    }
+
+    fn checked_expert_bytes(&self) -> Option<u64> {
+        self.slot_bytes.iter().try_fold(0u64, |sum, &b| {
+            sum.checked_add(b.checked_mul(u64::from(self.n_expert))?)
+        })
+    }
+
+    /// Why this trace is not one of the model `model` describes (None when
+    /// the experts per layer and every layer's expert size agree; k may
+    /// differ: a run with `--n-expert-used` records its own).
+    pub fn differs_from(&self, model: &TraceHeader) -> Option<String> {
+        let shape = |h: &TraceHeader| {
+            let moe = h.slot_bytes.iter().filter(|&&b| b > 0).count();
+            format!(
+                "{moe} MoE layers of {} x {} experts",
+                h.slot_bytes.len(),
+                h.n_expert
+            )
+        };
+        if self.n_expert != model.n_expert || self.slot_bytes.len() != model.slot_bytes.len() {
+            return Some(format!(
+                "the trace has {} ({}), the model {} ({})",
+                shape(self),
+                self.model_name,
+                shape(model),
+                model.model_name
+            ));
+        }
+        let l = (0..self.slot_bytes.len()).find(|&l| self.slot_bytes[l] != model.slot_bytes[l])?;
+        Some(format!(
+            "layer {l}'s experts are {} bytes in the trace ({}), {} in the model ({})",
+            self.slot_bytes[l], self.model_name, model.slot_bytes[l], model.model_name
+        ))
+    }
+
+    /// What the format holds and a replay can compute with: 1..=MAX_EXPERTS
+    /// experts, k >= 1, at most MAX_LAYERS layers and MAX_SLOTS slots, at most MAX_EXPERT_BYTES
+    /// bytes of experts (checked by the writer and the reader alike).
+    pub fn check(&self) -> Result<(), TraceError> {
+        let bad = |what: String| Err(TraceError::Header(what));
+        if self.n_expert == 0 || self.n_expert > MAX_EXPERTS || self.k == 0 {
+            return bad(format!(
+                "{} experts, {} per token: a trace holds 1..={MAX_EXPERTS} experts and k >= 1",
+                self.n_expert, self.k
+            ));
+        }
+        if self.slot_bytes.len() > MAX_LAYERS as usize {
+            return bad(format!(
+                "{} layers: a trace holds at most {MAX_LAYERS}",
+                self.slot_bytes.len()
+            ));
+        }
+        let slots = self.slot_bytes.len() as u64 * u64::from(self.n_expert);
+        if slots > MAX_SLOTS {
+            return bad(format!(
+                "{} layers x {} experts: a trace describes at most {MAX_SLOTS} expert slots",
+                self.slot_bytes.len(),
+                self.n_expert
+            ));
+        }
+        match self.checked_expert_bytes() {
+            Some(b) if b <= MAX_EXPERT_BYTES => Ok(()),
+            _ => bad(format!(
+                "its experts ({} per layer, slot sizes up to {} bytes, {} layers) pass the \
+                 {MAX_EXPERT_BYTES} bytes a trace may describe: the slot sizes are not a real \
+                 model's",
+                self.n_expert,
+                self.slot_bytes.iter().max().copied().unwrap_or(0),
+                self.slot_bytes.len()
+            )),
+        }
     }
 }
 
@@ -99,12 +181,7 @@ pub struct TraceWriter<W: Write> {
 impl<W: Write> TraceWriter<W> {
     /// Write the header; the model must fit the format (ids as u16).
     pub fn new(mut out: W, header: TraceHeader) -> Result<Self, TraceError> {
-        if header.n_expert == 0 || header.n_expert > MAX_EXPERTS || header.k == 0 {
-            return Err(TraceError::Header(format!(
-                "{} experts, {} per token: a trace holds 1..={MAX_EXPERTS} experts and k >= 1",
-                header.n_expert, header.k
-            )));
-        }
+        header.check()?;
         let name = header.model_name.as_bytes();
         let name = &name[..name.len().min(u16::MAX as usize)];
         out.write_all(MAGIC)?;
@@ -200,7 +277,7 @@ impl<R: Read> TraceReader<R> {
         let k = read_u32(&mut input, &mut offset)?;
         let n_layers = read_u32(&mut input, &mut offset)?;
         let trunk_layers = read_u32(&mut input, &mut offset)?;
-        if n_expert == 0 || n_expert > MAX_EXPERTS || k == 0 || n_layers > 1 << 16 {
+        if n_expert == 0 || n_expert > MAX_EXPERTS || k == 0 || n_layers > MAX_LAYERS {
             return Err(TraceError::Header(format!(
                 "{n_expert} experts, k {k}, {n_layers} layers"
             )));
@@ -221,6 +298,7 @@ impl<R: Read> TraceReader<R> {
             model_bytes,
             model_name: String::from_utf8_lossy(&name).into_owned(),
         };
+        header.check()?;
         Ok(Self {
             input,
             header,

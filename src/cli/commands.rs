@@ -19,6 +19,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (cells, cells_source) = bench_cells(&args)?;
     check_cells(&cells)?;
     checks::bench_out_dir(&args.out)?;
+    for written in bmoe::lab::bench::FILES_IN_OUT_DIR {
+        checks::output_file("-o", &args.out.join(written), &checks::bench_inputs(&args))?;
+    }
     if !(args.probe_seconds > 0.0 && args.probe_seconds.is_finite()) {
         return Err(UsageError("--probe-seconds must be > 0".into()).into());
     }

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle};
 use bmoe::llama;
 
-use super::checks::UsageError;
+use super::checks::{self, UsageError};
 
 #[derive(Debug, Subcommand)]
 pub enum FixtureCmd {
@@ -150,6 +150,7 @@ fn fixture_upcycle(a: UpcycleArgs) -> Result<()> {
         || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
         Ok,
     )?;
+    checks::output_file("-o", &out, &[from.as_path()])?;
     ensure_parent(&out)?;
     fixture::build_upcycle(&from, &out, &params, false)
         .with_context(|| format!("upcycle {}", from.display()))?;
@@ -164,6 +165,7 @@ fn fixture_zoo(a: ZooArgs) -> Result<()> {
     let src = smollm2::ensure(None)?;
     let output = a.output.as_path();
     fixture::refuse_directory(output)?;
+    checks::output_file("-o", output, &[src.as_path()])?;
     ensure_parent(output)?;
     let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, a.seed);
     let Some(n) = a.split else {
@@ -202,6 +204,7 @@ fn fixture_tiny_mtp(a: TinyMtpArgs) -> Result<()> {
         None => fixture::cache_dir()?.join(tiny_mtp_file_name(&a)),
     };
     fixture::refuse_directory(&out)?;
+    checks::output_file("-o", &out, &[src.as_path()])?;
     ensure_parent(&out)?;
     let _lock = fixture::lock::BuildLock::acquire(&out)?;
     let bytes = tiny_mtp::build(&src, &out, &params)?;

@@ -69,11 +69,12 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
     if !(args.probe_seconds > 0.0 && args.probe_seconds <= 600.0) {
         return Err(UsageError("--probe-seconds: give 0 < S <= 600".into()).into());
     }
-    let host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
+    // Every input is checked before the probe spends its seconds.
     let curve = match &args.route_trace {
-        Some(p) => Curve::Trace(load_trace(p)?),
+        Some(p) => Curve::Trace(load_trace(p, &args.model, l)?),
         None => Curve::Published,
     };
+    let host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
     let experts = l.expert_bytes();
     let mut cells = Vec::new();
     for (label, share) in [("0", 0.0), ("10%", 0.10), ("25%", 0.25), ("50%", 0.50)] {
@@ -166,8 +167,34 @@ impl Curve {
     }
 }
 
-fn load_trace(p: &Path) -> Result<(bmoe_actors::route_trace::TraceHeader, replay::Demands)> {
+/// The trace's demands, refused (as `--cache-warm` refuses another model's
+/// profile) when it was recorded on another model: its hit curve would be
+/// that model's.
+fn load_trace(
+    p: &Path,
+    model: &Path,
+    l: &MoeLayout,
+) -> Result<(bmoe_actors::route_trace::TraceHeader, replay::Demands)> {
     let (header, records, _note) = super::replay::read_trace(p)?;
+    let own = bmoe::stream::route_trace_header(model, l, l.n_expert_used);
+    if let Some(why) = header.differs_from(&own) {
+        return Err(UsageError(format!(
+            "--route-trace {} is another model's trace ({why}): record one of this model with \
+             bmoe run -m {} --route-trace FILE, or import its log with bmoe trace import --like {}",
+            p.display(),
+            model.display(),
+            model.display()
+        ))
+        .into());
+    }
     let demands = replay::demands(&records);
+    if demands.demands.is_empty() {
+        return Err(UsageError(format!(
+            "--route-trace {} holds no demands: record it with bmoe run --route-trace FILE on a \
+             streamed run",
+            p.display()
+        ))
+        .into());
+    }
     Ok((header, demands))
 }

@@ -59,14 +59,17 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 /// The checks that need no model, and the prompt (from -p or -f).
 fn checked_prompt(args: &RunArgs) -> Result<String> {
+    let inputs = checks::run_inputs(args);
     if let Some(csv) = args.csv.as_deref() {
-        checks::refuse_output_over_input("--csv", csv, &checks::run_inputs(args))?;
+        checks::output_file("--csv", csv, &inputs)?;
     }
     if let Some(t) = &args.stream.route_trace {
-        checks::refuse_output_over_input("--route-trace", t, &checks::run_inputs(args))?;
+        checks::output_file("--route-trace", t, &inputs)?;
     }
     if let bmoe::stream::WarmSource::File(f) = &args.stream.cache_warm {
-        checks::refuse_output_over_input("--cache-warm", f, &checks::run_inputs(args))?;
+        // The profile is read, then updated: only the other inputs count.
+        let others: Vec<&Path> = inputs.iter().copied().filter(|&i| i != f).collect();
+        checks::output_file("--cache-warm", f, &others)?;
     }
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),

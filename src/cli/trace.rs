@@ -13,7 +13,7 @@ use bmoe_actors::output::PendingFile;
 use bmoe_actors::route_trace::{TraceWriter, MAX_EXPERTS};
 use bmoe_actors::trace_import::{self, ImportFormat, Imported, Sizes};
 
-use super::checks::UsageError;
+use super::checks::{self, UsageError};
 
 #[derive(Debug, Subcommand)]
 pub enum TraceCmd {
@@ -57,6 +57,11 @@ pub fn trace_cmd(cmd: TraceCmd) -> Result<()> {
 /// Read, convert, write, and say what was found.
 fn import(a: ImportArgs) -> Result<()> {
     let usage = |p: &Path, e: String| UsageError(format!("{}: {e}", p.display()));
+    let inputs: Vec<&Path> = std::iter::once(&a.input)
+        .chain(&a.like)
+        .map(|p| p.as_path())
+        .collect();
+    checks::output_file("-o", &a.out, &inputs)?;
     let input =
         bmoe::user_file::read_regular(&a.input).map_err(|e| usage(&a.input, e.to_string()))?;
     let sizes = sizes(&a)?;

@@ -6,6 +6,7 @@
 //! remote tensor. [`RemoteClock`] times the remote part of every decode.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,6 +76,14 @@ pub(super) fn attach(
                 .into(),
         ));
     }
+    // A count is known before the hosts are asked: a pairing it makes
+    // pointless is refused without reaching them.
+    match rc.layers {
+        RpcLayers::Count(n) if n <= layout.blocks() => {
+            route_trace_needs_local_experts(route_trace(cfg), layout, n)?
+        }
+        _ => {}
+    }
     let hosts = rpc::connect(&rc.endpoints).map_err(crate::llama::LlamaError::from)?;
     let free = hosts.free_bytes();
     let blocks = match rc.layers {
@@ -97,6 +106,7 @@ pub(super) fn attach(
             mib(free)
         )));
     }
+    route_trace_needs_local_experts(route_trace(cfg), layout, blocks)?;
     let share = layout.hand_off(blocks).clone();
     notes.push(note(&share, &hosts, layout.blocks()));
     Ok(Some(RpcRun {
@@ -104,6 +114,47 @@ pub(super) fn attach(
         share,
         waiting: Arc::default(),
     }))
+}
+
+/// Whether a layer with experts stays here when the last `remote_blocks`
+/// blocks go to the hosts.
+fn experts_stay_here(layout: &MoeLayout, remote_blocks: u32) -> bool {
+    let first_remote = layout.blocks().saturating_sub(remote_blocks);
+    layout.experts.iter().any(|e| e.layer < first_remote)
+}
+
+/// `--route-trace` records the demands of the experts streamed here: with
+/// every layer that has experts on the hosts it would record nothing, so
+/// the pairing is refused (exit 2) rather than leaving no file.
+fn route_trace_needs_local_experts(
+    trace: Option<&Path>,
+    layout: &MoeLayout,
+    remote_blocks: u32,
+) -> Result<(), EngineError> {
+    match trace {
+        Some(t) if layout.is_moe() && !experts_stay_here(layout, remote_blocks) => {
+            Err(EngineError::Config(format!(
+                "--route-trace {} with --rpc-layers {remote_blocks}: every layer with experts \
+                 would be on the RPC hosts, so nothing streams here and there is nothing to \
+                 record; give --rpc-layers fewer than {remote_blocks} (at most {} keeps one here), \
+                 or drop --route-trace",
+                t.display(),
+                last_count_keeping_experts(layout)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `--route-trace`, on a streamed run.
+fn route_trace(cfg: &RunConfig) -> Option<&Path> {
+    cfg.mode.stream().and_then(|s| s.route_trace.as_deref())
+}
+
+/// The most blocks the hosts may take while a layer with experts stays here.
+fn last_count_keeping_experts(layout: &MoeLayout) -> u32 {
+    let first_moe = layout.experts.iter().map(|e| e.layer).min().unwrap_or(0);
+    layout.blocks().saturating_sub(first_moe + 1)
 }
 
 fn mib(b: u64) -> u64 {
@@ -250,6 +301,29 @@ impl EvalObserver for RemoteClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_trace_needs_a_layer_with_experts_left_here() {
+        let l = crate::layout::two_blocks();
+        assert!(experts_stay_here(&l, 0));
+        assert!(experts_stay_here(&l, 1));
+        assert!(!experts_stay_here(&l, 2));
+        assert!(!experts_stay_here(&l, 3));
+        assert_eq!(last_count_keeping_experts(&l), 1);
+        assert!(
+            route_trace_needs_local_experts(None, &l, 2).is_ok(),
+            "no trace asked"
+        );
+        let t = Some(Path::new("t.bmrt"));
+        assert!(route_trace_needs_local_experts(t, &l, 1).is_ok());
+        let e = route_trace_needs_local_experts(t, &l, 2).unwrap_err();
+        assert!(matches!(e, EngineError::Config(_)), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("nothing to record") && msg.contains("at most 1"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn layer_counts_parse_and_nonsense_is_explained() {

@@ -13,6 +13,7 @@ mod fixtures;
 mod gguf_fuzz;
 mod interrupts;
 mod load;
+mod outputs;
 mod prefetch;
 mod prefill;
 mod replay;

@@ -2,7 +2,7 @@
 //! own hit rate under each policy, the policy never changes the text, and
 //! what is not a whole trace is refused or replayed up to its cut.
 
-use crate::common::{bmoe, e8k2, e8k2_cli, e8k2_clustered, stderr, stdout, PROSE};
+use crate::common::{bmoe, bmoe_within, e8k2, e8k2_cli, e8k2_clustered, stderr, stdout, PROSE};
 
 /// (hits, total) after `key` on the `moe-cache:` line: `hit 59.4% (3631/6109)`.
 fn live_hits(err: &str, key: &str) -> (u64, u64) {
@@ -262,4 +262,118 @@ fn inspect_forecasts_from_a_route_trace_of_the_model_or_the_published_curve() {
     );
     let o = bmoe(&["inspect", m, "--route-trace", t]);
     assert_eq!(o.status.code(), Some(2), "--route-trace needs --forecast");
+}
+
+/// `trace import` with ids or sizes that would size a huge trace (an id of
+/// 4 billion layers once aborted allocating 32 GB; 100 million layers wrote
+/// an 800 MB trace replay refused; slot sizes overflowed), and a `.bmrt`
+/// whose slot size passes 64 bits: refused with exit 2, never a panic or an
+/// abort, nothing written. A byte order mark before the log is skipped; an
+/// expert twice in one route is refused with its line.
+#[test]
+fn imports_and_traces_that_would_overflow_or_exhaust_memory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let out = p("t.bmrt");
+    let o = out.to_str().unwrap();
+    let import = |text: &[u8], sizes: &[&str]| {
+        let log = p("log");
+        std::fs::write(&log, text).unwrap();
+        let mut args = vec!["trace", "import", log.to_str().unwrap(), "-o", o];
+        args.extend(sizes);
+        let r = bmoe_within(&args, 30);
+        assert!(!stderr(&r).contains("panicked"), "{}", stderr(&r));
+        r
+    };
+    let slot = ["--slot-bytes", "1000"];
+    for (text, want) in [
+        (
+            &b"{\"layer\": 4000000000, \"experts\": [1]}\n"[..],
+            "line 1: layer 4000000000 out of range",
+        ),
+        (
+            b"{\"layer\": 100000000, \"experts\": [1]}\n",
+            "layer 100000000 out of range",
+        ),
+        (b"0,4294967295,1\n", "line 1: layer 4294967295 out of range"),
+        (b"0,1\n0,1\n1,2\n1,3\n", "line 1: expert 1 twice in layer 0"),
+    ] {
+        let r = import(text, &slot);
+        assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+        assert!(stderr(&r).contains(want), "{}", stderr(&r));
+        assert!(!out.exists(), "nothing written");
+    }
+    let m = e8k2().to_str().unwrap();
+    let r = import(b"{\"layer\": 30, \"experts\": [1]}\n", &["--like", m]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(stderr(&r).contains("has 30 layers"), "{}", stderr(&r));
+    for n in ["18446744073709551615", "9223372036854775807"] {
+        let r = import(b"0,1\n1,2\n", &["--slot-bytes", n]);
+        assert_eq!(r.status.code(), Some(2), "{n}: {}", stderr(&r));
+        assert!(stderr(&r).contains("give the real size"), "{}", stderr(&r));
+    }
+    // A byte order mark is not taken for a CSV's first field.
+    let r = import(b"\xEF\xBB\xBF{\"layer\": 0, \"experts\": [1, 2]}\n", &slot);
+    assert!(r.status.success(), "{}", stderr(&r));
+    assert!(stdout(&r).contains("(jsonl:"), "{}", stdout(&r));
+    // A trace whose second layer's slot size is u64::MAX (bytes 32..40 of
+    // the header): replay and the forecast refuse it.
+    let r = import(b"0,1\n1,2\n", &slot);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let mut bytes = std::fs::read(&out).unwrap();
+    bytes[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&out, &bytes).unwrap();
+    for args in [
+        vec!["replay", o],
+        vec![
+            "inspect",
+            m,
+            "--forecast",
+            "--route-trace",
+            o,
+            "--probe-seconds",
+            "60",
+        ],
+    ] {
+        let r = bmoe_within(&args, 30);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));
+        assert!(stderr(&r).contains("route trace header"), "{}", stderr(&r));
+        assert!(!stderr(&r).contains("panicked"), "{}", stderr(&r));
+    }
+}
+
+/// `inspect --forecast --route-trace` refuses another model's trace (as
+/// `--cache-warm` refuses its profile) and any trace it cannot use before
+/// its probe runs: a 60 s probe would break the 30 s bound.
+#[test]
+fn the_forecast_refuses_another_models_trace_before_probing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, trace) = (dir.path().join("log.csv"), dir.path().join("two.bmrt"));
+    std::fs::write(&log, "0,1\n0,2\n1,3\n1,0\n").unwrap();
+    let (l, t) = (log.to_str().unwrap(), trace.to_str().unwrap());
+    let r = bmoe(&["trace", "import", l, "--slot-bytes", "1000", "-o", t]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let m = e8k2().to_str().unwrap();
+    for (file, want) in [
+        (
+            t,
+            "is another model's trace (the trace has 2 MoE layers of 2 x 4 experts",
+        ),
+        ("/dev/zero", "not a regular file"),
+        (l, "not a bmoe route trace"),
+    ] {
+        let args = [
+            "inspect",
+            m,
+            "--forecast",
+            "--route-trace",
+            file,
+            "--probe-seconds",
+            "60",
+        ];
+        let r = bmoe_within(&args, 30);
+        assert_eq!(r.status.code(), Some(2), "{file}: {}", stderr(&r));
+        assert!(stderr(&r).contains(want), "{file}: {}", stderr(&r));
+        assert!(!stdout(&r).contains("hit rates from"), "{}", stdout(&r));
+    }
 }

@@ -308,3 +308,47 @@ fn a_server_of_another_protocol_version_is_refused_clearly() {
     let want = format!("the RPC host {addr} speaks protocol 8.0.0, this bmoe 7.0.0");
     assert!(err.contains(&want), "{err}");
 }
+
+/// `--route-trace` with every layer on the hosts would record nothing (it
+/// once exited 0 and wrote no file, without a word): refused before the
+/// hosts are reached (the port here is closed), no file written.
+#[test]
+fn a_route_trace_with_every_layer_remote_is_refused_up_front() {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.bmrt");
+    let m = e8k2().to_str().unwrap();
+    let args = [
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--rpc",
+        &closed,
+        "--rpc-layers",
+        "30",
+        "--route-trace",
+        trace.to_str().unwrap(),
+    ];
+    let o = bmoe_within(&args, 60);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("nothing to record") && stderr(&o).contains("at most 29"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!trace.exists());
+    // One layer kept here: the pairing is fine, and the closed host is what
+    // ends the run (exit 5).
+    let mut args = args;
+    args[10] = "29";
+    let o = bmoe_within(&args, 60);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+}

@@ -129,3 +129,73 @@ fn weights_follow_their_demand_and_round_trip() {
         "{res:?}"
     );
 }
+
+#[test]
+fn headers_whose_sizes_overflow_or_pass_the_format_are_refused() {
+    let huge = TraceHeader {
+        slot_bytes: vec![0, u64::MAX, u64::MAX],
+        ..header()
+    };
+    let e = TraceWriter::new(Vec::new(), huge.clone()).err().unwrap();
+    assert!(e.to_string().contains("not a real model's"), "{e}");
+    assert_eq!(huge.expert_bytes(), u64::MAX, "saturates, never panics");
+    // A file whose slot size was patched to u64::MAX: refused on reading.
+    let mut bytes = sample();
+    bytes[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+    let e = TraceReader::new(&bytes[..]).err().unwrap();
+    assert!(matches!(e, TraceError::Header(_)), "{e}");
+    // Just within the bound is a trace; one byte per expert more is not.
+    let per_slot = MAX_EXPERT_BYTES / 8 / 2;
+    let edge = TraceHeader {
+        slot_bytes: vec![0, per_slot, per_slot],
+        ..header()
+    };
+    assert!(edge.check().is_ok());
+    let over = TraceHeader {
+        slot_bytes: vec![0, per_slot, per_slot + 1],
+        ..header()
+    };
+    assert!(over.check().is_err());
+    let layers = TraceHeader {
+        slot_bytes: vec![1; MAX_LAYERS as usize + 1],
+        ..header()
+    };
+    assert!(layers.check().unwrap_err().to_string().contains("layers"));
+    let slots = TraceHeader {
+        n_expert: MAX_EXPERTS,
+        slot_bytes: vec![1; (MAX_SLOTS / u64::from(MAX_EXPERTS)) as usize + 1],
+        ..header()
+    };
+    let e = slots.check().unwrap_err().to_string();
+    assert!(e.contains("expert slots"), "{e}");
+}
+
+#[test]
+fn another_models_trace_is_told_apart_but_not_for_its_k() {
+    let model = header();
+    assert_eq!(header().differs_from(&model), None);
+    let other_k = TraceHeader { k: 4, ..header() };
+    assert_eq!(other_k.differs_from(&model), None);
+    let two_layers = TraceHeader {
+        slot_bytes: vec![100, 100],
+        trunk_layers: 2,
+        model_name: "other.gguf".into(),
+        ..header()
+    };
+    let why = two_layers.differs_from(&model).unwrap();
+    assert!(
+        why.contains("2 MoE layers of 2") && why.contains("2 MoE layers of 3"),
+        "{why}"
+    );
+    let sizes = TraceHeader {
+        slot_bytes: vec![0, 100, 200],
+        ..header()
+    };
+    let why = sizes.differs_from(&model).unwrap();
+    assert!(why.contains("layer 2's experts are 200 bytes"), "{why}");
+    let experts = TraceHeader {
+        n_expert: 16,
+        ..header()
+    };
+    assert!(experts.differs_from(&model).is_some());
+}

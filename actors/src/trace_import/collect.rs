@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{ImportError, ImportFormat, Imported, Loc, Summary};
-use crate::route_trace::{TraceHeader, TraceRecord, MAX_EXPERTS};
+use crate::route_trace::{TraceHeader, TraceRecord, MAX_EXPERTS, MAX_EXPERT_BYTES, MAX_LAYERS};
 
 /// The expert sizes an imported trace gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,21 @@ impl Sizes {
             Self::Flat { n_expert, .. } => *n_expert,
         }
     }
+
+    /// Layer ids must be below this: the model's layers, or what a trace
+    /// holds (so a stray id never sizes a header of billions of layers).
+    pub(crate) fn layer_limit(&self) -> (u32, String) {
+        match self {
+            Self::Like(h) => (
+                (h.slot_bytes.len() as u32).min(MAX_LAYERS),
+                format!("{} has {} layers", h.model_name, h.slot_bytes.len()),
+            ),
+            Self::Flat { .. } => (
+                MAX_LAYERS,
+                format!("a route trace holds {MAX_LAYERS} layers"),
+            ),
+        }
+    }
 }
 
 /// One token's routing at one layer.
@@ -45,6 +60,8 @@ pub(crate) struct Route {
 pub(crate) struct Collector {
     /// Ids must be below this.
     limit: u32,
+    /// Layers must be below this, and why.
+    layer_limit: (u32, String),
     tokens: Vec<Vec<Route>>,
     /// Each layer's k, and where it was first seen.
     k: HashMap<u32, (usize, Loc)>,
@@ -54,9 +71,10 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
-    pub fn new(n_expert: Option<u32>) -> Self {
+    pub fn new(sizes: &Sizes) -> Self {
         Self {
-            limit: n_expert.unwrap_or(MAX_EXPERTS).min(MAX_EXPERTS),
+            limit: sizes.n_expert().unwrap_or(MAX_EXPERTS).min(MAX_EXPERTS),
+            layer_limit: sizes.layer_limit(),
             tokens: Vec::new(),
             k: HashMap::new(),
             weights: None,
@@ -77,10 +95,22 @@ impl Collector {
         if route.ids.is_empty() {
             return bad(format!("layer {} routes no experts", route.layer));
         }
+        if route.layer >= self.layer_limit.0 {
+            return bad(format!(
+                "layer {} out of range: {} (is the layer column the layer's index?)",
+                route.layer, self.layer_limit.1
+            ));
+        }
         if let Some(&id) = route.ids.iter().find(|&&e| e >= self.limit) {
             return bad(format!(
                 "expert {id} out of range: {} experts per layer",
                 self.limit
+            ));
+        }
+        if let Some(id) = repeated(&route.ids) {
+            return bad(format!(
+                "expert {id} twice in layer {}'s route: a token routes k distinct experts",
+                route.layer
             ));
         }
         if let Some(w) = &route.weights {
@@ -140,6 +170,9 @@ impl Collector {
         let layers: BTreeSet<u32> = self.k.keys().copied().collect();
         let mut notes = Vec::new();
         let (header, map) = self.header(sizes, k, &layers, &mut notes)?;
+        header
+            .check()
+            .map_err(|e| ImportError::at(Loc::Input, e.to_string()))?;
         let records = self.records(&map);
         let summary = Summary {
             format,
@@ -195,14 +228,30 @@ impl Collector {
             } => {
                 let n_expert = n_expert.unwrap_or(self.max_id + 1);
                 let last = *layers.last().expect("a route was read");
+                debug_assert!(last < MAX_LAYERS, "push bounds the layers");
                 let slots: Vec<u64> = (0..=last)
                     .map(|l| if layers.contains(&l) { slot_bytes } else { 0 })
                     .collect();
+                let model_bytes = slot_bytes
+                    .checked_mul(layers.len() as u64)
+                    .and_then(|b| b.checked_mul(u64::from(n_expert)))
+                    .filter(|&b| b <= MAX_EXPERT_BYTES)
+                    .ok_or_else(|| {
+                        ImportError::at(
+                            Loc::Input,
+                            format!(
+                                "{slot_bytes} bytes per expert x {n_expert} experts x {} layers \
+                                 passes the {MAX_EXPERT_BYTES} bytes a route trace may describe: \
+                                 give the real size of one expert",
+                                layers.len()
+                            ),
+                        )
+                    })?;
                 let header = TraceHeader {
                     n_expert,
                     k,
                     trunk_layers: last + 1,
-                    model_bytes: slots.iter().sum::<u64>() * u64::from(n_expert),
+                    model_bytes,
                     slot_bytes: slots,
                     model_name: name,
                 };
@@ -233,6 +282,12 @@ impl Collector {
         }
         out
     }
+}
+
+/// An id that appears twice in `ids` (a route's k ids are distinct).
+fn repeated(ids: &[u32]) -> Option<u32> {
+    let mut seen = BTreeSet::new();
+    ids.iter().copied().find(|&id| !seen.insert(id))
 }
 
 /// The data's layers on the model's: the same index when each has experts

@@ -167,12 +167,15 @@ pub struct Imported {
 }
 
 /// Turn `input` (a whole file) into a trace with the expert sizes `sizes`.
+/// A UTF-8 byte order mark (some editors and Windows tools start text with
+/// one) is skipped before the format is told and the text parsed.
 pub fn import(input: &[u8], format: ImportFormat, sizes: Sizes) -> Result<Imported, ImportError> {
+    let input = input.strip_prefix(UTF8_BOM).unwrap_or(input);
     let format = match format {
         ImportFormat::Auto => detect(input)?,
         f => f,
     };
-    let mut c = Collector::new(sizes.n_expert());
+    let mut c = Collector::new(&sizes);
     let spelling = match format {
         ImportFormat::Jsonl => jsonl::parse(input, &mut c)?,
         ImportFormat::Array if input.starts_with(npy::MAGIC) => npy::parse(input, &mut c)?,
@@ -183,10 +186,14 @@ pub fn import(input: &[u8], format: ImportFormat, sizes: Sizes) -> Result<Import
     c.finish(sizes, format, spelling)
 }
 
-/// The format from the first bytes: `.npy`'s magic or a `[` is an array; a
+/// The byte order mark UTF-8 text may start with.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The format from the first bytes (after a byte order mark): `.npy`'s magic or a `[` is an array; a
 /// first line that is a whole JSON object is JSONL unless its ids are nested
 /// three deep (an array under a key); other JSON is an array; the rest CSV.
 pub fn detect(input: &[u8]) -> Result<ImportFormat, ImportError> {
+    let input = input.strip_prefix(UTF8_BOM).unwrap_or(input);
     if input.starts_with(npy::MAGIC) {
         return Ok(ImportFormat::Array);
     }

@@ -2,7 +2,7 @@
 //! trace writer and reader.
 
 use super::*;
-use crate::route_trace::{TraceReader, TraceWriter};
+use crate::route_trace::{TraceReader, TraceWriter, MAX_EXPERTS};
 
 fn flat(n_expert: Option<u32>) -> Sizes {
     Sizes::Flat {
@@ -339,4 +339,89 @@ fn detect_tells_the_formats_apart() {
     assert!(detect(b"").is_err());
     assert_eq!("csv".parse::<ImportFormat>().unwrap(), ImportFormat::Csv);
     assert!("xml".parse::<ImportFormat>().is_err());
+}
+
+#[test]
+fn a_byte_order_mark_is_skipped_before_the_format_is_told() {
+    let with_bom = |s: &str| [b"\xEF\xBB\xBF".as_slice(), s.as_bytes()].concat();
+    for (input, format) in [
+        (PER_ROUTE, ImportFormat::Jsonl),
+        ("layer,expert\n0,3\n0,1\n1,2\n1,0\n", ImportFormat::Csv),
+        ("[[[1, 2], [3, 0]]]", ImportFormat::Array),
+    ] {
+        assert_eq!(detect(&with_bom(input)).unwrap(), format, "{input}");
+        let plain = import(input.as_bytes(), ImportFormat::Auto, flat(None)).unwrap();
+        let bom = import(&with_bom(input), ImportFormat::Auto, flat(None)).unwrap();
+        assert_eq!(bom.records, plain.records, "{input}");
+        assert_eq!(bom.summary, plain.summary, "{input}");
+    }
+}
+
+#[test]
+fn an_expert_twice_in_one_route_is_refused_with_its_line() {
+    let jsonl = "{\"layer\": 0, \"experts\": [1, 3]}\n{\"layer\": 1, \"experts\": [2, 2]}\n";
+    let (at, what) = err(jsonl.as_bytes(), ImportFormat::Auto, flat(None));
+    assert_eq!(at, Loc::Line(2));
+    assert!(what.contains("expert 2 twice in layer 1"), "{what}");
+    let csv = "0,1\n0,3\n1,2\n1,2\n";
+    let (at, what) = err(csv.as_bytes(), ImportFormat::Csv, flat(None));
+    assert_eq!(at, Loc::Line(3));
+    assert!(what.contains("expert 2 twice"), "{what}");
+    let (at, _) = err(b"[[[0, 1]], [[4, 4]]]", ImportFormat::Array, flat(None));
+    assert_eq!(at, Loc::Entry { token: 1, layer: 0 });
+}
+
+#[test]
+fn layer_ids_and_sizes_that_would_size_a_huge_trace_are_refused() {
+    for (input, line) in [
+        ("{\"layer\": 4000000000, \"experts\": [1]}\n", 1),
+        (
+            "{\"layer\": 0, \"experts\": [1]}\n{\"layer\": 100000000, \"experts\": [1]}\n",
+            2,
+        ),
+        ("0,4294967295,1\n", 1),
+    ] {
+        let (at, what) = err(input.as_bytes(), ImportFormat::Auto, flat(None));
+        assert_eq!(at, Loc::Line(line), "{input}");
+        assert!(
+            what.contains("out of range: a route trace holds 65536 layers"),
+            "{what}"
+        );
+    }
+    // The last layer a trace holds is taken.
+    let last = "{\"layer\": 65535, \"experts\": [1]}\n";
+    let i = import(last.as_bytes(), ImportFormat::Auto, flat(None)).unwrap();
+    assert_eq!(i.header.slot_bytes.len(), 65536);
+    // With a model, its own layers bound the ids.
+    let (_, what) = err(
+        b"{\"layer\": 4, \"experts\": [1]}",
+        ImportFormat::Auto,
+        Sizes::Like(model()),
+    );
+    assert!(what.contains("m.gguf has 4 layers"), "{what}");
+    // More (layer, expert) slots than a replay's tables should hold.
+    let many = Sizes::Flat {
+        slot_bytes: 1,
+        n_expert: Some(MAX_EXPERTS),
+        name: "log".into(),
+    };
+    let (at, what) = err(
+        b"300,1
+",
+        ImportFormat::Csv,
+        many,
+    );
+    assert_eq!(at, Loc::Input);
+    assert!(what.contains("expert slots"), "{what}");
+    // Slot sizes whose products pass 64 bits (or the trace's bound).
+    for slot_bytes in [u64::MAX, i64::MAX as u64, 1 << 60] {
+        let sizes = Sizes::Flat {
+            slot_bytes,
+            n_expert: None,
+            name: "log".into(),
+        };
+        let (at, what) = err(b"0,3\n1,2\n", ImportFormat::Csv, sizes);
+        assert_eq!(at, Loc::Input);
+        assert!(what.contains("give the real size of one expert"), "{what}");
+    }
 }

@@ -41,7 +41,7 @@ use crate::lab::compare;
 pub(crate) use bound::{Bound, RoundProbe};
 pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
 pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable};
-pub use runner::run_bench;
+pub use runner::{run_bench, FILES_IN_OUT_DIR};
 pub(crate) use summary::{summarize, CellSummary, RunResult};
 pub use tables::{cells_table, legend};
 pub use workload::{warm_page_cache, workload, WORKLOADS};

@@ -95,7 +95,7 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         interrupted: m.interrupted,
         stability: m.stability.as_deref(),
     });
-    let summary_path = plan.out_dir.join("summary.md");
+    let summary_path = plan.out_dir.join(SUMMARY_FILE);
     std::fs::write(&summary_path, &md).map_err(io_err("write", &summary_path))?;
     Ok(BenchOutcome {
         summary_path,
@@ -105,12 +105,19 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
     })
 }
 
+/// The summary and the prompt, beside `runs/` in the output directory.
+const SUMMARY_FILE: &str = "summary.md";
+const PROMPT_FILE: &str = "prompt.txt";
+/// The files a bench writes directly in its output directory (none of them
+/// may be one of its inputs: `bmoe bench` checks before the probe).
+pub const FILES_IN_OUT_DIR: [&str; 2] = [SUMMARY_FILE, PROMPT_FILE];
+
 /// Create the runs directory, write the prompt file and open the model's
 /// layout, refusing a model without expert tensors.
 fn prepare(plan: &BenchPlan) -> Result<(PathBuf, PathBuf, MoeLayout), BenchError> {
     let runs_dir = plan.out_dir.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(io_err("create", &runs_dir))?;
-    let prompt_path = plan.out_dir.join("prompt.txt");
+    let prompt_path = plan.out_dir.join(PROMPT_FILE);
     std::fs::write(&prompt_path, &plan.prompt).map_err(io_err("write", &prompt_path))?;
     let layout = MoeLayout::open(&plan.model)
         .map_err(|e| BenchError::Config(format!("open {}: {e}", plan.model.display())))?;
