@@ -52,8 +52,9 @@ pub struct ChatInput<'a> {
     /// The tools offered (OpenAI's `tools` array); None renders as `none`.
     pub tools: Option<&'a serde_json::Value>,
     pub options: &'a TemplateOptions,
-    /// Open the assistant's turn after the last message (false continues
-    /// an assistant message given last).
+    /// Open the assistant's turn after the last message. An assistant
+    /// message given last (one without tool calls: a prefill) is continued
+    /// instead, whatever this says ([`ChatTemplate::render`]).
     pub add_generation_prompt: bool,
 }
 
@@ -127,9 +128,15 @@ impl ChatTemplate {
     /// The prompt for `input`: the model's Jinja template, or llama.cpp's
     /// built-in chatml only when the file carries no template.
     /// Tools given to a template that takes none are described in the
-    /// system message instead ([`super::tool_prompt`]).
+    /// system message instead ([`super::tool_prompt`]). An assistant message
+    /// given last is continued: its turn left open, the reply its
+    /// continuation (Anthropic's prefill, llama-server's too).
     pub fn render(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
-        let rendered = self.render_any(model, input)?;
+        let rendered = if continues_last(input.messages) {
+            continuing(input, |i| self.render_any(model, i))?
+        } else {
+            self.render_any(model, input)?
+        };
         tracing::debug!(
             "chat prompt ({}):\n{}",
             rendered.source.describe(),
@@ -247,6 +254,62 @@ impl ChatTemplate {
     }
 }
 
+/// The conversation up to the end of its last (assistant) message's text,
+/// with no end of turn after it: rendered by `render` with a mark after that
+/// text and cut at the mark, so the template writes the turn's opening as it
+/// writes it for that message. A template that changes the text (the mark is
+/// not there once) gets llama-server's way instead: the earlier messages with
+/// the assistant's turn opened, then the text.
+fn continuing(
+    input: &ChatInput,
+    render: impl Fn(&ChatInput) -> Result<Rendered, TemplateError>,
+) -> Result<Rendered, TemplateError> {
+    let Some((last, head)) = input.messages.split_last() else {
+        return render(input);
+    };
+    let mut marked = input.messages.to_vec();
+    if let Some(m) = marked.last_mut() {
+        m.content.push_str(CONTINUE_MARK);
+    }
+    let closed = render(&ChatInput {
+        messages: &marked,
+        add_generation_prompt: false,
+        ..*input
+    })?;
+    let marks: Vec<usize> = closed
+        .text
+        .match_indices(CONTINUE_MARK)
+        .map(|(at, _)| at)
+        .collect();
+    if let [at] = marks[..] {
+        return Ok(Rendered {
+            text: closed.text[..at].to_string(),
+            source: closed.source,
+        });
+    }
+    let opened = render(&ChatInput {
+        messages: head,
+        add_generation_prompt: true,
+        ..*input
+    })?;
+    Ok(Rendered {
+        text: opened.text + &last.content,
+        source: opened.source,
+    })
+}
+
+/// What [`continuing`] writes after the text it continues
+/// (private-use characters around a word: no template writes it).
+const CONTINUE_MARK: &str = "\u{F8FF}bmoe:continue\u{F8FF}";
+
+/// Whether the conversation ends in an assistant message to continue: one
+/// with no tool calls (a turn that ended in calls is over).
+fn continues_last(messages: &[Message]) -> bool {
+    messages
+        .last()
+        .is_some_and(|m| m.role == "assistant" && !m.extra.contains_key("tool_calls"))
+}
+
 /// A minijinja error with its cause chain, on one line.
 fn describe(e: &minijinja::Error) -> String {
     let mut text = e.to_string();
@@ -309,5 +372,63 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out, "call_1");
+    }
+
+    /// Renders with the template's own Jinja (no model needed).
+    fn jinja(t: &ChatTemplate) -> impl Fn(&ChatInput) -> Result<Rendered, TemplateError> + '_ {
+        |i| {
+            Ok(Rendered {
+                text: t.render_jinja(t.source.as_deref().unwrap(), i)?,
+                source: TemplateSource::Jinja,
+            })
+        }
+    }
+
+    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    #[test]
+    fn a_last_assistant_message_is_continued_not_closed() {
+        let t = ChatTemplate::new(Some(CHATML.into()), "", "");
+        let opts = TemplateOptions::new();
+        let msgs = [
+            Message::new("user", "Why is the sky blue?"),
+            Message::new("assistant", "The sky is "),
+        ];
+        assert!(continues_last(&msgs));
+        let out = continuing(&ChatInput::messages(&msgs, &opts), jinja(&t)).unwrap();
+        assert_eq!(
+            out.text,
+            "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\nThe sky is ",
+            "no end of turn, no new turn, the text as given (its space kept)"
+        );
+    }
+
+    #[test]
+    fn a_template_that_changes_the_text_is_continued_the_llama_server_way() {
+        // Drops every assistant message's text: the mark never shows.
+        let t = ChatTemplate::new(
+            Some(
+                "{% for m in messages %}[{{ m.role }}]{% if m.role != 'assistant' %}{{ m.content }}{% endif %}\n{% endfor %}\
+                 {% if add_generation_prompt %}[assistant]{% endif %}"
+                    .into(),
+            ),
+            "",
+            "",
+        );
+        let opts = TemplateOptions::new();
+        let msgs = [Message::new("user", "hi"), Message::new("assistant", "Hel")];
+        let out = continuing(&ChatInput::messages(&msgs, &opts), jinja(&t)).unwrap();
+        assert_eq!(out.text, "[user]hi[assistant]Hel");
+    }
+
+    #[test]
+    fn only_a_last_assistant_message_without_calls_is_continued() {
+        let mut call = Message::new("assistant", "");
+        call.extra
+            .insert("tool_calls".into(), serde_json::json!([{"id": "c"}]));
+        assert!(!continues_last(&[Message::new("user", "hi")]));
+        assert!(!continues_last(&[Message::new("user", "hi"), call]));
+        assert!(!continues_last(&[]));
     }
 }

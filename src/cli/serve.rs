@@ -46,9 +46,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     )?;
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
-    if args.api_key.as_deref() == Some("") {
-        return Err(
-            UsageError("--api-key is empty: give a key or leave the flag out".into()).into(),
+    if let Some(key) = args.api_key.as_deref() {
+        check_api_key(key)?;
+    }
+    if !args.host.is_loopback() && args.api_key.is_none() {
+        bmoe::say!(
+            "warning: --host {} is not a loopback address and no --api-key is set: anyone who \
+             reaches port {} can use this server; give --api-key KEY (or BMOE_API_KEY), or \
+             leave --host at 127.0.0.1",
+            args.host,
+            args.port
         );
     }
     let model = super::commands::model_or_default(&args.run.model)?;
@@ -80,4 +87,37 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     })?;
     bmoe::say!("bmoe serve: stopped");
     Ok(())
+}
+
+/// A key a client can send: not empty or blank, and no whitespace at either
+/// end (HTTP drops it from a header value, so such a key never matches).
+fn check_api_key(key: &str) -> Result<(), UsageError> {
+    if key.trim().is_empty() {
+        return Err(UsageError(
+            "--api-key (or BMOE_API_KEY) is empty or blank: give a key or leave the flag out"
+                .into(),
+        ));
+    }
+    if key.trim() != key {
+        return Err(UsageError(
+            "--api-key (or BMOE_API_KEY) starts or ends with whitespace, which HTTP drops from \
+             the header a client sends it in: give the key without it"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_api_key;
+
+    #[test]
+    fn a_blank_key_or_one_with_whitespace_around_it_is_refused() {
+        for key in ["", " ", "\t\n", " sesame", "sesame\n"] {
+            assert!(check_api_key(key).is_err(), "{key:?}");
+        }
+        assert!(check_api_key("ses ame").is_ok());
+        assert!(check_api_key("sesame").is_ok());
+    }
 }

@@ -3,11 +3,13 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use bmoe_actors::sampling::SamplingParams;
 
 use super::chat_in::{self, InMessage};
+use super::json_in;
 use crate::chat::Message;
 use crate::chat::TemplateOptions;
 
@@ -91,7 +93,8 @@ pub(crate) struct ChatRequest {
     /// `none`, `auto`, `required` or one function by name.
     #[serde(default)]
     pub(crate) tool_choice: Option<serde_json::Value>,
-    #[serde(flatten)]
+    /// The fields both routes share (read from the same body by [`parse`]).
+    #[serde(skip)]
     pub(crate) common: Common,
     /// Options the chat template reads (e.g. `{"enable_thinking": false}`),
     /// as llama.cpp's server names them.
@@ -103,8 +106,33 @@ pub(crate) struct ChatRequest {
 #[derive(Debug, Deserialize)]
 pub(crate) struct CompletionRequest {
     pub(crate) prompt: PromptIn,
-    #[serde(flatten)]
+    /// OpenAI's options this server has not: each refused unless left at
+    /// its default (false, null, "", 1) rather than silently ignored.
+    pub(crate) echo: Option<bool>,
+    pub(crate) logprobs: Option<i64>,
+    pub(crate) suffix: Option<String>,
+    pub(crate) best_of: Option<i64>,
+    /// The fields both routes share (read from the same body by [`parse`]).
+    #[serde(skip)]
     pub(crate) common: Common,
+}
+
+/// A request body of the two OpenAI routes: its own fields, then the ones
+/// both share.
+pub(crate) trait RouteBody: DeserializeOwned {
+    fn with_common(self, common: Common) -> Self;
+}
+
+impl RouteBody for ChatRequest {
+    fn with_common(self, common: Common) -> Self {
+        Self { common, ..self }
+    }
+}
+
+impl RouteBody for CompletionRequest {
+    fn with_common(self, common: Common) -> Self {
+        Self { common, ..self }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,7 +156,8 @@ pub(crate) struct StreamOptions {
 }
 
 /// The fields both endpoints share (unknown fields are ignored, as OpenAI's
-/// clients send some this server has no use for).
+/// clients send some this server has no use for), read from the body beside
+/// the route's own.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Common {
     pub(crate) max_tokens: Option<i64>,
@@ -163,7 +192,8 @@ pub(crate) struct JobSpec {
     pub(crate) prompt: PromptSpec,
     pub(crate) sampling: SamplingParams,
     pub(crate) stop: Vec<String>,
-    /// None: up to what the context leaves.
+    /// None: the server's `-n` (set when the job is queued); either is
+    /// capped to what the context leaves.
     pub(crate) max_tokens: Option<u32>,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
@@ -202,6 +232,7 @@ impl ChatRequest {
 
 impl CompletionRequest {
     pub(crate) fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
+        self.check_unsupported()?;
         let text = match self.prompt {
             PromptIn::Text(t) => t,
             PromptIn::List(mut l) if l.len() == 1 => l.remove(0),
@@ -216,6 +247,30 @@ impl CompletionRequest {
             return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
         }
         self.common.into_spec(PromptSpec::Text(text), defaults)
+    }
+
+    /// `echo`, `logprobs`, `suffix` and `best_of` at their defaults, or a
+    /// 400 naming the one that is not.
+    fn check_unsupported(&self) -> Result<(), ApiError> {
+        let refuse = |param: &'static str, what: String| Err(ApiError::invalid(Some(param), what));
+        if self.echo == Some(true) {
+            return refuse("echo", "echo = true: this server does not return the prompt with the completion; leave echo out or false".into());
+        }
+        if let Some(n) = self.logprobs {
+            return refuse("logprobs", format!("logprobs = {n}: this server does not return log probabilities; leave logprobs out or null"));
+        }
+        if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return refuse("suffix", "suffix: this server does not insert text before a suffix (fill-in-the-middle); leave suffix out or null".into());
+        }
+        if let Some(n) = self.best_of.filter(|&n| n != 1) {
+            return refuse(
+                "best_of",
+                format!(
+                    "best_of = {n}: this server generates one completion per request (best_of = 1)"
+                ),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -321,43 +376,12 @@ fn fresh_seed() -> u32 {
     nanos.wrapping_mul(0x9E37_79B9)
 }
 
-/// Parse a JSON body into `T`, an OpenAI-style 400 naming what is wrong.
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        let what = if e.is_syntax() || e.is_eof() {
-            "invalid JSON"
-        } else {
-            "invalid request"
-        };
-        let (param, message) = in_request_terms(&e.to_string());
-        ApiError::invalid(param, format!("{what}: {message}"))
-    })
-}
-
-/// serde's words for a field of several shapes name a Rust type ("untagged
-/// enum PromptIn"): said in the request's terms instead.
-fn in_request_terms(serde_message: &str) -> (Option<&'static str>, String) {
-    const SHAPES: [(&str, &str, &str); 2] = [
-        (
-            "PromptIn",
-            "prompt",
-            "prompt must be a string (or a list of one string)",
-        ),
-        (
-            "StopIn",
-            "stop",
-            "stop must be a string or a list of strings",
-        ),
-    ];
-    for (ty, param, words) in SHAPES {
-        if serde_message.contains(&format!("untagged enum {ty}")) {
-            let at = serde_message
-                .find(" at line ")
-                .map_or("", |i| &serde_message[i..]);
-            return (Some(param), format!("{words}{at}"));
-        }
-    }
-    (None, serde_message.to_string())
+/// Parse a JSON body into the route's request, an OpenAI-style 400 naming
+/// the field at fault in JSON's words ([`json_in`]).
+pub(crate) fn parse<T: RouteBody>(body: &[u8]) -> Result<T, ApiError> {
+    let v = json_in::body(body)?;
+    let own: T = json_in::read(&v)?;
+    Ok(own.with_common(json_in::read(&v)?))
 }
 
 /// The metrics label for a request's `user`.
@@ -478,6 +502,69 @@ mod tests {
                 e.message
             );
         }
+    }
+
+    #[test]
+    fn completion_options_this_server_has_not_are_refused_unless_default() {
+        let spec = |extra: &str| {
+            parse::<CompletionRequest>(format!(r#"{{"prompt": "a"{extra}}}"#).as_bytes())
+                .and_then(|r| r.into_spec(&SamplingParams::default()))
+        };
+        for (extra, param) in [
+            (r#", "echo": true"#, "echo"),
+            (r#", "logprobs": 2"#, "logprobs"),
+            (r#", "logprobs": 0"#, "logprobs"),
+            (r#", "suffix": "}""#, "suffix"),
+            (r#", "best_of": 3"#, "best_of"),
+        ] {
+            let e = spec(extra).unwrap_err();
+            assert_eq!(e.param, Some(param), "{extra}: {}", e.message);
+            assert!(e.message.starts_with(param), "{}", e.message);
+        }
+        for defaults in [
+            r#", "echo": false, "logprobs": null, "suffix": null, "best_of": 1"#,
+            r#", "echo": null, "suffix": "", "best_of": null"#,
+        ] {
+            assert!(spec(defaults).is_ok(), "{defaults}");
+        }
+    }
+
+    #[test]
+    fn type_errors_speak_json_not_rust() {
+        for (body, param, words) in [
+            (
+                r#"[]"#,
+                None,
+                "the body must be a JSON object, not an array",
+            ),
+            (
+                r#"{"prompt": "a", "max_tokens": "5"}"#,
+                Some("max_tokens"),
+                "max_tokens: invalid type: string \"5\", expected an integer",
+            ),
+            (
+                r#"{"prompt": "a", "temperature": [1]}"#,
+                Some("temperature"),
+                "temperature: invalid type: array, expected a number",
+            ),
+            (
+                r#"{"prompt": "a", "stream_options": 1}"#,
+                Some("stream_options"),
+                "stream_options: invalid type: integer `1`, expected an object",
+            ),
+        ] {
+            let e = parse::<CompletionRequest>(body.as_bytes()).unwrap_err();
+            assert_eq!(e.param, param, "{}", e.message);
+            assert!(e.message.ends_with(words), "{body}: {}", e.message);
+        }
+        let e = chat(r#"{"messages": [{"role": "user", "content": "x"}, 3]}"#).unwrap_err();
+        assert_eq!(e.param, Some("messages"));
+        assert!(
+            e.message
+                .ends_with("messages[1]: invalid type: integer `3`, expected an object"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

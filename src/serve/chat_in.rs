@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::api::ApiError;
+use super::json_in::kind;
+use super::tool_names::{ToolNames, OPENAI_MAX_CHARS};
 use crate::chat::Message;
 
 /// One message as sent.
@@ -188,14 +190,26 @@ fn tools_shape(at: Option<usize>) -> ApiError {
 }
 
 /// Each tool is `{"type": "function", "function": {"name", ...}}` with a
-/// name and, if any, an object for `parameters`.
+/// name both APIs take, its own ([`ToolNames`]), and, if any, an object for
+/// `parameters`.
 fn check_tools(list: Vec<Value>) -> Result<Value, ApiError> {
+    let mut names = ToolNames::new(OPENAI_MAX_CHARS);
     for (i, t) in list.iter().enumerate() {
         let f = &t["function"];
-        let named = f["name"].as_str().is_some_and(|n| !n.is_empty());
-        let params_ok = matches!(f.get("parameters"), None | Some(Value::Object(_)));
-        if t["type"] != "function" || !f.is_object() || !named || !params_ok {
+        if t["type"] != "function" || !f.is_object() {
             return Err(tools_shape(Some(i)));
+        }
+        names
+            .take(&format!("tools[{i}].function.name"), f.get("name"))
+            .map_err(|m| bad("tools", m))?;
+        match f.get("parameters") {
+            None | Some(Value::Object(_)) => {}
+            Some(v) => {
+                return Err(bad(
+                    "tools",
+                    format!("tools[{i}].function.parameters must be a JSON Schema object (such as {{\"type\": \"object\", \"properties\": {{...}}}}), not {}; leave it out for a function that takes no arguments", kind(v)),
+                ))
+            }
         }
     }
     Ok(Value::Array(list))
@@ -322,6 +336,27 @@ mod tests {
             let e = err(json!({"tools": bad_tools}));
             assert_eq!(e.param, Some("tools"), "{}", e.message);
             assert!(e.message.starts_with("tools"), "{}", e.message);
+        }
+        for (bad_tools, says) in [
+            (
+                json!([{"type": "function", "function": {"name": ""}}]),
+                "tools[0].function.name is empty: a tool name is 1 to 64 letters, digits, _ or -",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]),
+                "tools[0].function.parameters must be a JSON Schema object",
+            ),
+            (
+                json!([tool(), {"type": "function", "function": {"name": "<tool_call>"}}]),
+                "tools[1].function.name \"<tool_call>\" holds '<'",
+            ),
+            (
+                json!([tool(), tool()]),
+                "tools[1].function.name \"get_weather\" is also tools[0].function.name",
+            ),
+        ] {
+            let e = err(json!({"tools": bad_tools}));
+            assert!(e.message.starts_with(says), "{}", e.message);
         }
         for bad_messages in [
             json!([{"role": "assistant", "tool_calls": {"id": 1}}]),

@@ -5,9 +5,11 @@
 mod anthropic;
 mod api;
 mod chat_in;
+mod json_in;
 mod metrics;
 mod routes;
 mod sink;
+mod tool_names;
 mod tools;
 mod worker;
 
@@ -85,11 +87,10 @@ pub fn serve(
         api_key: cfg.api_key.clone(),
         body_limit_bytes: cfg.body_limit_bytes,
         next_id: Default::default(),
+        run_id: run_id(),
+        default_max_tokens: cfg.engine.n_predict,
         call_format: loaded.call_format,
-        created_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_s: now_s(),
     });
     let served = rt.block_on(async {
         let stop = shutdown_on_signal()?;
@@ -141,6 +142,27 @@ fn shutdown_on_signal() -> Result<watch::Receiver<bool>, ServeError> {
 /// Resolves once the shutdown message came (or its sender is gone).
 async fn stopping(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// Seconds since the epoch now (OpenAI's `created`).
+pub(crate) fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Twelve hex digits from the OS's random source (the clock should it fail),
+/// so that response ids differ between runs of the server.
+fn run_id() -> String {
+    let r = getrandom::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ u64::from(std::process::id()).rotate_left(32)
+    });
+    format!("{:012x}", r & 0xffff_ffff_ffff)
 }
 
 /// The id `/v1/models` lists: the model file's name without `.gguf`.

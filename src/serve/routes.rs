@@ -54,8 +54,51 @@ pub(crate) fn router(
             }
             e.into_response()
         })
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_oversized,
+        ))
         .with_state(app)
         .layer(cors())
+}
+
+/// A request whose declared `Content-Length` is over the body limit gets 413
+/// at once, before any of its body is read: a client that declares far more
+/// than it sends is not waited for. (A body without a declared length is
+/// bounded as it is read, [`read_body`].)
+async fn refuse_oversized(State(app): State<App>, req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_none_or(|n| n <= app.body_limit_bytes as u64) {
+        return next.run(req).await;
+    }
+    let path = req.uri().path();
+    let route = match path {
+        "/v1/chat/completions" => "chat",
+        "/v1/completions" => "completions",
+        anthropic::MESSAGES => "messages",
+        _ => "other",
+    };
+    m::request(route, 413);
+    let e = too_large(app.body_limit_bytes);
+    if path.starts_with(anthropic::MESSAGES) {
+        return anthropic::error_response(e);
+    }
+    e.into_response()
+}
+
+/// 413: the body is over `--body-limit-kb`.
+fn too_large(limit_bytes: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        format!(
+            "the request body is over the server's limit of {limit_bytes} bytes (bmoe serve --body-limit-kb)"
+        ),
+    )
 }
 
 /// Browser front ends on another origin: every reply may be read by any
@@ -138,14 +181,7 @@ pub(super) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes
                 format!("the request body could not be read whole ({e})"),
             );
         }
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!(
-                "the request body is over the server's limit of {} bytes",
-                app.body_limit_bytes
-            ),
-        )
+        too_large(app.body_limit_bytes)
     })
 }
 
@@ -170,8 +206,8 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     let calls = Calls::of(&spec, app.call_format);
     let (rx, _) = start_job(app, spec).await?;
     let reply = Reply {
-        id: app.next_id.fetch_add(1, Ordering::Relaxed),
-        created: app.created_s,
+        id: reply_id(app, if chat { "chatcmpl-" } else { "cmpl-" }),
+        created: super::now_s(),
         model: app.model_id.clone(),
         chat,
         calls,
@@ -183,12 +219,21 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     whole(reply, rx).await
 }
 
+/// A response's id: `prefix`, `bmoe`, this run's random part and the
+/// request's number, unique across restarts as well as within a run.
+pub(super) fn reply_id(app: &App, prefix: &str) -> String {
+    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}bmoe{}-{n}", app.run_id)
+}
+
 /// Queue the job and wait for it to start: its events and its prompt's
-/// token count, or the error it failed with before any text.
+/// token count, or the error it failed with before any text. A request
+/// without `max_tokens` gets the server's `-n`.
 pub(super) async fn start_job(
     app: &App,
-    spec: JobSpec,
+    mut spec: JobSpec,
 ) -> Result<(mpsc::Receiver<Event>, usize), ApiError> {
+    spec.max_tokens.get_or_insert(app.default_max_tokens);
     let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
     app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
         crossbeam_channel::TrySendError::Full(_) => {
@@ -219,7 +264,8 @@ pub(super) fn shutting_down() -> ApiError {
 
 /// What every response object of one request carries.
 struct Reply {
-    id: u64,
+    id: String,
+    /// When the request was answered (seconds since the epoch).
     created: u64,
     model: String,
     chat: bool,
@@ -234,11 +280,6 @@ impl Reply {
             (true, true) => "chat.completion.chunk",
             (false, _) => "text_completion",
         }
-    }
-
-    fn id(&self) -> String {
-        let prefix = if self.chat { "chatcmpl" } else { "cmpl" };
-        format!("{prefix}-bmoe{}", self.id)
     }
 
     /// One choice carrying `text` (a delta when streaming).
@@ -258,7 +299,7 @@ impl Reply {
     }
 
     fn envelope(&self, choices: Value, chunk: bool) -> Value {
-        json!({"id": self.id(), "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices})
+        json!({"id": self.id, "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices})
     }
 }
 

@@ -454,9 +454,15 @@ pub(crate) struct Shared {
     pub(crate) api_key: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) next_id: std::sync::atomic::AtomicU64,
+    /// This run's random part of every response id (ids stay unique across
+    /// restarts; see `routes::reply_id`).
+    pub(crate) run_id: String,
+    /// A request's `max_tokens` when it gives none (`bmoe serve -n`).
+    pub(crate) default_max_tokens: u32,
     /// How the chat template has the model write tool calls.
     pub(crate) call_format: crate::chat::tool_calls::CallFormat,
-    /// Seconds since the epoch when the server started (OpenAI's `created`).
+    /// Seconds since the epoch when the server started (`/v1/models`'
+    /// `created`; each response carries its own time).
     pub(crate) created_s: u64,
 }
 

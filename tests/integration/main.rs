@@ -22,6 +22,7 @@ mod run;
 mod sampling;
 mod serve;
 mod serve_load;
+mod serve_requests;
 mod speculation;
 mod split;
 mod stream;

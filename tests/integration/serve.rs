@@ -130,7 +130,7 @@ pub fn sse_data(body: &str) -> Vec<String> {
         .collect()
 }
 
-fn chat_body(content: &str, extra: Value) -> Value {
+pub fn chat_body(content: &str, extra: Value) -> Value {
     let mut b = json!({"messages": [{"role": "user", "content": content}]});
     b.as_object_mut()
         .unwrap()

@@ -5,7 +5,6 @@
 //! the usage, `message_stop`).
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -39,7 +38,7 @@ pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, Api
     let calls = Calls::of(&req.spec, app.call_format);
     let (rx, prompt_tokens) = routes::start_job(app, req.spec).await?;
     let head = Head {
-        id: format!("msg_bmoe{}", app.next_id.fetch_add(1, Ordering::Relaxed)),
+        id: routes::reply_id(app, "msg_"),
         model: app.model_id.clone(),
         prompt_tokens,
         calls,

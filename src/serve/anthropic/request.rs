@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::chat::Message;
 use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec, StopIn, MAX_STOP_STRINGS};
+use crate::serve::tool_names::{ToolNames, ANTHROPIC_MAX_CHARS};
 
 /// A checked request.
 #[derive(Debug)]
@@ -140,10 +141,13 @@ fn stop_sequences(o: &Obj) -> Result<Vec<String>, ApiError> {
         .collect()
 }
 
-/// `system` as a system message (a string or text blocks), if given.
+/// `system` as a system message (a string or text blocks), if given; an
+/// empty list of blocks is none (the template's own default system prompt
+/// stays, as for null).
 fn system(o: &Obj) -> Result<Vec<Message>, ApiError> {
     let text = match o.get("system") {
         None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(blocks)) if blocks.is_empty() => return Ok(Vec::new()),
         v => text_of(v, "system", "text blocks")?,
     };
     Ok(vec![Message::new("system", &text)])
@@ -270,7 +274,7 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
         Some(Value::Array(l)) => l,
         Some(v) => return Err(bad(format!("tools must be an array of tools, not {v}"))),
     };
-    let mut names = Vec::new();
+    let mut names = ToolNames::new(ANTHROPIC_MAX_CHARS);
     let mut out = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let path = format!("tools[{i}]");
@@ -282,7 +286,9 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
         {
             return Err(bad(format!("{path}: tools of type {kind:?} (Anthropic's server tools) are not supported; give name, description and input_schema")));
         }
-        let name = string(t, "name", &path)?;
+        let name = names
+            .take(&format!("{path}.name"), t.get("name"))
+            .map_err(bad)?;
         let schema = match t.get("input_schema") {
             Some(Value::Object(s)) => Value::Object(s.clone()),
             None | Some(Value::Null) => {
@@ -298,9 +304,12 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
         if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
             function["description"] = d.clone();
         }
-        names.push(name);
         out.push(json!({"type": "function", "function": function}));
     }
+    let names: Vec<&str> = out
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
     let offered = tool_choice(o, &names)?;
     Ok((offered && !out.is_empty()).then_some(Value::Array(out)))
 }

@@ -55,6 +55,36 @@ fn system_as_string_or_text_blocks_comes_first() {
 }
 
 #[test]
+fn an_empty_system_list_is_no_system_prompt() {
+    let empty = req(json!({"max_tokens": 1, "system": [], "messages": hi()})).unwrap();
+    let absent = req(json!({"max_tokens": 1, "messages": hi()})).unwrap();
+    assert_eq!(messages(&empty), messages(&absent));
+    assert_eq!(messages(&empty)[0].role, "user");
+}
+
+#[test]
+fn tool_names_are_checked_as_on_the_openai_route() {
+    let tool = |name: Value| json!({"name": name, "input_schema": {"type": "object"}});
+    let body = |tools: Value| json!({"max_tokens": 1, "messages": hi(), "tools": tools});
+    assert_refused(&[
+        (body(json!([tool(json!(""))])), "tools[0].name is empty"),
+        (
+            body(json!([tool(json!("a\nb"))])),
+            "tools[0].name \"a\\nb\" holds '\\n'",
+        ),
+        (
+            body(json!([tool(json!("f")), tool(json!("f"))])),
+            "tools[1].name \"f\" is also tools[0].name",
+        ),
+        (
+            body(json!([tool(json!(3))])),
+            "tools[0].name must be a string",
+        ),
+    ]);
+    assert!(req(body(json!([tool(json!("a".repeat(128)))]))).is_ok());
+}
+
+#[test]
 fn tool_use_and_tool_result_become_tool_calls_and_tool_messages() {
     let conv = json!([
         {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
