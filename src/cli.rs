@@ -370,3 +370,14 @@ pub fn parse() -> Cli {
     use clap::FromArgMatches;
     Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
 }
+
+/// `bmoe ARGV...` parsed as `run` (a test's plain run and its flags).
+#[cfg(test)]
+pub(crate) fn parse_run(argv: &[&str]) -> RunArgs {
+    use clap::FromArgMatches;
+    let m = command().try_get_matches_from(argv).expect("a run parses");
+    match Cli::from_arg_matches(&m).expect("the arguments").command {
+        Command::Run(args) => args,
+        other => panic!("not a run: {other:?}"),
+    }
+}

@@ -247,14 +247,7 @@ mod tests {
     /// the numbers `--help` shows are the engine's own.
     #[test]
     fn a_run_without_flags_is_the_engines_default_run() {
-        use clap::FromArgMatches;
-        let m = crate::cli::command()
-            .try_get_matches_from(["bmoe", "run", "-p", "x"])
-            .expect("a plain run parses");
-        let cli = crate::cli::Cli::from_arg_matches(&m).expect("the arguments");
-        let crate::cli::Command::Run(args) = cli.command else {
-            panic!("a run")
-        };
+        let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
         let model = std::path::PathBuf::from("m.gguf");
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
         let default = super::RunConfig::new(model, "x".into());

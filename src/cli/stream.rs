@@ -174,14 +174,7 @@ mod tests {
 
     #[test]
     fn the_help_defaults_are_what_a_run_uses() {
-        use clap::FromArgMatches;
-        let m = crate::cli::command()
-            .try_get_matches_from(["bmoe", "run", "-p", "x"])
-            .expect("a plain run parses");
-        let cli = crate::cli::Cli::from_arg_matches(&m).expect("the arguments");
-        let crate::cli::Command::Run(args) = cli.command else {
-            panic!("a run")
-        };
+        let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
         let resolved = format!("{:?}", args.stream.config());
         let default = format!("{:?}", bmoe::stream::StreamConfig::default());
         assert_eq!(

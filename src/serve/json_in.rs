@@ -121,17 +121,8 @@ pub(crate) fn in_json_words(serde_message: &str) -> String {
     out
 }
 
-/// What kind of JSON value `v` is, as a refusal says it.
-pub(crate) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// What kind of JSON value a refusal names ("an object").
+pub(crate) use bmoe_actors::text::json_kind as kind;
 
 #[cfg(test)]
 mod tests {

@@ -123,16 +123,7 @@ fn object(line: &[u8], at: Loc) -> Result<Map<String, Value>, ImportError> {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+use crate::text::json_kind as kind;
 
 /// The field `name` of the file's spelling, which every record must have.
 fn field<'a>(
