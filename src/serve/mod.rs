@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::engine::{EngineError, RunConfig};
-pub(crate) use worker::Loaded;
+pub(crate) use worker::ModelReady;
 
 /// How long in-flight requests get to finish after SIGINT/SIGTERM.
 pub(crate) const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
@@ -68,7 +68,7 @@ pub struct ServeConfig {
 /// address and what loading decided once requests are accepted.
 pub fn serve(
     cfg: ServeConfig,
-    on_ready: impl FnOnce(SocketAddr, &Loaded),
+    on_ready: impl FnOnce(SocketAddr, &ModelReady),
 ) -> Result<(), ServeError> {
     let prometheus = metrics::install().map_err(ServeError::Metrics)?;
     let rt = tokio::runtime::Builder::new_current_thread()

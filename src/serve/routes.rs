@@ -22,7 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
-use super::tools::Calls;
+use super::tools::ReplySplit;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// Anthropic's header for the API key.
@@ -203,7 +203,7 @@ async fn answer(app: App, route: &'static str, spec: Result<JobSpec, ApiError>) 
 async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, ApiError> {
     let (stream, usage) = (spec.stream, spec.include_usage);
     let chat = spec.prompt.is_chat();
-    let calls = Calls::of(&spec, app.call_format);
+    let calls = ReplySplit::of(&spec, app.call_format);
     let (rx, _) = start_job(app, spec).await?;
     let reply = Reply {
         id: reply_id(app, if chat { "chatcmpl-" } else { "cmpl-" }),
@@ -270,7 +270,7 @@ struct Reply {
     model: String,
     chat: bool,
     /// How a chat reply's tool calls are split from its text.
-    calls: Calls,
+    calls: ReplySplit,
 }
 
 impl Reply {

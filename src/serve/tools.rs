@@ -12,13 +12,13 @@ use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed};
 
 /// How one request's reply is split.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Calls {
+pub(crate) struct ReplySplit {
     format: CallFormat,
     /// The request's tools (their schemas type XML parameters).
     tools: Option<Value>,
 }
 
-impl Calls {
+impl ReplySplit {
     /// The split for `spec` under a template whose calls look like `format`.
     pub(crate) fn of(spec: &JobSpec, format: CallFormat) -> Self {
         match &spec.prompt {

@@ -74,7 +74,7 @@ struct Stop {
 }
 
 /// What the engine thread says once the model is loaded.
-pub struct Loaded {
+pub struct ModelReady {
     pub notes: Vec<String>,
     pub n_ctx: u32,
     pub streamed: bool,
@@ -91,7 +91,7 @@ impl Worker {
         queue: usize,
         parallel: usize,
         runtime: tokio::runtime::Handle,
-    ) -> Result<(Self, Loaded), ServeError> {
+    ) -> Result<(Self, ModelReady), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
         let (stop, stop_rx) = crossbeam_channel::bounded::<Stop>(1);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -102,7 +102,7 @@ impl Worker {
                     Ok(s) => s,
                     Err(e) => return drop(ready_tx.send(Err(e))),
                 };
-                let loaded = Loaded {
+                let loaded = ModelReady {
                     notes: session.notes.clone(),
                     n_ctx: session.n_ctx(),
                     streamed: session.streamed(),

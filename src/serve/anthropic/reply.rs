@@ -18,7 +18,7 @@ use super::request::MessagesRequest;
 use crate::chat::tool_calls::{CallStream, Parsed};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
-use crate::serve::tools::Calls;
+use crate::serve::tools::ReplySplit;
 use crate::serve::worker::{App, Done, Event};
 
 /// What every part of one reply carries.
@@ -28,14 +28,14 @@ struct Head {
     prompt_tokens: usize,
     /// How the reply's text splits into text and tool calls (no split when
     /// the request offered no tools or the template's calls are not parsed).
-    calls: Calls,
+    calls: ReplySplit,
 }
 
 /// Queue the request's job and answer: an error before any text, else the
 /// stream or the whole message.
 pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, ApiError> {
     let stream = req.spec.stream;
-    let calls = Calls::of(&req.spec, app.call_format);
+    let calls = ReplySplit::of(&req.spec, app.call_format);
     let (rx, prompt_tokens) = routes::start_job(app, req.spec).await?;
     let head = Head {
         id: routes::reply_id(app, "msg_"),
@@ -231,7 +231,7 @@ mod tests {
             id: "msg_bmoe1".into(),
             model: "m".into(),
             prompt_tokens: 9,
-            calls: Calls::default(),
+            calls: ReplySplit::default(),
         }
     }
 
@@ -302,7 +302,7 @@ mod tests {
 
     fn hermes() -> Head {
         Head {
-            calls: Calls::new(
+            calls: ReplySplit::new(
                 crate::chat::tool_calls::CallFormat::Hermes,
                 Some(json!([{"type": "function", "function": {"name": "weather"}}])),
             ),
