@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bmoe_actors::metrics::DecodeMetrics;
 
 use super::{EngineError, RunConfig};
+use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
 use crate::llama::rpc::net::{self, NetBytes};
 use crate::llama::rpc::{self, RpcHosts};
@@ -104,6 +105,22 @@ pub(super) fn attach(
         share,
         waiting: Arc::default(),
     }))
+}
+
+/// A NaN under `--rpc`: what the hosts hold is as suspect as the model
+/// file (a damaged cache file of theirs, say), so the message names both.
+pub(super) fn blame_hosts(e: EngineError, rpc: Option<&RpcConfig>) -> EngineError {
+    let Some(rc) = rpc else { return e };
+    match e {
+        EngineError::Generate(GenerateError::NanLogits) => {
+            EngineError::NanWithRpc(rc.endpoints.join(","))
+        }
+        EngineError::Failed { cause, done_line } => EngineError::Failed {
+            cause: Box::new(blame_hosts(*cause, rpc)),
+            done_line,
+        },
+        e => e,
+    }
 }
 
 fn mib(b: u64) -> u64 {
@@ -250,6 +267,30 @@ impl EvalObserver for RemoteClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nan_under_rpc_names_the_hosts_too() {
+        let nan = || EngineError::Generate(GenerateError::NanLogits);
+        let rc = RpcConfig {
+            endpoints: vec!["127.0.0.1:9".into(), "10.0.0.2:50052".into()],
+            layers: RpcLayers::Auto,
+            timeout: DEFAULT_RPC_TIMEOUT,
+        };
+        assert!(matches!(blame_hosts(nan(), None), EngineError::Generate(_)));
+        let e = blame_hosts(nan(), Some(&rc)).to_string();
+        assert!(e.contains("RPC hosts 127.0.0.1:9,10.0.0.2:50052"), "{e}");
+        assert!(e.contains("model file here"), "{e}");
+        let failed = EngineError::Failed {
+            cause: Box::new(nan()),
+            done_line: "{}".into(),
+        };
+        let EngineError::Failed { cause, .. } = blame_hosts(failed, Some(&rc)) else {
+            panic!("not kept as a failure")
+        };
+        assert!(matches!(*cause, EngineError::NanWithRpc(_)));
+        let other = blame_hosts(EngineError::Config("x".into()), Some(&rc));
+        assert!(matches!(other, EngineError::Config(_)));
+    }
 
     #[test]
     fn layer_counts_parse_and_nonsense_is_explained() {
