@@ -239,6 +239,7 @@ pub fn rpc_auto(l: &MoeLayout) -> String {
         let what = match c {
             0 => "the output layer only".to_string(),
             c if c == n => format!("all {c} layers (nothing streams here)"),
+            1 => "the last layer".to_string(),
             c => format!("the last {c} layers"),
         };
         let _ = writeln!(

@@ -137,8 +137,13 @@ pub fn connect(endpoints: &[String]) -> Result<RpcHosts, RpcError> {
                 endpoints[j]
             )));
         }
-        reach::greet(e, addr, reach::REACH_TIMEOUT)?;
         peers.push(addr.into());
+    }
+    for (e, p) in endpoints.iter().zip(&peers) {
+        let SocketAddr::V4(addr) = *p else {
+            return Err(RpcError::BadAddress(e.clone()));
+        };
+        reach::greet(e, addr, reach::REACH_TIMEOUT)?;
     }
     crate::llama::init_backend();
     arm_lost_host_exit();
@@ -357,6 +362,23 @@ mod tests {
             "Remote RPC server crashed"
         );
         assert_eq!(without_source_path("plain"), "plain");
+    }
+
+    #[test]
+    fn a_host_given_twice_is_named_before_any_is_reached() {
+        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = connect(&hosts(&["a:1", "a:1"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--rpc: duplicate host a:1; give each host once"
+        );
+        let e = connect(&hosts(&["127.0.0.1:9", "localhost:9"])).unwrap_err();
+        assert!(matches!(e, RpcError::Duplicate(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("duplicate host localhost:9 (the same address as 127.0.0.1:9"),
+            "{e}"
+        );
     }
 
     #[test]
