@@ -13,7 +13,9 @@
 //! starts ([`verify_dir`]), and each one written or changed while it serves
 //! once its writer has closed it ([`watch`]). A file whose bytes do not hash
 //! to its name is removed, with a line on stderr; the client then sends that
-//! tensor again, as for a file never cached.
+//! tensor again, as for a file never cached. What is left: a file damaged
+//! while this server runs (a full disk) is served to a client that asks for
+//! it within that second, before the check removes it.
 
 use std::collections::HashMap;
 use std::hash::Hasher;
@@ -25,6 +27,8 @@ use std::time::{Duration, SystemTime};
 
 /// How often [`watch`] looks at the folder.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// A cache this large says that it is being checked (it takes seconds).
+const SAY_CHECKING_BYTES: u64 = 1 << 30;
 /// Bytes hashed per read.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -138,6 +142,16 @@ fn check(dir: &Path, name: &str) -> bool {
 /// damaged ones (each said on stderr).
 pub fn verify_dir(dir: &Path, threads: usize) -> std::io::Result<Verified> {
     let files = listing(dir)?;
+    let total_bytes: u64 = files.iter().map(|(_, (len, _))| len).sum();
+    if total_bytes > SAY_CHECKING_BYTES {
+        crate::say!(
+            "rpc-server: checking {} cache files ({:.1} GiB) in {} against their hashes before \
+             serving",
+            files.len(),
+            total_bytes as f64 / (1u64 << 30) as f64,
+            dir.display()
+        );
+    }
     let next = AtomicUsize::new(0);
     let out = Mutex::new(Verified::default());
     std::thread::scope(|s| {
