@@ -84,6 +84,8 @@ pub enum RpcError {
     ServerStopped(String),
     #[error("rpc-server --cache {dir}: {reason}")]
     Cache { dir: String, reason: String },
+    #[error("rpc-server: cannot start the first-byte deadline's thread: {0}")]
+    Doorman(String),
 }
 
 /// One device of an RPC host: llama.cpp places layers on it.
@@ -221,7 +223,8 @@ pub fn serve(opts: &ServerOptions) -> Result<(), RpcError> {
     if let Some(dir) = opts.cache_dir {
         verify_cache(dir, opts.threads)?;
     }
-    doorman::guard(bound.port(), opts.first_byte_timeout).map_err(listen_err)?;
+    doorman::guard(bound.port(), opts.first_byte_timeout)
+        .map_err(|e| RpcError::Doorman(e.to_string()))?;
     line_buffered_stdout();
     crate::llama::init_backend();
     let bad = || RpcError::BadAddress(endpoint.clone());
