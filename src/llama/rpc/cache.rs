@@ -124,16 +124,16 @@ fn check(dir: &Path, name: &str) -> bool {
         Err(e) => format!("it cannot be read ({e})"),
     };
     match std::fs::remove_file(&path) {
-        Ok(()) => crate::say!(
+        Ok(()) => super::tell(format!(
             "rpc-server: removed the damaged cache file {}: {why}; a client sends that tensor \
              again",
             path.display()
-        ),
-        Err(e) => crate::say!(
+        )),
+        Err(e) => super::tell(format!(
             "rpc-server: the cache file {} is damaged ({why}) and could not be removed ({e}); \
              remove it, or restart without --cache",
             path.display()
-        ),
+        )),
     }
     false
 }
@@ -144,13 +144,13 @@ pub fn verify_dir(dir: &Path, threads: usize) -> std::io::Result<Verified> {
     let files = listing(dir)?;
     let total_bytes: u64 = files.iter().map(|(_, (len, _))| len).sum();
     if total_bytes > SAY_CHECKING_BYTES {
-        crate::say!(
+        super::tell(format!(
             "rpc-server: checking {} cache files ({:.1} GiB) in {} against their hashes before \
              serving",
             files.len(),
             total_bytes as f64 / (1u64 << 30) as f64,
             dir.display()
-        );
+        ));
     }
     let next = AtomicUsize::new(0);
     let out = Mutex::new(Verified::default());

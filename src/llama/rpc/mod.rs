@@ -31,6 +31,12 @@ use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
 
+/// A line on stderr for the server's operator (the seam writes its own
+/// lines; it does not import `stdio`).
+fn tell(line: String) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+}
+
 /// The exit code of a run that lost an RPC host (refused at start, dropped or
 /// stalled mid-run, or another protocol version).
 pub const EXIT_REMOTE_LOST: i32 = 5;
@@ -263,7 +269,7 @@ fn verify_cache(dir: &Path, threads: u32) -> Result<(), RpcError> {
         reason: e.to_string(),
     };
     let v = cache::verify_dir(dir, threads as usize).map_err(fail)?;
-    crate::say!(
+    tell(format!(
         "rpc-server: cache {}: {} files ({} MiB) match their hashes{}",
         dir.display(),
         v.good.len(),
@@ -272,7 +278,7 @@ fn verify_cache(dir: &Path, threads: u32) -> Result<(), RpcError> {
             0 => String::new(),
             n => format!("; {n} damaged removed"),
         }
-    );
+    ));
     // /proc/self/fd names open files by their canonical path.
     let canonical = dir.canonicalize().map_err(fail)?;
     cache::watch(canonical, v.good).map_err(fail)
