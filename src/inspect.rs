@@ -216,6 +216,41 @@ pub fn rpc_split(l: &MoeLayout, blocks: u32) -> String {
     s
 }
 
+/// The least free memory (bytes) the hosts must report for `--rpc-layers
+/// auto` to give them `blocks` blocks: auto keeps an eighth of it back
+/// ([`MoeLayout::blocks_fitting`]).
+pub fn rpc_free_needed(l: &MoeLayout, blocks: u32) -> u64 {
+    l.remote_bytes(blocks).div_ceil(7) * 8
+}
+
+/// `bmoe inspect MODEL --rpc-layers auto`: the hosts are not asked here, so
+/// what auto would choose for the free memory they might report.
+pub fn rpc_auto(l: &MoeLayout) -> String {
+    let n = l.blocks();
+    let mut counts = vec![n, n * 3 / 4, n / 2, n / 4, 1.min(n), 0];
+    counts.dedup();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "rpc split:        --rpc-layers auto: the most last layers whose bytes fit in 7/8 of \
+         the free memory the RPC hosts report (asked at the run's start):"
+    );
+    for c in counts {
+        let what = match c {
+            0 => "the output layer only".to_string(),
+            c if c == n => format!("all {c} layers (nothing streams here)"),
+            1 => "the last layer".to_string(),
+            c => format!("the last {c} layers"),
+        };
+        let _ = writeln!(
+            s,
+            "  {what}: the hosts report at least {} free",
+            mib(rpc_free_needed(l, c))
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -304,5 +339,26 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("this host RAM:  dense 0.00 MiB"), "{all}");
+    }
+
+    #[test]
+    fn auto_gets_exactly_the_layers_its_free_memory_is_said_to_hold() {
+        let mut l = layout(Vec::new(), 8);
+        l.n_layer = 4;
+        l.block_bytes = BTreeMap::from([(0, 7000), (1, 7001), (2, 9000), (3, 123_457)]);
+        l.output_bytes = 4096;
+        for n in 0..=4 {
+            let need = rpc_free_needed(&l, n);
+            assert_eq!(l.blocks_fitting(need), n, "{n} blocks at {need}");
+            assert!(
+                l.blocks_fitting(need - 8) < n.max(1),
+                "{n} blocks at {need} - 8"
+            );
+        }
+        let a = rpc_auto(&l);
+        assert!(a.contains("--rpc-layers auto"), "{a}");
+        assert!(a.contains("all 4 layers"), "{a}");
+        assert!(a.contains("the last 2 layers"), "{a}");
+        assert!(a.contains("the output layer only"), "{a}");
     }
 }

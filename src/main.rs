@@ -135,7 +135,9 @@ fn llama_code(e: &LlamaError) -> Option<u8> {
         | LlamaError::Truncated { .. }
         | LlamaError::Corrupt { .. }
         | LlamaError::ShardMismatch { .. } => Some(exit::MODEL_INVALID),
-        LlamaError::Rpc(bmoe::llama::rpc::RpcError::BadAddress(_)) => Some(exit::USAGE),
+        LlamaError::Rpc(
+            bmoe::llama::rpc::RpcError::BadAddress(_) | bmoe::llama::rpc::RpcError::Duplicate(_),
+        ) => Some(exit::USAGE),
         LlamaError::Rpc(_) => Some(exit::REMOTE),
         _ => None,
     }

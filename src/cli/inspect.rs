@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::checks::UsageError;
+use bmoe::engine::RpcLayers;
 use bmoe::forecast::{self, CacheOutcome, HostFacts};
 use bmoe::layout::MoeLayout;
 use bmoe_actors::cache::CachePolicy;
@@ -18,9 +19,10 @@ pub struct InspectArgs {
     /// The gguf file.
     pub model: PathBuf,
     /// Also say how `--rpc --rpc-layers N` would split it: what the RPC
-    /// hosts hold, what stays and streams here, the network per token.
-    #[arg(long, value_name = "N")]
-    pub rpc_layers: Option<u32>,
+    /// hosts hold, what stays and streams here, the network per token;
+    /// auto: how many layers each amount of free memory on the hosts takes.
+    #[arg(long, value_name = "N|auto")]
+    pub rpc_layers: Option<RpcLayers>,
     /// Also forecast the decode rate on this host at cache 0, 10%, 25%, 50%
     /// and auto: probes the read bandwidth of this file's expert slices and
     /// ggml's product kernel (a few seconds; the model is not loaded).
@@ -41,7 +43,10 @@ pub fn inspect(args: InspectArgs) -> Result<()> {
     let model = &args.model;
     let layout = MoeLayout::open(model).with_context(|| format!("inspect {}", model.display()))?;
     out!("{}", bmoe::inspect::report(model, &layout));
-    if let Some(n) = args.rpc_layers {
+    if args.rpc_layers == Some(RpcLayers::Auto) {
+        out!("{}", bmoe::inspect::rpc_auto(&layout));
+    }
+    if let Some(RpcLayers::Count(n)) = args.rpc_layers {
         if n > layout.blocks() {
             return Err(UsageError(format!(
                 "--rpc-layers {n}: the model has {} layers (blocks)",

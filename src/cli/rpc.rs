@@ -1,7 +1,7 @@
 //! `--rpc` (run, chat, serve) and `bmoe rpc-server`: llama.cpp's RPC backend
 //! through the same binary on both sides (docs/scale-out.md).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use clap::Args;
 
 use super::checks::UsageError;
 use bmoe::engine::{RpcConfig, RpcLayers};
+use bmoe::llama::rpc::ServerOptions;
 
 #[derive(Debug, Args)]
 pub struct RpcArgs {
@@ -26,11 +27,11 @@ pub struct RpcArgs {
     /// With --rpc: how many of the last layers (blocks, as `bmoe inspect`
     /// counts them) the hosts hold, with the output layer; auto: as many as
     /// their reported free memory holds.
-    #[arg(long, value_name = "N|auto", default_value = "auto")]
+    #[arg(long, value_name = "N|auto", default_value = "auto", requires = "rpc")]
     pub rpc_layers: RpcLayers,
     /// With --rpc: a decode that hears nothing from the hosts for this many
     /// seconds has lost one (exit 5). Raise it for long prompts on slow hosts.
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "rpc", value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub rpc_timeout: u64,
 }
 
@@ -57,9 +58,15 @@ pub struct RpcServerArgs {
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
     /// Keep the large tensors clients send in this folder (by hash), so a
-    /// later load of the same model sends only their hashes.
+    /// later load of the same model sends only their hashes. Every file is
+    /// checked against its hash at start and once written; a damaged one is
+    /// removed (and sent again by the next client).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
+    /// Drop a client that sends nothing this many seconds after connecting
+    /// (ggml's server takes one client at a time: a silent one would hold it).
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub first_byte_timeout: u64,
     /// Listen on an address other than loopback. The RPC protocol has no
     /// authentication or encryption: whoever reaches the port can use this
     /// host's memory and CPU. Only on a network you trust.
@@ -69,13 +76,13 @@ pub struct RpcServerArgs {
 
 /// `bmoe rpc-server`: ggml's RPC server on this host's CPU, until killed.
 pub fn rpc_server(args: RpcServerArgs) -> Result<()> {
-    if args.host.is_ipv6() {
+    let IpAddr::V4(ip) = args.host else {
         return Err(UsageError(format!(
             "rpc-server --host {}: llama.cpp's RPC transport speaks IPv4 only; give an IPv4 address",
             args.host
         ))
         .into());
-    }
+    };
     if !args.host.is_loopback() && !args.allow_remote {
         return Err(UsageError(format!(
             "rpc-server --host {}: not a loopback address, and the RPC protocol has no \
@@ -86,27 +93,25 @@ pub fn rpc_server(args: RpcServerArgs) -> Result<()> {
     }
     if !args.host.is_loopback() {
         bmoe::say!(
-            "warning: listening on {} without authentication: anyone who reaches port {} can \
+            "warning: listening on {} without authentication: anyone who reaches its port can \
              use this host's memory and CPU",
             args.host,
-            args.port
         );
     }
-    let endpoint = format!("{}:{}", args.host, args.port);
-    let cache = match &args.cache {
-        Some(d) => {
-            std::fs::create_dir_all(d)
-                .map_err(|e| UsageError(format!("--cache {}: {e}", d.display())))?;
-            Some(d.to_string_lossy().into_owned())
-        }
-        None => None,
-    };
+    if let Some(d) = &args.cache {
+        bmoe::llama::rpc::cache::prepare(d).map_err(|e| UsageError(e.to_string()))?;
+    }
     // ggml's server loop has no stop: a signal ends the process as usual.
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: restoring a signal's default disposition touches no memory.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
-    let threads = args.threads.unwrap_or_else(bmoe::llama::default_threads);
-    bmoe::llama::rpc::serve(&endpoint, cache.as_deref(), threads)?;
+    let opts = ServerOptions {
+        addr: SocketAddrV4::new(ip, args.port),
+        cache_dir: args.cache.as_deref(),
+        threads: args.threads.unwrap_or_else(bmoe::llama::default_threads),
+        first_byte_timeout: Duration::from_secs(args.first_byte_timeout),
+    };
+    bmoe::llama::rpc::serve(&opts)?;
     Ok(())
 }

@@ -220,7 +220,8 @@ pub(super) fn report(
     let done_line = json_object(&trailer);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     let failed = failed.map(|f| (f, stream_failed));
-    let generation = outcome(m.res, failed, finished, &done_line)?;
+    let generation = outcome(m.res, failed, finished, &done_line)
+        .map_err(|e| super::rpc::blame_hosts(e, a.cfg.rpc.as_ref()))?;
     let kernel_read_bytes = (m.kernel_read_bytes_before)
         .zip(memory::io_read_bytes())
         .map(|(a, b)| b.saturating_sub(a));

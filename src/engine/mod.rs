@@ -54,6 +54,13 @@ pub enum EngineError {
     Telemetry(#[from] TelemetryError),
     #[error("{0}")]
     Config(String),
+    #[error(
+        "the model computed NaN for the next token's scores: tensor data is likely corrupt, in \
+         the model file here or in what the RPC hosts {0} hold; restart their `bmoe rpc-server` \
+         (with --cache it checks its files at start and removes damaged ones), and check the \
+         model file against its published checksum"
+    )]
+    NanWithRpc(String),
     /// A run that failed after generation started: the cause, and the
     /// `BMOE_DONE` object of what was generated (aborted=1), so the binary can
     /// still print it.

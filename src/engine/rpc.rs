@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bmoe_actors::metrics::DecodeMetrics;
 
 use super::{EngineError, RunConfig};
+use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
 use crate::llama::rpc::net::{self, NetBytes};
 use crate::llama::rpc::{self, RpcHosts};
@@ -155,6 +156,22 @@ fn route_trace(cfg: &RunConfig) -> Option<&Path> {
 fn last_count_keeping_experts(layout: &MoeLayout) -> u32 {
     let first_moe = layout.experts.iter().map(|e| e.layer).min().unwrap_or(0);
     layout.blocks().saturating_sub(first_moe + 1)
+}
+
+/// A NaN under `--rpc`: what the hosts hold is as suspect as the model
+/// file (a damaged cache file of theirs, say), so the message names both.
+pub(super) fn blame_hosts(e: EngineError, rpc: Option<&RpcConfig>) -> EngineError {
+    let Some(rc) = rpc else { return e };
+    match e {
+        EngineError::Generate(GenerateError::NanLogits) => {
+            EngineError::NanWithRpc(rc.endpoints.join(","))
+        }
+        EngineError::Failed { cause, done_line } => EngineError::Failed {
+            cause: Box::new(blame_hosts(*cause, rpc)),
+            done_line,
+        },
+        e => e,
+    }
 }
 
 fn mib(b: u64) -> u64 {
@@ -323,6 +340,30 @@ mod tests {
             msg.contains("nothing to record") && msg.contains("at most 1"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_nan_under_rpc_names_the_hosts_too() {
+        let nan = || EngineError::Generate(GenerateError::NanLogits);
+        let rc = RpcConfig {
+            endpoints: vec!["127.0.0.1:9".into(), "10.0.0.2:50052".into()],
+            layers: RpcLayers::Auto,
+            timeout: DEFAULT_RPC_TIMEOUT,
+        };
+        assert!(matches!(blame_hosts(nan(), None), EngineError::Generate(_)));
+        let e = blame_hosts(nan(), Some(&rc)).to_string();
+        assert!(e.contains("RPC hosts 127.0.0.1:9,10.0.0.2:50052"), "{e}");
+        assert!(e.contains("model file here"), "{e}");
+        let failed = EngineError::Failed {
+            cause: Box::new(nan()),
+            done_line: "{}".into(),
+        };
+        let EngineError::Failed { cause, .. } = blame_hosts(failed, Some(&rc)) else {
+            panic!("not kept as a failure")
+        };
+        assert!(matches!(*cause, EngineError::NanWithRpc(_)));
+        let other = blame_hosts(EngineError::Config("x".into()), Some(&rc));
+        assert!(matches!(other, EngineError::Config(_)));
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Session {
     pub totals: TurnFigures,
     /// `--chat-template-file`'s template (None: the model's own).
     template_source: Option<String>,
+    /// `--rpc`'s hosts: a NaN names them too.
+    rpc: Option<super::RpcConfig>,
 }
 
 /// What one turn (or a session's turns together) decoded and read.
@@ -123,6 +125,7 @@ impl Session {
             notes,
             totals: TurnFigures::default(),
             template_source: cfg.chat_template,
+            rpc: cfg.rpc,
         })
     }
 
@@ -208,7 +211,7 @@ impl Session {
             Err(e) => {
                 // What the KV cache holds after a failed decode is unknown.
                 self.reset();
-                return Err(e.into());
+                return Err(super::rpc::blame_hosts(e.into(), self.rpc.as_ref()));
             }
         };
         let reused = cached.min(prompt.len() - 1);

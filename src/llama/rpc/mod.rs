@@ -16,6 +16,8 @@
 //! [`EXIT_REMOTE_LOST`]. A host that stalls (no reply while a decode waits on
 //! it) is caught by [`watchdog`].
 
+pub mod cache;
+pub mod doorman;
 pub mod net;
 mod reach;
 pub mod watchdog;
@@ -23,9 +25,17 @@ pub mod watchdog;
 pub use reach::resolve;
 
 use std::ffi::{c_char, CStr, CString};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
+
+/// A line on stderr for the server's operator (the seam writes its own
+/// lines; it does not import `stdio`).
+fn tell(line: String) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+}
 
 /// The exit code of a run that lost an RPC host (refused at start, dropped or
 /// stalled mid-run, or another protocol version).
@@ -54,6 +64,8 @@ extern "C" {
 pub enum RpcError {
     #[error("--rpc {0:?}: give IPv4 HOST:PORT (e.g. 127.0.0.1:50052), each host once")]
     BadAddress(String),
+    #[error("--rpc: duplicate host {0}; give each host once")]
+    Duplicate(String),
     #[error(
         "the RPC host {endpoint} speaks protocol {theirs}, this bmoe {ours}: run the same bmoe \
          build on both sides"
@@ -76,6 +88,10 @@ pub enum RpcError {
     Listen { endpoint: String, reason: String },
     #[error("rpc-server on {0} stopped (ggml's server returned: see its messages above)")]
     ServerStopped(String),
+    #[error("rpc-server --cache {dir}: {reason}")]
+    Cache { dir: String, reason: String },
+    #[error("rpc-server: cannot start the first-byte deadline's thread: {0}")]
+    Doorman(String),
 }
 
 /// One device of an RPC host: llama.cpp places layers on it.
@@ -116,13 +132,26 @@ impl RpcHosts {
 /// memory.
 pub fn connect(endpoints: &[String]) -> Result<RpcHosts, RpcError> {
     let mut peers: Vec<SocketAddr> = Vec::with_capacity(endpoints.len());
+    for (i, e) in endpoints.iter().enumerate() {
+        if endpoints[..i].contains(e) {
+            return Err(RpcError::Duplicate(e.clone()));
+        }
+    }
     for e in endpoints {
         let addr = reach::resolve(e)?;
-        if peers.contains(&addr.into()) {
-            return Err(RpcError::BadAddress(e.clone()));
+        if let Some(j) = peers.iter().position(|p| *p == addr.into()) {
+            return Err(RpcError::Duplicate(format!(
+                "{e} (the same address as {}, {addr})",
+                endpoints[j]
+            )));
         }
-        reach::greet(e, addr, reach::REACH_TIMEOUT)?;
         peers.push(addr.into());
+    }
+    for (e, p) in endpoints.iter().zip(&peers) {
+        let SocketAddr::V4(addr) = *p else {
+            return Err(RpcError::BadAddress(e.clone()));
+        };
+        reach::greet(e, addr, reach::REACH_TIMEOUT)?;
     }
     crate::llama::init_backend();
     arm_lost_host_exit();
@@ -169,21 +198,48 @@ fn host_devices(endpoint: &str) -> Result<Vec<RpcDevice>, RpcError> {
     Ok(out)
 }
 
-/// Serve this host's CPU to RPC clients on `endpoint` with ggml's own server
+/// How `bmoe rpc-server` serves.
+#[derive(Debug, Clone)]
+pub struct ServerOptions<'a> {
+    /// Where to listen; port 0 takes a free one (the banner names it).
+    pub addr: SocketAddrV4,
+    /// ggml's tensor cache folder (checked writable by the caller).
+    pub cache_dir: Option<&'a Path>,
+    pub threads: u32,
+    /// A client that sends nothing this long after connecting is dropped.
+    pub first_byte_timeout: Duration,
+}
+
+/// Serve this host's CPU to RPC clients with ggml's own server
 /// (`ggml_backend_rpc_start_server`): it returns only when it cannot listen or
-/// accept. `cache_dir` keeps large tensors clients sent, by hash.
-pub fn serve(endpoint: &str, cache_dir: Option<&str>, threads: u32) -> Result<(), RpcError> {
-    let addr = reach::resolve(endpoint)?;
+/// accept. The cache folder is verified first and watched while serving
+/// ([`cache`]); silent clients are dropped ([`doorman`]).
+pub fn serve(opts: &ServerOptions) -> Result<(), RpcError> {
     // ggml's server prints only "Failed to create server socket": bind here
-    // first to say why (the listener is closed again before ggml binds).
-    std::net::TcpListener::bind(addr).map_err(|e| RpcError::Listen {
-        endpoint: endpoint.to_string(),
+    // first to say why, and to learn the port 0 stands for (the listener is
+    // closed again before ggml binds that port).
+    let listen_err = |e: std::io::Error| RpcError::Listen {
+        endpoint: opts.addr.to_string(),
         reason: e.to_string(),
-    })?;
+    };
+    let bound = std::net::TcpListener::bind(opts.addr)
+        .and_then(|l| l.local_addr())
+        .map_err(listen_err)?;
+    let endpoint = SocketAddrV4::new(*opts.addr.ip(), bound.port()).to_string();
+    if let Some(dir) = opts.cache_dir {
+        verify_cache(dir, opts.threads)?;
+    }
+    doorman::guard(bound.port(), opts.first_byte_timeout)
+        .map_err(|e| RpcError::Doorman(e.to_string()))?;
+    line_buffered_stdout();
     crate::llama::init_backend();
-    let bad = || RpcError::BadAddress(endpoint.to_string());
-    let c_end = CString::new(endpoint).map_err(|_| bad())?;
-    let c_cache = cache_dir.map(CString::new).transpose().map_err(|_| bad())?;
+    let bad = || RpcError::BadAddress(endpoint.clone());
+    let c_end = CString::new(endpoint.as_str()).map_err(|_| bad())?;
+    let c_cache = opts
+        .cache_dir
+        .map(|d| CString::new(d.to_string_lossy().into_owned()))
+        .transpose()
+        .map_err(|_| bad())?;
     // SAFETY: the CPU device is a process-wide static object (or null).
     let mut cpu = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
     if cpu.is_null() {
@@ -194,9 +250,53 @@ pub fn serve(endpoint: &str, cache_dir: Option<&str>, threads: u32) -> Result<()
     // serving); the device is ggml's own CPU device.
     // SAFETY: as the comment above says.
     unsafe {
-        ggml_backend_rpc_start_server(c_end.as_ptr(), cache_ptr, threads as usize, 1, &mut cpu)
+        ggml_backend_rpc_start_server(
+            c_end.as_ptr(),
+            cache_ptr,
+            opts.threads as usize,
+            1,
+            &mut cpu,
+        )
     };
-    Err(RpcError::ServerStopped(endpoint.to_string()))
+    Err(RpcError::ServerStopped(endpoint))
+}
+
+/// Verify every file of the cache folder against its name (the damaged ones
+/// removed and said), then keep checking the ones written while serving.
+fn verify_cache(dir: &Path, threads: u32) -> Result<(), RpcError> {
+    let fail = |e: std::io::Error| RpcError::Cache {
+        dir: dir.display().to_string(),
+        reason: e.to_string(),
+    };
+    let v = cache::verify_dir(dir, threads as usize).map_err(fail)?;
+    tell(format!(
+        "rpc-server: cache {}: {} files ({} MiB) match their hashes{}",
+        dir.display(),
+        v.good.len(),
+        v.good_bytes / (1024 * 1024),
+        match v.removed {
+            0 => String::new(),
+            n => format!("; {n} damaged removed"),
+        }
+    ));
+    // /proc/self/fd names open files by their canonical path.
+    let canonical = dir.canonicalize().map_err(fail)?;
+    cache::watch(canonical, v.good).map_err(fail)
+}
+
+/// ggml's server prints its banner with printf and flushes only when a
+/// client connects: with stdout a pipe or a file, the banner (and the port)
+/// would not show until then. Line buffering prints each line at once.
+fn line_buffered_stdout() {
+    extern "C" {
+        static mut stdout: *mut libc::FILE;
+    }
+    // SAFETY: glibc's `stdout` is initialised before main; setvbuf is called
+    // before anything is written to it, as C requires.
+    unsafe {
+        let out = stdout;
+        libc::setvbuf(out, std::ptr::null_mut(), libc::_IOLBF, 0);
+    }
 }
 
 /// From now on a ggml abort (a lost RPC host, or any other) ends the process
@@ -271,6 +371,23 @@ mod tests {
             "Remote RPC server crashed"
         );
         assert_eq!(without_source_path("plain"), "plain");
+    }
+
+    #[test]
+    fn a_host_given_twice_is_named_before_any_is_reached() {
+        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = connect(&hosts(&["a:1", "a:1"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--rpc: duplicate host a:1; give each host once"
+        );
+        let e = connect(&hosts(&["127.0.0.1:9", "localhost:9"])).unwrap_err();
+        assert!(matches!(e, RpcError::Duplicate(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("duplicate host localhost:9 (the same address as 127.0.0.1:9"),
+            "{e}"
+        );
     }
 
     #[test]

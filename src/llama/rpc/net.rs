@@ -57,14 +57,27 @@ pub fn bytes_to(peers: &[SocketAddr]) -> NetBytes {
 }
 
 /// The socket's peer address (None for a socket that has none or no IP one).
-fn peer_of(fd: RawFd) -> Option<SocketAddr> {
+pub(super) fn peer_of(fd: RawFd) -> Option<SocketAddr> {
+    address_of(fd, libc::getpeername)
+}
+
+/// The socket's own address (None for a socket that has no IP one).
+pub(super) fn local_of(fd: RawFd) -> Option<SocketAddr> {
+    address_of(fd, libc::getsockname)
+}
+
+type AddressCall =
+    unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
+
+/// One of the socket's addresses, as `call` (getpeername or getsockname) gives it.
+fn address_of(fd: RawFd, call: AddressCall) -> Option<SocketAddr> {
     // SAFETY: a zeroed sockaddr_storage is a valid out-buffer of the stated length.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: `ss` and `len` are valid for writes; a stale fd only makes the
     // call fail (EBADF / ENOTSOCK), which is handled.
     let rc = unsafe {
-        libc::getpeername(
+        call(
             fd,
             (&mut ss as *mut libc::sockaddr_storage).cast(),
             &mut len,
@@ -93,7 +106,7 @@ fn peer_of(fd: RawFd) -> Option<SocketAddr> {
 }
 
 /// The kernel's byte counters of one TCP socket.
-fn tcp_bytes(fd: RawFd) -> Option<NetBytes> {
+pub(super) fn tcp_bytes(fd: RawFd) -> Option<NetBytes> {
     // SAFETY: a zeroed tcp_info is a valid out-buffer of the stated length.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
