@@ -83,6 +83,17 @@ pub fn refuse_output_over_input(
 /// for a run, and for every bench cell before anything is measured.
 pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     args.sampling.params()?;
+    // --show-prompt runs nothing: the run's outputs would never be written.
+    let outputs = [
+        ("--csv", args.csv.is_some()),
+        ("--route-trace", args.route_trace.is_some()),
+    ];
+    if let Some((flag, _)) = outputs.iter().find(|(_, g)| *g && args.show_prompt) {
+        return Err(UsageError(format!(
+            "--show-prompt only prints the prompt and runs nothing, so {flag} would never be \
+             written: drop one of them"
+        )));
+    }
     args.sampling
         .check_speculation(args.uses_ngram() || args.uses_mtp())?;
     if !(args.drop_cold_experts.is_finite() && (0.0..=1.0).contains(&args.drop_cold_experts)) {
