@@ -11,6 +11,7 @@
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -99,8 +100,11 @@ pub(crate) fn render(
 ) -> Result<String, TemplateError> {
     let failed = |what: &str, e: std::io::Error| TemplateError::Renderer(format!("{what}: {e}"));
     let exe = std::env::current_exe().map_err(|e| failed("locating bmoe's executable", e))?;
+    // Its own process group: a Ctrl-C at the terminal reaches bmoe, which
+    // decides (`cancelled`), not the renderer.
     let mut child = Command::new(exe)
         .arg(CHILD_ARG)
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
