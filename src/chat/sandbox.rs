@@ -26,9 +26,9 @@ pub const CHILD_ARG: &str = "__render-chat-template";
 /// Address space the renderer may add to what it starts with.
 pub const MEMORY_LIMIT_BYTES: u64 = 1 << 30;
 /// Wall time a render may take (a real template takes milliseconds).
-pub const TIME_LIMIT: Duration = Duration::from_secs(20);
+pub const TIME_LIMIT: Duration = Duration::from_secs(10);
 /// Steps (minijinja instructions) a render may take: a long conversation with
-/// tools takes well under a hundredth of it with every real template.
+/// tools takes under a tenth of it with every real template.
 pub const STEP_BUDGET: u64 = 20_000_000;
 /// The longest prompt text a template may render.
 pub const OUTPUT_LIMIT_BYTES: u64 = 64 << 20;
@@ -229,19 +229,24 @@ pub fn child_main() -> Option<ExitCode> {
 }
 
 /// The renderer's own limits: it dies with bmoe, its address space may grow
-/// by [`MEMORY_LIMIT_BYTES`], its CPU time is [`TIME_LIMIT`].
+/// by [`MEMORY_LIMIT_BYTES`], its CPU time is twice [`TIME_LIMIT`] (a
+/// backstop: bmoe's wall clock, which starts later, decides first).
 fn confine() {
     // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number touches no memory.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let base_bytes = address_space_bytes().unwrap_or(0);
-    set_limit(libc::RLIMIT_AS, base_bytes + MEMORY_LIMIT_BYTES);
-    set_limit(libc::RLIMIT_CPU, TIME_LIMIT.as_secs());
+    let space_bytes = base_bytes + MEMORY_LIMIT_BYTES;
+    set_limit(libc::RLIMIT_AS, space_bytes, space_bytes);
+    let cpu_s = 2 * TIME_LIMIT.as_secs();
+    // SIGXCPU at the soft limit (said as the time limit), SIGKILL a second later.
+    set_limit(libc::RLIMIT_CPU, cpu_s, cpu_s + 1);
 }
 
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+fn set_limit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) {
+    debug_assert!(soft <= hard);
     let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
+        rlim_cur: soft,
+        rlim_max: hard,
     };
     // SAFETY: setrlimit reads the rlimit struct, which lives across the call.
     unsafe { libc::setrlimit(resource, &lim) };

@@ -434,6 +434,7 @@ fn prompt_of(
                     .render_until(model, &input, cancelled)
                     .map_err(|e| match e {
                         TemplateError::Cancelled(why) => {
+                            m::cancelled();
                             ApiError::new(StatusCode::BAD_REQUEST, "cancelled", why.to_string())
                         }
                         e if e.is_bad_input() => bad(e.to_string()),

@@ -201,3 +201,20 @@ fn hostile_templates_are_refused_with_the_limit_they_hit() {
         assert!(peak < 2 << 30, "{name}: peak RSS {peak} bytes");
     }
 }
+
+/// A template that renders for minutes within the step budget is stopped at
+/// the time limit (10 s), exit 2, the limit named.
+#[test]
+fn a_slow_template_is_refused_at_the_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = template_file(dir.path(), "slow", SLOW_TEMPLATE);
+    let m = smollm2().to_str().unwrap();
+    let args = ["run", "-m", m, "--chat", "-p", "Hi", "--show-prompt"];
+    let o = super::common::bmoe_within(&[&args[..], &["--chat-template-file", &t]].concat(), 30);
+    let err = super::common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the chat template ran past its time limit (10 s)"),
+        "{err}"
+    );
+}

@@ -550,9 +550,26 @@ fn a_hostile_template_gets_an_error_reply_and_sigterm_ends_its_render() {
     let status = server.terminate(20);
     assert_eq!(status.code(), Some(0));
 
+    // A client that leaves mid-render ends the render (counted as
+    // cancelled) well before the render's own 10 s time limit.
     let t = super::chat::template_file(dir.path(), "slow", super::chat::SLOW_TEMPLATE);
     let mut server = Server::start(&["--chat-template-file", &t]);
     let body = chat_body("Hi", json!({"max_tokens": 2})).to_string();
+    let leaving = server.send("POST", "/v1/chat/completions", &body, &[]);
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(leaving);
+    let t0 = Instant::now();
+    loop {
+        let (_, metrics) = server.request("GET", "/metrics", "", &[]);
+        if metrics.contains("bmoe_requests_cancelled_total 1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(6),
+            "the render outlived its client: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let _pending = server.send("POST", "/v1/chat/completions", &body, &[]);
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) on our own child's pid, which has not been reaped.
