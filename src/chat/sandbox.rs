@@ -13,6 +13,7 @@ use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -92,12 +93,21 @@ impl From<Failure> for TemplateError {
 
 type Reply = Result<String, Failure>;
 
+/// Whether this executable is the renderer too (its `main` called
+/// [`child_main`] first, as `bmoe`'s does).
+static RENDERER_IS_SELF: AtomicBool = AtomicBool::new(false);
+
 /// Render `job` in the renderer process, killing it as soon as `cancelled`
-/// says why it is no longer wanted or it runs past [`TIME_LIMIT`].
+/// says why it is no longer wanted or it runs past [`TIME_LIMIT`]. In a
+/// program that is not its own renderer (the library used by another
+/// binary), in this process within the step and output limits only.
 pub(crate) fn render(
     job: &Job,
     cancelled: &dyn Fn() -> Option<&'static str>,
 ) -> Result<String, TemplateError> {
+    if !RENDERER_IS_SELF.load(Ordering::Relaxed) {
+        return super::template::render_in_process(job).map_err(TemplateError::from);
+    }
     let failed = |what: &str, e: std::io::Error| TemplateError::Renderer(format!("{what}: {e}"));
     let exe = std::env::current_exe().map_err(|e| failed("locating bmoe's executable", e))?;
     // Its own process group: a Ctrl-C at the terminal reaches bmoe, which
@@ -201,10 +211,13 @@ fn died(status: ExitStatus, stderr: &str) -> TemplateError {
     TemplateError::Renderer(format!("the renderer ended ({status}): {stderr}"))
 }
 
-/// In the renderer process (`bmoe __render-chat-template`): render the job
-/// on stdin, reply on stdout. None in any other process.
+/// Called first in `main`: in the renderer process (`bmoe
+/// __render-chat-template`), render the job on stdin, reply on stdout, and
+/// return the exit code; in any other, note that this executable renders
+/// templates in a child of its own, and return None.
 pub fn child_main() -> Option<ExitCode> {
     if std::env::args_os().nth(1).as_deref() != Some(OsStr::new(CHILD_ARG)) {
+        RENDERER_IS_SELF.store(true, Ordering::Relaxed);
         return None;
     }
     confine();
