@@ -273,3 +273,73 @@ fn address_space_bytes() -> Option<u64> {
     let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page_bytes).ok()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn job(source: &str) -> Job {
+        Job {
+            source: source.into(),
+            vars: serde_json::Map::new(),
+            now_us: None,
+        }
+    }
+
+    #[test]
+    fn a_render_past_its_steps_or_output_names_the_limit() {
+        let loops =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let e = TemplateError::from(
+            super::super::template::render_in_process(&job(loops)).unwrap_err(),
+        );
+        assert!(
+            e.to_string()
+                .starts_with("the chat template ran past its step budget (20000000 steps)"),
+            "{e}"
+        );
+        let wide = "{{ 'a' * 70000000 }}";
+        let e = super::super::template::render_in_process(&job(wide)).unwrap_err();
+        assert!(matches!(e, Failure::Limit(Limit::Output, _)), "{e:?}");
+        assert_eq!(
+            super::super::template::render_in_process(&job("{{ 'ab' * 2 }}")).unwrap(),
+            "abab"
+        );
+    }
+
+    #[test]
+    fn a_renderer_that_died_is_said_as_the_limit_it_hit() {
+        let abort = ExitStatus::from_raw(libc::SIGABRT);
+        let e = died(abort, "memory allocation of 1000000000 bytes failed\n");
+        assert!(
+            matches!(
+                e,
+                TemplateError::Limit {
+                    limit: Limit::Memory,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("memory limit (1024 MiB): memory allocation of 1000000000 bytes failed"),
+            "{e}"
+        );
+        let e = died(ExitStatus::from_raw(libc::SIGXCPU), "");
+        assert!(
+            matches!(
+                e,
+                TemplateError::Limit {
+                    limit: Limit::Time,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = died(ExitStatus::from_raw(libc::SIGSEGV), "");
+        assert!(matches!(e, TemplateError::Renderer(_)), "{e}");
+        assert!(!e.is_bad_input());
+    }
+}
