@@ -109,6 +109,7 @@ pub(crate) fn render(
         return super::template::render_in_process(job).map_err(TemplateError::from);
     }
     let failed = |what: &str, e: std::io::Error| TemplateError::Renderer(format!("{what}: {e}"));
+    let input = serde_json::to_vec(job).map_err(|e| TemplateError::Renderer(e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| failed("locating bmoe's executable", e))?;
     // Its own process group: a Ctrl-C at the terminal reaches bmoe, which
     // decides (`cancelled`), not the renderer.
@@ -120,7 +121,6 @@ pub(crate) fn render(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| failed("starting the renderer", e))?;
-    let input = serde_json::to_vec(job).map_err(|e| TemplateError::Renderer(e.to_string()))?;
     let stdin = child.stdin.take();
     // A renderer that dies early closes its stdin: the write fails, the exit
     // status says why.
