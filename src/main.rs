@@ -42,6 +42,10 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // `bmoe __render-chat-template`: the chat template renderer, run by bmoe itself.
+    if let Some(code) = bmoe::chat::sandbox::child_main() {
+        return code;
+    }
     let cli = cli::parse();
     if let Some(t) = cli.trace_chrome.as_deref() {
         if let Err(e) = checks::output_file("--trace-chrome", t, &checks::inputs(&cli.command)) {
@@ -168,8 +172,9 @@ fn cause_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
         Some(FixtureError::Invalid(_)) => return Some(exit::USAGE),
         _ => {}
     }
-    if let Some(bmoe::chat::TemplateError::Render(_) | bmoe::chat::TemplateError::Syntax(_)) =
-        cause.downcast_ref()
+    if cause
+        .downcast_ref::<bmoe::chat::TemplateError>()
+        .is_some_and(bmoe::chat::TemplateError::is_bad_input)
     {
         return Some(exit::USAGE);
     }

@@ -103,3 +103,66 @@ fn every_real_template_renders_as_transformers_does() {
         failures.join("\n")
     );
 }
+
+/// A long conversation: a system message, `turns` user/assistant exchanges
+/// of a few hundred characters each, a tool round when `tool_round` is
+/// given (its assistant call and tool reply), and a last user message.
+fn long_conversation(turns: usize, tool_round: Option<&[Message]>) -> Vec<Message> {
+    let text = "The experts of each layer stream from flash as the router picks them. ".repeat(6);
+    let mut messages = vec![Message::new("system", "You are a careful assistant.")];
+    for i in 0..turns {
+        messages.push(Message::new("user", &format!("Question {i}: {text}")));
+        messages.push(Message::new("assistant", &format!("Answer {i}: {text}")));
+    }
+    match tool_round {
+        Some(round) => messages.extend(round.iter().cloned()),
+        None => messages.push(Message::new("user", "And now?")),
+    }
+    messages
+}
+
+/// The limits leave every real template ten times the room a long
+/// conversation with tools takes: rendered within a tenth of the step budget,
+/// the prompt is the one rendered without limits, well under the output limit.
+#[test]
+fn every_real_template_renders_a_long_conversation_within_a_tenth_of_the_limits() {
+    use super::sandbox::{OUTPUT_LIMIT_BYTES, STEP_BUDGET};
+    use super::template::render_with_fuel;
+    let manifest: Manifest = load("manifest.json");
+    let convs: Conversations = load("conversations.json");
+    let round = &convs
+        .conversations
+        .iter()
+        .find(|c| c.name == "tool_round")
+        .expect("a tool round")
+        .messages;
+    let options = TemplateOptions::new();
+    let mut rendered = 0;
+    for entry in &manifest.templates {
+        let source = std::fs::read_to_string(data().join(&entry.file)).unwrap();
+        let t = ChatTemplate::new(Some(source.clone()), &entry.bos, &entry.eos);
+        for tools in [None, Some(round.as_slice())] {
+            let messages = long_conversation(100, tools);
+            let input = ChatInput {
+                messages: &messages,
+                tools: Some(&convs.tools),
+                options: &options,
+                add_generation_prompt: true,
+            };
+            let job = t.job(&source, &input);
+            let Ok(free) = render_with_fuel(&job, 1 << 60) else {
+                // Kimi-K2-Thinking and Mistral 3.2 refuse this tool round
+                // without limits too (see expected.json).
+                assert!(tools.is_some(), "{}: renders without limits", entry.file);
+                continue;
+            };
+            let limited = render_with_fuel(&job, STEP_BUDGET / 10)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", entry.file));
+            assert_eq!(limited, free, "{}", entry.file);
+            assert!((limited.len() as u64) < OUTPUT_LIMIT_BYTES / 10);
+            assert!(limited.len() > 100 * 2 * 400, "{}: long", entry.file);
+            rendered += 1;
+        }
+    }
+    assert!(rendered >= 16 + 14, "{rendered} renders");
+}

@@ -15,9 +15,15 @@ use minijinja::{Environment, Error, ErrorKind, Value};
 /// A day and time for `strftime_now` (UTC).
 pub(crate) type Now = chrono::DateTime<chrono::Utc>;
 
-/// An environment holding `source` as the template "chat".
-pub(crate) fn environment(source: &str, now: Option<Now>) -> Result<Environment<'static>, Error> {
+/// An environment holding `source` as the template "chat", a render of which
+/// may take `fuel` steps.
+pub(crate) fn environment(
+    source: &str,
+    now: Option<Now>,
+    fuel: u64,
+) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();
+    env.set_fuel(Some(fuel));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
@@ -372,7 +378,7 @@ mod tests {
     use super::*;
 
     fn render(src: &str, ctx: serde_json::Value) -> String {
-        let env = environment(src, None).unwrap();
+        let env = environment(src, None, 1_000_000).unwrap();
         env.get_template("chat").unwrap().render(ctx).unwrap()
     }
 
@@ -423,7 +429,12 @@ mod tests {
 
     #[test]
     fn raise_exception_is_an_error_with_its_message() {
-        let env = environment("{{ raise_exception('roles must alternate') }}", None).unwrap();
+        let env = environment(
+            "{{ raise_exception('roles must alternate') }}",
+            None,
+            1_000_000,
+        )
+        .unwrap();
         let e = env.get_template("chat").unwrap().render(()).unwrap_err();
         assert!(e.to_string().contains("roles must alternate"), "{e}");
     }

@@ -5,6 +5,7 @@
 use crate::llama::{ChatMessage, LlamaError, Model, Token};
 
 use super::jinja::{self, Now};
+use super::sandbox::{self, Failure, Job, Limit};
 use super::tool_calls::CallFormat;
 use super::{tool_prompt, Message};
 
@@ -19,6 +20,24 @@ pub enum TemplateError {
     Builtin(LlamaError),
     #[error("tokenizing the rendered prompt: {0}")]
     Tokenize(LlamaError),
+    /// The template ran past one of its limits ([`super::sandbox`]).
+    #[error("the chat template ran past its {limit}: {detail} (the template is at fault: fix it, or give another with --chat-template-file)")]
+    Limit { limit: Limit, detail: String },
+    #[error("rendering the chat template stopped: {0}")]
+    Cancelled(&'static str),
+    #[error("the chat template renderer failed: {0}")]
+    Renderer(String),
+}
+
+impl TemplateError {
+    /// Bad input: the template (or the conversation it refuses) is at fault,
+    /// and another template or conversation would render.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            TemplateError::Render(_) | TemplateError::Syntax(_) | TemplateError::Limit { .. }
+        )
+    }
 }
 
 /// Which renderer produced the prompt.
@@ -131,11 +150,23 @@ impl ChatTemplate {
     /// system message instead ([`super::tool_prompt`]). An assistant message
     /// given last is continued: its turn left open, the reply its
     /// continuation (Anthropic's prefill, llama-server's too).
+    /// A signal (SIGINT, SIGTERM) stops the render ([`Self::render_until`]).
     pub fn render(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
+        self.render_until(model, input, &signalled)
+    }
+
+    /// [`Self::render`], stopped as soon as `cancelled` says why the prompt is
+    /// no longer wanted (a signal, a client that went away).
+    pub fn render_until(
+        &self,
+        model: &Model,
+        input: &ChatInput,
+        cancelled: &dyn Fn() -> Option<&'static str>,
+    ) -> Result<Rendered, TemplateError> {
         let rendered = if continues_last(input.messages) {
-            continuing(input, |i| self.render_any(model, i))?
+            continuing(input, |i| self.render_any(model, i, cancelled))?
         } else {
-            self.render_any(model, input)?
+            self.render_any(model, input, cancelled)?
         };
         tracing::debug!(
             "chat prompt ({}):\n{}",
@@ -145,7 +176,12 @@ impl ChatTemplate {
         Ok(rendered)
     }
 
-    fn render_any(&self, model: &Model, input: &ChatInput) -> Result<Rendered, TemplateError> {
+    fn render_any(
+        &self,
+        model: &Model,
+        input: &ChatInput,
+        cancelled: &dyn Fn() -> Option<&'static str>,
+    ) -> Result<Rendered, TemplateError> {
         let described;
         let input = match input.tools {
             Some(tools) if !self.reads_tools() => {
@@ -160,7 +196,7 @@ impl ChatTemplate {
         };
         match self.source.as_deref() {
             Some(source) => Ok(Rendered {
-                text: self.render_jinja(source, input)?,
+                text: sandbox::render(&self.job(source, input), cancelled)?,
                 source: TemplateSource::Jinja,
             }),
             None => {
@@ -228,16 +264,11 @@ impl ChatTemplate {
             .map_err(TemplateError::Tokenize)
     }
 
-    /// The Jinja template rendered as transformers' `apply_chat_template`
-    /// renders it: the options, then `messages`, `tools` (none when absent),
-    /// `documents` (none), `add_generation_prompt` and the bos/eos texts.
-    pub(crate) fn render_jinja(
-        &self,
-        source: &str,
-        input: &ChatInput,
-    ) -> Result<String, TemplateError> {
-        let env = jinja::environment(source, self.now)
-            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+    /// What the renderer needs for `input`: the source and the variables
+    /// transformers' `apply_chat_template` gives: the options, then
+    /// `messages`, `tools` (none when absent), `documents` (none),
+    /// `add_generation_prompt` and the bos/eos texts.
+    pub(super) fn job(&self, source: &str, input: &ChatInput) -> Job {
         let mut vars = input.options.clone();
         let mut set = |k: &str, v: serde_json::Value| vars.insert(k.into(), v);
         set("messages", serde_json::json!(input.messages));
@@ -246,12 +277,55 @@ impl ChatTemplate {
         set("add_generation_prompt", input.add_generation_prompt.into());
         set("bos_token", self.bos.clone().into());
         set("eos_token", self.eos.clone().into());
-        let tmpl = env
-            .get_template("chat")
-            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        tmpl.render(minijinja::Value::from_serialize(&vars))
-            .map_err(|e| TemplateError::Render(describe(&e)))
+        Job {
+            source: source.to_string(),
+            vars,
+            now_us: self.now.map(|n| n.timestamp_micros()),
+        }
     }
+
+    /// The Jinja template rendered in this process, within the step and
+    /// output limits (not the memory limit: see [`super::sandbox`]).
+    #[cfg(test)]
+    pub(crate) fn render_jinja(
+        &self,
+        source: &str,
+        input: &ChatInput,
+    ) -> Result<String, TemplateError> {
+        render_in_process(&self.job(source, input)).map_err(TemplateError::from)
+    }
+}
+
+/// Whether a signal asked bmoe to stop.
+fn signalled() -> Option<&'static str> {
+    crate::interrupt::requested().map(|_| "a signal asked bmoe to stop")
+}
+
+/// The job rendered in this process (the renderer's side of [`sandbox`]).
+pub(crate) fn render_in_process(job: &Job) -> Result<String, Failure> {
+    render_with_fuel(job, sandbox::STEP_BUDGET)
+}
+
+/// The job rendered in this process in `fuel` steps at most.
+pub(super) fn render_with_fuel(job: &Job, fuel: u64) -> Result<String, Failure> {
+    let env = jinja::environment(&job.source, job.now(), fuel)
+        .map_err(|e| Failure::Syntax(describe(&e)))?;
+    let tmpl = env
+        .get_template("chat")
+        .map_err(|e| Failure::Syntax(describe(&e)))?;
+    let text = tmpl
+        .render(minijinja::Value::from_serialize(&job.vars))
+        .map_err(|e| match e.kind() {
+            minijinja::ErrorKind::OutOfFuel => Failure::Limit(Limit::Steps, describe(&e)),
+            _ => Failure::Render(describe(&e)),
+        })?;
+    if text.len() as u64 > sandbox::OUTPUT_LIMIT_BYTES {
+        return Err(Failure::Limit(
+            Limit::Output,
+            format!("it rendered {} bytes", text.len()),
+        ));
+    }
+    Ok(text)
 }
 
 /// The conversation up to the end of its last (assistant) message's text,

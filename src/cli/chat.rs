@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use rustyline::error::ReadlineError;
 
-use bmoe::chat::{ChatInput, ChatTemplate, Conversation, TemplateOptions};
+use bmoe::chat::{ChatInput, ChatTemplate, Conversation, TemplateError, TemplateOptions};
 use bmoe::engine::{Session, TurnFigures};
 use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
@@ -123,7 +123,18 @@ impl Chat {
     /// from where the KV cache ends, the reply streamed to stdout.
     fn turn(&mut self, user: &str, session: &mut Session) -> Result<()> {
         self.conversation.push("user", user);
-        let Some(prompt) = self.fitted_prompt(session)? else {
+        let fitted = match self.fitted_prompt(session) {
+            // Ctrl-C while the template renders stops this reply before
+            // its first token, as it would during generation.
+            Err(e) if matches!(e.downcast_ref(), Some(TemplateError::Cancelled(_))) => {
+                bmoe::interrupt::take();
+                bmoe::say!("(reply stopped)");
+                self.conversation.push("assistant", "");
+                return Ok(());
+            }
+            other => other?,
+        };
+        let Some(prompt) = fitted else {
             self.conversation.pop();
             return Ok(());
         };

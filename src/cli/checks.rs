@@ -116,6 +116,17 @@ fn input_named_by<'a>(out: &Path, inputs: &[&'a Path]) -> Option<&'a Path> {
 /// for a run, and for every bench cell before anything is measured.
 pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     args.sampling.params()?;
+    // --show-prompt runs nothing: the run's outputs would never be written.
+    let outputs = [
+        ("--csv", args.csv.is_some()),
+        ("--route-trace", args.stream.route_trace.is_some()),
+    ];
+    if let Some((flag, _)) = outputs.iter().find(|(_, g)| *g && args.show_prompt) {
+        return Err(UsageError(format!(
+            "--show-prompt only prints the prompt and runs nothing, so {flag} would never be \
+             written: drop one of them"
+        )));
+    }
     args.sampling
         .check_speculation(args.uses_ngram() || args.uses_mtp())?;
     let drop_cold = args.stream.drop_cold_experts;

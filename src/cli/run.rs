@@ -221,7 +221,9 @@ pub(super) fn template_file(args: &RunArgs) -> Result<Option<String>, UsageError
 }
 
 /// `--show-prompt`: the prompt as the model would get it (only the
-/// vocabulary loaded), its token count on stderr; nothing generated.
+/// vocabulary loaded), its token count on stderr; nothing generated. A
+/// prompt a run would refuse (empty, or too long for `-c`) is refused here
+/// too, with the same error.
 fn show_prompt(cfg: &RunConfig) -> Result<()> {
     let params = llama::ModelParams {
         vocab_only: true,
@@ -236,8 +238,21 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
         let tokens = model.tokenize(&cfg.prompt, true, false)?;
         (cfg.prompt.clone(), tokens.len())
     };
+    if tokens == 0 {
+        return Err(EngineError::Generate(GenerateError::EmptyPrompt).into());
+    }
     bmoe::stdio::out(&text)?;
     bmoe::say!("({tokens} prompt tokens)");
+    // llama.cpp sizes a run's context in multiples of 256 (see `ctx_rounding`).
+    let n_ctx = cfg.n_ctx.next_multiple_of(256);
+    if tokens >= n_ctx as usize {
+        let e = EngineError::Generate(GenerateError::PromptTooLong {
+            prompt_tokens: tokens,
+            n_ctx,
+        });
+        let note = ctx_rounding(cfg.n_ctx, n_ctx);
+        return Err(Noted { source: e, note }.into());
+    }
     Ok(())
 }
 

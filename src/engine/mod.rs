@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::chat::TemplateError;
 use crate::draft::{DraftError, HeadReport, MtpActor};
 use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
@@ -81,9 +80,7 @@ impl EngineError {
         match self {
             EngineError::Config(_)
             | EngineError::Generate(GenerateError::PromptTooLong { .. })
-            | EngineError::Generate(GenerateError::Template(
-                TemplateError::Render(_) | TemplateError::Syntax(_),
-            ))
+            | EngineError::Generate(GenerateError::EmptyPrompt)
             | EngineError::Stream(
                 StreamError::NotMoe { .. }
                 | StreamError::UnknownLayout { .. }
@@ -93,6 +90,7 @@ impl EngineError {
             )
             | EngineError::Telemetry(TelemetryError::Csv { .. }) => true,
             EngineError::Failed { cause, .. } => cause.is_refusal(),
+            EngineError::Generate(GenerateError::Template(t)) => t.is_bad_input(),
             _ => false,
         }
     }

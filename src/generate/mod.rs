@@ -28,7 +28,7 @@ pub enum GenerateError {
     Llama(#[from] LlamaError),
     #[error(transparent)]
     Template(#[from] TemplateError),
-    #[error("the prompt is empty")]
+    #[error("the prompt is empty: it has no tokens (give text with -p/--prompt or -f/--file; with a chat template, one that renders the conversation as text)")]
     EmptyPrompt,
     #[error("the prompt has {prompt_tokens} tokens but the context holds {n_ctx}; raise -c/--ctx or shorten the prompt")]
     PromptTooLong { prompt_tokens: usize, n_ctx: u32 },

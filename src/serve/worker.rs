@@ -19,7 +19,7 @@ use super::metrics as m;
 use super::sink::JobSink;
 use super::ServeError;
 use crate::chat::tool_calls::CallFormat;
-use crate::chat::{ChatInput, ChatTemplate};
+use crate::chat::{ChatInput, ChatTemplate, TemplateError};
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
 use crate::llama::{Model, Token};
@@ -272,7 +272,16 @@ fn request_of(
     job: Job,
     runtime: &tokio::runtime::Handle,
 ) -> Result<Request<JobSink>, (ApiError, mpsc::Sender<Event>)> {
-    let (prompt, mut notes) = match prompt_of(session, template, &job.spec.prompt) {
+    // A client that went away, or a signal, stops its template's render.
+    let events = &job.events;
+    let cancelled = || {
+        if events.is_closed() {
+            Some("the client went away")
+        } else {
+            crate::interrupt::requested().map(|_| "the server is stopping")
+        }
+    };
+    let (prompt, mut notes) = match prompt_of(session, template, &job.spec.prompt, &cancelled) {
         Ok(p) => p,
         Err(e) => return Err((e, job.events)),
     };
@@ -404,6 +413,7 @@ fn prompt_of(
     session: &Session,
     template: &ChatTemplate,
     prompt: &PromptSpec,
+    cancelled: &dyn Fn() -> Option<&'static str>,
 ) -> Result<(Vec<Token>, Vec<String>), ApiError> {
     let model = session.model();
     let bad = |e: String| ApiError::invalid(Some("messages"), e);
@@ -419,9 +429,17 @@ fn prompt_of(
                 options,
                 add_generation_prompt: true,
             };
-            let rendered = template
-                .render(model, &input)
-                .map_err(|e| bad(e.to_string()))?;
+            let rendered =
+                template
+                    .render_until(model, &input, cancelled)
+                    .map_err(|e| match e {
+                        TemplateError::Cancelled(why) => {
+                            m::cancelled();
+                            ApiError::new(StatusCode::BAD_REQUEST, "cancelled", why.to_string())
+                        }
+                        e if e.is_bad_input() => bad(e.to_string()),
+                        e => server_error(&e.to_string()),
+                    })?;
             let notes = rendered.note().into_iter().collect();
             (
                 template

@@ -134,3 +134,87 @@ fn a_second_turn_reuses_the_first_on_real_templates() {
         p.exp_eof().unwrap();
     }
 }
+
+/// Chat templates that never end well without limits (issue 48): a string
+/// doubled forty times (23.7 GB), `indent` and `tojson` widths of 10**10 and
+/// 10**9, three nested loops of 100000; and the limit each is refused with.
+pub const HOSTILE_TEMPLATES: [(&str, &str, &str); 4] = [
+    (
+        "doubling",
+        "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "memory limit",
+    ),
+    ("indent", "{{ 'a'|indent(10**10) }}", "memory limit"),
+    (
+        "tojson",
+        "{{ messages|tojson(indent=10**9) }}",
+        "memory limit",
+    ),
+    (
+        "loops",
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}{% endfor %}{% endfor %}{% endfor %}",
+        "step budget",
+    ),
+];
+
+/// A template that renders for minutes within the step budget: each of
+/// its 100000 steps replaces every letter of a 10 MB string.
+pub const SLOW_TEMPLATE: &str = "{% set big = 'a' * 10000000 %}{% for i in range(100000) %}{{ (big|replace('a', 'b'))|length }}{% endfor %}";
+
+/// `source` written as a template file in `dir`.
+pub fn template_file(dir: &std::path::Path, name: &str, source: &str) -> String {
+    let p = dir.join(format!("{name}.jinja"));
+    std::fs::write(&p, source).expect("write the template");
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+/// The largest resident set of any child this process has waited for, in bytes.
+fn children_peak_rss_bytes() -> u64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
+    };
+    u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024
+}
+
+/// Each hostile template is refused with the limit it ran past (exit 2, the
+/// limit named), within 30 s and 2 GB, and no prompt is printed.
+#[test]
+fn hostile_templates_are_refused_with_the_limit_they_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = smollm2().to_str().unwrap();
+    for (name, source, limit) in HOSTILE_TEMPLATES {
+        let t = template_file(dir.path(), name, source);
+        let args = ["run", "-m", m, "--chat", "-p", "Hi", "--show-prompt"];
+        let o =
+            super::common::bmoe_within(&[&args[..], &["--chat-template-file", &t]].concat(), 30);
+        let err = super::common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("the chat template ran past its {limit}")),
+            "{name}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{name}: no prompt");
+        let peak = children_peak_rss_bytes();
+        assert!(peak < 2 << 30, "{name}: peak RSS {peak} bytes");
+    }
+}
+
+/// A template that renders for minutes within the step budget is stopped at
+/// the time limit (10 s), exit 2, the limit named.
+#[test]
+fn a_slow_template_is_refused_at_the_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = template_file(dir.path(), "slow", SLOW_TEMPLATE);
+    let m = smollm2().to_str().unwrap();
+    let args = ["run", "-m", m, "--chat", "-p", "Hi", "--show-prompt"];
+    let o = super::common::bmoe_within(&[&args[..], &["--chat-template-file", &t]].concat(), 30);
+    let err = super::common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the chat template ran past its time limit (10 s)"),
+        "{err}"
+    );
+}

@@ -195,3 +195,46 @@ fn a_signal_during_model_load_stops_the_run() {
         );
     }
 }
+
+/// SIGTERM during a long chat template render (`run --show-prompt`, once
+/// ignored until the render ended) stops bmoe promptly with 143, and no
+/// prompt is printed.
+#[test]
+fn sigterm_stops_a_long_template_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = crate::chat::template_file(dir.path(), "slow", crate::chat::SLOW_TEMPLATE);
+    let m = smollm2();
+    let args = [
+        "run",
+        "-m",
+        m.to_str().unwrap(),
+        "--chat",
+        "-p",
+        "Hi",
+        "--show-prompt",
+    ];
+    let mut child = spawn(
+        &[&args[..], &["--chat-template-file", &t]].concat(),
+        m.parent().unwrap(),
+    );
+    // The vocabulary loads in well under a second; the render then takes minutes.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().expect("wait").is_none(), "still rendering");
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let signalled = Instant::now();
+    let status = crate::common::wait_within(&mut child, 30, "bmoe after SIGTERM mid-render");
+    assert!(
+        signalled.elapsed() < STOP_WITHIN,
+        "{:?}",
+        signalled.elapsed()
+    );
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "no prompt printed");
+}

@@ -199,3 +199,50 @@ fn show_prompt_prints_what_run_chat_renders() {
         }
     }
 }
+
+/// What a run refuses, --show-prompt refuses too, with the same exit code 2:
+/// an empty rendered prompt (in a run as well, once exit 1), a prompt longer
+/// than -c (once printed with exit 0); and it names the outputs it would
+/// never write (--csv, --route-trace, once ignored).
+#[test]
+fn show_prompt_refuses_what_a_run_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = e8k2().to_str().unwrap();
+    let empty = dir.path().join("empty.jinja");
+    std::fs::write(&empty, "{# renders nothing #}").unwrap();
+    let empty = empty.to_str().unwrap();
+    let chat = [
+        "run",
+        "-m",
+        m,
+        "--chat",
+        "-p",
+        "Hi",
+        "--chat-template-file",
+        empty,
+    ];
+    for extra in [&["--show-prompt"][..], &["-n", "2", "-t", "2"][..]] {
+        let o = bmoe(&[&chat[..], extra].concat());
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("the prompt is empty"), "{}", stderr(&o));
+    }
+
+    let long = "word ".repeat(400);
+    let o = bmoe(&["run", "-m", m, "-p", &long, "-c", "16", "--show-prompt"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("but the context holds 256"),
+        "{}",
+        stderr(&o)
+    );
+
+    let csv = dir.path().join("t.csv");
+    let trace = dir.path().join("t.routes");
+    for (flag, path) in [("--csv", &csv), ("--route-trace", &trace)] {
+        let p = path.to_str().unwrap();
+        let o = bmoe(&["run", "-m", m, "-p", "Hi", "--show-prompt", flag, p]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
+        assert!(stderr(&o).contains(flag), "{}", stderr(&o));
+        assert!(!path.exists(), "{flag}: nothing written");
+    }
+}

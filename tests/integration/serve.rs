@@ -511,3 +511,56 @@ fn the_anthropic_python_client_works() {
         "anthropic client: ok",
     );
 }
+
+/// A server whose chat template never ends well (`--chat-template-file`)
+/// answers each chat request with an error naming the limit, within the
+/// bound, and keeps answering; SIGTERM during a long render ends the server
+/// promptly (the engine thread once stayed wedged in the render).
+#[test]
+fn a_hostile_template_gets_an_error_reply_and_sigterm_ends_its_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, loops, limit) = super::chat::HOSTILE_TEMPLATES[3];
+    let t = super::chat::template_file(dir.path(), "loops", loops);
+    let server = Server::start(&["--chat-template-file", &t]);
+    for _ in 0..2 {
+        let t0 = Instant::now();
+        let (status, body) = server.post(
+            "/v1/chat/completions",
+            &chat_body("Hi", json!({"max_tokens": 2})),
+        );
+        assert_eq!(status, 400, "{body}");
+        assert!(body.to_string().contains(limit), "{body}");
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
+    let status = server.terminate(20);
+    assert_eq!(status.code(), Some(0));
+
+    // A client that leaves mid-render ends the render (counted as
+    // cancelled) well before the render's own 10 s time limit.
+    let t = super::chat::template_file(dir.path(), "slow", super::chat::SLOW_TEMPLATE);
+    let mut server = Server::start(&["--chat-template-file", &t]);
+    let body = chat_body("Hi", json!({"max_tokens": 2})).to_string();
+    let leaving = server.send("POST", "/v1/chat/completions", &body, &[]);
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(leaving);
+    let t0 = Instant::now();
+    loop {
+        let (_, metrics) = server.request("GET", "/metrics", "", &[]);
+        if metrics.contains("bmoe_requests_cancelled_total 1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(6),
+            "the render outlived its client: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _pending = server.send("POST", "/v1/chat/completions", &body, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    let status = common::wait_within(&mut server.child, 20, "bmoe serve after SIGTERM mid-render");
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(0));
+}
