@@ -8,26 +8,35 @@ use std::path::Path;
 
 use super::StreamError;
 
+/// The one parser of the kernel's `key: value` files (`/proc/meminfo`,
+/// `/proc/self/status`, `/proc/self/io`): `key`'s number, a value in kB
+/// returned in bytes.
+pub fn proc_key(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
+    let mut it = line.split(':').nth(1)?.split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    Some(if it.next() == Some("kB") {
+        n.saturating_mul(1024)
+    } else {
+        n
+    })
+}
+
+/// `key` of /proc/meminfo (`MemAvailable`, `MemTotal`, ...), in bytes.
+pub fn meminfo_bytes(key: &str) -> Option<u64> {
+    proc_key(&std::fs::read_to_string("/proc/meminfo").ok()?, key)
+}
+
 /// `MemAvailable` from /proc/meminfo, in bytes.
 pub fn mem_available_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    meminfo_bytes("MemAvailable")
 }
 
 /// Current and peak resident set size of this process, in bytes.
 pub(crate) fn rss_bytes() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    let field = |name: &str| proc_key(&s, name).unwrap_or(0);
+    (field("VmRSS"), field("VmHWM"))
 }
 
 /// Reset the kernel's peak-RSS mark so that VmHWM covers only what follows.

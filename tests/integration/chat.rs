@@ -2,11 +2,12 @@
 //! decoding only its new tokens (the prefill count in /stats), Ctrl-C
 //! mid-reply stopping the reply and not the program, /reset, /save, Ctrl-D.
 
-use std::process::Command;
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 use rexpect::session::{spawn_command, PtySession};
 
-use super::common::{e8k2, smollm2};
+use super::common::{e8k2, sha256, smollm2, stderr};
 
 /// The prompt's tokens, those reused from the KV cache and those prefilled,
 /// from the `last turn:` line of /stats.
@@ -217,4 +218,42 @@ fn a_slow_template_is_refused_at_the_time_limit() {
         err.contains("the chat template ran past its time limit (10 s)"),
         "{err}"
     );
+}
+
+/// A line that is not UTF-8 is skipped and the chat goes on; `/save` onto
+/// the model is refused and the model stays as it was; a reply cut at `-n`
+/// says so; one turn saved is "1 turn".
+#[test]
+fn a_chat_survives_bad_lines_and_never_saves_over_its_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("chat.json");
+    let model = e8k2();
+    let before = sha256(model);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["chat", "-m", model.to_str().unwrap(), "-n", "2", "-t", "2"])
+        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe chat");
+    let mut input = b"\xff\xfe not text\nHi.\n".to_vec();
+    input.extend(format!("/save {}\n", model.display()).as_bytes());
+    input.extend(format!("/save {}\n/quit\n", saved.display()).as_bytes());
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("(that line is not UTF-8 text: skipped"),
+        "{err}"
+    );
+    assert!(err.contains("(reply cut at 2 tokens"), "{err}");
+    assert!(err.contains("own input"), "{err}");
+    assert!(err.contains("(saved 1 turn to"), "{err}");
+    assert_eq!(sha256(model), before, "the model is intact");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(json["messages"][0]["content"], "Hi.");
 }

@@ -1,8 +1,9 @@
 //! Clear errors and exit codes for bad input.
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
-use crate::common::{bmoe, e8k2, smollm2, stderr};
+use crate::common::{bmoe, bmoe_within, e8k2, smollm2, stderr};
 
 fn assert_fails(args: &[&str], code: i32, needle: &str) {
     let o = bmoe(args);
@@ -546,4 +547,30 @@ fn a_context_longer_than_the_model_takes_is_refused_before_it_is_allocated() {
     }
     let o = bmoe(&["chat", "-m", m, "-c", "9000"]);
     assert_eq!(o.status.code(), Some(2), "chat: {}", stderr(&o));
+}
+
+/// Make a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A FIFO named as a trace or a warm profile is refused at once (it once
+/// blocked in `open()` for good, deaf to SIGTERM).
+#[test]
+fn a_fifo_named_as_a_trace_or_a_profile_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let f = fifo.to_str().unwrap();
+    let m = e8k2().to_str().unwrap();
+    let run = ["run", "-m", m, "-p", "Hi", "-n", "2", "--cache-warm", f];
+    for args in [&["replay", f][..], &run[..]] {
+        let t0 = Instant::now();
+        let o = bmoe_within(args, 60);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+        assert!(t0.elapsed() < Duration::from_secs(60), "{args:?}");
+    }
 }

@@ -3,7 +3,6 @@
 
 mod architecture;
 mod bench;
-mod careless;
 mod chat;
 mod common;
 mod errors;

@@ -246,3 +246,57 @@ fn show_prompt_refuses_what_a_run_refuses() {
         assert!(!path.exists(), "{flag}: nothing written");
     }
 }
+
+/// A refusal ran nothing: no `BMOE_DONE` line a script could take for a run.
+#[test]
+fn a_refused_run_prints_no_done_line() {
+    let long = "word ".repeat(600);
+    let o = bmoe(&[
+        "run",
+        "-m",
+        e8k2().to_str().unwrap(),
+        "-p",
+        &long,
+        "-c",
+        "64",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("BMOE_DONE"), "{}", stderr(&o));
+}
+
+/// Each command's help lists only the flags it takes (chat and serve once
+/// listed about 20 of run's that they then refused).
+#[test]
+fn each_commands_help_lists_only_what_it_takes() {
+    let help = |cmd: &str| crate::common::stdout(&bmoe(&[cmd, "--help"]));
+    let run = help("run");
+    for flag in ["--prompt", "--csv", "--ngram", "--stop", "--show-prompt"] {
+        assert!(run.contains(flag), "run --help: {flag}");
+    }
+    let (chat, serve) = (help("chat"), help("serve"));
+    for flag in [
+        "--prompt",
+        "--file",
+        "--chat ",
+        "--csv",
+        "--progress",
+        "--route-trace",
+        "--ngram",
+        "--mtp",
+        "--spec",
+        "--draft",
+        "--ignore-eos",
+        "--show-prompt",
+    ] {
+        assert!(!chat.contains(flag), "chat --help lists {flag}:\n{chat}");
+        assert!(!serve.contains(flag), "serve --help lists {flag}:\n{serve}");
+    }
+    assert!(!serve.contains("--stop"), "{serve}");
+    assert!(
+        chat.contains("--stop") && chat.contains("--system"),
+        "{chat}"
+    );
+    for flag in ["--cache-mb", "--chat-template-file", "--temp"] {
+        assert!(chat.contains(flag) && serve.contains(flag), "{flag}");
+    }
+}

@@ -210,13 +210,7 @@ fn flag_rule() -> String {
 
 /// MemTotal of `/proc/meminfo`, in bytes.
 fn mem_total_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let l = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-    l.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|k| k * 1024)
+    crate::stream::memory::meminfo_bytes("MemTotal")
 }
 
 /// One row per run, in the order they ran: rate, traffic, the host's

@@ -58,13 +58,8 @@ pub(crate) fn parse_self_stat(text: &str) -> Option<OwnStat> {
 }
 
 /// A `key: value` of `/proc/self/io` or `/proc/meminfo` (values in kB for
-/// meminfo are returned in bytes).
-pub(crate) fn parse_key(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
-    let mut it = line.split(':').nth(1)?.split_whitespace();
-    let n: u64 = it.next()?.parse().ok()?;
-    Some(if it.next() == Some("kB") { n * 1024 } else { n })
-}
+/// meminfo are returned in bytes): the stream room's one parser of them.
+pub(crate) use crate::stream::memory::proc_key as parse_key;
 
 /// The line of `/proc/diskstats` for device `major:minor`.
 pub(crate) fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<DiskCounters> {
