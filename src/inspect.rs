@@ -172,7 +172,7 @@ pub fn rpc_split(l: &MoeLayout, blocks: u32) -> String {
     let one_host = l.routed_bytes_per_token();
     let mut split = l.clone();
     let r = split.hand_off(blocks).clone();
-    let held = r.held();
+    let held = r.held_layers();
     let (embd, vocab) = l.ctx.as_ref().map_or((0, 0), |c| (c.n_embd, c.n_vocab));
     let mut s = String::new();
     let _ = writeln!(

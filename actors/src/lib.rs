@@ -29,5 +29,5 @@ pub mod spec_gate;
 pub mod telemetry;
 pub mod text;
 pub mod trace_import;
-pub mod warm;
+pub mod warm_profile;
 pub mod xorshift;

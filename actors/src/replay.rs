@@ -138,7 +138,15 @@ pub fn replay(
     budget_bytes: u64,
     policy: CachePolicy,
 ) -> ReplayStats {
-    replay_observed(header, d, (budget_bytes, policy), &mut |_, _| {})
+    replay_observed(
+        header,
+        d,
+        CacheSetting {
+            budget_bytes,
+            policy,
+        },
+        &mut |_, _| {},
+    )
 }
 
 /// The slots a generation decode missed, in the order it missed them (a slot
@@ -150,12 +158,27 @@ pub fn generation_misses(
     policy: CachePolicy,
 ) -> Vec<SlotKey> {
     let mut out = Vec::new();
-    replay_observed(header, d, (budget_bytes, policy), &mut |prompt, key| {
-        if !prompt {
-            out.push(key);
-        }
-    });
+    replay_observed(
+        header,
+        d,
+        CacheSetting {
+            budget_bytes,
+            policy,
+        },
+        &mut |prompt, key| {
+            if !prompt {
+                out.push(key);
+            }
+        },
+    );
     out
+}
+
+/// One cache a trace is replayed through: its budget and eviction policy.
+#[derive(Debug, Clone, Copy)]
+struct CacheSetting {
+    budget_bytes: u64,
+    policy: CachePolicy,
 }
 
 /// [`replay`], telling `missed` of every demanded slot that missed (with
@@ -163,9 +186,13 @@ pub fn generation_misses(
 fn replay_observed(
     header: &TraceHeader,
     d: &Demands,
-    (budget_bytes, policy): (u64, CachePolicy),
+    setting: CacheSetting,
     missed: &mut dyn FnMut(bool, SlotKey),
 ) -> ReplayStats {
+    let CacheSetting {
+        budget_bytes,
+        policy,
+    } = setting;
     let mut cache = ExpertCache::with_policy(budget_bytes, header.slot_bytes.clone(), policy);
     let mut stats = ReplayStats::default();
     // Slots the last prompt demand read ahead for the next layer.

@@ -234,6 +234,24 @@ fn map_items(v: &Value) -> Vec<(Value, Value)> {
         .unwrap_or_default()
 }
 
+/// The brackets around a JSON container.
+#[derive(Debug, Clone, Copy)]
+struct Brackets {
+    open: char,
+    close: char,
+}
+
+impl Brackets {
+    const LIST: Brackets = Brackets {
+        open: '[',
+        close: ']',
+    };
+    const MAP: Brackets = Brackets {
+        open: '{',
+        close: '}',
+    };
+}
+
 /// `tojson` as transformers defines it: Python's `json.dumps` with
 /// `ensure_ascii=False` (its `indent`, `separators` and `sort_keys` taken).
 fn tojson(v: Value, kwargs: Kwargs) -> Result<Value, Error> {
@@ -285,7 +303,7 @@ impl JsonStyle {
             ValueKind::String => json_str(out, v.as_str().unwrap_or_default()),
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = v.try_iter()?.collect();
-                self.container(out, ('[', ']'), items.len(), level, |out, i| {
+                self.container(out, Brackets::LIST, items.len(), level, |out, i| {
                     self.write(out, &items[i], level + 1)
                 })?;
             }
@@ -294,7 +312,7 @@ impl JsonStyle {
                 if self.sort_keys {
                     items.sort_by(|a, b| a.0.cmp(&b.0));
                 }
-                self.container(out, ('{', '}'), items.len(), level, |out, i| {
+                self.container(out, Brackets::MAP, items.len(), level, |out, i| {
                     let (k, x) = &items[i];
                     json_str(out, &python_str(k));
                     out.push_str(&self.key);
@@ -314,11 +332,12 @@ impl JsonStyle {
     fn container(
         &self,
         out: &mut String,
-        (open, close): (char, char),
+        brackets: Brackets,
         n: usize,
         level: usize,
         mut each: impl FnMut(&mut String, usize) -> Result<(), Error>,
     ) -> Result<(), Error> {
+        let Brackets { open, close } = brackets;
         out.push(open);
         if n == 0 {
             out.push(close);

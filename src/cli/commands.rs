@@ -221,7 +221,10 @@ fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
         let r = bmoe_actors::flash::probe_read_bandwidth(
             &file,
             &slices,
-            (d.max(1), !args.no_odirect),
+            bmoe_actors::flash::ReadSettings {
+                queue_depth: d.max(1),
+                o_direct: !args.no_odirect,
+            },
             std::time::Duration::from_secs_f64(args.seconds),
             bmoe_actors::flash::ProbeOrder::Random { seed: 0x5eed },
             &|| bmoe::interrupt::requested().is_some(),

@@ -106,6 +106,12 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
 /// What the fresh-memory read probe reads.
 const FRESH_PROBE_BYTES: u64 = 128 << 20;
 
+/// How the forecast's probes read: the engine's default queue depth, O_DIRECT.
+const FORECAST_READS: bmoe_actors::flash::ReadSettings = bmoe_actors::flash::ReadSettings {
+    queue_depth: 4,
+    o_direct: true,
+};
+
 /// Read bandwidth of this file's expert slices (depth 4, O_DIRECT) into
 /// recycled and into fresh memory, the kernel's rate for the expert type and
 /// a graph segment's cost, MemAvailable.
@@ -115,9 +121,9 @@ fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
     let (file, slices) = bmoe::stream::probe_slices(l);
     let stop = || bmoe::interrupt::requested().is_some();
     let order = flash::ProbeOrder::Random { seed: 7 };
-    let read = flash::probe_read_bandwidth(&file, &slices, (4, true), probe, order, &stop)
+    let read = flash::probe_read_bandwidth(&file, &slices, FORECAST_READS, probe, order, &stop)
         .with_context(|| format!("read probe of {}", file.display()))?;
-    let fresh = flash::probe_fresh_reads(&file, &slices, (4, true), FRESH_PROBE_BYTES)
+    let fresh = flash::probe_fresh_reads(&file, &slices, FORECAST_READS, FRESH_PROBE_BYTES)
         .with_context(|| format!("fresh-memory read probe of {}", file.display()))?;
     let threads = bmoe::llama::default_threads();
     let (ty, n_embd) = (l.experts[0].ggml_type, l.n_embd().unwrap_or(0));

@@ -109,13 +109,14 @@ pub(super) fn assemble(
     };
     let prefill = prefill_facts(&cfg, &model, &layout, &backend, longest);
     let abort = Arc::new(AtomicBool::new(false));
-    let shape = (prefill.ubatch, n_seq);
-    let remote = rpc.as_ref().map(|r| {
-        (
-            r.share.first_block,
-            r.hosts.peers.clone(),
-            r.waiting.clone(),
-        )
+    let shape = Batching {
+        ubatch: prefill.ubatch,
+        n_seq,
+    };
+    let remote = rpc.as_ref().map(|r| RemoteBlocks {
+        first_block: r.share.first_block,
+        peers: r.hosts.peers.clone(),
+        waiting: r.waiting.clone(),
     });
     let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes, remote)?;
     let loaded = Loaded {
@@ -295,6 +296,23 @@ pub(super) fn load_model(
     Ok(Arc::new(Model::load(&cfg.model, &params)?))
 }
 
+/// The target context's batching: the prompt's micro-batch, and the KV
+/// sequences side by side (`serve --parallel`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Batching {
+    pub(super) ubatch: u32,
+    pub(super) n_seq: u32,
+}
+
+/// The blocks handed to `--rpc` hosts, for the clock of each decode's remote
+/// part: the first remote block, the hosts' sockets, and the flag the stall
+/// watchdog reads while a decode waits on them.
+pub(super) struct RemoteBlocks {
+    pub(super) first_block: u32,
+    pub(super) peers: Vec<std::net::SocketAddr>,
+    pub(super) waiting: Arc<AtomicBool>,
+}
+
 /// The target context, its observer the verify hook when streaming (the expert
 /// ranges of the mapping are dropped first), and the hook's dense copies for
 /// the MTP head to share.
@@ -303,10 +321,11 @@ pub(super) fn target_context(
     model: &Arc<Model>,
     backend: &Backend,
     abort: &Arc<AtomicBool>,
-    (ubatch, n_seq): (u32, u32),
+    shape: Batching,
     notes: &mut Vec<String>,
-    remote: Option<(u32, Vec<std::net::SocketAddr>, Arc<AtomicBool>)>,
+    remote: Option<RemoteBlocks>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
+    let Batching { ubatch, n_seq } = shape;
     let speculating = cfg.speculation.is_on();
     let mut params = ContextParams {
         n_ctx: cfg.n_ctx,
@@ -330,8 +349,9 @@ pub(super) fn target_context(
         notes.extend(streamer.notes.iter().cloned());
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
     }
-    if let Some((first, peers, waiting)) = remote {
-        let clock = super::rpc::RemoteClock::new(params.observer.take(), first, peers, waiting);
+    if let Some(r) = remote {
+        let inner = params.observer.take();
+        let clock = super::rpc::RemoteClock::new(inner, r.first_block, r.peers, r.waiting);
         params.observer = Some(Box::new(clock));
     }
     let ctx = Context::new(model.clone(), params)?;

@@ -333,6 +333,15 @@ impl ReaderFacts {
     }
 }
 
+/// The context's facts the preamble states: the model's layers, the
+/// context and the prompt's micro-batch, in tokens.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ContextFacts {
+    pub(super) n_layer: u32,
+    pub(super) n_ctx: u32,
+    pub(super) n_ubatch: u32,
+}
+
 /// The resolved configuration, as `key=value` pairs for the CSV preamble: a
 /// pure function of the configuration, the layout, the streamer's reader
 /// (None when resident), the model's layer count and the context size.
@@ -340,8 +349,13 @@ pub(super) fn preamble(
     cfg: &RunConfig,
     layout: &MoeLayout,
     streamer: Option<&ReaderFacts>,
-    (n_layer, n_ctx, n_ubatch): (u32, u32, u32),
+    ctx: ContextFacts,
 ) -> Vec<(String, String)> {
+    let ContextFacts {
+        n_layer,
+        n_ctx,
+        n_ubatch,
+    } = ctx;
     let mut v: Vec<(String, String)> = Vec::new();
     let mut kv = |k: &str, val: String| v.push((k.to_string(), val));
     kv("engine_version", crate::VERSION.to_string());
@@ -477,7 +491,11 @@ mod tests {
             &config(Mode::Stream(sc)),
             &layout(),
             Some(&reader),
-            (30, 512, 512),
+            ContextFacts {
+                n_layer: 30,
+                n_ctx: 512,
+                n_ubatch: 512,
+            },
         );
         let want = [
             ("mode", "stream"),
@@ -517,7 +535,12 @@ mod tests {
     fn a_resident_runs_preamble_has_no_reader_and_a_lossy_top_k_is_marked() {
         let mut cfg = config(Mode::Resident);
         cfg.n_expert_used = Some(2);
-        let p = preamble(&cfg, &layout(), None, (30, 512, 512));
+        let facts = ContextFacts {
+            n_layer: 30,
+            n_ctx: 512,
+            n_ubatch: 512,
+        };
+        let p = preamble(&cfg, &layout(), None, facts);
         assert_eq!(value(&p, "mode"), "resident");
         assert_eq!(value(&p, "cache_mb"), "0");
         assert_eq!(value(&p, "dense_weights"), "mmap");

@@ -221,12 +221,19 @@ fn generate_scoped<'scope, 't: 'scope>(
     loaded.settle(mtp.is_some())?;
     let reader = loaded.backend.streamer().map(config::ReaderFacts::of);
     let mut startup = loaded.startup();
-    let shape = (loaded.model.n_layer(), loaded.n_ctx, loaded.prefill.ubatch);
+    let shape = config::ContextFacts {
+        n_layer: loaded.model.n_layer(),
+        n_ctx: loaded.n_ctx,
+        n_ubatch: loaded.prefill.ubatch,
+    };
     let mut preamble = preamble(&loaded.cfg, &loaded.layout, reader.as_ref(), shape);
     preamble.extend(startup.load_pairs());
     let telemetry = Telemetry::start(&loaded.cfg.telemetry, started.csv_file, &preamble)?;
     startup.before_prefill = started.t_run.elapsed();
-    let prompt = (&loaded.tokens[..], loaded.prefill.ubatch);
+    let prompt = PromptBatches {
+        tokens: &loaded.tokens[..],
+        ubatch: loaded.prefill.ubatch,
+    };
     let metered = generate_metered(
         &loaded.cfg,
         target,
@@ -271,15 +278,23 @@ pub(super) struct Metered {
     prefill_distinct_bytes: u64,
 }
 
+/// The prompt's tokens and the micro-batch they are prefilled in.
+#[derive(Clone, Copy)]
+struct PromptBatches<'p> {
+    tokens: &'p [crate::llama::Token],
+    ubatch: u32,
+}
+
 /// Generate through the accounting sink: one row per token to `telemetry`.
 fn generate_metered<'t>(
     cfg: &RunConfig,
     target: &mut Target<'t>,
-    (tokens, ubatch): (&[crate::llama::Token], u32),
+    prompt: PromptBatches<'_>,
     telemetry: &Telemetry,
     on_text: impl FnMut(&str),
     mtp: Option<&mut MtpActor<'_, 't>>,
 ) -> Metered {
+    let PromptBatches { tokens, ubatch } = prompt;
     memory::reset_peak_rss();
     let kernel_read_bytes_before = memory::io_read_bytes();
     let mut rows = Vec::new();

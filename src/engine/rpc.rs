@@ -180,7 +180,7 @@ fn mib(b: u64) -> u64 {
 
 /// The summary's line on the split.
 fn note(share: &RemoteShare, hosts: &RpcHosts, blocks: u32) -> String {
-    let held = share.held();
+    let held = share.held_layers();
     format!(
         "rpc: {held} on {} ({} MiB there, {} MiB reported free); {} of {blocks} layers stream here \
          ({:.1} MiB routed per token)",

@@ -21,11 +21,29 @@ pub struct RemoteShare {
 }
 
 impl RemoteShare {
-    /// What the hosts hold, in words.
-    pub fn held(&self) -> String {
+    /// What the hosts hold, as a message names it ("layers 15..=29 and the
+    /// output layer").
+    pub fn held_layers(&self) -> HeldLayers {
+        HeldLayers {
+            first_block: self.first_block,
+            blocks: self.blocks,
+        }
+    }
+}
+
+/// The layers a [`RemoteShare`] puts on the hosts, written in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldLayers {
+    first_block: u32,
+    blocks: u32,
+}
+
+impl std::fmt::Display for HeldLayers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.blocks {
-            0 => "the output layer".to_string(),
-            n => format!(
+            0 => f.write_str("the output layer"),
+            n => write!(
+                f,
                 "layers {}..={} and the output layer",
                 self.first_block,
                 self.first_block + n - 1

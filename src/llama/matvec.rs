@@ -36,7 +36,8 @@ pub fn weight_bytes_per_s(
     let w_bytes = row.len() as u64 * rows;
     // The matrix, the vector, the result and the graph, with room to spare.
     let ctx = ggml_context(w_bytes + ne0 * 4 + rows * 4 + (8 << 20))?;
-    let res = measure(ctx, ty, (ne0, rows), &row, (threads, min_time));
+    let shape = MatrixShape { ne0, rows };
+    let res = measure(ctx, ty, shape, &row, Timing { threads, min_time });
     // SAFETY: `ctx` came from ggml_init and is freed once.
     unsafe { sys::ggml_free(ctx) };
     res.map(|per_product| w_bytes as f64 / per_product.as_secs_f64())
@@ -68,14 +69,37 @@ fn quantized_row(ty: GgmlType, ne0: u64) -> Result<Vec<u8>, LlamaError> {
     Ok(row)
 }
 
+/// A probe matrix: values per row, and rows.
+#[derive(Debug, Clone, Copy)]
+struct MatrixShape {
+    ne0: u64,
+    rows: u64,
+}
+
+/// How a product is timed: on `threads`, for at least `min_time`.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    threads: u32,
+    min_time: Duration,
+}
+
+/// How often a graph is computed: at least `reps` times and `min_time`.
+#[derive(Debug, Clone, Copy)]
+struct Repeat {
+    reps: u32,
+    min_time: Duration,
+}
+
 /// The time of one product, in `ctx`.
 fn measure(
     ctx: *mut sys::ggml_context,
     ty: GgmlType,
-    (ne0, rows): (u64, u64),
+    shape: MatrixShape,
     row: &[u8],
-    (threads, min_time): (u32, Duration),
+    timing: Timing,
 ) -> Result<Duration, LlamaError> {
+    let MatrixShape { ne0, rows } = shape;
+    let Timing { threads, min_time } = timing;
     // `ctx` is a live context with room for these tensors (sized by the
     // caller); each tensor's data is `nbytes` writable bytes inside it.
     // SAFETY: as the comment above says.
@@ -95,7 +119,8 @@ fn measure(
         xd.fill(0.5);
         let graph = sys::ggml_new_graph(ctx);
         sys::ggml_build_forward_expand(graph, sys::ggml_mul_mat(ctx, w, x));
-        Ok(time_graph(graph, threads, (3, min_time)))
+        let repeat = Repeat { reps: 3, min_time };
+        Ok(time_graph(graph, threads, repeat))
     }
 }
 
@@ -105,11 +130,8 @@ fn measure(
 ///
 /// # Safety
 /// `graph` is a live graph whose tensors are allocated and stay so.
-unsafe fn time_graph(
-    graph: *mut sys::ggml_cgraph,
-    threads: u32,
-    (reps, min_time): (u32, Duration),
-) -> Duration {
+unsafe fn time_graph(graph: *mut sys::ggml_cgraph, threads: u32, repeat: Repeat) -> Duration {
+    let Repeat { reps, min_time } = repeat;
     // The pool and the work buffer outlive every compute and are freed once,
     // after the last; `graph` is live (the caller's contract).
     // SAFETY: as the comment above says.
@@ -149,7 +171,11 @@ pub fn segment_cost(threads: u32) -> Result<Duration, LlamaError> {
         let x = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 64);
         let graph = sys::ggml_new_graph(ctx);
         sys::ggml_build_forward_expand(graph, sys::ggml_mul_mat(ctx, w, x));
-        let per = time_graph(graph, threads, (REPS, Duration::ZERO));
+        let repeat = Repeat {
+            reps: REPS,
+            min_time: Duration::ZERO,
+        };
+        let per = time_graph(graph, threads, repeat);
         sys::ggml_free(ctx);
         per
     };

@@ -3,6 +3,7 @@
 //! mapping (expert ranges dropped, dense ranges warmed or locked).
 
 mod budget;
+mod cache_warm;
 mod config;
 mod error;
 mod fault;
@@ -12,9 +13,9 @@ pub mod memory;
 mod predict;
 mod streamer;
 mod trace;
-mod warm;
 
 pub(crate) use budget::{compute_estimate_bytes, AutoTerms, HEADROOM_BYTES};
+pub use cache_warm::{WarmSession, WarmSource};
 pub use config::{resolve_cache_bytes, CacheSize, DenseMode, StreamConfig, MAX_CACHE_MB};
 pub(crate) use error::StreamError;
 pub use files::probe_slices;
@@ -22,6 +23,5 @@ pub(crate) use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
 pub(crate) use predict::Predictor;
 pub(crate) use streamer::{DraftHookParts, Streamer};
 pub use trace::header as route_trace_header;
-pub use warm::{WarmSession, WarmSource};
 
 const MIB: u64 = 1024 * 1024;

@@ -15,8 +15,8 @@ use bmoe_actors::output::PendingFile;
 use super::files::{shard_files, specs};
 use super::memory::{self, FileMapping};
 use super::{
-    resolve_cache_bytes, trace, warm, AutoTerms, CacheSize, Predictor, StreamConfig, StreamError,
-    WarmSession, WarmSource, HEADROOM_BYTES, MIB,
+    cache_warm, resolve_cache_bytes, trace, AutoTerms, CacheSize, Predictor, StreamConfig,
+    StreamError, WarmSession, WarmSource, HEADROOM_BYTES, MIB,
 };
 use crate::layout::MoeLayout;
 
@@ -133,7 +133,7 @@ impl Streamer {
         if cfg.warm == WarmSource::Off {
             return Ok(());
         }
-        let shape = warm::model_shape(&self.layout, self.k)?;
+        let shape = cache_warm::model_shape(&self.layout, self.k)?;
         if let Some((session, plan)) =
             WarmSession::open(&cfg.warm, &self.model_path, shape, self.budget_bytes)?
         {

@@ -3,6 +3,7 @@
 
 mod architecture;
 mod bench;
+mod cache_warm;
 mod chat;
 mod common;
 mod errors;
@@ -27,5 +28,4 @@ mod split;
 mod stream;
 mod telemetry;
 mod tracing;
-mod warm;
 mod zoo;

@@ -9,6 +9,7 @@ mod config;
 mod counters;
 mod error;
 mod fault;
+mod idle_reads;
 mod io;
 mod probe;
 mod probe_fresh;
@@ -18,7 +19,6 @@ mod recycle;
 mod ring;
 mod shards;
 mod uring;
-mod warm;
 mod watch;
 
 pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
@@ -30,7 +30,7 @@ pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };
 pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
-pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult};
+pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult, ReadSettings};
 pub use probe_fresh::probe_fresh_reads;
 pub use protocol::DemandReply;
 pub use recycle::SPARE_MAX_BYTES;

@@ -48,17 +48,28 @@ pub enum ProbeOrder {
     InOrder,
 }
 
+/// How a probe reads: reads kept in flight, and whether past the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadSettings {
+    pub queue_depth: u32,
+    pub o_direct: bool,
+}
+
 /// Read `slices` (file offset, length) in `order` for about `duration`,
 /// keeping `queue_depth` reads in flight. `stop` is asked between batches of
 /// reads: true ends the probe early (the result then covers what was read).
 pub fn probe_read_bandwidth(
     path: &Path,
     slices: &[(u64, u64)],
-    (queue_depth, o_direct): (u32, bool),
+    reads: ReadSettings,
     duration: Duration,
     order: ProbeOrder,
     stop: &dyn Fn() -> bool,
 ) -> Result<ProbeResult, FlashError> {
+    let ReadSettings {
+        queue_depth,
+        o_direct,
+    } = reads;
     if slices.is_empty() {
         return Err(FlashError::Config("no slices to probe".into()));
     }

@@ -26,9 +26,13 @@ impl Drop for Fresh {
 pub fn probe_fresh_reads(
     path: &Path,
     slices: &[(u64, u64)],
-    (queue_depth, o_direct): (u32, bool),
+    reads: super::ReadSettings,
     total_bytes: u64,
 ) -> Result<ProbeResult, FlashError> {
+    let super::ReadSettings {
+        queue_depth,
+        o_direct,
+    } = reads;
     let max = slices.iter().map(|s| s.1).max().unwrap_or(0);
     if slices.is_empty() || max == 0 {
         return Err(FlashError::Config("no slices to probe".into()));

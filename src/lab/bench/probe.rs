@@ -40,7 +40,10 @@ fn probe_set(
         let r = bmoe_actors::flash::probe_read_bandwidth(
             file,
             slices,
-            (d.max(1), true),
+            bmoe_actors::flash::ReadSettings {
+                queue_depth: d.max(1),
+                o_direct: true,
+            },
             Duration::from_secs_f64(plan.probe.seconds),
             order,
             &|| crate::interrupt::requested().is_some(),

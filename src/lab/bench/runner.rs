@@ -50,7 +50,11 @@ pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {
         .flatten()
         .collect();
     let stem = runs_dir.join("workload-trace");
-    let probe = traced::workload(plan, &layout, (&prompt_path, &stem), &context)?;
+    let files = traced::WorkloadFiles {
+        prompt_path: &prompt_path,
+        stem: &stem,
+    };
+    let probe = traced::workload(plan, &layout, files, &context)?;
     let mut env = BenchEnv {
         plan,
         runs_dir,

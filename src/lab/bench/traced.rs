@@ -61,6 +61,14 @@ pub(crate) fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
     }
 }
 
+/// Where the traced run of a workload reads its prompt, and the stem of the
+/// files it writes (`STEM.trace`, its CSV).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkloadFiles<'a> {
+    pub prompt_path: &'a Path,
+    pub stem: &'a Path,
+}
+
 /// Trace the workload (`--cache-mb 0 --route-trace`, the bench's prompt and
 /// tokens, `extra` flags such as the cells' widest context) and derive the
 /// probe sets from it. Falls back to the whole file, saying why, when the run
@@ -68,9 +76,10 @@ pub(crate) fn whole_file(layout: &MoeLayout, cells: usize) -> ProbePlan {
 pub fn workload(
     plan: &BenchPlan,
     layout: &MoeLayout,
-    (prompt_path, stem): (&Path, &Path),
+    files: WorkloadFiles<'_>,
     extra: &[String],
 ) -> Result<ProbePlan, BenchError> {
+    let WorkloadFiles { prompt_path, stem } = files;
     let trace = stem.with_extension("trace");
     let mut args = vec![
         "--cache-mb".to_string(),

@@ -39,10 +39,12 @@ pub enum WarmError {
 }
 
 /// 64-bit FNV-1a over `bytes`, continuing from `seed` (start with [`FNV_SEED`]).
+/// (The `fnv` crate's hasher, as the rpc-server's cache check uses.)
 pub fn fnv1a64(seed: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(seed, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::with_key(seed);
+    h.write(bytes);
+    h.finish()
 }
 
 pub const FNV_SEED: u64 = 0xcbf2_9ce4_8422_2325;
