@@ -17,7 +17,6 @@ use super::{BenchArgs, Cli, Command, ProbeArgs};
 pub fn bench(args: BenchArgs) -> Result<()> {
     use bmoe::lab::bench;
     let (cells, cells_source) = bench_cells(&args)?;
-    check_cells(&cells)?;
     checks::bench_out_dir(&args.out)?;
     for written in bmoe::lab::bench::FILES_IN_OUT_DIR {
         checks::output_file("-o", &args.out.join(written), &checks::bench_inputs(&args))?;
@@ -84,13 +83,13 @@ pub fn bench(args: BenchArgs) -> Result<()> {
 }
 
 /// The probe's queue depths: `--probe-depths`, else the streamed cells'
-/// (`--io-threads`, else its default), else the default depth alone.
+/// (`--io-threads`, default the run's), else the default depth alone.
 fn probe_depths(args: &BenchArgs, cells: &[bmoe::lab::bench::Cell]) -> Vec<u32> {
     let default = bmoe::stream::StreamConfig::default().io_threads;
     let depths = args
         .probe_depths
         .clone()
-        .unwrap_or_else(|| bmoe::lab::bench::cell_depths(cells, default));
+        .unwrap_or_else(|| bmoe::lab::bench::cell_depths(cells));
     if depths.is_empty() {
         vec![default]
     } else {
@@ -106,7 +105,7 @@ fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::lab::bench::Cell>, String)
         (Some(f), _) => {
             let text = checks::read_text_file("the cells file", f, "")?;
             (
-                bench::parse_cells(&f.display().to_string(), &text)
+                bench::parse_cells(&f.display().to_string(), &text, &settle_cell)
                     .map_err(|e| UsageError(e.to_string()))?,
                 f.display().to_string(),
             )
@@ -114,39 +113,39 @@ fn bench_cells(args: &BenchArgs) -> Result<(Vec<bmoe::lab::bench::Cell>, String)
         (None, p) => {
             let name = p.as_deref().unwrap_or("cache");
             (
-                bench::preset(name).map_err(|e| UsageError(e.to_string()))?,
+                bench::preset(name, &settle_cell).map_err(|e| UsageError(e.to_string()))?,
                 format!("preset {name}"),
             )
         }
     })
 }
 
-/// Every cell's flags must be ones `bmoe run` accepts: refuse before any run.
-fn check_cells(cells: &[bmoe::lab::bench::Cell]) -> Result<()> {
-    for c in cells {
-        let argv = ["bmoe", "run", "-p", "x"]
-            .into_iter()
-            .map(String::from)
-            .chain(c.args.iter().cloned());
-        let refused = |msg: &str| {
-            let first = msg
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ");
-            UsageError(format!("cell {:?} ({}): {first}", c.name, c.args.join(" ")))
-        };
-        match Cli::try_parse_from(argv) {
-            Err(e) => return Err(refused(&e.to_string()).into()),
-            // Values clap cannot range-check, before the probe spends minutes.
-            Ok(Cli {
-                command: Command::Run(a),
-                ..
-            }) => checks::run_args(&a).map_err(|e| refused(&e.0))?,
-            Ok(_) => {}
+/// `bmoe run`'s own parse and checks of one cell's flags (clap, then the
+/// checks clap cannot express), before any run: the settings the lab reads,
+/// or the refusal's first line.
+fn settle_cell(flags: &[String]) -> Result<bmoe::lab::bench::CellSettings, String> {
+    let argv = ["bmoe", "run", "-p", "x"]
+        .into_iter()
+        .map(String::from)
+        .chain(flags.iter().cloned());
+    let first_line = |msg: &str| {
+        let line = msg.lines().next().unwrap_or("");
+        line.trim_start_matches("error: ").to_string()
+    };
+    match Cli::try_parse_from(argv) {
+        Err(e) => Err(first_line(&e.to_string())),
+        Ok(Cli {
+            command: Command::Run(a),
+            ..
+        }) => {
+            checks::run_args(&a).map_err(|e| first_line(&e.0))?;
+            Ok(bmoe::lab::bench::CellSettings {
+                n_ctx: a.ctx,
+                stream: (!a.resident).then(|| a.stream.config()),
+            })
         }
+        Ok(_) => Err("not a `bmoe run` line".into()),
     }
-    Ok(())
 }
 
 /// Print the cells table and where the summary is; fail when runs failed
@@ -265,4 +264,59 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         cfg.threads
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settle_cell;
+    use bmoe::lab::bench::{cell_depths, parse_cells};
+
+    fn cells(text: &str) -> Vec<bmoe::lab::bench::Cell> {
+        parse_cells("t", text, &settle_cell).expect("cells")
+    }
+
+    #[test]
+    fn a_cells_settings_are_bmoe_runs_own_parse() {
+        let c = cells("a: --cache-mb 25% --cache-policy lru\nr: --resident\nd: --overlap\n");
+        let a = c[0].settings.stream.as_ref().expect("streamed");
+        assert_eq!(a.cache, bmoe::stream::CacheSize::Percent(25.0));
+        assert_eq!(a.policy, bmoe_actors::cache::CachePolicy::Lru);
+        assert_eq!(c[1].settings.stream, None);
+        let d = c[2].settings.stream.as_ref().expect("streamed");
+        let defaults = bmoe::stream::StreamConfig::default();
+        assert_eq!((d.cache, d.policy), (defaults.cache, defaults.policy));
+        assert_eq!(c[2].settings.n_ctx, bmoe::engine::DEFAULT_N_CTX);
+    }
+
+    #[test]
+    fn the_probe_depths_are_the_streamed_cells_depths() {
+        let c = cells(
+            "a: --cache-mb 0\nb: --io-threads 16 --overlap\nc: --io-threads=2\nr: --resident\n",
+        );
+        let default = bmoe::stream::StreamConfig::default().io_threads;
+        let mut want = vec![2, default, 16];
+        want.sort_unstable();
+        want.dedup();
+        assert_eq!(cell_depths(&c), want);
+        assert!(cell_depths(&c[3..4]).is_empty());
+    }
+
+    #[test]
+    fn a_cell_bmoe_run_refuses_is_refused_by_name() {
+        let e = parse_cells(
+            "f",
+            "ok: --overlap\nbad: --resident --overlap\n",
+            &settle_cell,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("f:2") && e.contains("cannot be used with"),
+            "{e}"
+        );
+        let e = parse_cells("f", "x: --drop-cold-experts 5\n", &settle_cell)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--drop-cold-experts 5"), "{e}");
+    }
 }

@@ -98,7 +98,7 @@ impl DenseMode {
 }
 
 /// Streaming settings, as typed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
     pub cache: CacheSize,
     /// Upper bound of `--cache-mb auto` (None: what the host can spare).

@@ -2,13 +2,31 @@
 //! and the built-in presets.
 
 use super::BenchError;
+use crate::stream::StreamConfig;
 
-/// One configuration of the matrix: a name and the `bmoe run` flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One configuration of the matrix: a name, the `bmoe run` flags, and what
+/// `bmoe run`'s own parse of them settled.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     pub name: String,
     pub args: Vec<String>,
+    pub settings: CellSettings,
 }
+
+/// What a cell's flags come to, as `bmoe run` parses them (the CLI's clap
+/// parse and checks, handed in as a [`Settle`]): the lab reads these, never
+/// the flags themselves, so a default is the run's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellSettings {
+    /// `-c`, the context in tokens.
+    pub n_ctx: u32,
+    /// The streaming settings; None for a `--resident` cell.
+    pub stream: Option<StreamConfig>,
+}
+
+/// `bmoe run`'s parse and checks of one cell's flags: its settings, or the
+/// refusal in words.
+pub type Settle<'a> = &'a dyn Fn(&[String]) -> Result<CellSettings, String>;
 
 /// Split a flag line into arguments: whitespace-separated, with `"..."` or
 /// `'...'` quoting (no escapes).
@@ -64,7 +82,11 @@ const OWNED_FLAGS: &[&str] = &[
 
 /// Parse a cells file: one `name: flags` per line, `#` comments, blank lines
 /// ignored. The first cell is the baseline.
-pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchError> {
+pub fn parse_cells(
+    source_name: &str,
+    text: &str,
+    settle: Settle<'_>,
+) -> Result<Vec<Cell>, BenchError> {
     let mut cells: Vec<Cell> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let err = |msg: String| BenchError::Cells {
@@ -102,9 +124,12 @@ pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchErro
                 "{f} is set by the bench for every cell (--model, --workload, --tokens, -o, --ignore-eos)"
             )));
         }
+        let settings =
+            settle(&args).map_err(|e| err(format!("cell {name:?} ({}): {e}", args.join(" "))))?;
         cells.push(Cell {
             name: name.to_string(),
             args,
+            settings,
         });
     }
     if cells.is_empty() {
@@ -117,40 +142,19 @@ pub fn parse_cells(source_name: &str, text: &str) -> Result<Vec<Cell>, BenchErro
     Ok(cells)
 }
 
-/// The values a cell's flags give `names` (`-x V`, `--long V`, `--long=V`).
-fn flag_values<'a>(args: &'a [String], names: &'a [&str]) -> impl Iterator<Item = &'a str> + 'a {
-    args.iter().enumerate().filter_map(move |(i, a)| {
-        if names.contains(&a.as_str()) {
-            return args.get(i + 1).map(String::as_str);
-        }
-        let (flag, value) = a.split_once('=')?;
-        names.contains(&flag).then_some(value)
-    })
-}
-
-/// The widest `-c`/`--ctx` any cell asks for, as the flags to pass the
-/// resident probe run (its prompt has to fit the same context).
+/// The widest context any cell runs with, as the flags to pass the resident
+/// probe run (its prompt has to fit the same context).
 pub(crate) fn widest_context(cells: &[Cell]) -> Option<[String; 2]> {
-    let widest = cells
-        .iter()
-        .flat_map(|c| flag_values(&c.args, &["-c", "--ctx"]))
-        .filter_map(|v| v.parse::<u32>().ok())
-        .max();
+    let widest = cells.iter().map(|c| c.settings.n_ctx).max();
     widest.map(|n| ["-c".to_string(), n.to_string()])
 }
 
-/// The read queue depths the streamed cells use (`--io-threads`, else
-/// `default_depth`), sorted and distinct; the probe measures these.
-pub fn cell_depths(cells: &[Cell], default_depth: u32) -> Vec<u32> {
+/// The read queue depths the streamed cells use (`--io-threads`, default the
+/// run's), sorted and distinct; the probe measures these.
+pub fn cell_depths(cells: &[Cell]) -> Vec<u32> {
     let mut depths: Vec<u32> = cells
         .iter()
-        .filter(|c| !c.args.iter().any(|a| a == "--resident"))
-        .map(|c| {
-            flag_values(&c.args, &["--io-threads"])
-                .filter_map(|v| v.parse().ok())
-                .last()
-                .unwrap_or(default_depth)
-        })
+        .filter_map(|c| c.settings.stream.as_ref().map(|s| s.io_threads))
         .collect();
     depths.sort_unstable();
     depths.dedup();
@@ -248,9 +252,9 @@ pub const PRESETS: &[(&str, &str, &str)] = &[
 ];
 
 /// The cells of a preset.
-pub fn preset(name: &str) -> Result<Vec<Cell>, BenchError> {
+pub fn preset(name: &str, settle: Settle<'_>) -> Result<Vec<Cell>, BenchError> {
     match PRESETS.iter().find(|p| p.0 == name) {
-        Some((n, _, text)) => parse_cells(&format!("preset {n}"), text),
+        Some((n, _, text)) => parse_cells(&format!("preset {n}"), text, settle),
         None => Err(BenchError::Preset {
             name: name.to_string(),
             known: PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", "),
@@ -261,6 +265,15 @@ pub fn preset(name: &str) -> Result<Vec<Cell>, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every cell taken, streamed with the defaults (the CLI's real parse is
+    /// tested in `cli::commands`).
+    fn taken(_: &[String]) -> Result<CellSettings, String> {
+        Ok(CellSettings {
+            n_ctx: 2048,
+            stream: Some(StreamConfig::default()),
+        })
+    }
 
     #[test]
     fn split_args_handles_quotes_and_spaces() {
@@ -281,56 +294,49 @@ mod tests {
         let c = parse_cells(
             "f",
             "# the baseline first\nserial: --cache-mb 0\n\nov: --cache-mb 0 --overlap\n",
+            &taken,
         )
         .unwrap();
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].name, "serial");
         assert_eq!(c[1].args, vec!["--cache-mb", "0", "--overlap"]);
-        let e = parse_cells("f", "a: --overlap\na: --resident\n").unwrap_err();
+        let e = parse_cells("f", "a: --overlap\na: --resident\n", &taken).unwrap_err();
         assert!(
             e.to_string().contains("f:2") && e.to_string().contains("twice"),
             "{e}"
         );
-        let e = parse_cells("f", "no colon here\n").unwrap_err();
+        let e = parse_cells("f", "no colon here\n", &taken).unwrap_err();
         assert!(e.to_string().contains("f:1"), "{e}");
-        let e = parse_cells("f", "x/y: --overlap\n").unwrap_err();
+        let e = parse_cells("f", "x/y: --overlap\n", &taken).unwrap_err();
         assert!(e.to_string().contains("cell name"), "{e}");
-        let e = parse_cells("f", "a: --model other.gguf\n").unwrap_err();
+        let e = parse_cells("f", "a: --model other.gguf\n", &taken).unwrap_err();
         assert!(e.to_string().contains("set by the bench"), "{e}");
-        let e = parse_cells("f", "a: --csv=x.csv\n").unwrap_err();
+        let e = parse_cells("f", "a: --csv=x.csv\n", &taken).unwrap_err();
         assert!(e.to_string().contains("set by the bench"), "{e}");
-        assert!(parse_cells("f", "# nothing\n").is_err());
+        assert!(parse_cells("f", "# nothing\n", &taken).is_err());
     }
 
     #[test]
-    fn the_widest_context_of_the_cells_is_found() {
-        let cells =
-            parse_cells("t", "a: -c 4096\nb: --ctx=8192 --overlap\nc: --ctx 1024\n").unwrap();
-        assert_eq!(widest_context(&cells), Some(["-c".into(), "8192".into()]));
-        let none = parse_cells("t", "a: --resident\n").unwrap();
-        assert_eq!(widest_context(&none), None);
-    }
-
-    #[test]
-    fn the_probe_depths_are_the_streamed_cells_depths() {
-        let cells = parse_cells(
-            "t",
-            "a: --cache-mb 0\nb: --io-threads 16 --overlap\nc: --io-threads=2\nr: --resident\nd: --io-threads 8 --io-threads 2\n",
-        )
-        .unwrap();
-        assert_eq!(cell_depths(&cells, 4), vec![2, 4, 16]);
-        assert!(cell_depths(&cells[3..4], 4).is_empty());
+    fn a_refused_cell_is_named_with_its_line_and_flags() {
+        let refuse = |_: &[String]| -> Result<CellSettings, String> { Err("no".into()) };
+        let e = parse_cells("f", "a: --overlap\n", &refuse)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("f:1") && e.contains("\"a\" (--overlap): no"),
+            "{e}"
+        );
     }
 
     #[test]
     fn every_preset_parses_and_unknown_ones_are_named() {
         for (name, _, _) in PRESETS {
-            assert!(!preset(name).unwrap().is_empty());
+            assert!(!preset(name, &taken).unwrap().is_empty());
         }
-        let cache = preset("cache").unwrap();
+        let cache = preset("cache", &taken).unwrap();
         assert_eq!(cache.len(), 16);
         assert!(cache.iter().any(|c| c.args.contains(&"25%".to_string())));
-        let e = preset("nope").unwrap_err().to_string();
+        let e = preset("nope", &taken).unwrap_err().to_string();
         assert!(e.contains("cache") && e.contains("small-host"), "{e}");
     }
 }

@@ -39,7 +39,9 @@ use std::path::{Path, PathBuf};
 use crate::lab::compare;
 
 pub(crate) use bound::{Bound, RoundProbe};
-pub use cells::{cell_depths, parse_cells, preset, split_args, Cell, PRESETS};
+pub use cells::{
+    cell_depths, parse_cells, preset, split_args, Cell, CellSettings, Settle, PRESETS,
+};
 pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable};
 pub use runner::{run_bench, FILES_IN_OUT_DIR};
 pub(crate) use summary::{summarize, CellSummary, RunResult};

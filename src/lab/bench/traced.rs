@@ -130,15 +130,11 @@ fn read_trace(trace: &Path) -> Result<(TraceHeader, Vec<TraceRecord>), String> {
     Ok((r.header().clone(), records))
 }
 
-/// What a cell's expert cache is: its `--cache-mb` (default auto) and
-/// `--cache-policy` (default the engine's); None for a resident cell.
+/// What a cell's expert cache is: its `--cache-mb` and `--cache-policy` as
+/// `bmoe run` settled them (defaults included); None for a resident cell.
 pub(crate) fn cell_cache(cell: &Cell) -> Option<(CacheSize, CachePolicy)> {
-    if cell.args.iter().any(|a| a == "--resident") {
-        return None;
-    }
-    let size = flag_value(cell, "--cache-mb").map_or(Ok(CacheSize::Auto), str::parse);
-    let policy = flag_value(cell, "--cache-policy").map_or(Ok(CachePolicy::default()), str::parse);
-    Some((size.ok()?, policy.ok()?))
+    let s = cell.settings.stream.as_ref()?;
+    Some((s.cache, s.policy))
 }
 
 /// Builds the probe sets from a replayed trace.
@@ -228,18 +224,13 @@ impl SetBuilder<'_> {
     }
 }
 
-/// The last value a cell gives `flag` (`--flag V` or `--flag=V`).
-fn flag_value<'a>(cell: &'a Cell, flag: &str) -> Option<&'a str> {
-    let a = &cell.args;
-    a.iter().enumerate().rev().find_map(|(i, x)| {
-        let eq = x.strip_prefix(flag).and_then(|r| r.strip_prefix('='));
-        eq.or_else(|| (x == flag).then(|| a.get(i + 1).map(String::as_str))?)
-    })
-}
-
-/// The cell's `--cache-mb` value as written (`25%`, `512`), for a set's name.
-fn cache_label(cell: &Cell) -> &str {
-    flag_value(cell, "--cache-mb").unwrap_or("auto")
+/// The cell's `--cache-mb` as `bmoe run` takes it (`25%`, `512`, `auto`),
+/// for a set's name.
+fn cache_label(cell: &Cell) -> String {
+    cell.settings
+        .stream
+        .as_ref()
+        .map_or_else(|| "0".to_string(), |s| s.cache.to_string())
 }
 
 /// The slices of `keys` (in order, repeats kept) that lie in `file` (a split
@@ -263,31 +254,33 @@ fn slices_of(layout: &MoeLayout, file: &Path, keys: &[SlotKey]) -> Vec<(u64, u64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::bench::CellSettings;
+    use crate::stream::StreamConfig;
 
-    fn cell(args: &str) -> Cell {
+    fn cell(stream: Option<StreamConfig>) -> Cell {
         Cell {
             name: "c".into(),
-            args: super::super::cells::split_args(args).unwrap(),
+            args: Vec::new(),
+            settings: CellSettings {
+                n_ctx: 2048,
+                stream,
+            },
         }
     }
 
     #[test]
-    fn a_cells_cache_is_read_from_its_flags() {
+    fn a_cells_cache_is_what_its_settings_say() {
+        let sc = StreamConfig {
+            cache: CacheSize::Percent(25.0),
+            policy: CachePolicy::Lru,
+            ..StreamConfig::default()
+        };
         assert_eq!(
-            cell_cache(&cell("--cache-mb 25% --overlap")),
-            Some((CacheSize::Percent(25.0), CachePolicy::default()))
+            cell_cache(&cell(Some(sc.clone()))),
+            Some((CacheSize::Percent(25.0), CachePolicy::Lru))
         );
-        assert_eq!(
-            cell_cache(&cell("--cache-mb=512 --cache-policy lru")),
-            Some((CacheSize::Mib(512), CachePolicy::Lru))
-        );
-        assert_eq!(
-            cell_cache(&cell("--overlap")),
-            Some((CacheSize::Auto, CachePolicy::default()))
-        );
-        assert_eq!(cell_cache(&cell("--resident")), None);
-        assert_eq!(cache_label(&cell("--cache-mb 10% --overlap")), "10%");
-        assert_eq!(cache_label(&cell("--cache-mb=0")), "0");
-        assert_eq!(cache_label(&cell("--overlap")), "auto");
+        assert_eq!(cache_label(&cell(Some(sc))), "25%");
+        assert_eq!(cache_label(&cell(Some(StreamConfig::default()))), "auto");
+        assert_eq!(cell_cache(&cell(None)), None);
     }
 }
