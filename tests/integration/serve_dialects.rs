@@ -215,3 +215,18 @@ fn each_request_is_logged_at_v() {
         "answered {answered}, 200 {ok}, 404 {missing}"
     );
 }
+
+/// A blank or repeated `--served-name` is a usage error (exit 2) before the
+/// model loads.
+#[test]
+fn a_blank_or_repeated_served_name_is_refused_with_exit_2() {
+    let m = super::common::e8k2();
+    let m = m.to_str().unwrap();
+    for names in ["a,,b", " a", "a,a"] {
+        let args = ["serve", "-m", m, "--port", "0", "--served-name", names];
+        let out = super::common::bmoe_within(&args, 60);
+        let err = super::common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{names:?}: {err}");
+        assert!(err.contains("--served-name"), "{err}");
+    }
+}
