@@ -36,6 +36,12 @@ impl ReplySplit {
         }
     }
 
+    /// Whether the reply must be detokenized with its special tokens as
+    /// text: the format's call markers are control tokens.
+    pub(crate) fn special_text(&self) -> bool {
+        self.format.special_text(self.tools.is_some())
+    }
+
     /// A split in `format` for a request that offered `tools`.
     #[cfg(test)]
     pub(crate) fn new(format: CallFormat, tools: Option<Value>) -> Self {
