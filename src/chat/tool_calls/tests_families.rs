@@ -270,3 +270,80 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deepseek_r1_calls_name_the_function_after_the_separator() {
+    let r1 = concat!(
+        "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n",
+        "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    );
+    let p = parse(CallFormat::DeepSeek, r1);
+    assert_eq!(p.content, "Checking.");
+    assert_eq!(
+        calls_of(&p),
+        vec![("get_weather".into(), json!({"city": "Paris"}))]
+    );
+}
+
+#[test]
+fn python_style_values_read_as_json() {
+    let text = "<|tool_call_start|>[f(a=\"x\\\"y\", n=-2, r=1.5, t=True, z=None, l=['a', 2], d={\"k\": [1]}), g()]<|tool_call_end|>";
+    let p = parse(CallFormat::Pythonic, text);
+    assert_eq!(p.content, "");
+    assert_eq!(
+        calls_of(&p),
+        vec![
+            (
+                "f".into(),
+                json!({"a": "x\"y", "n": -2, "r": 1.5, "t": true, "z": null, "l": ["a", 2], "d": {"k": [1]}})
+            ),
+            ("g".into(), json!({})),
+        ]
+    );
+    // Positional arguments or an unclosed call are no calls.
+    for bad in ["[f('x')]", "[f(a=1]", "[f(a=1) g()]"] {
+        let text = format!("<|tool_call_start|>{bad}<|tool_call_end|>");
+        assert_eq!(parse(CallFormat::Pythonic, &text).content, text);
+    }
+}
+
+#[test]
+fn mistral_calls_follow_the_text_and_bad_json_stays_text() {
+    let text = "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}";
+    let p = parse(CallFormat::Mistral, text);
+    assert_eq!(p.content, "Sure.");
+    assert_eq!(
+        calls_of(&p),
+        vec![("get_weather".into(), json!({"city": "Paris"}))]
+    );
+    for bad in [
+        "[TOOL_CALLS]get_weather[ARGS]{\"city\": ",
+        "[TOOL_CALLS]get_weather[ARGS]{} and more",
+        "[TOOL_CALLS]",
+        "[TOOL_CALLS] [1, 2]",
+    ] {
+        let p = parse(CallFormat::Mistral, bad);
+        assert!(p.calls.is_empty(), "{bad}");
+        assert_eq!(p.content, bad);
+    }
+}
+
+#[test]
+fn control_token_formats_are_written_as_text_when_tools_are_offered() {
+    for f in [
+        CallFormat::DeepSeek,
+        CallFormat::Kimi,
+        CallFormat::Mistral,
+        CallFormat::Pythonic,
+    ] {
+        assert!(
+            f.special_text(true) && !f.special_text(false),
+            "{}",
+            f.name()
+        );
+    }
+    assert!(CallFormat::Harmony.special_text(false));
+    for f in [CallFormat::Hermes, CallFormat::Glm, CallFormat::MiniMax] {
+        assert!(!f.special_text(true), "{}", f.name());
+    }
+}
