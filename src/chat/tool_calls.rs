@@ -40,6 +40,13 @@
 //! - [`CallFormat::Pythonic`] (LFM2): `<|tool_call_start|>[f(a='x', b=1)]<|tool_call_end|>`.
 //! - [`CallFormat::None`]: every other template; the reply is all text.
 //!
+//! Why not llama.cpp's own chat parser (common/chat.cpp, linked already
+//! through llama-cpp-sys-2's `common`): it derives each family's parser by
+//! rendering the template in llama.cpp's own Jinja engine in this process,
+//! outside the sandboxed renderer every template goes through here, behind a
+//! C++-only API (a shim of our own); driven on the same recorded replies as
+//! the tests here it split 11 of the 16 families and threw on the rest.
+//!
 //! A call that does not parse (bad JSON, an unclosed tag, an unknown shape)
 //! stays in the content as the text the model wrote: parsing never fails.
 //! [`CallStream`] does the same on a reply as it streams, holding back text
