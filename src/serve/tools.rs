@@ -36,6 +36,12 @@ impl ReplySplit {
         }
     }
 
+    /// Whether the reply must be detokenized with its special tokens as
+    /// text: the format's call markers are control tokens.
+    pub(crate) fn special_text(&self) -> bool {
+        self.format.special_text(self.tools.is_some())
+    }
+
     /// A split in `format` for a request that offered `tools`.
     #[cfg(test)]
     pub(crate) fn new(format: CallFormat, tools: Option<Value>) -> Self {
@@ -114,4 +120,68 @@ fn calls_json(p: &Parsed, indexed: bool) -> Value {
             v
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools() -> Value {
+        json!([{"type": "function", "function": {"name": "lookup", "parameters": {
+            "type": "object", "properties": {"code": {"type": "string"}, "n": {"type": "integer"}}}}}])
+    }
+
+    /// GLM's values are typed by the tool's schema: a string parameter
+    /// stays text even when it reads as a number.
+    #[test]
+    fn a_glm_reply_becomes_openai_tool_calls() {
+        let split = ReplySplit::new(CallFormat::Glm, Some(tools()));
+        let reply = "Looking.\n<tool_call>lookup\n<arg_key>code</arg_key>\n<arg_value>0042</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>";
+        let c = split.choice(reply, "stop");
+        assert_eq!(c["finish_reason"], "tool_calls");
+        assert_eq!(c["message"]["content"], "Looking.");
+        let call = &c["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "lookup");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().expect("text"))
+                .expect("JSON");
+        assert_eq!(args, json!({"code": "0042", "n": 3}));
+    }
+
+    /// Streamed, Kimi's section is held back and its calls come as indexed
+    /// deltas at the end; a broken section is text with the stop reason.
+    #[test]
+    fn a_kimi_stream_ends_with_indexed_call_deltas() {
+        let split = ReplySplit::new(CallFormat::Kimi, Some(tools()));
+        let call = |n: u32| {
+            format!("<|tool_call_begin|>functions.lookup:{n}<|tool_call_argument_begin|>{{\"n\": {n}}}<|tool_call_end|>")
+        };
+        let reply = format!(
+            "Two.<|tool_calls_section_begin|>{}{}<|tool_calls_section_end|>",
+            call(0),
+            call(1)
+        );
+        let mut s = split.stream();
+        let mut shown = String::new();
+        for piece in reply.as_bytes().chunks(5) {
+            shown.push_str(&s.push(std::str::from_utf8(piece).expect("ASCII")));
+        }
+        let (rest, deltas, finish) = split.end(s, "stop");
+        assert_eq!(shown + &rest, "Two.");
+        assert_eq!(finish, "tool_calls");
+        assert_eq!(deltas.len(), 2);
+        assert_eq!(deltas[1]["tool_calls"][0]["index"], 1);
+        assert_eq!(
+            deltas[1]["tool_calls"][0]["function"]["arguments"],
+            "{\"n\":1}"
+        );
+
+        let broken = "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0";
+        let mut s = split.stream();
+        let shown = s.push(broken);
+        let (rest, deltas, finish) = split.end(s, "length");
+        assert_eq!(shown + &rest, broken);
+        assert!(deltas.is_empty());
+        assert_eq!(finish, "length");
+    }
 }

@@ -17,8 +17,8 @@ use bmoe_actors::metrics::DecodeMetrics;
 use super::api::{ApiError, JobSpec, PromptSpec};
 use super::metrics as m;
 use super::sink::JobSink;
+use super::tools::ReplySplit;
 use super::ServeError;
-use crate::chat::tool_calls::CallFormat;
 use crate::chat::{ChatInput, ChatTemplate, TemplateError};
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
@@ -343,7 +343,7 @@ fn request_of(
         },
         sampling: job.spec.sampling.clone(),
         stop: job.spec.stop.clone(),
-        special_text: job.spec.prompt.is_chat() && template.call_format() == CallFormat::Harmony,
+        special_text: ReplySplit::of(&job.spec, template.call_format()).special_text(),
         ..Options::default()
     };
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);

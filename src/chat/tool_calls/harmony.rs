@@ -30,9 +30,12 @@ pub(super) fn parse(text: &str, partial: bool) -> Parsed {
     let first = [START, CHANNEL, MESSAGE]
         .iter()
         .filter_map(|m| text.find(m))
-        .min();
+        .min()
+        .map(|at| if addressed(text) { 0 } else { at });
     let Some(first) = first else {
-        let keep = if partial {
+        let keep = if partial && (addressed(text) || RECIPIENT.starts_with(text.trim_start())) {
+            0
+        } else if partial {
             text.len() - partial_marker(text, CHANNEL).max(partial_marker(text, START))
         } else {
             text.len()
@@ -56,6 +59,15 @@ pub(super) fn parse(text: &str, partial: bool) -> Parsed {
         out.content.truncate(out.content.trim_end().len());
     }
     out
+}
+
+/// What opens a reply whose first message the prompt's
+/// `<|start|>assistant` began with a recipient: ` to=functions.NAME<|channel|>..`.
+const RECIPIENT: &str = "to=";
+
+/// Whether the reply opens with the recipient of its first message's header.
+fn addressed(text: &str) -> bool {
+    text.trim_start().starts_with(RECIPIENT)
 }
 
 /// The message at the start of `text` (None: its header is not complete).

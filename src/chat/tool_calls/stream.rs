@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{harmony, parse_with_tools, partial_marker, CallFormat, Parsed, OPEN};
+use super::{harmony, parse_with_tools, partial_marker, CallFormat, Parsed};
 
 /// One streaming reply's split.
 #[derive(Debug, Default)]
@@ -58,18 +58,21 @@ impl CallStream {
         (rest, parsed)
     }
 
-    /// Hermes and XML: the text before the first call, less a possible
-    /// partial opening tag and the whitespace before it.
+    /// The framed formats: the text before the first call, less a possible
+    /// partial opening marker and the whitespace before it.
     fn before_calls(&mut self) -> String {
+        let Some(frame) = self.format.frame() else {
+            return self.text.clone();
+        };
         if self.in_calls {
             return self.sent.clone();
         }
-        let end = match self.text.find(OPEN) {
+        let end = match self.text.find(frame.open) {
             Some(at) => {
                 self.in_calls = true;
                 at
             }
-            None => self.text.len() - partial_marker(&self.text, OPEN),
+            None => self.text.len() - partial_marker(&self.text, frame.open),
         };
         self.text[..end].trim_end().to_string()
     }

@@ -1,0 +1,51 @@
+//! The JSON-list formats: Nemotron Nano v2's `<TOOLCALL>[...]</TOOLCALL>`
+//! and Mistral's `[TOOL_CALLS]`, which runs to the end of the reply and holds
+//! a JSON list of calls (Small 3.1) or `NAME[CALL_ID]id[ARGS]{args}` calls
+//! (Small 3.2, each after its own `[TOOL_CALLS]`).
+
+use serde_json::Value;
+
+use super::{json_args, json_call, ToolCall};
+
+const MARK: &str = "[TOOL_CALLS]";
+const ARGS: &str = "[ARGS]";
+const CALL_ID: &str = "[CALL_ID]";
+
+/// `[{"name": .., "arguments": {..}}, ...]` (a lone object too).
+pub(super) fn json_list(block: &str) -> Option<Vec<ToolCall>> {
+    match serde_json::from_str::<Value>(block.trim()).ok()? {
+        Value::Array(items) => items.iter().map(json_call).collect(),
+        o @ Value::Object(_) => Some(vec![json_call(&o)?]),
+        _ => None,
+    }
+}
+
+/// What follows the first `[TOOL_CALLS]`: segments split at the others.
+pub(super) fn calls(block: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    for segment in block.split(MARK) {
+        let segment = segment.trim();
+        if segment.starts_with('[') {
+            calls.extend(json_list(segment)?);
+        } else {
+            calls.extend(named(segment)?);
+        }
+    }
+    Some(calls)
+}
+
+/// `NAME[ARGS]{..}` calls, one after another.
+fn named(segment: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    let mut rest = segment;
+    while !rest.is_empty() {
+        let (head, after) = rest.split_once(ARGS)?;
+        let name = head.split_once(CALL_ID).map_or(head, |(n, _)| n);
+        let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+        values.next()?.ok()?;
+        let end = values.byte_offset();
+        calls.push(json_args(name, &after[..end])?);
+        rest = after[end..].trim_start();
+    }
+    Some(calls)
+}
