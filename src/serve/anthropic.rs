@@ -11,7 +11,10 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde_json::{json, Value};
+
+use request::Purpose;
 
 use super::api::ApiError;
 use super::metrics as m;
@@ -21,6 +24,9 @@ use super::worker::App;
 /// The route.
 pub(crate) const MESSAGES: &str = "/v1/messages";
 
+/// The route that counts a request's prompt tokens.
+pub(crate) const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+
 /// The metrics label of the route.
 const ROUTE: &str = "messages";
 
@@ -28,18 +34,39 @@ const ROUTE: &str = "messages";
 pub(crate) async fn messages(State(app): State<App>, body: Body) -> Response {
     let parsed = routes::read_body(&app, body)
         .await
-        .and_then(|b| request::parse(&b, &app.defaults));
+        .and_then(|b| request::parse(&b, &app.defaults, Purpose::Reply));
     let res = match parsed {
         Ok(req) => reply::run(&app, req).await,
         Err(e) => Err(e),
     };
+    answered(ROUTE, res)
+}
+
+/// `POST /v1/messages/count_tokens`: the body a `/v1/messages` request
+/// would send (`max_tokens` optional), rendered as it would be, answered
+/// `{"input_tokens": N}` with nothing generated.
+pub(crate) async fn count_tokens(State(app): State<App>, body: Body) -> Response {
+    let parsed = routes::read_body(&app, body)
+        .await
+        .and_then(|b| request::parse(&b, &app.defaults, Purpose::Count));
+    let res = match parsed {
+        Ok(req) => routes::start_job(&app, req.spec)
+            .await
+            .map(|(_, s)| Json(json!({"input_tokens": s.prompt_tokens})).into_response()),
+        Err(e) => Err(e),
+    };
+    answered("count_tokens", res)
+}
+
+/// The response, or the error in Anthropic's shape, counted under `route`.
+fn answered(route: &'static str, res: Result<Response, ApiError>) -> Response {
     match res {
         Ok(r) => {
-            m::request(ROUTE, 200);
+            m::request(route, 200);
             r
         }
         Err(e) => {
-            m::request(ROUTE, e.status.as_u16());
+            m::request(route, e.status.as_u16());
             error_response(e)
         }
     }

@@ -199,6 +199,9 @@ pub(crate) struct JobSpec {
     pub(crate) include_usage: bool,
     /// The request's `user`, cut to [`REQUESTER_MAX_CHARS`], or [`ANONYMOUS`].
     pub(crate) requester: String,
+    /// Only count the prompt's tokens (`/v1/messages/count_tokens`): the
+    /// job ends with its `Started` event.
+    pub(crate) count_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -322,6 +325,7 @@ impl Common {
                 .as_ref()
                 .is_some_and(|o| o.include_usage),
             requester: requester(self.user.as_deref()),
+            count_only: false,
         })
     }
 

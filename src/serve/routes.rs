@@ -37,6 +37,7 @@ pub(crate) fn router(
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route(anthropic::MESSAGES, post(anthropic::messages))
+        .route(anthropic::COUNT_TOKENS, post(anthropic::count_tokens))
         .route("/v1/models", get(models))
         .route("/metrics", get(move || async move { prometheus.render() }))
         .route_layer(middleware::from_fn_with_state(app.clone(), check_key));
@@ -226,13 +227,22 @@ pub(super) fn reply_id(app: &App, prefix: &str) -> String {
     format!("{prefix}bmoe{}-{n}", app.run_id)
 }
 
-/// Queue the job and wait for it to start: its events and its prompt's
-/// token count, or the error it failed with before any text. A request
-/// without `max_tokens` gets the server's `-n`.
+/// What a job said when it started.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Started {
+    pub(super) prompt_tokens: usize,
+    /// The most tokens the reply may have (the request's, capped to what the
+    /// context leaves).
+    pub(super) max_tokens: u32,
+}
+
+/// Queue the job and wait for it to start: its events and what it said, or
+/// the error it failed with before any text. A request without
+/// `max_tokens` gets the server's `-n`.
 pub(super) async fn start_job(
     app: &App,
     mut spec: JobSpec,
-) -> Result<(mpsc::Receiver<Event>, usize), ApiError> {
+) -> Result<(mpsc::Receiver<Event>, Started), ApiError> {
     spec.max_tokens.get_or_insert(app.default_max_tokens);
     let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
     app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
@@ -248,7 +258,16 @@ pub(super) async fn start_job(
     })?;
     m::queue_depth(app.jobs.len());
     match rx.recv().await {
-        Some(Event::Started { prompt_tokens }) => Ok((rx, prompt_tokens)),
+        Some(Event::Started {
+            prompt_tokens,
+            max_tokens,
+        }) => Ok((
+            rx,
+            Started {
+                prompt_tokens,
+                max_tokens,
+            },
+        )),
         Some(Event::Failed(e)) => Err(e),
         _ => Err(shutting_down()),
     }

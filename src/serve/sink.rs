@@ -22,6 +22,8 @@ pub(crate) struct JobSink {
     pub(crate) notes: Vec<String>,
     pub(crate) requester: String,
     pub(crate) t0: Instant,
+    /// When the first piece of text came (time to first token).
+    first_text: Option<Instant>,
     /// The request's stop strings (to say which one ended the text).
     pub(crate) stop: Vec<String>,
 }
@@ -41,6 +43,7 @@ impl JobSink {
             notes,
             requester,
             t0: Instant::now(),
+            first_text: None,
             stop: Vec::new(),
         }
     }
@@ -48,6 +51,12 @@ impl JobSink {
     /// Whether the client went away.
     pub(crate) fn gone(&self) -> bool {
         self.gone
+    }
+
+    /// Milliseconds from the job's start to its first text (None: no text).
+    pub(crate) fn first_text_ms(&self) -> Option<u64> {
+        self.first_text
+            .map(|t| t.duration_since(self.t0).as_millis() as u64)
     }
 
     /// Bytes of text waiting for room in the channel.
@@ -90,6 +99,7 @@ impl GenerationSink for JobSink {
         if self.gone {
             return;
         }
+        self.first_text.get_or_insert_with(Instant::now);
         self.held.push_str(piece);
         let text = std::mem::take(&mut self.held);
         match self.events.try_send(Event::Text(text)) {

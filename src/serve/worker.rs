@@ -36,9 +36,12 @@ pub(crate) struct Job {
 /// What a job reports to its request, in order: `Started` or `Failed` first.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// The prompt is in: how many tokens it took.
+    /// The prompt is in: how many tokens it took, and the most the reply
+    /// may have (the request's `max_tokens` capped to what the context
+    /// leaves; 0 for a job that only counts).
     Started {
         prompt_tokens: usize,
+        max_tokens: u32,
     },
     Text(String),
     Done(Box<Done>),
@@ -249,7 +252,9 @@ fn admit_jobs(
             continue;
         }
         let request = match request_of(session, template, job, runtime) {
-            Ok(r) => r,
+            Ok(Some(r)) => r,
+            // Only counted: its `Started` said all there is.
+            Ok(None) => continue,
             Err((e, events)) => {
                 let _ = events.blocking_send(Event::Failed(e));
                 continue;
@@ -265,13 +270,14 @@ fn admit_jobs(
     Ok(())
 }
 
-/// Tokenize and bound one job; its events sender back when it cannot run.
+/// Tokenize and bound one job (None: a job that only counts its prompt's
+/// tokens, answered); its events sender back when it cannot run.
 fn request_of(
     session: &Session,
     template: &ChatTemplate,
     job: Job,
     runtime: &tokio::runtime::Handle,
-) -> Result<Request<JobSink>, (ApiError, mpsc::Sender<Event>)> {
+) -> Result<Option<Request<JobSink>>, (ApiError, mpsc::Sender<Event>)> {
     // A client that went away, or a signal, stops its template's render.
     let events = &job.events;
     let cancelled = || {
@@ -285,6 +291,13 @@ fn request_of(
         Ok(p) => p,
         Err(e) => return Err((e, job.events)),
     };
+    if job.spec.count_only {
+        let _ = job.events.blocking_send(Event::Started {
+            prompt_tokens: prompt.len(),
+            max_tokens: 0,
+        });
+        return Ok(None);
+    }
     let n_ctx = session.n_ctx() as usize;
     if prompt.len() >= n_ctx {
         let e = ApiError::invalid(
@@ -312,6 +325,7 @@ fn request_of(
         .events
         .blocking_send(Event::Started {
             prompt_tokens: prompt.len(),
+            max_tokens: n_predict,
         })
         .is_err()
     {
@@ -331,7 +345,7 @@ fn request_of(
     };
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
     sink.stop = job.spec.stop;
-    Ok(Request { prompt, opts, sink })
+    Ok(Some(Request { prompt, opts, sink }))
 }
 
 /// A generation ended: its figures to the session and the metrics, its
@@ -376,6 +390,15 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         notes: std::mem::take(&mut sink.notes),
     };
     m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
+    tracing::info!(
+        prompt_tokens = done.prompt_tokens,
+        cached_tokens = f.reused,
+        generated_tokens = done.completion_tokens,
+        first_token_ms = sink.first_text_ms(),
+        total_ms = sink.t0.elapsed().as_millis() as u64,
+        finish = done.finish_reason,
+        "request answered"
+    );
     sink.finish(Event::Done(Box::new(done)));
 }
 

@@ -36,18 +36,31 @@ struct Head {
 pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, ApiError> {
     let stream = req.spec.stream;
     let calls = ReplySplit::of(&req.spec, app.call_format);
-    let (rx, prompt_tokens) = routes::start_job(app, req.spec).await?;
+    let (rx, started) = routes::start_job(app, req.spec).await?;
+    let prompt_tokens = started.prompt_tokens;
     let head = Head {
         id: routes::reply_id(app, "msg_"),
         model: app.model_id.clone(),
         prompt_tokens,
         calls,
     };
-    if stream {
-        return Ok(sse(head, rx).into_response());
-    }
-    whole(head, rx).await
+    let mut response = if stream {
+        sse(head, rx).into_response()
+    } else {
+        whole(head, rx).await?
+    };
+    // A max_tokens over what the context leaves is capped, not refused: the
+    // reply's limit is said here.
+    response.headers_mut().insert(
+        MAX_TOKENS_HEADER,
+        axum::http::HeaderValue::from(started.max_tokens),
+    );
+    Ok(response)
 }
+
+/// The header that says the most tokens the reply may have (the request's
+/// `max_tokens`, capped to what the context leaves after the prompt).
+pub(crate) const MAX_TOKENS_HEADER: &str = "x-bmoe-max-tokens";
 
 /// Parsed calls as Anthropic `tool_use` blocks (`{"type": "tool_use", "id":
 /// "toolu_...", "name": ..., "input": {...}}`); arguments that are not a JSON

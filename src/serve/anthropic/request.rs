@@ -23,15 +23,33 @@ fn bad(message: impl Into<String>) -> ApiError {
     ApiError::invalid(None, message)
 }
 
+/// What the body is for: a reply, or only its prompt's token count
+/// (`/v1/messages/count_tokens`, where `max_tokens` is not asked for).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Purpose {
+    Reply,
+    Count,
+}
+
 /// Parse and check a `/v1/messages` body.
-pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRequest, ApiError> {
+pub(super) fn parse(
+    body: &[u8],
+    defaults: &SamplingParams,
+    purpose: Purpose,
+) -> Result<MessagesRequest, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
     let Value::Object(o) = v else {
         return Err(bad("the body must be a JSON object"));
     };
-    let max_tokens = int(&o, "max_tokens")?
-        .ok_or_else(|| bad("max_tokens is required: the most tokens to generate"))?;
-    let mut messages = system(&o)?;
+    let max_tokens = match (int(&o, "max_tokens")?, purpose) {
+        (Some(n), _) => n,
+        (None, Purpose::Count) => 1,
+        (None, Purpose::Reply) => {
+            return Err(bad("max_tokens is required: the most tokens to generate"))
+        }
+    };
+    let mut system_texts = system(&o)?;
+    let mut messages = Vec::new();
     let list = match o.get("messages") {
         Some(Value::Array(l)) if !l.is_empty() => l,
         Some(Value::Array(_)) => return Err(bad("messages is empty: give at least one message")),
@@ -39,7 +57,19 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRe
         Some(_) => return Err(bad("messages must be an array of messages")),
     };
     for (i, m) in list.iter().enumerate() {
-        message(&format!("messages[{i}]"), m, &mut messages)?;
+        let path = format!("messages[{i}]");
+        match system_entry(&path, m)? {
+            Some(text) => system_texts.push(text),
+            None => message(&path, m, &mut messages)?,
+        }
+    }
+    if messages.is_empty() {
+        return Err(bad(
+            "messages holds only system entries: give at least one user message",
+        ));
+    }
+    if !system_texts.is_empty() {
+        messages.insert(0, Message::new("system", &system_texts.join("\n\n")));
     }
     let tools = tools(&o)?;
     let stops = stop_sequences(&o)?;
@@ -56,10 +86,44 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<MessagesRe
     let prompt = PromptSpec::Chat {
         messages,
         tools,
-        options: Default::default(),
+        options: thinking(&o)?,
     };
-    let spec = common.into_spec(prompt, defaults)?;
+    let mut spec = common.into_spec(prompt, defaults)?;
+    spec.count_only = purpose == Purpose::Count;
     Ok(MessagesRequest { spec })
+}
+
+/// A `system`-role entry of `messages` (as Claude Code sends one): its
+/// text, folded into the system prompt in order; None for other roles.
+fn system_entry(path: &str, v: &Value) -> Result<Option<String>, ApiError> {
+    let m = block(path, v)?;
+    if m.get("role").and_then(Value::as_str) != Some("system") {
+        return Ok(None);
+    }
+    let content = format!("{path}.content");
+    text_of(m.get("content"), &content, "text blocks").map(Some)
+}
+
+/// `thinking` as the chat template's reasoning switch (`enable_thinking`,
+/// which templates without one ignore): `enabled` turns it on, `disabled`
+/// off, `adaptive` leaves the template's default.
+fn thinking(o: &Obj) -> Result<crate::chat::TemplateOptions, ApiError> {
+    let mut options = crate::chat::TemplateOptions::new();
+    let t = match o.get("thinking") {
+        None | Some(Value::Null) => return Ok(options),
+        Some(v) => block("thinking", v)?,
+    };
+    match string(t, "type", "thinking")? {
+        "enabled" => drop(options.insert("enable_thinking".into(), true.into())),
+        "disabled" => drop(options.insert("enable_thinking".into(), false.into())),
+        "adaptive" => {}
+        other => {
+            return Err(bad(format!(
+                "thinking.type {other:?}: use enabled, adaptive or disabled"
+            )))
+        }
+    }
+    Ok(options)
 }
 
 /// A number field, if given.
@@ -141,16 +205,16 @@ fn stop_sequences(o: &Obj) -> Result<Vec<String>, ApiError> {
         .collect()
 }
 
-/// `system` as a system message (a string or text blocks), if given; an
-/// empty list of blocks is none (the template's own default system prompt
-/// stays, as for null).
-fn system(o: &Obj) -> Result<Vec<Message>, ApiError> {
+/// `system`'s text (a string or text blocks), if given; an empty list of
+/// blocks is none (the template's own default system prompt stays, as for
+/// null).
+fn system(o: &Obj) -> Result<Vec<String>, ApiError> {
     let text = match o.get("system") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(blocks)) if blocks.is_empty() => return Ok(Vec::new()),
         v => text_of(v, "system", "text blocks")?,
     };
-    Ok(vec![Message::new("system", &text)])
+    Ok(vec![text])
 }
 
 fn block<'a>(path: &str, v: &'a Value) -> Result<&'a Obj, ApiError> {
@@ -171,7 +235,9 @@ fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError
     let m = block(path, v)?;
     let role = string(m, "role", path)?;
     if role != "user" && role != "assistant" {
-        return Err(bad(format!("{path}.role is {role:?}: use user or assistant (system goes in the top-level system field)")));
+        return Err(bad(format!(
+            "{path}.role is {role:?}: use user, assistant or system"
+        )));
     }
     let blocks = match m.get("content") {
         Some(Value::String(s)) => {
@@ -221,12 +287,16 @@ fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError
 /// An assistant message: its text blocks joined, its `tool_use` blocks as
 /// OpenAI-shaped `tool_calls` (the input object as the arguments).
 fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
-    let (mut text, mut calls) = (Vec::new(), Vec::new());
+    let (mut text, mut calls, mut reasoning) = (Vec::new(), Vec::new(), Vec::new());
     for (i, b) in blocks.iter().enumerate() {
         let path = format!("{path}.content[{i}]");
         let b = block(&path, b)?;
         match string(b, "type", &path)? {
             "text" => text.push(string(b, "text", &path)?),
+            // Earlier reasoning goes back to the template as such; redacted
+            // reasoning (encrypted by Anthropic) means nothing here.
+            "thinking" => reasoning.push(string(b, "thinking", &path)?),
+            "redacted_thinking" => {}
             "tool_use" => {
                 let input = match b.get("input") {
                     Some(Value::Object(i)) => Value::Object(i.clone()),
@@ -240,12 +310,16 @@ fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
                 return Err(unsupported(
                     &path,
                     other,
-                    "text and tool_use blocks in assistant messages",
+                    "text, thinking and tool_use blocks in assistant messages",
                 ))
             }
         }
     }
     let mut m = Message::new("assistant", &text.join("\n"));
+    if !reasoning.is_empty() {
+        m.extra
+            .insert("reasoning_content".into(), json!(reasoning.join("\n")));
+    }
     if !calls.is_empty() {
         m.extra.insert("tool_calls".into(), Value::Array(calls));
     }
@@ -284,7 +358,10 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
             .and_then(Value::as_str)
             .filter(|&k| k != "custom")
         {
-            return Err(bad(format!("{path}: tools of type {kind:?} (Anthropic's server tools) are not supported; give name, description and input_schema")));
+            // Anthropic's server tools (web search, ...) run on its servers:
+            // a local model cannot, so they are left out (said at -v).
+            tracing::info!("{path}: a tool of type {kind:?} (one of Anthropic's server tools) left out: a local model cannot serve it");
+            continue;
         }
         let name = names
             .take(&format!("{path}.name"), t.get("name"))

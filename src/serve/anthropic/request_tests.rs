@@ -4,7 +4,11 @@ use serde_json::json;
 use super::*;
 
 fn req(v: Value) -> Result<MessagesRequest, ApiError> {
-    parse(v.to_string().as_bytes(), &SamplingParams::default())
+    parse(
+        v.to_string().as_bytes(),
+        &SamplingParams::default(),
+        Purpose::Reply,
+    )
 }
 
 fn messages(r: &MessagesRequest) -> &[Message] {
@@ -191,7 +195,7 @@ fn bad_settings_name_the_field_in_the_requests_own_terms() {
             "stop_sequences has 17",
         ),
     ]);
-    let e = parse(b"{not json", &SamplingParams::default()).unwrap_err();
+    let e = parse(b"{not json", &SamplingParams::default(), Purpose::Reply).unwrap_err();
     assert!(e.message.starts_with("invalid JSON"), "{}", e.message);
 }
 
@@ -200,7 +204,7 @@ fn bad_messages_and_tools_name_the_field_in_the_requests_own_terms() {
     assert_refused(&[
         (
             json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
-            "messages[0].role",
+            "messages holds only system entries",
         ),
         (
             json!({"max_tokens": 5, "messages": [{"role": "user"}]}),
@@ -219,8 +223,8 @@ fn bad_messages_and_tools_name_the_field_in_the_requests_own_terms() {
             "\"document\"",
         ),
         (
-            json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]}]}),
-            "\"thinking\"",
+            json!({"max_tokens": 5, "messages": [{"role": "robot", "content": "x"}]}),
+            "messages[0].role is \"robot\"",
         ),
         (
             json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}),
@@ -239,8 +243,8 @@ fn bad_messages_and_tools_name_the_field_in_the_requests_own_terms() {
             "tools[0].input_schema is required",
         ),
         (
-            json!({"max_tokens": 5, "messages": hi(), "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
-            "tools[0]: tools of type \"web_search_20250305\"",
+            json!({"max_tokens": 5, "messages": hi(), "thinking": {"type": "sometimes"}}),
+            "thinking.type \"sometimes\"",
         ),
         (
             json!({"max_tokens": 5, "messages": hi(), "tool_choice": {"type": "sometimes"}}),
@@ -256,4 +260,71 @@ fn bad_messages_and_tools_name_the_field_in_the_requests_own_terms() {
         ),
         (json!([1, 2]), "the body must be a JSON object"),
     ]);
+}
+
+/// Claude Code 2.1's request shape: a `system` list, a `system`-role entry
+/// inside `messages`, `thinking`, `context_management`, `output_config`,
+/// `metadata`, a server tool beside a function one, and earlier reasoning.
+#[test]
+fn claude_codes_request_shape_is_taken() {
+    let r = req(json!({"model": "local-model", "max_tokens": 32000, "stream": true,
+        "system": [{"type": "text", "text": "You are Claude Code."}],
+        "messages": [
+            {"role": "system", "content": "Extra rules."},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "Hello"}]},
+            {"role": "system", "content": [{"type": "text", "text": "More rules."}]},
+            {"role": "user", "content": "again"}],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}},
+                  {"type": "web_search_20250305", "name": "web_search"}],
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": []}, "output_config": {"effort": "high"},
+        "metadata": {"user_id": "u"}}))
+    .unwrap();
+    let m = messages(&r);
+    assert_eq!(
+        m[0],
+        Message::new(
+            "system",
+            "You are Claude Code.\n\nExtra rules.\n\nMore rules."
+        )
+    );
+    let roles: Vec<&str> = m.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(m[2].content, "Hello");
+    assert_eq!(m[2].extra["reasoning_content"], "hm");
+    let PromptSpec::Chat { tools, options, .. } = &r.spec.prompt else {
+        panic!("a chat")
+    };
+    let tools = tools.as_ref().unwrap().as_array().unwrap();
+    assert_eq!(tools.len(), 1, "the server tool is left out");
+    assert!(options.is_empty(), "adaptive keeps the template's default");
+    assert_eq!(r.spec.max_tokens, Some(32000));
+    let on = |kind: &str| {
+        let r = req(
+            json!({"max_tokens": 1, "messages": hi(), "thinking": {"type": kind, "budget_tokens": 1024}}),
+        );
+        let PromptSpec::Chat { options, .. } = r.unwrap().spec.prompt else {
+            panic!("a chat")
+        };
+        options.get("enable_thinking").cloned()
+    };
+    assert_eq!(on("enabled"), Some(json!(true)));
+    assert_eq!(on("disabled"), Some(json!(false)));
+}
+
+#[test]
+fn counting_needs_no_max_tokens() {
+    let body = json!({"messages": hi()}).to_string();
+    let d = SamplingParams::default();
+    assert!(parse(body.as_bytes(), &d, Purpose::Reply).is_err());
+    let r = parse(body.as_bytes(), &d, Purpose::Count).unwrap();
+    assert!(r.spec.count_only);
+    assert!(
+        !req(json!({"max_tokens": 1, "messages": hi()}))
+            .unwrap()
+            .spec
+            .count_only
+    );
 }
