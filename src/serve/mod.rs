@@ -7,6 +7,7 @@ mod api;
 mod chat_in;
 mod json_in;
 mod metrics;
+mod responses;
 mod routes;
 mod sink;
 mod tool_names;

@@ -22,6 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
+use super::responses;
 use super::tools::ReplySplit;
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
@@ -38,6 +39,7 @@ pub(crate) fn router(
         .route("/v1/completions", post(completions))
         .route(anthropic::MESSAGES, post(anthropic::messages))
         .route(anthropic::COUNT_TOKENS, post(anthropic::count_tokens))
+        .route(responses::RESPONSES, post(responses::responses))
         .route("/v1/models", get(models))
         .route("/metrics", get(move || async move { prometheus.render() }))
         .route_layer(middleware::from_fn_with_state(app.clone(), check_key));
@@ -81,6 +83,7 @@ async fn refuse_oversized(State(app): State<App>, req: Request, next: Next) -> R
         "/v1/chat/completions" => "chat",
         "/v1/completions" => "completions",
         anthropic::MESSAGES => "messages",
+        responses::RESPONSES => "responses",
         _ => "other",
     };
     m::request(route, 413);

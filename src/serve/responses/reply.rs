@@ -1,0 +1,379 @@
+//! The worker's events as a Responses reply: one `response` object once the
+//! generation ends, or its server-sent events (`response.created`,
+//! `response.in_progress`, the message item's `output_item.added`,
+//! `content_part.added`, `output_text.delta`s, `output_text.done`,
+//! `content_part.done`, `output_item.done`, each function call's
+//! `output_item.added`, `function_call_arguments.delta`/`.done`,
+//! `output_item.done`, and last `response.completed`, or
+//! `response.incomplete` when cut at `max_output_tokens`), each with its
+//! `sequence_number`. A failure after the start is an `error` event and
+//! `response.failed`.
+
+use std::convert::Infallible;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt as _};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::request::ResponsesRequest;
+use crate::chat::tool_calls::{CallStream, Parsed};
+use crate::serve::api::ApiError;
+use crate::serve::routes;
+use crate::serve::tools::ReplySplit;
+use crate::serve::worker::{App, Done, Event};
+
+/// What every part of one reply carries.
+pub(super) struct Head {
+    pub(super) id: String,
+    pub(super) created_at: u64,
+    pub(super) model: String,
+    pub(super) instructions: Option<String>,
+    pub(super) max_output_tokens: Option<i64>,
+    pub(super) temperature: f32,
+    pub(super) top_p: f32,
+    /// How the reply's text splits into text and function calls.
+    pub(super) calls: ReplySplit,
+}
+
+/// Queue the request's job and answer: an error before any text, else the
+/// stream or the whole response.
+pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, ApiError> {
+    let stream = req.spec.stream;
+    let head = Head {
+        id: routes::reply_id(app, "resp_"),
+        created_at: crate::serve::now_s(),
+        model: app.model_id.clone(),
+        instructions: req.instructions,
+        max_output_tokens: req.max_output_tokens,
+        temperature: req.spec.sampling.temperature,
+        top_p: req.spec.sampling.top_p,
+        calls: ReplySplit::of(&req.spec, app.call_format),
+    };
+    let (rx, _) = routes::start_job(app, req.spec).await?;
+    if stream {
+        return Ok(sse(head, rx).into_response());
+    }
+    whole(head, rx).await
+}
+
+/// `usage`: the prompt's tokens (those reused from the KV cache as
+/// `cached_tokens`) and the reply's.
+fn usage(d: &Done) -> Value {
+    json!({
+        "input_tokens": d.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": d.figures.reused_tokens, "cache_write_tokens": 0},
+        "output_tokens": d.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": d.prompt_tokens + d.completion_tokens,
+    })
+}
+
+/// How a finished response ended: its status and `incomplete_details`.
+fn ending(d: &Done) -> (&'static str, Value) {
+    if d.finish_reason == "length" {
+        ("incomplete", json!({"reason": "max_output_tokens"}))
+    } else {
+        ("completed", Value::Null)
+    }
+}
+
+impl Head {
+    /// The response object in `status`, with `output`, and, once done, its
+    /// usage and how it ended.
+    fn response(&self, status: &str, output: Vec<Value>, d: Option<&Done>) -> Value {
+        let incomplete = d.map_or(Value::Null, |d| ending(d).1);
+        json!({
+            "id": self.id, "object": "response", "created_at": self.created_at,
+            "status": status, "error": null, "incomplete_details": incomplete,
+            "instructions": self.instructions, "max_output_tokens": self.max_output_tokens,
+            "model": self.model, "output": output, "parallel_tool_calls": true,
+            "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
+            "store": false, "temperature": self.temperature, "top_p": self.top_p,
+            "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [],
+            "truncation": "disabled", "usage": d.map(usage), "metadata": {},
+        })
+    }
+
+    fn message_id(&self) -> String {
+        self.id.replacen("resp_", "msg_", 1)
+    }
+
+    /// The assistant message item holding `text`.
+    fn message(&self, text: &str, status: &str) -> Value {
+        let content = if status == "in_progress" {
+            json!([])
+        } else {
+            json!([output_text(text)])
+        };
+        json!({"id": self.message_id(), "type": "message", "role": "assistant",
+               "status": status, "content": content})
+    }
+
+    /// The parsed calls as `function_call` items.
+    fn calls(&self, p: &Parsed) -> Vec<Value> {
+        p.calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
+                       "status": "completed", "call_id": c.id, "name": c.name,
+                       "arguments": c.arguments})
+            })
+            .collect()
+    }
+
+    /// The reasoning item, when the reply's reasoning was split from it.
+    fn reasoning(&self, p: &Parsed) -> Option<Value> {
+        p.reasoning.as_ref().map(|r| {
+            json!({"id": self.id.replacen("resp_", "rs_", 1), "type": "reasoning", "summary": [],
+                   "content": [{"type": "reasoning_text", "text": r}]})
+        })
+    }
+
+    /// The whole response: any reasoning, the message (when it has text or
+    /// there are no calls), then the calls.
+    fn whole(&self, text: &str, d: &Done) -> Value {
+        let p = self.calls.parse(text);
+        let calls = self.calls(&p);
+        let mut output: Vec<Value> = self.reasoning(&p).into_iter().collect();
+        if !p.content.is_empty() || calls.is_empty() {
+            output.push(self.message(&p.content, "completed"));
+        }
+        output.extend(calls);
+        self.response(ending(d).0, output, Some(d))
+    }
+}
+
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+/// The whole response once generation ends.
+async fn whole(head: Head, mut rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done(d) => return Ok(Json(head.whole(&text, &d)).into_response()),
+            Event::Failed(e) => return Err(e),
+            Event::Started { .. } => {}
+        }
+    }
+    Err(routes::shutting_down())
+}
+
+/// One stream's state: the events' numbers, the message item once opened,
+/// the items done, and the split that holds back text that may be a call.
+pub(super) struct Streamer {
+    head: Head,
+    seq: u64,
+    /// The text streamed so far, once the message item is open.
+    text: Option<String>,
+    done: Vec<Value>,
+    split: Option<CallStream>,
+}
+
+impl Streamer {
+    pub(super) fn new(head: Head) -> Self {
+        let split = Some(head.calls.stream());
+        Self {
+            head,
+            seq: 0,
+            text: None,
+            done: Vec::new(),
+            split,
+        }
+    }
+
+    /// `data` as the event `name`, numbered.
+    fn event(&mut self, name: &'static str, mut data: Value) -> (&'static str, Value) {
+        data["type"] = name.into();
+        data["sequence_number"] = self.seq.into();
+        self.seq += 1;
+        (name, data)
+    }
+
+    pub(super) fn opening(&mut self) -> Vec<(&'static str, Value)> {
+        let r = self.head.response("in_progress", Vec::new(), None);
+        vec![
+            self.event("response.created", json!({"response": r})),
+            self.event("response.in_progress", json!({"response": r})),
+        ]
+    }
+
+    /// The message item's index in `output`.
+    fn message_index(&self) -> usize {
+        self.done.len()
+    }
+
+    /// Text shown: the message item opened first if it is not yet.
+    fn text(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        let (index, item_id) = (self.message_index(), self.head.message_id());
+        if self.text.is_none() {
+            self.text = Some(String::new());
+            let item = self.head.message("", "in_progress");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            out.push(self.event(
+                "response.content_part.added",
+                json!({"output_index": index, "item_id": item_id, "content_index": 0,
+                       "part": output_text("")}),
+            ));
+        }
+        if !shown.is_empty() {
+            if let Some(t) = self.text.as_mut() {
+                t.push_str(shown);
+            }
+            out.push(self.event(
+                "response.output_text.delta",
+                json!({"output_index": index, "item_id": item_id, "content_index": 0,
+                       "delta": shown, "logprobs": []}),
+            ));
+        }
+        out
+    }
+
+    pub(super) fn push(&mut self, piece: &str) -> Vec<(&'static str, Value)> {
+        let shown = match self.split.as_mut() {
+            Some(s) => s.push(piece),
+            None => return Vec::new(),
+        };
+        if shown.is_empty() {
+            return Vec::new();
+        }
+        self.text(&shown)
+    }
+
+    /// The message item closed (opened first, empty, when the reply has
+    /// neither text nor calls).
+    fn close_message(&mut self, calls: bool) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        if self.text.is_none() && calls {
+            return out;
+        }
+        if self.text.is_none() {
+            out.extend(self.text(""));
+        }
+        let text = self.text.take().unwrap_or_default();
+        let (index, item_id) = (self.message_index(), self.head.message_id());
+        out.push(self.event(
+            "response.output_text.done",
+            json!({"output_index": index, "item_id": item_id, "content_index": 0,
+                   "text": text, "logprobs": []}),
+        ));
+        out.push(self.event(
+            "response.content_part.done",
+            json!({"output_index": index, "item_id": item_id, "content_index": 0,
+                   "part": output_text(&text)}),
+        ));
+        let item = self.head.message(&text, "completed");
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item.clone()}),
+        ));
+        self.done.push(item);
+        out
+    }
+
+    /// The end: text still held back, the message closed, each call as an
+    /// item with its arguments, then `response.completed` (or
+    /// `.incomplete`).
+    pub(super) fn closing(&mut self, d: &Done) -> Vec<(&'static str, Value)> {
+        let Some(split) = self.split.take() else {
+            return Vec::new();
+        };
+        let (rest, parsed) = self.head.calls.finish(split);
+        let mut out = Vec::new();
+        if !rest.is_empty() {
+            out.extend(self.text(&rest));
+        }
+        let calls = self.head.calls(&parsed);
+        out.extend(self.close_message(!calls.is_empty()));
+        for call in calls {
+            let index = self.done.len();
+            let mut open = call.clone();
+            open["status"] = "in_progress".into();
+            open["arguments"] = "".into();
+            let (id, args) = (call["id"].clone(), call["arguments"].clone());
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": open}),
+            ));
+            out.push(self.event(
+                "response.function_call_arguments.delta",
+                json!({"output_index": index, "item_id": id, "delta": args}),
+            ));
+            out.push(self.event(
+                "response.function_call_arguments.done",
+                json!({"output_index": index, "item_id": id, "arguments": args,
+                       "name": call["name"]}),
+            ));
+            out.push(self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": call.clone()}),
+            ));
+            self.done.push(call);
+        }
+        let (status, _) = ending(d);
+        let r = self
+            .head
+            .response(status, std::mem::take(&mut self.done), Some(d));
+        let name = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        out.push(self.event(name, json!({"response": r})));
+        out
+    }
+
+    /// A failure after the start: an `error` event, then `response.failed`.
+    pub(super) fn failed(&mut self, e: &ApiError) -> Vec<(&'static str, Value)> {
+        self.split = None;
+        let code = e.kind;
+        let mut r = self
+            .head
+            .response("failed", std::mem::take(&mut self.done), None);
+        r["error"] = json!({"code": code, "message": e.message});
+        vec![
+            self.event(
+                "error",
+                json!({"code": code, "message": e.message, "param": e.param}),
+            ),
+            self.event("response.failed", json!({"response": r})),
+        ]
+    }
+}
+
+/// The reply as the Responses API's server-sent events.
+fn sse(
+    head: Head,
+    rx: mpsc::Receiver<Event>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let mut s = Streamer::new(head);
+    let opening = s.opening();
+    let events = ReceiverStream::new(rx).flat_map(move |ev| {
+        let out = match ev {
+            Event::Text(t) => s.push(&t),
+            Event::Done(d) => s.closing(&d),
+            Event::Failed(e) => s.failed(&e),
+            Event::Started { .. } => Vec::new(),
+        };
+        stream::iter(out)
+    });
+    let all = stream::iter(opening)
+        .chain(events)
+        .map(|(name, data)| Ok(SseEvent::default().event(name).data(data.to_string())));
+    Sse::new(all).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+#[path = "reply_tests.rs"]
+mod tests;
