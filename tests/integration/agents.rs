@@ -248,9 +248,16 @@ fn claude_code_finishes_a_turn_in_print_mode() {
     let home = scratch();
     let mut cmd = ns.command(&claude);
     isolated(&mut cmd, home.path());
-    // Print mode asks no permission: what needs one is refused, and the
-    // fixture's reply calls no tool.
+    // Print mode with nobody to ask: a tool that needs a permission is
+    // refused, no MCP server is loaded, and the fixture's reply calls no tool.
     cmd.args(["-p", "Say hello in one word.", "--model", MODEL])
+        .args([
+            "--permission-mode",
+            "dontAsk",
+            "--permission-prompts",
+            "none",
+        ])
+        .arg("--strict-mcp-config")
         .env("ANTHROPIC_BASE_URL", server.url())
         .env("ANTHROPIC_API_KEY", "x")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
