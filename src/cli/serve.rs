@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// Largest request body in KiB; larger ones get 413.
     #[arg(long, value_name = "KIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub body_limit_kb: u64,
+    /// The model's name in /v1/models and in replies (repeat it, or give a
+    /// comma list, for several); default: the model file's name without
+    /// `.gguf`. Name what your client asks for (e.g. Claude Code's --model).
+    #[arg(long = "served-name", value_name = "NAME", value_delimiter = ',')]
+    pub served_name: Vec<String>,
 }
 
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
@@ -49,6 +54,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if let Some(key) = args.api_key.as_deref() {
         check_api_key(key)?;
     }
+    check_served_names(&args.served_name)?;
     if !args.host.is_loopback() && args.api_key.is_none() {
         bmoe::say!(
             "warning: --host {} is not a loopback address and no --api-key is set: anyone who \
@@ -68,6 +74,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         parallel: args.parallel as usize,
         api_key: args.api_key.clone(),
         body_limit_bytes: (args.body_limit_kb * 1024) as usize,
+        served_names: args.served_name.clone(),
     };
     let parallel = cfg.parallel;
     serve::serve(cfg, |addr, loaded| {
@@ -108,9 +115,34 @@ fn check_api_key(key: &str) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// Served names a client can ask for: not blank, each given once.
+fn check_served_names(names: &[String]) -> Result<(), UsageError> {
+    for (i, n) in names.iter().enumerate() {
+        if n.trim().is_empty() || n.trim() != n {
+            return Err(UsageError(format!(
+                "--served-name {n:?} is blank or has whitespace around it: give names such as local-model, separated by commas"
+            )));
+        }
+        if names[..i].contains(n) {
+            return Err(UsageError(format!("--served-name {n:?} is given twice")));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::check_api_key;
+    use super::{check_api_key, check_served_names};
+
+    #[test]
+    fn served_names_are_not_blank_nor_twice() {
+        let names = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_served_names(&names(&["a", "b"])).is_ok());
+        assert!(check_served_names(&[]).is_ok());
+        for bad in [&["a", ""][..], &[" a"], &["a", "a"]] {
+            assert!(check_served_names(&names(bad)).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_blank_key_or_one_with_whitespace_around_it_is_refused() {

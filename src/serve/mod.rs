@@ -63,6 +63,9 @@ pub struct ServeConfig {
     pub body_limit_bytes: usize,
     /// The sampler settings requests start from (`bmoe serve --temp ...`).
     pub defaults: SamplingParams,
+    /// The names `/v1/models` lists (`--served-name`); none: the model
+    /// file's name without `.gguf`.
+    pub served_names: Vec<String>,
 }
 
 /// Load the model, then serve until SIGINT/SIGTERM; `on_ready` is told the
@@ -81,9 +84,15 @@ pub fn serve(
         cfg.parallel,
         rt.handle().clone(),
     )?;
+    let served_names = if cfg.served_names.is_empty() {
+        vec![model_id(&cfg.engine.model)]
+    } else {
+        cfg.served_names.clone()
+    };
     let app = Arc::new(worker::Shared {
         jobs: worker.jobs.clone(),
-        model_id: model_id(&cfg.engine.model),
+        model_id: served_names[0].clone(),
+        served_names,
         defaults: cfg.defaults.clone(),
         api_key: cfg.api_key.clone(),
         body_limit_bytes: cfg.body_limit_bytes,

@@ -63,6 +63,29 @@ pub(crate) fn router(
         ))
         .with_state(app)
         .layer(cors())
+        .layer(trace())
+}
+
+/// Each request in the log at info (`-v`): its method and path as the
+/// span, its status and time to the response's head when answered (the
+/// engine thread adds its tokens and times inside the same span), and a
+/// failed one at warn (tower-http's trace layer).
+fn trace() -> tower_http::trace::TraceLayer<
+    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
+    tower_http::trace::DefaultMakeSpan,
+    (),
+    tower_http::trace::DefaultOnResponse,
+> {
+    use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+    use tower_http::LatencyUnit;
+    TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(tracing::Level::INFO))
+        .on_request(())
+        .on_response(
+            DefaultOnResponse::new()
+                .level(tracing::Level::INFO)
+                .latency_unit(LatencyUnit::Millis),
+        )
 }
 
 /// A request whose declared `Content-Length` is over the body limit gets 413
@@ -151,10 +174,17 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then_some(token.trim())
 }
 
+/// One entry per served name (`--served-name`), so that the model a client
+/// picks from the list is one the server answers to.
 async fn models(State(app): State<App>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [{
-        "id": app.model_id, "object": "model", "created": app.created_s, "owned_by": "bmoe",
-    }]}))
+    let data: Vec<Value> = app
+        .served_names
+        .iter()
+        .map(
+            |id| json!({"id": id, "object": "model", "created": app.created_s, "owned_by": "bmoe"}),
+        )
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }
 
 async fn chat(State(app): State<App>, body: Body) -> Response {
@@ -173,8 +203,21 @@ async fn completions(State(app): State<App>, body: Body) -> Response {
     answer(app, "completions", spec).await
 }
 
-/// The body, or 413 past the server's limit.
+/// The most bytes of a request body the debug log shows.
+const BODY_LOG_MAX_BYTES: usize = 16 * 1024;
+
+/// The body (said in the log at debug level, its first
+/// [`BODY_LOG_MAX_BYTES`]), or 413 past the server's limit.
 pub(super) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    let b = read_whole(app, body).await?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let shown = String::from_utf8_lossy(&b[..b.len().min(BODY_LOG_MAX_BYTES)]);
+        tracing::debug!(bytes = b.len(), "request body: {shown}");
+    }
+    Ok(b)
+}
+
+async fn read_whole(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     to_bytes(body, app.body_limit_bytes).await.map_err(|e| {
         let over = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -248,7 +291,8 @@ pub(super) async fn start_job(
 ) -> Result<(mpsc::Receiver<Event>, Started), ApiError> {
     spec.max_tokens.get_or_insert(app.default_max_tokens);
     let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
-    app.jobs.try_send(Job { spec, events: tx }).map_err(|e| match e {
+    let span = tracing::Span::current();
+    app.jobs.try_send(Job { spec, events: tx, span }).map_err(|e| match e {
         crossbeam_channel::TrySendError::Full(_) => {
             m::rejected();
             ApiError::new(

@@ -26,6 +26,8 @@ pub(crate) struct JobSink {
     first_text: Option<Instant>,
     /// The request's stop strings (to say which one ended the text).
     pub(crate) stop: Vec<String>,
+    /// The request's span (see `Job::span`).
+    pub(crate) span: tracing::Span,
 }
 
 impl JobSink {
@@ -45,6 +47,7 @@ impl JobSink {
             t0: Instant::now(),
             first_text: None,
             stop: Vec::new(),
+            span: tracing::Span::none(),
         }
     }
 

@@ -31,6 +31,9 @@ pub(crate) const EVENT_CAPACITY: usize = 64;
 pub(crate) struct Job {
     pub(crate) spec: JobSpec,
     pub(crate) events: mpsc::Sender<Event>,
+    /// The request's span (method, path): the engine thread's log of the job
+    /// is said inside it.
+    pub(crate) span: tracing::Span,
 }
 
 /// What a job reports to its request, in order: `Started` or `Failed` first.
@@ -344,6 +347,7 @@ fn request_of(
         ..Options::default()
     };
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
+    sink.span = job.span;
     sink.stop = job.spec.stop;
     Ok(Some(Request { prompt, opts, sink }))
 }
@@ -390,6 +394,7 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         notes: std::mem::take(&mut sink.notes),
     };
     m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
+    let _in_request = sink.span.enter();
     tracing::info!(
         prompt_tokens = done.prompt_tokens,
         cached_tokens = f.reused,
@@ -399,6 +404,7 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         finish = done.finish_reason,
         "request answered"
     );
+    drop(_in_request);
     sink.finish(Event::Done(Box::new(done)));
 }
 
@@ -490,7 +496,10 @@ fn prompt_of(
 /// Shared by the handlers: the queue and what they say about the model.
 pub(crate) struct Shared {
     pub(crate) jobs: crossbeam_channel::Sender<Job>,
+    /// The model's name in replies: the first served name.
     pub(crate) model_id: String,
+    /// The names `/v1/models` lists (`--served-name`, else the file's stem).
+    pub(crate) served_names: Vec<String>,
     pub(crate) defaults: bmoe_actors::sampling::SamplingParams,
     pub(crate) api_key: Option<String>,
     pub(crate) body_limit_bytes: usize,

@@ -126,9 +126,12 @@ for bad, field in [
         assert e.body == {"type": "error", "error": e.body["error"]}, e.body
         assert e.body["error"]["type"] == "invalid_request_error", e.body
 
+counted = client.messages.count_tokens(model=model, messages=story)
+assert counted.input_tokens > 3, counted
+
 try:
-    client.messages.count_tokens(model=model, messages=story)
-    raise AssertionError("count_tokens answered")
+    client.messages.batches.list()
+    raise AssertionError("the batches API answered")
 except anthropic.NotFoundError as e:
     assert e.body["type"] == "error" and e.body["error"]["type"] == "not_found_error", e.body
 

@@ -22,6 +22,7 @@ mod rpc;
 mod run;
 mod sampling;
 mod serve;
+mod serve_dialects;
 mod serve_load;
 mod serve_requests;
 mod speculation;

@@ -17,6 +17,8 @@ use super::common::{self, e8k2, smollm2, PROSE};
 pub struct Server {
     child: Child,
     pub port: u16,
+    /// The server's stderr lines after it started listening.
+    pub log: std::sync::Mutex<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Server {
@@ -34,9 +36,13 @@ impl Server {
             .spawn()
             .expect("start bmoe serve");
         // Killed and reaped by Drop should it never listen.
-        let mut server = Server { child, port: 0 };
-        let err = server.child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let mut server = Server {
+            child,
+            port: 0,
+            log: std::sync::Mutex::new(rx),
+        };
+        let err = server.child.stderr.take().expect("stderr");
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 let _ = tx.send(line);
@@ -44,7 +50,10 @@ impl Server {
         });
         let t0 = Instant::now();
         loop {
-            let line = rx
+            let line = server
+                .log
+                .lock()
+                .unwrap()
                 .recv_timeout(Duration::from_secs(60).saturating_sub(t0.elapsed()))
                 .unwrap_or_else(|_| panic!("bmoe serve did not start listening"));
             if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
@@ -477,7 +486,7 @@ fn a_reply_cut_by_sigterm_says_so() {
 }
 
 /// Run tests/integration/SCRIPT with ARGS; assert it succeeded and printed `ok`.
-fn run_client_script(script: &str, args: &[&str], ok: &str) {
+pub fn run_client_script(script: &str, args: &[&str], ok: &str) {
     let script = format!("{}/tests/integration/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
         .arg(&script)

@@ -100,10 +100,9 @@ impl Chat {
         if self.turns.last().is_none_or(|m| m.role != "assistant") {
             self.turns.push(Message::new("assistant", ""));
         }
-        let m = self
-            .turns
-            .last_mut()
-            .expect("an assistant message was just pushed");
+        let last = self.turns.len() - 1;
+        debug_assert_eq!(self.turns[last].role, "assistant");
+        let m = &mut self.turns[last];
         if !self.reasoning.is_empty() {
             let r = std::mem::take(&mut self.reasoning).join("\n");
             m.extra.insert("reasoning_content".into(), r.into());
