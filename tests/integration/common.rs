@@ -313,3 +313,55 @@ pub fn python_clients() -> &'static Path {
         dir
     })
 }
+
+/// The coding agents the agent tests drive the server with, at pinned
+/// versions: (npm package, version, the command it installs).
+pub const CLAUDE_CODE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.332", "claude");
+pub const CODEX: (&str, &str, &str) = ("@openai/codex", "0.171.0", "codex");
+
+/// `package@version`'s command `bin`, installed with the machine's npm on
+/// first use into a folder of the target directory under a lock (one
+/// installer across test threads and processes; the folder appears only once
+/// npm has finished), so the README's test command needs nothing installed
+/// by hand beyond Node.js with npm.
+pub fn npm_cli(package: &str, version: &str, bin: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let slug = package.trim_start_matches('@').replace('/', "-");
+    let dir = root.join(format!("npm-{slug}-{version}"));
+    let _lock = bmoe::fixture::lock::BuildLock::acquire(&dir).expect("npm cli lock");
+    if !dir.is_dir() {
+        let work = root.join(format!("npm-{slug}-{version}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        let o = Command::new("npm")
+            .args(["install", "--prefix"])
+            .arg(&work)
+            .args(["--no-audit", "--no-fund", "--no-update-notifier"])
+            .arg(format!("{package}@{version}"))
+            .output()
+            .expect("run npm (the README's prerequisites: Node.js with npm)");
+        assert!(
+            o.status.success(),
+            "npm could not install {package}@{version} (needs the npm registry the first time):\n{}",
+            stderr(&o)
+        );
+        std::fs::rename(&work, &dir).expect("move the npm install into place");
+    }
+    let path = dir.join("node_modules").join(".bin").join(bin);
+    assert!(
+        path.exists(),
+        "npm installed {package}@{version} without {}",
+        path.display()
+    );
+    path
+}
+
+/// The agent fixture: every reply `Hello` and an end of turn, a 65536-token
+/// training context (`bmoe::fixture::zoo::build_agent`).
+pub fn agent_model() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        build_once("zoo-agent.gguf", |out| {
+            bmoe::fixture::zoo::build_agent(smollm2(), out, 0).expect("agent fixture");
+        })
+    })
+}

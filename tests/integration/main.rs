@@ -1,6 +1,7 @@
 //! bmoe's integration tests: one test binary (links llama.cpp once), real gguf
 //! files built by bmoe's own fixtures.
 
+mod agents;
 mod architecture;
 mod bench;
 mod cache_warm;
