@@ -320,6 +320,25 @@ pub(super) async fn start_job(
     }
 }
 
+/// A job's text gathered until it ends, then the whole reply `reply` makes of
+/// it (each dialect's own shape); its failure, or 503 if the engine went away.
+pub(super) async fn whole_reply(
+    mut rx: tokio::sync::mpsc::Receiver<super::worker::Event>,
+    reply: impl FnOnce(&str, &super::worker::Done) -> serde_json::Value,
+) -> Result<Response, ApiError> {
+    use super::worker::Event;
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done(d) => return Ok(Json(reply(&text, &d)).into_response()),
+            Event::Failed(e) => return Err(e),
+            Event::Started { .. } => {}
+        }
+    }
+    Err(shutting_down())
+}
+
 pub(super) fn shutting_down() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -8,7 +8,6 @@ use std::convert::Infallible;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -188,17 +187,8 @@ fn text_delta(text: &str) -> (&'static str, Value) {
 }
 
 /// The whole message once generation ends.
-async fn whole(head: Head, mut rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done(d) => return Ok(Json(head.whole(&text, &d)).into_response()),
-            Event::Failed(e) => return Err(e),
-            Event::Started { .. } => {}
-        }
-    }
-    Err(routes::shutting_down())
+async fn whole(head: Head, rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
+    routes::whole_reply(rx, |text, d| head.whole(text, d)).await
 }
 
 /// The reply as Anthropic's server-sent events; a failure after the start

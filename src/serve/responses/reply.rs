@@ -13,7 +13,6 @@ use std::convert::Infallible;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -153,17 +152,8 @@ fn output_text(text: &str) -> Value {
 }
 
 /// The whole response once generation ends.
-async fn whole(head: Head, mut rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done(d) => return Ok(Json(head.whole(&text, &d)).into_response()),
-            Event::Failed(e) => return Err(e),
-            Event::Started { .. } => {}
-        }
-    }
-    Err(routes::shutting_down())
+async fn whole(head: Head, rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
+    routes::whole_reply(rx, |text, d| head.whole(text, d)).await
 }
 
 /// One stream's state: the events' numbers, the message item once opened,
