@@ -339,6 +339,18 @@ pub(super) async fn whole_reply(
     Err(shutting_down())
 }
 
+/// Named server-sent events (`event: NAME`, its JSON as data), the opening
+/// ones first, kept alive: the Anthropic and Responses dialects' streams.
+pub(super) fn named_sse(
+    opening: Vec<(&'static str, Value)>,
+    events: impl Stream<Item = (&'static str, Value)> + Send + 'static,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let all = stream::iter(opening)
+        .chain(events)
+        .map(|(name, data)| Ok(SseEvent::default().event(name).data(data.to_string())));
+    Sse::new(all).keep_alive(KeepAlive::default())
+}
+
 pub(super) fn shutting_down() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

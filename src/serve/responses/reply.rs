@@ -11,7 +11,7 @@
 
 use std::convert::Infallible;
 
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
@@ -358,10 +358,7 @@ fn sse(
         };
         stream::iter(out)
     });
-    let all = stream::iter(opening)
-        .chain(events)
-        .map(|(name, data)| Ok(SseEvent::default().event(name).data(data.to_string())));
-    Sse::new(all).keep_alive(KeepAlive::default())
+    routes::named_sse(opening, events)
 }
 
 #[cfg(test)]
