@@ -14,15 +14,16 @@ use tokio::sync::mpsc;
 
 use bmoe_actors::metrics::DecodeMetrics;
 
-use super::api::{ApiError, JobSpec, PromptSpec};
+use super::api::{ApiError, JobSpec};
+use super::job_prompt::{prompt_of, server_error};
 use super::metrics as m;
 use super::sink::JobSink;
 use super::tools::ReplySplit;
 use super::ServeError;
-use crate::chat::{ChatInput, ChatTemplate, TemplateError};
+use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
-use crate::llama::{Model, Token};
+use crate::llama::Model;
 
 /// Events a job sends back to its request before it is done.
 pub(crate) const EVENT_CAPACITY: usize = 64;
@@ -426,71 +427,6 @@ fn stop_sequence(model: &Model, g: &Generation, stops: &[String]) -> Option<Stri
         .filter_map(|s| tail.find(s.as_str()).map(|at| (at, s)))
         .min_by_key(|&(at, _)| at)
         .map(|(_, s)| s.clone())
-}
-
-fn server_error(msg: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        msg.to_string(),
-    )
-}
-
-/// The job's prompt tokens, and a note on how a chat was rendered when it
-/// was not the model's own template.
-fn prompt_of(
-    session: &Session,
-    template: &ChatTemplate,
-    prompt: &PromptSpec,
-    cancelled: &dyn Fn() -> Option<&'static str>,
-) -> Result<(Vec<Token>, Vec<String>), ApiError> {
-    let model = session.model();
-    let bad = |e: String| ApiError::invalid(Some("messages"), e);
-    let (tokens, notes) = match prompt {
-        PromptSpec::Chat {
-            messages,
-            tools,
-            options,
-        } => {
-            let input = ChatInput {
-                messages,
-                tools: tools.as_ref(),
-                options,
-                add_generation_prompt: true,
-            };
-            let rendered =
-                template
-                    .render_until(model, &input, cancelled)
-                    .map_err(|e| match e {
-                        TemplateError::Cancelled(why) => {
-                            m::cancelled();
-                            ApiError::new(StatusCode::BAD_REQUEST, "cancelled", why.to_string())
-                        }
-                        e if e.is_bad_input() => bad(e.to_string()),
-                        e => server_error(&e.to_string()),
-                    })?;
-            let notes = rendered.note().into_iter().collect();
-            (
-                template
-                    .tokens(model, &rendered)
-                    .map_err(|e| bad(e.to_string()))?,
-                notes,
-            )
-        }
-        PromptSpec::Text(text) => (
-            model
-                .tokenize(text, true, false)
-                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
-            Vec::new(),
-        ),
-    };
-    if tokens.is_empty() {
-        return Err(ApiError::invalid(
-            None,
-            "the prompt is empty after tokenization",
-        ));
-    }
-    Ok((tokens, notes))
 }
 
 /// Shared by the handlers: the queue and what they say about the model.

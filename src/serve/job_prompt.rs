@@ -1,0 +1,76 @@
+//! A job's prompt as the engine takes it: a chat rendered through the
+//! template (stopped when its request goes away) or a text prompt, tokenized;
+//! the errors each failure is answered with.
+
+use axum::http::StatusCode;
+
+use super::api::{ApiError, PromptSpec};
+use super::metrics as m;
+use crate::chat::{ChatInput, ChatTemplate, TemplateError};
+use crate::engine::Session;
+use crate::llama::Token;
+
+pub(super) fn server_error(msg: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        msg.to_string(),
+    )
+}
+
+/// The job's prompt tokens, and a note on how a chat was rendered when it
+/// was not the model's own template.
+pub(super) fn prompt_of(
+    session: &Session,
+    template: &ChatTemplate,
+    prompt: &PromptSpec,
+    cancelled: &dyn Fn() -> Option<&'static str>,
+) -> Result<(Vec<Token>, Vec<String>), ApiError> {
+    let model = session.model();
+    let bad = |e: String| ApiError::invalid(Some("messages"), e);
+    let (tokens, notes) = match prompt {
+        PromptSpec::Chat {
+            messages,
+            tools,
+            options,
+        } => {
+            let input = ChatInput {
+                messages,
+                tools: tools.as_ref(),
+                options,
+                add_generation_prompt: true,
+            };
+            let rendered =
+                template
+                    .render_until(model, &input, cancelled)
+                    .map_err(|e| match e {
+                        TemplateError::Cancelled(why) => {
+                            m::cancelled();
+                            ApiError::new(StatusCode::BAD_REQUEST, "cancelled", why.to_string())
+                        }
+                        e if e.is_bad_input() => bad(e.to_string()),
+                        e => server_error(&e.to_string()),
+                    })?;
+            let notes = rendered.note().into_iter().collect();
+            (
+                template
+                    .tokens(model, &rendered)
+                    .map_err(|e| bad(e.to_string()))?,
+                notes,
+            )
+        }
+        PromptSpec::Text(text) => (
+            model
+                .tokenize(text, true, false)
+                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
+            Vec::new(),
+        ),
+    };
+    if tokens.is_empty() {
+        return Err(ApiError::invalid(
+            None,
+            "the prompt is empty after tokenization",
+        ));
+    }
+    Ok((tokens, notes))
+}
