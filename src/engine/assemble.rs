@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::prefill::{choose_ubatch, PrefillFacts};
-use super::Startup;
 use super::{EngineError, Mode, RunConfig, MTP_UBATCH, TARGET_UBATCH};
+use super::{Note, Startup};
 use crate::chat::ChatTemplate;
 use crate::draft::MtpActorConfig;
 use crate::generate;
@@ -47,7 +47,7 @@ pub(super) struct Loaded {
     pub(super) k: u32,
     /// What loading decided (a dense model runs resident, the context's
     /// rounding, the cache size), for the summary.
-    pub(super) notes: Vec<String>,
+    pub(super) notes: Vec<Note>,
     /// The prompt's tokens (none for [`Prompt::Longest`]).
     pub(super) tokens: Vec<Token>,
     pub(super) prefill: PrefillFacts,
@@ -78,7 +78,7 @@ pub(super) fn assemble(
     check_context(&cfg, &layout, n_seq)?;
     let rpc = super::rpc::attach(&cfg, &mut layout, &mut notes)?;
     if rpc.is_some() && !layout.is_moe() && mode.stream().is_some() {
-        notes.push("rpc: every layer is on the RPC hosts: nothing streams here".into());
+        notes.push(Note::AllLayersRemote);
         mode = Mode::Resident;
     }
     let k = cfg.experts_used(&layout);
@@ -222,7 +222,7 @@ impl Backend {
         n_ctx: u32,
         ubatch: u32,
         mtp: bool,
-    ) -> Option<String> {
+    ) -> Option<Note> {
         let Mode::Stream(Streaming { streamer, cfg }) = self else {
             return None;
         };
@@ -230,7 +230,7 @@ impl Backend {
         if mtp {
             compute += compute_bytes(model, n_ctx, MTP_UBATCH);
         }
-        streamer.settle_auto(cfg, compute).map(|t| t.line())
+        streamer.settle_auto(cfg, compute).map(Note::CacheAuto)
     }
 
     /// `--cache-warm`, once the budget is settled (see [`Streamer::start_warm`]).
@@ -322,7 +322,7 @@ pub(super) fn target_context(
     backend: &Backend,
     abort: &Arc<AtomicBool>,
     shape: Batching,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
     remote: Option<RemoteBlocks>,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
     let Batching { ubatch, n_seq } = shape;
@@ -346,7 +346,7 @@ pub(super) fn target_context(
     let mut anon = None;
     if let Mode::Stream(Streaming { streamer, cfg: sc }) = backend {
         anon = streamer.prepare_mapping(sc.dense)?;
-        notes.extend(streamer.notes.iter().cloned());
+        notes.extend(streamer.notes.iter().cloned().map(Note::Stream));
         params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
     }
     if let Some(r) = remote {
@@ -356,11 +356,10 @@ pub(super) fn target_context(
     }
     let ctx = Context::new(model.clone(), params)?;
     if ctx.n_ctx() != cfg.n_ctx {
-        notes.push(format!(
-            "context: {} tokens (-c {} rounded up by llama.cpp to a multiple of 256)",
-            ctx.n_ctx(),
-            cfg.n_ctx
-        ));
+        notes.push(Note::ContextRounded {
+            n_ctx: ctx.n_ctx(),
+            asked: cfg.n_ctx,
+        });
     }
     Ok((ctx, anon))
 }

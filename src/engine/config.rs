@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use bmoe_actors::telemetry::TelemetryConfig;
 
 use super::EngineError;
-use super::Mode;
+use super::{Mode, Note};
 use crate::layout::MoeLayout;
 use crate::stream::{StreamError, Streamer};
 
@@ -243,7 +243,7 @@ impl RunConfig {
     pub(crate) fn check_against(
         &self,
         layout: &MoeLayout,
-    ) -> Result<(Mode, Vec<String>), EngineError> {
+    ) -> Result<(Mode, Vec<Note>), EngineError> {
         let mut notes = Vec::new();
         let mut mode = self.mode.clone();
         if let Mode::Stream(_) = mode {
@@ -268,9 +268,7 @@ impl RunConfig {
                     }
                     .into());
                 }
-                notes.push(
-                    "dense model (no expert tensors): running resident, nothing to stream".into(),
-                );
+                notes.push(Note::DenseResident);
                 mode = Mode::Resident;
             }
         }
@@ -292,10 +290,9 @@ impl RunConfig {
             }
         }
         if let Speculation::Auto { head: false, .. } = self.speculation.source {
-            notes.push(format!(
-                "--spec auto: {} has no MTP head, so every draft comes from the n-gram matcher",
-                self.model.display()
-            ));
+            notes.push(Note::NgramOnly {
+                model: self.model.clone(),
+            });
         }
         if let Some((p_min, _)) = self.speculation.source.head() {
             if layout.n_layer_nextn == 0 {

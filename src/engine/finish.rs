@@ -9,6 +9,7 @@ use bmoe_actors::metrics::PredictorTally;
 use bmoe_actors::telemetry::{json_object, Telemetry};
 
 use super::assemble::{Assembly, Backend, Loaded};
+use super::note::Note;
 use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
 use super::{EngineError, Metered, PrefetchReport, RunReport, SpecConfig};
@@ -169,16 +170,12 @@ fn outcome(
 /// Once the context is gone (its verify hook flushed every decode's trace):
 /// the route trace put in place (a note saying where), and `--cache-warm`'s
 /// lines.
-fn close_streamer(backend: &Backend, notes: &mut Vec<String>) -> Result<Vec<String>, EngineError> {
+fn close_streamer(backend: &Backend, notes: &mut Vec<Note>) -> Result<Vec<String>, EngineError> {
     let Some(s) = backend.streamer() else {
         return Ok(Vec::new());
     };
     if let Some(path) = s.commit_route_trace()? {
-        notes.push(format!(
-            "route trace: {} (size the cache from it: bmoe replay {} --cache-mb 10%,25%,50%)",
-            path.display(),
-            path.display()
-        ));
+        notes.push(Note::RouteTrace { path });
     }
     Ok(s.finish_warm()
         .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
@@ -198,12 +195,11 @@ pub(super) fn report(
     let Loaded {
         backend, mut notes, ..
     } = a;
-    notes.extend(
-        backend
-            .streamer()
-            .and_then(|s| s.faults.as_ref())
-            .map(|c| c.summary()),
-    );
+    notes.extend(backend.streamer().and_then(|s| s.faults.as_ref()).map(|c| {
+        Note::InjectedFaults {
+            summary: c.summary(),
+        }
+    }));
     let stream_failed = ended.observer_failure.is_some();
     let failed = failure(&m.res, ended.observer_failure, ended.aborted_by_hook);
     let closing = Closing::gather(&m, &backend, a.prefill);

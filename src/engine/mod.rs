@@ -17,6 +17,7 @@ mod ctx_check;
 mod finish;
 pub mod graph_check;
 mod mode;
+mod note;
 mod prefill;
 mod report;
 mod rpc;
@@ -31,6 +32,7 @@ pub use config::{
     MTP_UBATCH, TARGET_UBATCH,
 };
 pub use mode::Mode;
+pub use note::{Note, RpcSplit};
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
 pub use rpc::{RpcConfig, RpcLayers, DEFAULT_RPC_TIMEOUT};
 pub use session::{Session, Turn, TurnFigures};
@@ -117,7 +119,7 @@ pub struct RunReport {
     /// Where the experts came from: llama.cpp's mapping (`--resident`, or a
     /// dense model) or the flash actor.
     pub mode: Mode<()>,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     pub cache_budget_bytes: u64,
     pub(crate) reader: String,
     /// Flash actor's total bytes over the whole run (prefill included).

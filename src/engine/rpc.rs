@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bmoe_actors::metrics::DecodeMetrics;
 
-use super::{EngineError, RunConfig};
+use super::{EngineError, Note, RpcSplit, RunConfig};
 use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
 use crate::llama::rpc::net::{self, NetBytes};
@@ -67,7 +67,7 @@ pub(super) struct RpcRun {
 pub(super) fn attach(
     cfg: &RunConfig,
     layout: &mut MoeLayout,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<Option<RpcRun>, EngineError> {
     let Some(rc) = &cfg.rpc else { return Ok(None) };
     if cfg.speculation.source.head().is_some() {
@@ -109,7 +109,12 @@ pub(super) fn attach(
     }
     route_trace_needs_local_experts(route_trace(cfg), layout, blocks)?;
     let share = layout.hand_off(blocks).clone();
-    notes.push(note(&share, &hosts, layout.blocks()));
+    notes.push(Note::RpcSplit(RpcSplit {
+        share: share.clone(),
+        endpoints: hosts.endpoints.clone(),
+        free_bytes: hosts.free_bytes(),
+        blocks: layout.blocks(),
+    }));
     Ok(Some(RpcRun {
         hosts,
         share,
@@ -176,20 +181,6 @@ pub(super) fn blame_hosts(e: EngineError, rpc: Option<&RpcConfig>) -> EngineErro
 
 fn mib(b: u64) -> u64 {
     b / (1024 * 1024)
-}
-
-/// The summary's line on the split.
-fn note(share: &RemoteShare, hosts: &RpcHosts, blocks: u32) -> String {
-    let held = share.held_layers();
-    format!(
-        "rpc: {held} on {} ({} MiB there, {} MiB reported free); {} of {blocks} layers stream here \
-         ({:.1} MiB routed per token)",
-        hosts.endpoints.join(","),
-        mib(share.remote_bytes),
-        mib(hosts.free_bytes()),
-        share.first_block,
-        share.local_routed_bytes_per_token as f64 / (1024.0 * 1024.0)
-    )
 }
 
 /// The RPC hosts' part of each decode: from the last local layer's output

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bmoe_actors::metrics::DecodeMetrics;
 
 use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
-use super::{EngineError, RunConfig, Speculation};
+use super::{EngineError, Note, RunConfig, Speculation};
 use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::llama::{Context, Model, Target, Token};
@@ -23,7 +23,7 @@ pub struct Session {
     kv: Vec<Token>,
     ubatch: u32,
     /// What loading decided (cache size, context rounding), for the caller to show.
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     /// Every turn's figures added up.
     pub totals: TurnFigures,
     /// `--chat-template-file`'s template (None: the model's own).
@@ -111,10 +111,9 @@ impl Session {
         let template = ChatTemplate::of(&model, cfg.chat_template.as_deref());
         let mut notes = notes;
         if !template.has_jinja() {
-            notes.push(format!(
-                "{} carries no chat template (tokenizer.chat_template): chats are rendered with llama.cpp's built-in chatml (give one with --chat-template-file)",
-                cfg.model.display()
-            ));
+            notes.push(Note::NoChatTemplate {
+                model: cfg.model.clone(),
+            });
         }
         Ok(Self {
             ctx,

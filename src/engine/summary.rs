@@ -393,7 +393,7 @@ mod tests {
                 row(false, 50.0, 0, 8),
             ],
             mode: Mode::Stream(()),
-            notes: vec!["a note".into()],
+            notes: vec![crate::engine::Note::DenseResident],
             cache_budget_bytes: 64 << 20,
             reader: "io_uring".into(),
             flash_read_bytes: 12 << 20,
@@ -447,7 +447,10 @@ mod tests {
             v[5]
         );
         assert!(v[6].starts_with("load: 0.00 s"), "{}", v[6]);
-        assert_eq!(v.last().map(String::as_str), Some("note: a note"));
+        assert_eq!(
+            v.last().map(String::as_str),
+            Some("note: dense model (no expert tensors): running resident, nothing to stream")
+        );
         assert_eq!(v.len(), 8, "no prefetch, drop or speculation lines: {v:?}");
     }
 

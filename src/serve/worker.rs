@@ -82,7 +82,7 @@ struct Stop {
 
 /// What the engine thread says once the model is loaded.
 pub struct ModelReady {
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::engine::Note>,
     pub n_ctx: u32,
     pub streamed: bool,
     /// How the chat template has the model write tool calls.

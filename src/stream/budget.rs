@@ -23,22 +23,22 @@ pub(crate) fn compute_estimate_bytes(n_ubatch: u64, n_vocab: u64, n_ctx: u64, n_
 
 /// The terms `--cache-mb auto` is resolved from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AutoTerms {
+pub struct AutoTerms {
     /// MemAvailable after the load and the contexts.
-    pub(crate) available: u64,
-    pub(crate) dense: u64,
+    pub available: u64,
+    pub dense: u64,
     /// Every context's compute buffers (see [`compute_estimate_bytes`]).
-    pub(crate) compute: u64,
-    pub(crate) headroom: u64,
+    pub compute: u64,
+    pub headroom: u64,
     /// `--cache-ceil-mb` (None: what the host can spare).
-    pub(crate) ceiling: Option<u64>,
+    pub ceiling: Option<u64>,
     /// All of the model's expert bytes (a bigger cache is never needed).
-    pub(crate) experts: u64,
+    pub experts: u64,
 }
 
 impl AutoTerms {
     /// What the host can spare.
-    pub(crate) fn spare(&self) -> u64 {
+    pub fn spare(&self) -> u64 {
         self.available
             .saturating_sub(self.dense)
             .saturating_sub(self.compute)
@@ -46,14 +46,14 @@ impl AutoTerms {
     }
 
     /// The budget: what the host can spare, capped by the ceiling and the experts.
-    pub(crate) fn bytes(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         self.spare()
             .min(self.ceiling.unwrap_or(u64::MAX))
             .min(self.experts)
     }
 
     /// How auto was resolved, for the summary.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         let mb = |b: u64| b / MIB;
         let mut s = format!(
             "--cache-mb auto = MemAvailable {} MiB after the load and contexts - dense {} MiB \

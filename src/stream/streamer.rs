@@ -16,7 +16,7 @@ use super::files::{shard_files, specs};
 use super::memory::{self, FileMapping};
 use super::{
     cache_warm, resolve_cache_bytes, trace, AutoTerms, CacheSize, Predictor, StreamConfig,
-    StreamError, WarmSession, WarmSource, HEADROOM_BYTES, MIB,
+    StreamError, StreamNote, WarmSession, WarmSource, HEADROOM_BYTES, MIB,
 };
 use crate::layout::MoeLayout;
 
@@ -24,7 +24,7 @@ use crate::layout::MoeLayout;
 pub(crate) struct Streamer {
     pub(crate) flash: Flash,
     pub(crate) budget_bytes: u64,
-    pub(crate) notes: Vec<String>,
+    pub(crate) notes: Vec<StreamNote>,
     layout: MoeLayout,
     /// Per file of the model: its mappings that existed before llama.cpp loaded it.
     premapped: Vec<Vec<usize>>,
@@ -91,7 +91,12 @@ impl Streamer {
                 )?
             }
         };
-        let notes = flash.notes().to_vec();
+        let notes = flash
+            .notes()
+            .iter()
+            .cloned()
+            .map(StreamNote::Reader)
+            .collect();
         let (route_trace, route_trace_file) = match &cfg.route_trace {
             Some(p) => {
                 let (w, f) = trace::create(p, trace::header(model_path, layout, k))?;
@@ -139,8 +144,7 @@ impl Streamer {
         {
             let empty = plan.keys.is_empty() && plan.rates.is_empty();
             if !empty && !self.flash.warm(plan.keys, plan.rates) {
-                self.notes
-                    .push("--cache-warm: the flash actor was busy; nothing read ahead".into());
+                self.notes.push(StreamNote::WarmBusy);
             }
             self.warm = Some(session);
         }

@@ -179,10 +179,10 @@ fn a_cache_larger_than_memory_is_refused_with_what_fits() {
     });
     let r = engine::run(&big, |_| {}).unwrap();
     assert_eq!(r.cache_budget_bytes, 100 * 1024 * 1024);
-    let how = r
-        .notes
-        .iter()
-        .find(|n| n.starts_with("--cache-mb auto = MemAvailable"));
+    let how = r.notes.iter().find_map(|n| match n {
+        engine::Note::CacheAuto(_) => Some(n.to_string()),
+        _ => None,
+    });
     assert!(
         how.is_some_and(|n| n.ends_with("capped by --cache-ceil-mb 100: 100 MiB")),
         "{:?}",

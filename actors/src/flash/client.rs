@@ -14,8 +14,8 @@ use super::actor::Actor;
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
 use super::{
-    open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ShardFile,
-    SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
+    open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ReaderNote,
+    ShardFile, SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
 };
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
@@ -28,7 +28,7 @@ pub struct Flash {
     reader_desc: String,
     /// Whether the reader bypasses the page cache (O_DIRECT).
     o_direct: bool,
-    notes: Vec<String>,
+    notes: Vec<ReaderNote>,
 }
 
 /// A requester's connection to the flash actor (one per thread).
@@ -197,7 +197,7 @@ impl Flash {
     /// the files in `watched` are watched for replacement or truncation.
     pub fn spawn_with_reader(
         reader: Box<dyn SliceReader>,
-        notes: Vec<String>,
+        notes: Vec<ReaderNote>,
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
         watched: &[&Path],
@@ -211,7 +211,7 @@ impl Flash {
 
     fn spawn_inner(
         reader: Box<dyn SliceReader>,
-        notes: Vec<String>,
+        notes: Vec<ReaderNote>,
         specs: Vec<TensorSpec>,
         cfg: FlashConfig,
         watch: Vec<FileWatch>,
@@ -328,7 +328,7 @@ impl Flash {
     }
 
     /// Notes about fallbacks taken at start (O_DIRECT refused, no io_uring).
-    pub fn notes(&self) -> &[String] {
+    pub fn notes(&self) -> &[ReaderNote] {
         &self.notes
     }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io::{PreadReader, RawSource, SliceReader};
+use super::io::{PreadReader, RawSource, ReaderNote, SliceReader};
 use super::ring::Ring;
 use super::uring::UringReader;
 use super::FlashError;
@@ -372,7 +372,7 @@ impl Ring for FaultyRing {
 pub struct FaultyReader {
     pub reader: Box<dyn SliceReader>,
     pub counts: Arc<FaultCounts>,
-    pub note: String,
+    pub note: ReaderNote,
 }
 
 /// A reader over `path` under `plan`'s faults, on the reader the plan names
@@ -388,7 +388,9 @@ pub fn open_faulty_reader(
         path: path.to_path_buf(),
         source,
     };
-    let note = format!("fault injection on ({plan:?})");
+    let note = ReaderNote::FaultInjection {
+        plan: format!("{plan:?}"),
+    };
     match plan.reader {
         FaultReader::Pread => {
             let src = FaultySource::open(path, plan.clone()).map_err(open_err)?;

@@ -29,7 +29,7 @@ pub use error::FlashError;
 pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };
-pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
+pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, ReaderNote, SliceReader};
 pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult, ReadSettings};
 pub use probe_fresh::probe_fresh_reads;
 pub use protocol::DemandReply;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::{open_reader, FlashError, ReadOp, ReadStats, SliceReader};
+use super::{open_reader, FlashError, ReadOp, ReadStats, ReaderNote, SliceReader};
 
 /// One file of the model and where it starts in the address space.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ pub fn open_files(
     want_direct: bool,
     queue_depth: u32,
     max_slice_bytes: u64,
-) -> Result<(Box<dyn SliceReader>, Vec<String>), FlashError> {
+) -> Result<(Box<dyn SliceReader>, Vec<ReaderNote>), FlashError> {
     if let [only] = files {
         if only.base == 0 {
             return open_reader(&only.path, want_direct, queue_depth, max_slice_bytes);

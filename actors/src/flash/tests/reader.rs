@@ -82,7 +82,9 @@ fn o_direct_refused_falls_back_to_buffered_with_a_note() {
     let (mut r, notes) = open_reader(path, true, 2, 4096).unwrap();
     assert!(!r.direct(), "fell back to buffered reads");
     assert!(
-        notes.iter().any(|n| n.contains("refuses O_DIRECT")),
+        notes
+            .iter()
+            .any(|n| matches!(n, ReaderNote::DirectRefused { .. })),
         "the fallback is reported: {notes:?}"
     );
     let n = expected.len().min(32) as u64;
