@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bmoe_actors::output::PendingFile;
+use bmoe_decode::output::PendingFile;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::Subscriber;
@@ -171,7 +171,7 @@ impl ChromeTrace {
 }
 
 fn json_str(out: &mut String, s: &str) {
-    out.push_str(&bmoe_actors::telemetry::json_string(s));
+    out.push_str(&bmoe_decode::telemetry::json_string(s));
 }
 
 struct ArgsVisitor<'a>(&'a mut String);

@@ -130,7 +130,7 @@ pub struct ReplayArgs {
         value_delimiter = ',',
         default_value = "lru,lfu,cycle"
     )]
-    pub policy: Vec<bmoe_actors::cache::CachePolicy>,
+    pub policy: Vec<bmoe_flash::cache::CachePolicy>,
 }
 
 #[derive(Debug, Args)]

@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, SendError, Sender};
 
-use bmoe_actors::flash::FlashClient;
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
+use bmoe_flash::FlashClient;
 
 use crate::generate::{Accepted, Drafted, Drafter, Follow, GenerateError, MtpDrafter};
 use crate::llama::{

@@ -4,8 +4,10 @@
 //! models; [`layout`] says where expert bytes live; [`generate`] is plain greedy
 //! generation (and its verify loop); [`draft`] is the MTP draft actor; [`inspect`] describes a model; [`lab`] is the
 //! measurement harness (bench matrices against the host's bound, compare),
-//! which uses the engine and which the engine never imports. Actors and pure policy live in the
-//! `bmoe-actors` crate.
+//! which uses the engine and which the engine never imports. What needs no
+//! llama.cpp lives in three crates under `crates/`: `bmoe-flash` (the flash
+//! actor and the expert cache), `bmoe-decode` (the per-token loop's pure parts
+//! and the telemetry actor) and `bmoe-trace` (route traces offline).
 
 pub mod chat;
 pub mod chrome_trace;

@@ -118,7 +118,9 @@ fn init_tracing(
             let (h, l) = ChromeTrace::create(p)?;
             let spans = tracing_subscriber::filter::Targets::new()
                 .with_target("bmoe", tracing::Level::DEBUG)
-                .with_target("bmoe_actors", tracing::Level::DEBUG);
+                .with_target("bmoe_flash", tracing::Level::DEBUG)
+                .with_target("bmoe_decode", tracing::Level::DEBUG)
+                .with_target("bmoe_trace", tracing::Level::DEBUG);
             (Some(h), Some(l.with_filter(spans)))
         }
         None => (None, None),

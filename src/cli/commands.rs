@@ -217,15 +217,15 @@ fn probe_reads(args: &ProbeArgs, layout: &MoeLayout) -> Result<bool> {
     );
     outln!("{:>6} {:>10} {:>12}", "depth", "MiB/s", "reads/s");
     for &d in &args.depths {
-        let r = bmoe_actors::flash::probe_read_bandwidth(
+        let r = bmoe_flash::probe_read_bandwidth(
             &file,
             &slices,
-            bmoe_actors::flash::ReadSettings {
+            bmoe_flash::ReadSettings {
                 queue_depth: d.max(1),
                 o_direct: !args.no_odirect,
             },
             std::time::Duration::from_secs_f64(args.seconds),
-            bmoe_actors::flash::ProbeOrder::Random { seed: 0x5eed },
+            bmoe_flash::ProbeOrder::Random { seed: 0x5eed },
             &|| bmoe::interrupt::requested().is_some(),
         )?;
         if bmoe::interrupt::requested().is_some() {
@@ -280,7 +280,7 @@ mod tests {
         let c = cells("a: --cache-mb 25% --cache-policy lru\nr: --resident\nd: --overlap\n");
         let a = c[0].settings.stream.as_ref().expect("streamed");
         assert_eq!(a.cache, bmoe::stream::CacheSize::Percent(25.0));
-        assert_eq!(a.policy, bmoe_actors::cache::CachePolicy::Lru);
+        assert_eq!(a.policy, bmoe_flash::cache::CachePolicy::Lru);
         assert_eq!(c[1].settings.stream, None);
         let d = c[2].settings.stream.as_ref().expect("streamed");
         let defaults = bmoe::stream::StreamConfig::default();

@@ -11,8 +11,8 @@ use super::checks::UsageError;
 use bmoe::engine::RpcLayers;
 use bmoe::forecast::{self, CacheOutcome, HostFacts};
 use bmoe::layout::MoeLayout;
-use bmoe_actors::cache::CachePolicy;
-use bmoe_actors::replay;
+use bmoe_flash::cache::CachePolicy;
+use bmoe_trace::replay;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -107,7 +107,7 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
 const FRESH_PROBE_BYTES: u64 = 128 << 20;
 
 /// How the forecast's probes read: the engine's default queue depth, O_DIRECT.
-const FORECAST_READS: bmoe_actors::flash::ReadSettings = bmoe_actors::flash::ReadSettings {
+const FORECAST_READS: bmoe_flash::ReadSettings = bmoe_flash::ReadSettings {
     queue_depth: 4,
     o_direct: true,
 };
@@ -117,7 +117,7 @@ const FORECAST_READS: bmoe_actors::flash::ReadSettings = bmoe_actors::flash::Rea
 /// a graph segment's cost, MemAvailable.
 fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
     use bmoe::llama::matvec;
-    use bmoe_actors::flash;
+    use bmoe_flash as flash;
     let (file, slices) = bmoe::stream::probe_slices(l);
     let stop = || bmoe::interrupt::requested().is_some();
     let order = flash::ProbeOrder::Random { seed: 7 };
@@ -141,7 +141,7 @@ fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
 
 /// Where the hit rates come from.
 enum Curve {
-    Trace((bmoe_actors::route_trace::TraceHeader, replay::Demands)),
+    Trace((bmoe_trace::route_trace::TraceHeader, replay::Demands)),
     Published,
 }
 
@@ -185,7 +185,7 @@ fn load_trace(
     p: &Path,
     model: &Path,
     l: &MoeLayout,
-) -> Result<(bmoe_actors::route_trace::TraceHeader, replay::Demands)> {
+) -> Result<(bmoe_trace::route_trace::TraceHeader, replay::Demands)> {
     let (header, records, _note) = super::replay::read_trace(p)?;
     let own = bmoe::stream::route_trace_header(model, l, l.n_expert_used);
     if let Some(why) = header.differs_from(&own) {

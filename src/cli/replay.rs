@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::Result;
 
 use bmoe::stream::CacheSize;
-use bmoe_actors::cache::CachePolicy;
-use bmoe_actors::replay::{self, Demands, ReplayStats};
-use bmoe_actors::route_trace::{TraceError, TraceHeader, TraceReader, TraceRecord};
+use bmoe_flash::cache::CachePolicy;
+use bmoe_trace::replay::{self, Demands, ReplayStats};
+use bmoe_trace::route_trace::{TraceError, TraceHeader, TraceReader, TraceRecord};
 
 use super::checks::UsageError;
 use super::ReplayArgs;
@@ -129,11 +129,11 @@ fn describe(h: &TraceHeader, d: &Demands, path: &Path) -> String {
 
 /// The routing's skew and locality over the generation, as mean (min..max) over layers.
 fn routing_line(h: &TraceHeader, d: &Demands) -> String {
-    let layers = bmoe_actors::routing::layer_routing(d, h.n_expert);
+    let layers = bmoe_trace::routing::layer_routing(d, h.n_expert);
     if layers.is_empty() {
         return "routing: no generation decodes to describe".into();
     }
-    let spread = |f: &dyn Fn(&bmoe_actors::routing::LayerRouting) -> f64| {
+    let spread = |f: &dyn Fn(&bmoe_trace::routing::LayerRouting) -> f64| {
         let v: Vec<f64> = layers.iter().map(f).collect();
         let mean = v.iter().sum::<f64>() / v.len() as f64;
         let (lo, hi) = v

@@ -143,7 +143,7 @@ fn mode_of(args: &RunArgs) -> Mode {
 fn speculation_of(args: &RunArgs) -> engine::Speculation {
     let min_match = args
         .ngram_min_match
-        .unwrap_or(bmoe_actors::ngram::DEFAULT_MIN_MATCH as u32);
+        .unwrap_or(bmoe_decode::ngram::DEFAULT_MIN_MATCH as u32);
     if args.spec == Some(crate::cli::SpecSource::Auto) {
         return engine::Speculation::Auto {
             min_match,

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use bmoe_actors::sampling::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
+use bmoe_decode::sampling::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 
 use super::checks::UsageError;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig, WarmSource};
-use bmoe_actors::cache::CachePolicy;
+use bmoe_flash::cache::CachePolicy;
 
 /// The defaults, from their one source.
 fn defaults() -> StreamConfig {
@@ -54,7 +54,7 @@ pub struct StreamArgs {
     /// Testing only: read experts with pread through seeded faults, e.g.
     /// `seed=1,eio=0.001,short=0.05,eagain=0.05,slow=0.01,slow_ms=5`.
     #[arg(long, hide = true, value_name = "SPEC")]
-    pub inject_faults: Option<bmoe_actors::flash::FaultPlan>,
+    pub inject_faults: Option<bmoe_flash::FaultPlan>,
     /// Which cached expert slot goes first when the cache is full: lru (least
     /// recently used), lfu (least often used, counts aged) or cycle (longest
     /// expected wait to its next use, from the fixed layer order and use counts).
@@ -205,11 +205,11 @@ mod tests {
         assert_eq!(d.cache, bmoe::stream::CacheSize::Auto, "docs: auto");
         assert_eq!(
             d.policy,
-            bmoe_actors::cache::CachePolicy::Cycle,
+            bmoe_flash::cache::CachePolicy::Cycle,
             "docs: cycle"
         );
         assert_eq!(
-            bmoe_actors::flash::FlashConfig::default().policy,
+            bmoe_flash::FlashConfig::default().policy,
             d.policy,
             "the flash actor's default policy is the same"
         );

@@ -9,9 +9,9 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use bmoe::layout::MoeLayout;
-use bmoe_actors::output::PendingFile;
-use bmoe_actors::route_trace::{TraceWriter, MAX_EXPERTS};
-use bmoe_actors::trace_import::{self, ImportFormat, Imported, Sizes};
+use bmoe_decode::output::PendingFile;
+use bmoe_trace::route_trace::{TraceWriter, MAX_EXPERTS};
+use bmoe_trace::trace_import::{self, ImportFormat, Imported, Sizes};
 
 use super::checks::{self, UsageError};
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use bmoe_actors::telemetry::TelemetryConfig;
+use bmoe_decode::telemetry::TelemetryConfig;
 
 use super::EngineError;
 use super::{Mode, Note};
@@ -112,7 +112,7 @@ pub struct SpecConfig {
     /// `--draft`: drafts verified per decode (the most, when gated).
     pub draft_max: u32,
     /// `--spec`: the speculation gate chooses each step how many drafts to
-    /// verify (bmoe-actors `spec_gate`); `--ngram`/`--mtp` verify them all.
+    /// verify (bmoe-decode `spec_gate`); `--ngram`/`--mtp` verify them all.
     /// `--spec auto` mixes its sources through the gate, so is always gated.
     pub gated: bool,
 }
@@ -171,7 +171,7 @@ pub struct RunConfig {
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
     pub ubatch: super::Ubatch,
     /// `--temp` and the other sampling flags (greedy by default).
-    pub sampling: bmoe_actors::sampling::SamplingParams,
+    pub sampling: bmoe_decode::sampling::SamplingParams,
     /// `--stop`: text that ends generation.
     pub stop: Vec<String>,
     /// `--rpc`: the last layers on llama.cpp RPC hosts.
@@ -198,7 +198,7 @@ impl RunConfig {
             telemetry: TelemetryConfig {
                 csv: None,
                 progress: false,
-                channel_capacity: bmoe_actors::telemetry::CHANNEL_CAPACITY,
+                channel_capacity: bmoe_decode::telemetry::CHANNEL_CAPACITY,
             },
             n_expert_used: None,
             speculation: SpecConfig::default(),

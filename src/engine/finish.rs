@@ -4,9 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bmoe_actors::cache::Requester;
-use bmoe_actors::metrics::PredictorTally;
-use bmoe_actors::telemetry::{json_object, Telemetry};
+use bmoe_decode::metrics::PredictorTally;
+use bmoe_decode::telemetry::{json_object, Telemetry};
+use bmoe_flash::cache::Requester;
 
 use super::assemble::{Assembly, Backend, Loaded};
 use super::note::Note;
@@ -153,7 +153,7 @@ fn prefetch(backend: &Backend, predicted: PredictorTally) -> PrefetchReport {
 fn outcome(
     res: Result<Generation, GenerateError>,
     failed: Option<(EngineError, bool)>,
-    finished: Result<u64, bmoe_actors::telemetry::TelemetryError>,
+    finished: Result<u64, bmoe_decode::telemetry::TelemetryError>,
     done_line: &str,
 ) -> Result<Generation, EngineError> {
     let fail = |cause: EngineError| EngineError::Failed {

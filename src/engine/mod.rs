@@ -8,8 +8,8 @@ use crate::generate::{self, GenerateError, Generation};
 use crate::layout::MoeLayout;
 use crate::llama::{LlamaError, Target};
 use crate::stream::{memory, StreamError};
-use bmoe_actors::metrics::PredictorTally;
-use bmoe_actors::telemetry::{self, Row, Telemetry, TelemetryError};
+use bmoe_decode::metrics::PredictorTally;
+use bmoe_decode::telemetry::{self, Row, Telemetry, TelemetryError};
 
 mod assemble;
 mod config;
@@ -255,7 +255,7 @@ fn gated_sources<'d, 't>(
     ngram: Option<&'d mut generate::NgramDrafter>,
     head: Option<&'d mut MtpActor<'_, 't>>,
 ) -> Option<generate::Sources<'d, 't>> {
-    use bmoe_actors::spec_gate::Source;
+    use bmoe_decode::spec_gate::Source;
     match (ngram, head) {
         (Some(ngram), Some(head)) => Some(generate::Sources::Auto { ngram, head }),
         (Some(d), None) => Some(generate::Sources::One(d, Source::Ngram)),

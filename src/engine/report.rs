@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bmoe_actors::cache::Requester;
-use bmoe_actors::metrics::PredictorTally;
+use bmoe_decode::metrics::PredictorTally;
+use bmoe_flash::cache::Requester;
 
 use super::{PrefetchReport, RunReport, TokenRow};
 use crate::draft::HeadReport;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 use super::{EngineError, Note, RpcSplit, RunConfig};
 use crate::generate::GenerateError;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::{EngineError, Note, RunConfig, Speculation};

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use bmoe_actors::metrics::PredictorTally;
-use bmoe_actors::telemetry::Telemetry;
+use bmoe_decode::metrics::PredictorTally;
+use bmoe_decode::telemetry::Telemetry;
 
 use super::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
@@ -180,7 +180,7 @@ fn decode_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bmoe_actors::metrics::DecodeMetrics;
+    use bmoe_decode::metrics::DecodeMetrics;
 
     #[test]
     fn a_decode_row_carries_the_steps_metrics_and_the_counter_deltas() {

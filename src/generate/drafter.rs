@@ -82,7 +82,7 @@ impl MtpDrafter {
     }
 
     /// What the head's own decodes streamed since the last call.
-    pub(crate) fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+    pub(crate) fn take_metrics(&mut self) -> bmoe_decode::metrics::DecodeMetrics {
         self.head.take_metrics()
     }
 
@@ -142,7 +142,7 @@ impl<'t> Drafter<'t> for MtpDrafter {
     }
 }
 
-/// The n-gram drafter (`--ngram`): the pure matcher of `bmoe_actors::ngram`.
+/// The n-gram drafter (`--ngram`): the pure matcher of `bmoe_decode::ngram`.
 #[derive(Debug, Clone)]
 pub struct NgramDrafter {
     pub(crate) min_match: usize,
@@ -157,7 +157,7 @@ impl NgramDrafter {
     pub(crate) fn new(min_match: usize) -> Self {
         Self {
             min_match,
-            max_match: bmoe_actors::ngram::DEFAULT_MAX_MATCH,
+            max_match: bmoe_decode::ngram::DEFAULT_MAX_MATCH,
             ids: Vec::new(),
             last: (0, 0),
         }
@@ -176,12 +176,12 @@ impl<'t> Drafter<'t> for NgramDrafter {
         }
         let from = self.ids.len();
         self.ids.extend(corpus[from..].iter().map(|&t| t as u32));
-        let cfg = bmoe_actors::ngram::NgramConfig {
+        let cfg = bmoe_decode::ngram::NgramConfig {
             min_match: self.min_match,
             max_match: self.max_match,
             max_draft: max,
         };
-        let d = bmoe_actors::ngram::draft(&self.ids, &cfg);
+        let d = bmoe_decode::ngram::draft(&self.ids, &cfg);
         self.last = d.as_ref().map_or((0, 0), |d| (d.match_len, d.tokens.len()));
         Ok(
             d.map(|d| d.tokens.into_iter().map(|t| t as Token).collect())

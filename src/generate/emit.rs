@@ -1,7 +1,7 @@
 //! From picked tokens to text: end of text, UTF-8 pieces, stop strings and
 //! the token limit, the same for one generation or several side by side.
 
-use bmoe_actors::text::{StopStrings, Utf8Stream};
+use bmoe_decode::text::{StopStrings, Utf8Stream};
 
 use super::{GenerationSink, Limit, StopReason};
 use crate::llama::{Model, Token};

@@ -9,8 +9,8 @@
 //! A head the gate keeps holding back rests (`spec_gate::upkeep`): it forgets
 //! its cache and skips its catch-up until the gate would let it draft again.
 
-use bmoe_actors::spec_gate::upkeep::{HeadStep, Upkeep};
-use bmoe_actors::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
+use bmoe_decode::spec_gate::upkeep::{HeadStep, Upkeep};
+use bmoe_decode::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
 
 use super::{Accepted, Drafted, Drafter, Follow, GenerateError, NgramDrafter};
 use crate::llama::{Target, Token};

@@ -11,8 +11,8 @@ mod verify;
 
 use std::time::Duration;
 
-use bmoe_actors::metrics::DecodeMetrics;
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::metrics::DecodeMetrics;
+use bmoe_decode::sampling::SamplingParams;
 
 use crate::chat::{ChatTemplate, TemplateError};
 use crate::llama::{Context, LlamaError, Model, Token};

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 use super::emit::Emitter;
 use super::picker::Picker;

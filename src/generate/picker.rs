@@ -1,7 +1,7 @@
 //! Picking a token from a row of logits: greedy, or a seeded draw through
 //! llama.cpp's sampler chain, never a banned end-of-generation token.
 
-use bmoe_actors::sampling::{argmax, argmax_where, SamplingParams};
+use bmoe_decode::sampling::{argmax, argmax_where, SamplingParams};
 
 use super::GenerateError;
 use crate::llama::{Context, Model, Sampler, Token};

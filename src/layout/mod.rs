@@ -16,7 +16,7 @@ pub(crate) use remote::tests::two_blocks;
 pub use remote::RemoteShare;
 
 /// The three projections of a SwiGLU expert (one type with the flash arena's).
-pub use bmoe_actors::proj::Proj;
+pub use bmoe_flash::proj::Proj;
 
 /// One stacked expert tensor `blk.{layer}.ffn_{proj}_exps.weight` = [ne0, ne1, n_expert].
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 /// A read-only view of one graph node during the eval callback.
 ///

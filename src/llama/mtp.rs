@@ -88,7 +88,7 @@ impl MtpHead {
     }
 
     /// What the head's own decodes cost since the last call (its context's observer).
-    pub(crate) fn take_metrics(&mut self) -> bmoe_actors::metrics::DecodeMetrics {
+    pub(crate) fn take_metrics(&mut self) -> bmoe_decode::metrics::DecodeMetrics {
         self.draft.take_metrics()
     }
 

@@ -4,7 +4,7 @@
 
 use std::ptr::NonNull;
 
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::sampling::SamplingParams;
 use llama_cpp_sys_2 as sys;
 
 use super::{LlamaError, Token};

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::sampling::SamplingParams;
 
 use super::chat_in::{self, InMessage};
 use super::json_in;

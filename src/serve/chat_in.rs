@@ -251,7 +251,7 @@ fn check_choice(c: &Value, tools: Option<&Value>) -> Result<String, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::super::api::{parse, ApiError, ChatRequest, JobSpec, PromptSpec};
-    use bmoe_actors::sampling::SamplingParams;
+    use bmoe_decode::sampling::SamplingParams;
     use serde_json::{json, Value};
 
     fn chat(body: Value) -> Result<JobSpec, ApiError> {

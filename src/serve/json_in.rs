@@ -122,7 +122,7 @@ pub(crate) fn in_json_words(serde_message: &str) -> String {
 }
 
 /// What kind of JSON value a refusal names ("an object").
-pub(crate) use bmoe_actors::text::json_kind as kind;
+pub(crate) use bmoe_decode::text::json_kind as kind;
 
 #[cfg(test)]
 mod tests {

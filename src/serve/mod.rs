@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::sampling::SamplingParams;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 

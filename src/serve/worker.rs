@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use tokio::sync::mpsc;
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 use super::api::{ApiError, JobSpec};
 use super::job_prompt::{prompt_of, server_error};
@@ -436,7 +436,7 @@ pub(crate) struct Shared {
     pub(crate) model_id: String,
     /// The names `/v1/models` lists (`--served-name`, else the file's stem).
     pub(crate) served_names: Vec<String>,
-    pub(crate) defaults: bmoe_actors::sampling::SamplingParams,
+    pub(crate) defaults: bmoe_decode::sampling::SamplingParams,
     pub(crate) api_key: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) next_id: std::sync::atomic::AtomicU64,

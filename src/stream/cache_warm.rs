@@ -1,18 +1,18 @@
 //! `--cache-warm`: find this model's warm-start profile, have the flash actor
 //! read its hottest slots while the prompt is prefilled, and fold this run's
 //! routing back into the profile at the end (the profile format and plan are
-//! `bmoe_actors::warm_profile`).
+//! `bmoe_flash::warm_profile`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use bmoe_actors::cache::SlotKey;
-use bmoe_actors::flash::FlashCounters;
-use bmoe_actors::output::PendingFile;
-use bmoe_actors::warm_profile::{
+use bmoe_decode::output::PendingFile;
+use bmoe_flash::cache::SlotKey;
+use bmoe_flash::warm_profile::{
     fnv1a64, ModelShape, WarmError, WarmProfile, FNV_SEED, MATURE_TOKENS,
 };
+use bmoe_flash::FlashCounters;
 
 use super::StreamError;
 use crate::layout::MoeLayout;
@@ -233,7 +233,7 @@ impl WarmSession {
     /// (temp file, then rename). Returns what happened, in words.
     pub(crate) fn save(&self, c: &FlashCounters) -> Result<String, StreamError> {
         let run = c.decode_uses_snapshot();
-        let tokens = bmoe_actors::warm_profile::run_tokens(&self.shape, &run);
+        let tokens = bmoe_flash::warm_profile::run_tokens(&self.shape, &run);
         if run.len() != self.prior.counts.len() {
             return Ok("profile not saved: the counts do not match the model's shape".into());
         }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use bmoe_actors::cache::CachePolicy;
-use bmoe_actors::flash::FaultPlan;
+use bmoe_flash::cache::CachePolicy;
+use bmoe_flash::FaultPlan;
 
 use super::{StreamError, WarmSource, HEADROOM_BYTES, MIB};
 use crate::layout::MoeLayout;

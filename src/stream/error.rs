@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bmoe_actors::flash::FlashError;
+use bmoe_flash::FlashError;
 
 /// Streaming's errors: the flash actor's, the model's layout, the cache
 /// budget, and the streaming flags' own.

@@ -3,7 +3,7 @@
 //! standing for a bug in the hook. The decode must abort and the run fail with
 //! the panic's message, never finish on weights the hook did not prepare.
 
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
 
 use crate::llama::{EvalObserver, NodeView};
 

@@ -1,7 +1,7 @@
 //! The model's files and expert tensors as the flash actor and the read
 //! probe see them.
 
-use bmoe_actors::flash::{ShardFile, TensorSpec};
+use bmoe_flash::{ShardFile, TensorSpec};
 
 use crate::layout::MoeLayout;
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use bmoe_actors::flash::ReaderNote;
+use bmoe_flash::ReaderNote;
 
 /// A fallback or a skipped step of the streamer.
 #[derive(Debug, Clone, PartialEq, Eq)]

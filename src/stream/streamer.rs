@@ -9,8 +9,8 @@ pub(crate) use hooks::DraftHookParts;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use bmoe_actors::flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
-use bmoe_actors::output::PendingFile;
+use bmoe_decode::output::PendingFile;
+use bmoe_flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
 
 use super::files::{shard_files, specs};
 use super::memory::{self, FileMapping};

@@ -6,8 +6,8 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use bmoe_actors::output::PendingFile;
-use bmoe_actors::route_trace::{TraceHeader, TraceWriter};
+use bmoe_decode::output::PendingFile;
+use bmoe_trace::route_trace::{TraceHeader, TraceWriter};
 
 use super::StreamError;
 use crate::layout::MoeLayout;

@@ -562,7 +562,7 @@ fn a_head_the_gate_holds_back_rests_wakes_and_keeps_the_text() {
         caught_up: 0,
         forgot: 0,
     };
-    let sources = generate::Sources::One(&mut dear, bmoe_actors::spec_gate::Source::Mtp);
+    let sources = generate::Sources::One(&mut dear, bmoe_decode::spec_gate::Source::Mtp);
     let mut gated = generate::GatedDrafter::new(sources, 3);
     let g = generate::generate_with(
         &mut ctx,

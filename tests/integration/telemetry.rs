@@ -145,7 +145,7 @@ fn csv_rows_trailer_and_done_line_agree() {
             assert_eq!(c.preamble["predict_prefetch"], "1");
             assert_eq!(c.preamble["overlap"], "1");
         }
-        assert_eq!(c.columns.len(), bmoe_actors::telemetry::COLUMNS.len());
+        assert_eq!(c.columns.len(), bmoe_decode::telemetry::COLUMNS.len());
         // One row per generated token.
         let generated: usize = err
             .lines()

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use bmoe_actors::flash::AnonBuffer;
+use bmoe_flash::AnonBuffer;
 
 use super::{child, BenchError};
 

@@ -33,14 +33,14 @@ fn probe_set(
     plan: &BenchPlan,
     file: &Path,
     slices: &[(u64, u64)],
-    order: bmoe_actors::flash::ProbeOrder,
+    order: bmoe_flash::ProbeOrder,
 ) -> Result<Vec<(u32, f64)>, BenchError> {
     let mut read = Vec::new();
     for &d in &plan.probe.depths {
-        let r = bmoe_actors::flash::probe_read_bandwidth(
+        let r = bmoe_flash::probe_read_bandwidth(
             file,
             slices,
-            bmoe_actors::flash::ReadSettings {
+            bmoe_flash::ReadSettings {
                 queue_depth: d.max(1),
                 o_direct: true,
             },

@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use bmoe_actors::cache::{CachePolicy, SlotKey};
-use bmoe_actors::flash::ProbeOrder;
-use bmoe_actors::replay;
-use bmoe_actors::route_trace::{TraceHeader, TraceReader, TraceRecord};
+use bmoe_flash::cache::{CachePolicy, SlotKey};
+use bmoe_flash::ProbeOrder;
+use bmoe_trace::replay;
+use bmoe_trace::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
 use super::cells::Cell;
 use super::child::run_child;

@@ -4,7 +4,7 @@
 //! as chat templates expect them. The body is read field by field so that
 //! every refusal names the field at fault in the request's own terms.
 
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
 use crate::chat::Message;

@@ -6,7 +6,7 @@
 //! function tools OpenAI chat-shaped functions. Every refusal is a 400 whose
 //! `param` names the top-level field, its message the path inside it.
 
-use bmoe_actors::sampling::SamplingParams;
+use bmoe_decode::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
 use crate::chat::Message;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bmoe_actors::flash::AnonBuffer;
+use bmoe_flash::AnonBuffer;
 
 use super::StreamHook;
 use crate::llama::{llama_max_src, NodeView};

@@ -14,9 +14,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bmoe_actors::cache::Requester;
-use bmoe_actors::flash::{Arena, FlashClient, FlashCounters};
-use bmoe_actors::metrics::DecodeMetrics;
+use bmoe_decode::metrics::DecodeMetrics;
+use bmoe_flash::cache::Requester;
+use bmoe_flash::{Arena, FlashClient, FlashCounters};
 
 use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use bmoe_actors::cache::reads_whole_layer;
+use bmoe_flash::cache::reads_whole_layer;
 
 use super::{StreamHook, TOPK_PREFIX};
 use crate::layout::Proj;

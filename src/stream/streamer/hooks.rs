@@ -4,7 +4,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use bmoe_actors::cache::Requester;
+use bmoe_flash::cache::Requester;
 
 use super::Streamer;
 use crate::layout::MoeLayout;
@@ -75,11 +75,11 @@ impl Streamer {
 /// The ingredients of the MTP draft context's hook, sent to the draft actor's
 /// thread and assembled there ([`DraftHookParts::build`]).
 pub(crate) struct DraftHookParts {
-    client: bmoe_actors::flash::FlashClient,
+    client: bmoe_flash::FlashClient,
     /// The draft actor's own client (same requester, so its pins hand over to
     /// the hook's next demand): the pre-demand during the verify decode.
-    predemand: bmoe_actors::flash::FlashClient,
-    arena: Arc<bmoe_actors::flash::Arena>,
+    predemand: bmoe_flash::FlashClient,
+    arena: Arc<bmoe_flash::Arena>,
     layout: MoeLayout,
     k: u32,
     anon: Option<SharedAnon>,
@@ -87,10 +87,7 @@ pub(crate) struct DraftHookParts {
 
 impl DraftHookParts {
     /// The hook and the pre-demand client, on the thread that will run the context.
-    pub(crate) fn build(
-        self,
-        abort: Arc<AtomicBool>,
-    ) -> (StreamHook, bmoe_actors::flash::FlashClient) {
+    pub(crate) fn build(self, abort: Arc<AtomicBool>) -> (StreamHook, bmoe_flash::FlashClient) {
         let opts = HookOptions {
             k: self.k,
             route_log: true,

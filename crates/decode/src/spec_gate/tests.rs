@@ -9,7 +9,7 @@ fn cost(verify_s: f64, draft_s: f64) -> StepCost {
 /// independently (seeded).
 fn trained(p: f64, verify: impl Fn(usize) -> f64, n: usize) -> Gate {
     let mut g = Gate::new(4);
-    let mut rng = crate::xorshift::XorShift::new(0x0dd5_eed5);
+    let mut rng = bmoe_flash::xorshift::XorShift::new(0x0dd5_eed5);
     g.observe(Source::Ngram, &[], 0, cost(verify(1), 0.0));
     for _ in 0..n {
         let c = g.choose(Source::Ngram, &[0; 4]);
@@ -112,8 +112,8 @@ fn drafting_cost_holds_back_an_expensive_source() {
 fn the_gate_never_loses_much_against_plain_or_the_best_fixed_k() {
     // The hosts are drawn from their own stream, so that they do not change
     // with the gate's choices (which draw the acceptances from another).
-    let mut hosts = crate::xorshift::XorShift::new(0x5eed_9a7e);
-    let mut rng = crate::xorshift::XorShift::new(0xacce_97ed);
+    let mut hosts = bmoe_flash::xorshift::XorShift::new(0x5eed_9a7e);
+    let mut rng = bmoe_flash::xorshift::XorShift::new(0xacce_97ed);
     let mut next = move || rng.next_u64();
     for _ in 0..40 {
         let p = (hosts.next_u64() % 11) as f64 / 10.0;

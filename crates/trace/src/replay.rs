@@ -12,8 +12,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::cache::{reads_whole_layer, CachePolicy, ExpertCache, Requester, SlotKey};
 use crate::route_trace::{TraceHeader, TraceRecord};
+use bmoe_flash::cache::{reads_whole_layer, CachePolicy, ExpertCache, Requester, SlotKey};
 
 /// One layer's demand: the distinct experts its batch routed to, and whether
 /// it belongs to a prompt decode.
@@ -426,7 +426,7 @@ mod tests {
     /// and every policy's hits + misses are the demanded slots.
     #[test]
     fn no_policy_beats_belady() {
-        let mut rng = crate::xorshift::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut rng = bmoe_flash::xorshift::XorShift::new(0x9e37_79b9_7f4a_7c15);
         let mut next = move || rng.next_u64();
         for _ in 0..30 {
             let layers = 1 + (next() % 5) as u32;

@@ -123,7 +123,7 @@ fn object(line: &[u8], at: Loc) -> Result<Map<String, Value>, ImportError> {
     }
 }
 
-use crate::text::json_kind as kind;
+use bmoe_decode::text::json_kind as kind;
 
 /// The field `name` of the file's spelling, which every record must have.
 fn field<'a>(

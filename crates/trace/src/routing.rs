@@ -25,7 +25,7 @@ pub struct LayerRouting {
 pub fn layer_routing(d: &Demands, n_expert: u32) -> Vec<LayerRouting> {
     let mut loads: HashMap<u32, Vec<u64>> = HashMap::new();
     let mut repeats: HashMap<u32, (f64, u32)> = HashMap::new();
-    let mut previous: HashMap<u32, &[crate::cache::SlotKey]> = HashMap::new();
+    let mut previous: HashMap<u32, &[bmoe_flash::cache::SlotKey]> = HashMap::new();
     for demand in d.demands.iter().filter(|x| !x.prompt) {
         let Some(layer) = demand.keys.first().map(|k| k.layer) else {
             continue;

@@ -11,9 +11,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bmoe_actors::cache::{ExpertCache, Requester, SlotKey};
-use bmoe_actors::flash::{open_reader, ReadOp};
-use bmoe_actors::ngram::{draft, NgramConfig};
+use bmoe_decode::ngram::{draft, NgramConfig};
+use bmoe_flash::cache::{ExpertCache, Requester, SlotKey};
+use bmoe_flash::{open_reader, ReadOp};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 /// A deterministic xorshift stream.

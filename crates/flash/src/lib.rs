@@ -1,6 +1,19 @@
-//! The flash actor: owns the reader (io_uring) and the expert cache, serves
-//! demand requests ("layer L needs experts {..}, reply when resident"), evicts
-//! under the byte budget, and counts bytes, hits and misses per requester.
+//! The flash path, without llama.cpp: the flash actor owns the reader
+//! (io_uring) and the expert cache, serves demand requests ("layer L needs
+//! experts {..}, reply when resident"), evicts under the byte budget, and
+//! counts bytes, hits and misses per requester.
+//!
+//! - the actor itself (this crate's root): its arena, readers, fault
+//!   injection, idle-time warm reads and the read probes.
+//! - [`cache`]: the expert cache's state machine and eviction policies.
+//! - [`proj`]: the three projections of an expert, shared with the model layout.
+//! - [`warm_profile`]: the warm-start profile, its file format and plan.
+//! - [`xorshift`]: a tiny seeded generator for the probe and property tests.
+
+pub mod cache;
+pub mod proj;
+pub mod warm_profile;
+pub mod xorshift;
 
 mod actor;
 mod arena;
