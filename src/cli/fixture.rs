@@ -68,7 +68,7 @@ pub struct ZooArgs {
     #[arg(long, conflicts_with_all = ["quant", "split"])]
     pub shape: Option<String>,
     /// With --shape: build only the first N blocks (the same widths), e.g. 2.
-    #[arg(long, value_name = "N", requires = "shape")]
+    #[arg(long, value_name = "N", conflicts_with = "family")]
     pub layers: Option<u32>,
     /// The routed experts' type: ggml's name (f32, f16, bf16, q8_0, q4_0,
     /// mxfp4, q4_K, q5_K, q6_K, iq4_xs, iq2_xxs, ...) or q4_k_m (gate/up
