@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
 
-use bmoe::fixture::{self, smollm2, tiny_mtp, upcycle};
+use bmoe::fixture::{self, shapes, smollm2, tiny_mtp, upcycle};
 use bmoe::llama;
 
 use super::checks::{self, UsageError};
@@ -21,7 +21,7 @@ pub enum FixtureCmd {
     },
     /// Upcycle a dense llama-arch model into a Mixtral-style MoE.
     Upcycle(UpcycleArgs),
-    /// Build a tiny random-weight model of an MoE family (work in progress).
+    /// Build a tiny random-weight model of an MoE family, or one at a real model's widths (--shape).
     Zoo(ZooArgs),
     /// Build the tiny qwen35moe with one MTP block.
     TinyMtp(TinyMtpArgs),
@@ -57,15 +57,24 @@ pub struct UpcycleArgs {
 
 /// `bmoe fixture zoo`'s flags.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["family", "shape"])))]
 pub struct ZooArgs {
     /// The family (its gguf architecture name), e.g. qwen3moe.
     #[arg(long)]
-    pub family: String,
+    pub family: Option<String>,
+    /// A real model's shape at its true widths, vocabulary and tensor types:
+    /// qwen3-30b-a3b (Q4_K_M), qwen3-30b-a3b-q8_0, gpt-oss-20b (MXFP4),
+    /// deepseek-v2-lite (Q4_K_M).
+    #[arg(long, conflicts_with_all = ["quant", "split"])]
+    pub shape: Option<String>,
+    /// With --shape: build only the first N blocks (the same widths), e.g. 2.
+    #[arg(long, value_name = "N", conflicts_with = "family")]
+    pub layers: Option<u32>,
     /// The routed experts' type: ggml's name (f32, f16, bf16, q8_0, q4_0,
     /// mxfp4, q4_K, q5_K, q6_K, iq4_xs, iq2_xxs, ...) or q4_k_m (gate/up
     /// q4_K, down q6_K).
-    #[arg(long, default_value = "f32")]
-    pub quant: String,
+    #[arg(long)]
+    pub quant: Option<String>,
     /// Output file.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -160,8 +169,11 @@ fn fixture_upcycle(a: UpcycleArgs) -> Result<()> {
 
 /// `bmoe fixture zoo`: one family's tiny model, in one file or `split` shards.
 fn fixture_zoo(a: ZooArgs) -> Result<()> {
-    let family = bmoe::fixture::zoo::Family::parse(&a.family)?;
-    let quant = bmoe::fixture::zoo::ExpertQuant::parse(&a.quant)?;
+    let Some(family) = a.family.as_deref() else {
+        return fixture_shape(&a);
+    };
+    let family = bmoe::fixture::zoo::Family::parse(family)?;
+    let quant = bmoe::fixture::zoo::ExpertQuant::parse(a.quant.as_deref().unwrap_or("f32"))?;
     let src = smollm2::ensure(None)?;
     let output = a.output.as_path();
     fixture::refuse_directory(output)?;
@@ -179,6 +191,31 @@ fn fixture_zoo(a: ZooArgs) -> Result<()> {
     for s in shards {
         outln!("{}", s.display());
     }
+    Ok(())
+}
+
+/// `bmoe fixture zoo --shape`: a real model's shape, at full depth or `--layers`.
+fn fixture_shape(a: &ZooArgs) -> Result<()> {
+    let name = a.shape.as_deref().unwrap_or_default();
+    let shape = shapes::find(name)?;
+    let n_layer = shapes::layers(&shape, a.layers)?;
+    let src = smollm2::ensure(None)?;
+    let out = a.output.as_path();
+    fixture::refuse_directory(out)?;
+    checks::output_file("-o", out, &[src.as_path()])?;
+    ensure_parent(out)?;
+    let _lock = fixture::lock::BuildLock::acquire(out)?;
+    let plan = shapes::plan(&src, &shape, n_layer)?;
+    bmoe::say!(
+        "shape {} ({}): {n_layer} blocks, {} bytes per expert, {} routed bytes per token",
+        shape.name,
+        shape.model,
+        plan.expert_bytes,
+        plan.routed_bytes_per_token
+    );
+    let bytes = shapes::build(&src, out, &shape, n_layer, a.seed)?;
+    bmoe::say!("shape model: {bytes} bytes");
+    outln!("{}", out.display());
     Ok(())
 }
 

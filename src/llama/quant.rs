@@ -16,6 +16,11 @@ impl GgmlType {
     pub(crate) const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);
     pub(crate) const Q4_K: GgmlType = GgmlType(sys::GGML_TYPE_Q4_K);
     pub(crate) const Q6_K: GgmlType = GgmlType(sys::GGML_TYPE_Q6_K);
+    pub(crate) const F16: GgmlType = GgmlType(sys::GGML_TYPE_F16);
+    pub(crate) const Q5_0: GgmlType = GgmlType(sys::GGML_TYPE_Q5_0);
+    pub(crate) const Q5_1: GgmlType = GgmlType(sys::GGML_TYPE_Q5_1);
+    pub(crate) const Q5_K: GgmlType = GgmlType(sys::GGML_TYPE_Q5_K);
+    pub(crate) const MXFP4: GgmlType = GgmlType(sys::GGML_TYPE_MXFP4);
 
     /// The types `ggml_quantize_chunk` converts f32 to (the others, such as
     /// q8_1, q8_K or the integer types, are only computed inside ggml).

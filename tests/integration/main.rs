@@ -25,6 +25,7 @@ mod serve;
 mod serve_dialects;
 mod serve_load;
 mod serve_requests;
+mod shapes;
 mod speculation;
 mod split;
 mod stream;

@@ -270,6 +270,32 @@ impl GgufFile {
         Ok(())
     }
 
+    /// A string array's values (a vocabulary's tokens), None when `key` is
+    /// absent or not an array of strings.
+    pub(crate) fn str_array(&self, key: &str) -> Option<Vec<String>> {
+        let id = self.key_id(key)?;
+        let ctx = self.ctx.as_ptr();
+        // SAFETY: valid key id; type getters only.
+        let is_strings = unsafe {
+            sys::gguf_get_kv_type(ctx, id) == sys::GGUF_TYPE_ARRAY
+                && sys::gguf_get_arr_type(ctx, id) == sys::GGUF_TYPE_STRING
+        };
+        if !is_strings {
+            return None;
+        }
+        // SAFETY: valid key id of an array.
+        let n = unsafe { sys::gguf_get_arr_n(ctx, id) };
+        let words = (0..n)
+            .map(|i| {
+                // SAFETY: i < n on a string array; the string is owned by the context.
+                unsafe { CStr::from_ptr(sys::gguf_get_arr_str(ctx, id, i)) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        Some(words)
+    }
+
     fn key_id(&self, key: &str) -> Option<i64> {
         let ckey = CString::new(key).ok()?;
         // SAFETY: valid context and NUL-terminated key.

@@ -148,6 +148,23 @@ impl GgufBuilder {
         Ok(())
     }
 
+    /// A string array (a vocabulary's tokens).
+    pub(crate) fn set_str_array(&mut self, key: &str, v: &[String]) -> Result<(), LlamaError> {
+        let k = Self::key(key)?;
+        let owned: Vec<CString> = v
+            .iter()
+            .map(|s| CString::new(s.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| LlamaError::Gguf(format!("NUL in a string of {key}")))?;
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        // SAFETY: `ptrs` holds `ptrs.len()` NUL-terminated strings that `owned`
+        // keeps alive for the call; gguf copies each one.
+        unsafe {
+            sys::gguf_set_arr_str(self.ctx.as_ptr(), k.as_ptr(), ptrs.as_mut_ptr(), ptrs.len())
+        };
+        Ok(())
+    }
+
     /// The bytes [`Self::write`] will write: the header, then each tensor
     /// padded to the alignment.
     pub(crate) fn file_bytes(&self) -> u64 {
