@@ -42,11 +42,12 @@ fn assert_valid(schema: &Value, v: &Value, what: &str) {
 /// One server with `file`'s template: a forced call through the OpenAI chat
 /// route (`required`) and the Anthropic route (`any`), each valid.
 fn forced_calls(file: &str) {
-    let server = Server::start_on(&model(), &["--chat-template-file", &template(file)]);
+    let t = template(file);
+    let server = Server::start_on(&model(), &["-c", "2048", "--chat-template-file", &t]);
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
     let (status, body) = server.post(
         "/v1/chat/completions",
-        &json!({"messages": user, "max_tokens": 160, "tool_choice": "required",
+        &json!({"messages": user, "max_tokens": 320, "tool_choice": "required",
             "tools": [{"type": "function", "function": {"name": "get_weather",
                 "description": "The weather", "parameters": weather()}}]}),
     );
@@ -61,8 +62,9 @@ fn forced_calls(file: &str) {
 
     let (status, body) = server.post(
         "/v1/messages",
-        &json!({"messages": user, "max_tokens": 160, "tool_choice": {"type": "any"},
-            "tools": [{"name": "get_weather", "input_schema": weather()}]}),
+        &json!({"messages": user, "max_tokens": 320, "tool_choice": {"type": "any"},
+            "tools": [{"name": "get_weather", "description": "The weather",
+                "input_schema": weather()}]}),
     );
     assert_eq!(status, 200, "{file}: {body}");
     assert_eq!(body["stop_reason"], "tool_use", "{file}: {body}");
@@ -119,7 +121,7 @@ fn order() -> Value {
 /// schemas and tools, a 400 naming the part.
 #[test]
 fn structured_output_validates_whole_streamed_and_on_responses() {
-    let server = Server::start_on(&model(), &[]);
+    let server = Server::start_on(&model(), &["-c", "512"]);
     let format = json!({"type": "json_schema",
         "json_schema": {"name": "order", "strict": true, "schema": order()}});
     let ask = |extra: Value| {
