@@ -205,3 +205,48 @@ fn structured_output_validates_whole_streamed_and_on_responses() {
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.starts_with("tools[0] (f) parameters:"), "{message}");
 }
+
+/// Under `auto` the grammar is lazy: the agent fixture's reply (`Hello`)
+/// stays text; `required`, a named function and the Responses route's
+/// `required` override those weights with a call.
+#[test]
+fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
+    let m = crate::common::agent_model().to_str().unwrap().to_string();
+    let server = Server::start_on(&m, &["-c", "1024"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": weather()}}]);
+    let chat = |choice: Value| {
+        let (status, body) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 200,
+                "tools": tools, "tool_choice": choice}),
+        );
+        assert_eq!(status, 200, "{body}");
+        body["choices"][0].clone()
+    };
+    let auto = chat(json!("auto"));
+    assert_eq!(auto["message"]["content"], "Hello", "{auto}");
+    assert!(auto["message"].get("tool_calls").is_none(), "{auto}");
+    for forced in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+    ] {
+        let c = chat(forced);
+        let call = &c["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "get_weather", "{c}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_valid(&weather(), &args, "agent chat");
+    }
+    let (status, body) = server.post(
+        "/v1/responses",
+        &json!({"input": "Weather?", "max_output_tokens": 200, "tool_choice": "required",
+            "tools": [{"type": "function", "name": "get_weather", "parameters": weather()}]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let call = body["output"]
+        .as_array()
+        .and_then(|o| o.iter().find(|i| i["type"] == "function_call"))
+        .unwrap_or_else(|| panic!("a function_call item: {body}"));
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_valid(&weather(), &args, "agent responses");
+}
