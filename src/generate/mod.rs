@@ -42,6 +42,8 @@ pub enum GenerateError {
     DraftNeedsGreedy,
     #[error("drafts are verified against the target's own argmax, which a grammar does not constrain: a constrained generation runs without speculation")]
     DraftWithGrammar,
+    #[error("the output grammar allows no token here (none of the vocabulary's tokens continues it, or it is complete and the end of text is banned)")]
+    GrammarDeadEnd,
     #[error("every sequence of the context is generating")]
     NoFreeSequence,
     #[error("MTP draft actor: {0}")]

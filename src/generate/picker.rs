@@ -48,9 +48,12 @@ impl Picker {
     pub(crate) fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
         let logits = checked(ctx.logits(i).ok_or(GenerateError::NoLogits)?)?;
         if let Some(s) = self.sampler.as_mut() {
-            return s
-                .sample(logits, &self.banned)
-                .ok_or(GenerateError::NoLogits);
+            let stuck = if s.has_grammar() {
+                GenerateError::GrammarDeadEnd
+            } else {
+                GenerateError::NoLogits
+            };
+            return s.sample(logits, &self.banned).ok_or(stuck);
         }
         let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
         if self.banned.binary_search(&best).is_err() {

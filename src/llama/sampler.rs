@@ -59,6 +59,11 @@ impl Sampler {
         Ok(s)
     }
 
+    /// Whether a grammar holds the output.
+    pub(crate) fn has_grammar(&self) -> bool {
+        self.grammar.is_some()
+    }
+
     /// Tell the penalties about a token of the prompt.
     pub(crate) fn accept(&mut self, token: Token) {
         // SAFETY: valid chain; accept only updates its state.

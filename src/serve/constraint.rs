@@ -136,6 +136,44 @@ mod tests {
         }
     }
 
+    /// A chat body's `tool_choice` and `response_format` reach the job as
+    /// its constraint; a refused schema is a 400 when the body is read.
+    #[test]
+    fn a_chat_body_carries_its_constraint() {
+        use crate::serve::api::{parse, ChatRequest};
+        use bmoe_actors::sampling::SamplingParams;
+        let spec = |extra: Value| {
+            let mut b = json!({"messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}]});
+            b.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            parse::<ChatRequest>(b.to_string().as_bytes())?.into_spec(&SamplingParams::default())
+        };
+        let of = |extra: Value| spec(extra).map(|s| s.constraint);
+        assert_eq!(of(json!({})), Ok(Constraint::Calls(ToolChoice::Auto)));
+        assert_eq!(of(json!({"tool_choice": "none"})), Ok(Constraint::None));
+        assert_eq!(
+            of(json!({"tool_choice": "required"})),
+            Ok(Constraint::Calls(ToolChoice::Required))
+        );
+        let named = json!({"tool_choice": {"type": "function", "function": {"name": "f"}}});
+        assert_eq!(
+            of(named),
+            Ok(Constraint::Calls(ToolChoice::Named("f".into())))
+        );
+        let json_object = of(json!({"response_format": {"type": "json_object"}}));
+        assert!(
+            matches!(json_object, Ok(Constraint::Json { .. })),
+            "{json_object:?}"
+        );
+        let refused = json!({"response_format": {"type": "json_schema", "json_schema": {
+            "schema": {"$ref": "#/$defs/nowhere"}}}});
+        let e = spec(refused).unwrap_err();
+        assert_eq!(e.param, Some("response_format"));
+        assert!(e.message.contains("#/$defs/nowhere"), "{}", e.message);
+    }
+
     #[test]
     fn a_forced_call_wins_over_a_format_which_wins_over_auto() {
         let json = || Constraint::Json {

@@ -237,6 +237,15 @@ fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
         let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
         assert_valid(&weather(), &args, "agent chat");
     }
+    let streamed = json!({"messages": [{"role": "user", "content": "Weather?"}],
+        "max_tokens": 200, "tools": tools, "tool_choice": "required", "stream": true});
+    let (_, text) = server.request("POST", "/v1/chat/completions", &streamed.to_string(), &[]);
+    let call = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
+        .unwrap_or_else(|| panic!("a streamed call: {text}"));
+    assert_eq!(call["function"]["name"], "get_weather", "{call}");
     let (status, body) = server.post(
         "/v1/responses",
         &json!({"input": "Weather?", "max_output_tokens": 200, "tool_choice": "required",
