@@ -6,6 +6,7 @@
 //! llama.cpp grammar for the sampler; a schema llama.cpp's converter refuses
 //! is a 400 naming the part refused, checked when the request is read.
 
+use axum::http::StatusCode;
 use serde_json::{json, Value};
 
 use super::api::{ApiError, JobSpec, PromptSpec};
@@ -60,7 +61,18 @@ impl Constraint {
                 Err(e) => return Err(ApiError::invalid(Some("tools"), e.to_string())),
             },
         };
-        Ok(Some(grammar))
+        match grammar.check() {
+            Ok(()) => Ok(Some(grammar)),
+            Err(e) if spec.constraint == Self::Calls(ToolChoice::Auto) => {
+                tracing::warn!("tool calls not constrained under auto: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+            )),
+        }
     }
 
     /// A 400 now for a request whose constraint cannot be built (the
