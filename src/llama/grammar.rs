@@ -55,7 +55,7 @@ impl Grammar {
 /// on its own.
 pub fn schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
     convert(schema).ok_or_else(|| {
-        let (at, part) = refused_part(schema, String::new());
+        let (at, part) = refused_part(schema, schema, String::new());
         GrammarError::Schema {
             at: if at.is_empty() {
                 String::new()
@@ -88,15 +88,29 @@ fn convert(schema: &Value) -> Option<String> {
 }
 
 /// The deepest sub-schema under `schema` (at JSON pointer `at`) that the
-/// converter refuses by itself: its pointer and the sub-schema.
-fn refused_part(schema: &Value, at: String) -> (String, Value) {
+/// converter refuses by itself (with `root`'s definitions beside it, so that
+/// a reference to them resolves): its pointer and the sub-schema.
+fn refused_part(root: &Value, schema: &Value, at: String) -> (String, Value) {
     for (key, child) in children(schema) {
         let path = format!("{at}/{key}");
-        if child.is_object() && convert(child).is_none() {
-            return refused_part(child, path);
+        if child.is_object() && convert(&with_defs(child, root)).is_none() {
+            return refused_part(root, child, path);
         }
     }
     (at, schema.clone())
+}
+
+/// `child` with `root`'s `$defs` and `definitions` (those it lacks).
+fn with_defs(child: &Value, root: &Value) -> Value {
+    let mut out = child.clone();
+    if let Value::Object(o) = &mut out {
+        for key in ["$defs", "definitions"] {
+            if let (Some(defs), false) = (root.get(key), o.contains_key(key)) {
+                o.insert(key.into(), defs.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The sub-schemas of `schema`, with their JSON-pointer steps.
@@ -208,6 +222,21 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("at /properties/bad"), "{text}");
         assert!(text.contains("#/$defs/missing"), "{text}");
+    }
+
+    /// A reference to the schema's own definitions is not blamed: the part
+    /// refused is the one that is refused with the definitions in reach.
+    #[test]
+    fn a_sound_reference_is_not_blamed_for_a_refusal_elsewhere() {
+        let schema = json!({"type": "object",
+            "$defs": {"n": {"type": "integer"}},
+            "properties": {"a": {"$ref": "#/$defs/n"},
+                "b": {"type": "object", "properties": {"c": {"$ref": "#/$defs/gone"}}}}});
+        let text = schema_to_gbnf(&schema).unwrap_err().to_string();
+        assert!(text.contains("at /properties/b/properties/c "), "{text}");
+        let fine = json!({"type": "object", "$defs": {"n": {"type": "integer"}},
+            "properties": {"a": {"$ref": "#/$defs/n"}}});
+        schema_to_gbnf(&fine).unwrap();
     }
 
     #[test]
