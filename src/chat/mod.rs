@@ -9,6 +9,7 @@ mod message;
 pub mod sandbox;
 mod template;
 pub mod tool_calls;
+pub mod tool_grammar;
 mod tool_prompt;
 
 pub use conversation::Conversation;

@@ -318,6 +318,7 @@ fn generate_metered<'t>(
         draft_max: cfg.speculation.draft_max as usize,
         cached: 0,
         special_text: false,
+        grammar: None,
     };
     let mut run = |d: Option<&mut dyn generate::Drafter<'t>>| {
         generate::generate_opts(target, tokens, &opts, &mut sink, d)

@@ -40,6 +40,10 @@ pub enum GenerateError {
     Rollback { pos: i32 },
     #[error("drafts are verified against greedy picks on a prompt prefilled from its start: speculation needs temperature 0 and no reused prefix")]
     DraftNeedsGreedy,
+    #[error("drafts are verified against the target's own argmax, which a grammar does not constrain: a constrained generation runs without speculation")]
+    DraftWithGrammar,
+    #[error("the output grammar allows no token here (none of the vocabulary's tokens continues it, or it is complete and the end of text is banned)")]
+    GrammarDeadEnd,
     #[error("every sequence of the context is generating")]
     NoFreeSequence,
     #[error("MTP draft actor: {0}")]
@@ -185,6 +189,8 @@ pub struct Options {
     /// Control tokens go out as their text (gpt-oss's `<|channel|>` and
     /// such, which its replies are split by) instead of as nothing.
     pub special_text: bool,
+    /// Output held to this grammar (structured output, forced tool calls).
+    pub grammar: Option<crate::llama::Grammar>,
 }
 
 impl Default for Options {
@@ -197,6 +203,7 @@ impl Default for Options {
             draft_max: 0,
             cached: 0,
             special_text: false,
+            grammar: None,
         }
     }
 }

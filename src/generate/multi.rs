@@ -130,6 +130,7 @@ impl<S: GenerationSink> Multi<S> {
             opts.limit.ignore_eos,
             &opts.sampling,
             &req.prompt,
+            opts.grammar.as_ref(),
         ) {
             Ok(p) => p,
             Err(e) => return Err(Box::new((e, req))),

@@ -4,7 +4,7 @@
 use bmoe_decode::sampling::{argmax, argmax_where, SamplingParams};
 
 use super::GenerateError;
-use crate::llama::{Context, Model, Sampler, Token};
+use crate::llama::{Context, Grammar, Model, Sampler, Token};
 
 /// The choice from a row of logits: the argmax, or a draw through
 /// llama.cpp's sampler chain; never an end-of-generation token under `--ignore-eos`.
@@ -21,6 +21,7 @@ impl Picker {
         ignore_eos: bool,
         sampling: &SamplingParams,
         prompt: &[Token],
+        grammar: Option<&Grammar>,
     ) -> Result<Self, GenerateError> {
         let banned = if ignore_eos {
             (0..model.n_vocab() as Token)
@@ -29,10 +30,12 @@ impl Picker {
         } else {
             Vec::new()
         };
-        let sampler = if sampling.is_greedy() {
+        // A grammar goes through the chain even when greedy: at temperature
+        // 0 the chain picks the argmax of what the grammar allows.
+        let sampler = if sampling.is_greedy() && grammar.is_none() {
             None
         } else {
-            let mut s = Sampler::new(model.n_vocab(), sampling)?;
+            let mut s = Sampler::with_grammar(model, sampling, grammar)?;
             // The penalties see the prompt's last tokens, as llama.cpp's own tools do.
             let window = prompt.len().saturating_sub(sampling.repeat_last_n as usize);
             prompt[window..].iter().for_each(|&t| s.accept(t));
@@ -45,9 +48,12 @@ impl Picker {
     pub(crate) fn pick(&mut self, ctx: &Context, i: i32) -> Result<Token, GenerateError> {
         let logits = checked(ctx.logits(i).ok_or(GenerateError::NoLogits)?)?;
         if let Some(s) = self.sampler.as_mut() {
-            return s
-                .sample(logits, &self.banned)
-                .ok_or(GenerateError::NoLogits);
+            let stuck = if s.has_grammar() {
+                GenerateError::GrammarDeadEnd
+            } else {
+                GenerateError::NoLogits
+            };
+            return s.sample(logits, &self.banned).ok_or(stuck);
         }
         let best = argmax(logits).ok_or(GenerateError::NoLogits)? as Token;
         if self.banned.binary_search(&best).is_err() {

@@ -53,10 +53,19 @@ pub fn generate_opts<'t>(
     if drafter.is_some() && (!opts.sampling.is_greedy() || opts.cached > 0) {
         return Err(GenerateError::DraftNeedsGreedy);
     }
+    if drafter.is_some() && opts.grammar.is_some() {
+        return Err(GenerateError::DraftWithGrammar);
+    }
     let cached = reuse_prefix(ctx, prompt, opts.cached)?;
     let n_batch = opts.n_batch.clamp(1, ctx.n_batch().max(1) as usize);
     let mut batch = Batch::new(n_batch);
-    let mut picker = Picker::new(ctx.model(), limit.ignore_eos, &opts.sampling, prompt)?;
+    let mut picker = Picker::new(
+        ctx.model(),
+        limit.ignore_eos,
+        &opts.sampling,
+        prompt,
+        opts.grammar.as_ref(),
+    )?;
     let model = ctx.model().clone();
     let t0 = Instant::now();
     let fresh = (&prompt[cached..], cached as i32);

@@ -59,6 +59,8 @@ pub enum LlamaError {
     Tokenize(String),
     #[error("sampler: {0}")]
     Sampler(String),
+    #[error(transparent)]
+    Grammar(#[from] super::grammar::GrammarError),
     #[error("chat template: {0}")]
     ChatTemplate(String),
     #[error("gguf: {0}")]

@@ -1,16 +1,21 @@
 //! llama.cpp's sampler chain for sampled (non-greedy) generation: penalties,
 //! top-k, top-p, min-p, temperature and a seeded draw, in llama.cpp's own
-//! order, applied to a logits row the caller hands in.
+//! order, applied to a logits row the caller hands in; a grammar, when the
+//! request constrains its output, first of all.
 
 use std::ptr::NonNull;
 
 use bmoe_decode::sampling::SamplingParams;
 use llama_cpp_sys_2 as sys;
 
-use super::{LlamaError, Token};
+use super::grammar::{Grammar, GrammarSampler};
+use super::{LlamaError, Model, Token};
 
 /// A sampler chain and the scratch array it works on.
 pub(crate) struct Sampler {
+    /// The grammar, first in the chain but told only of generated tokens
+    /// (the prompt is not grammar text).
+    grammar: Option<GrammarSampler>,
     chain: NonNull<sys::llama_sampler>,
     /// One entry per vocabulary token, refilled from each logits row.
     candidates: Vec<sys::llama_token_data>,
@@ -28,6 +33,7 @@ impl Sampler {
         let chain = unsafe { sys::llama_sampler_chain_init(params) };
         let chain = NonNull::new(chain).ok_or_else(failed)?;
         let sampler = Self {
+            grammar: None,
             chain,
             candidates: Vec::with_capacity(n_vocab),
         };
@@ -40,10 +46,41 @@ impl Sampler {
         Ok(sampler)
     }
 
-    /// Tell the penalties about a token of the text (prompt or generated).
+    /// The chain for `p` on `model`'s vocabulary with `grammar` first.
+    pub(crate) fn with_grammar(
+        model: &Model,
+        p: &SamplingParams,
+        grammar: Option<&Grammar>,
+    ) -> Result<Self, LlamaError> {
+        let mut s = Self::new(model.n_vocab(), p)?;
+        if let Some(g) = grammar {
+            s.grammar = Some(GrammarSampler::new(model.vocab(), g)?);
+        }
+        Ok(s)
+    }
+
+    /// Whether a grammar holds the output.
+    pub(crate) fn has_grammar(&self) -> bool {
+        self.grammar.is_some()
+    }
+
+    /// Tell the penalties about a token of the prompt.
     pub(crate) fn accept(&mut self, token: Token) {
         // SAFETY: valid chain; accept only updates its state.
         unsafe { sys::llama_sampler_accept(self.chain.as_ptr(), token) }
+    }
+
+    /// Tell the chain and the grammar about a generated token; false when
+    /// the grammar could not take it.
+    fn accept_generated(&mut self, token: Token) -> bool {
+        self.accept(token);
+        let Some(g) = &self.grammar else {
+            return true;
+        };
+        // SAFETY: a valid grammar sampler; the wrapper catches llama.cpp's
+        // exceptions (a token the grammar cannot take) into a status.
+        let status = unsafe { sys::llama_rs_sampler_accept(g.as_ptr(), token) };
+        status == sys::LLAMA_RS_STATUS_OK
     }
 
     /// Draw a token from `logits` with every token in `banned` (sorted) left
@@ -70,6 +107,11 @@ impl Sampler {
             selected: -1,
             sorted: false,
         };
+        if let Some(g) = &self.grammar {
+            // SAFETY: as below: the grammar only sets the logits of tokens it
+            // does not allow to -inf.
+            unsafe { sys::llama_sampler_apply(g.as_ptr(), &mut array) };
+        }
         // SAFETY: `array` points at `self.candidates`, alive and not otherwise
         // borrowed for the call; the chain may reorder and shrink it in place.
         unsafe { sys::llama_sampler_apply(self.chain.as_ptr(), &mut array) };
@@ -78,12 +120,12 @@ impl Sampler {
             .filter(|&i| i < array.size)?;
         // SAFETY: `i` is below the size of the array the chain left (its data
         // pointer and size, still within `candidates`).
-        let picked = unsafe { (*array.data.add(i)).id };
-        if banned.binary_search(&picked).is_ok() {
+        let picked = unsafe { *array.data.add(i) };
+        // -inf: nothing was allowed (the grammar's and the bans' leftovers).
+        if banned.binary_search(&picked.id).is_ok() || picked.logit == f32::NEG_INFINITY {
             return None;
         }
-        self.accept(picked);
-        Some(picked)
+        self.accept_generated(picked.id).then_some(picked.id)
     }
 }
 

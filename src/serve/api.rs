@@ -9,6 +9,7 @@ use serde::Deserialize;
 use bmoe_decode::sampling::SamplingParams;
 
 use super::chat_in::{self, InMessage};
+use super::constraint::{self, Constraint};
 use super::json_in;
 use crate::chat::Message;
 use crate::chat::TemplateOptions;
@@ -93,6 +94,9 @@ pub(crate) struct ChatRequest {
     /// `none`, `auto`, `required` or one function by name.
     #[serde(default)]
     pub(crate) tool_choice: Option<serde_json::Value>,
+    /// `text`, `json_object` or `json_schema`: structured output.
+    #[serde(default)]
+    pub(crate) response_format: Option<serde_json::Value>,
     /// The fields both routes share (read from the same body by [`parse`]).
     #[serde(skip)]
     pub(crate) common: Common,
@@ -202,6 +206,8 @@ pub(crate) struct JobSpec {
     /// Only count the prompt's tokens (`/v1/messages/count_tokens`): the
     /// job ends with its `Started` event.
     pub(crate) count_only: bool,
+    /// What the reply is held to (a grammar in the sampler).
+    pub(crate) constraint: Constraint,
 }
 
 #[derive(Debug, Clone)]
@@ -224,12 +230,20 @@ impl PromptSpec {
 impl ChatRequest {
     pub(crate) fn into_spec(self, defaults: &SamplingParams) -> Result<JobSpec, ApiError> {
         let messages = chat_in::messages(self.messages)?;
+        let (tools, choice) = chat_in::tools(self.tools, self.tool_choice)?;
+        let format = constraint::response_format(self.response_format.as_ref(), "response_format")?;
+        let constraint = Constraint::of(choice, tools.is_some(), format);
         let prompt = PromptSpec::Chat {
             messages,
-            tools: chat_in::tools(self.tools, self.tool_choice)?,
+            tools,
             options: self.chat_template_kwargs.unwrap_or_default(),
         };
-        self.common.into_spec(prompt, defaults)
+        let spec = JobSpec {
+            constraint,
+            ..self.common.into_spec(prompt, defaults)?
+        };
+        Constraint::check(&spec)?;
+        Ok(spec)
     }
 }
 
@@ -326,6 +340,7 @@ impl Common {
                 .is_some_and(|o| o.include_usage),
             requester: requester(self.user.as_deref()),
             count_only: false,
+            constraint: Constraint::None,
         })
     }
 

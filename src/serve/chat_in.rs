@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::api::ApiError;
 use super::json_in::kind;
 use super::tool_names::{ToolNames, OPENAI_MAX_CHARS};
+use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
 
 /// One message as sent.
@@ -162,12 +163,12 @@ fn tool_calls(i: usize, v: Value) -> Result<Value, ApiError> {
     Ok(Value::Array(out))
 }
 
-/// The tools the template gets: the request's `tools` checked, or None
-/// when it gives none or `tool_choice` is `"none"`.
+/// The tools the template gets and the choice among them: the request's
+/// `tools` checked, or None when it gives none or `tool_choice` is `"none"`.
 pub(crate) fn tools(
     tools: Option<Value>,
     choice: Option<Value>,
-) -> Result<Option<Value>, ApiError> {
+) -> Result<(Option<Value>, ToolChoice), ApiError> {
     let tools = match tools {
         None | Some(Value::Null) => None,
         Some(Value::Array(list)) if list.is_empty() => None,
@@ -175,10 +176,13 @@ pub(crate) fn tools(
         Some(_) => return Err(tools_shape(None)),
     };
     let choice = match choice {
-        None | Some(Value::Null) => None,
-        Some(c) => Some(check_choice(&c, tools.as_ref())?),
+        None | Some(Value::Null) => Some(ToolChoice::Auto),
+        Some(c) => check_choice(&c, tools.as_ref())?,
     };
-    Ok(tools.filter(|_| choice.as_deref() != Some("none")))
+    Ok(match choice {
+        Some(c) => (tools, c),
+        None => (None, ToolChoice::Auto),
+    })
 }
 
 fn tools_shape(at: Option<usize>) -> ApiError {
@@ -215,12 +219,14 @@ fn check_tools(list: Vec<Value>) -> Result<Value, ApiError> {
     Ok(Value::Array(list))
 }
 
-/// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function":
-/// {"name": N}}` naming one of the tools; its word ("function" for a name).
-fn check_choice(c: &Value, tools: Option<&Value>) -> Result<String, ApiError> {
+/// `"none"` (None), `"auto"`, `"required"` or `{"type": "function",
+/// "function": {"name": N}}` naming one of the tools.
+fn check_choice(c: &Value, tools: Option<&Value>) -> Result<Option<ToolChoice>, ApiError> {
     if let Some(word) = c.as_str() {
         return match word {
-            "none" | "auto" | "required" => Ok(word.into()),
+            "none" => Ok(None),
+            "auto" => Ok(Some(ToolChoice::Auto)),
+            "required" => Ok(Some(ToolChoice::Required)),
             _ => Err(bad(
                 "tool_choice",
                 format!("tool_choice {word:?}: give \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"),
@@ -245,7 +251,7 @@ fn check_choice(c: &Value, tools: Option<&Value>) -> Result<String, ApiError> {
             format!("tool_choice names {name:?}, which is not among the request's tools"),
         ));
     }
-    Ok("function".into())
+    Ok(Some(ToolChoice::Named(name.into())))
 }
 
 #[cfg(test)]

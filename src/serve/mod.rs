@@ -5,6 +5,7 @@
 mod anthropic;
 mod api;
 mod chat_in;
+mod constraint;
 mod job_prompt;
 mod json_in;
 mod metrics;

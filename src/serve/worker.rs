@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use bmoe_decode::metrics::DecodeMetrics;
 
 use super::api::{ApiError, JobSpec};
+use super::constraint::Constraint;
 use super::job_prompt::{prompt_of, server_error};
 use super::metrics as m;
 use super::sink::JobSink;
@@ -313,6 +314,10 @@ fn request_of(
         );
         return Err((e, job.events));
     }
+    let grammar = match Constraint::grammar(&job.spec, template.call_format()) {
+        Ok(g) => g,
+        Err(e) => return Err((e, job.events)),
+    };
     let room = (n_ctx - prompt.len()) as u32;
     let n_predict = match job.spec.max_tokens {
         Some(n) if n > room => {
@@ -338,6 +343,7 @@ fn request_of(
         return Err((e, job.events));
     }
     let opts = Options {
+        grammar,
         limit: Limit {
             n_predict,
             ignore_eos: false,

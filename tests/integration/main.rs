@@ -7,6 +7,7 @@ mod bench;
 mod cache_warm;
 mod chat;
 mod common;
+mod constrained;
 mod errors;
 mod eval_hook;
 mod faults;

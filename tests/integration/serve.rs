@@ -24,9 +24,13 @@ pub struct Server {
 impl Server {
     /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
     pub fn start(extra: &[&str]) -> Server {
-        let m = e8k2().to_str().unwrap().to_string();
+        Self::start_on(e8k2().to_str().unwrap(), &[&["-c", "512"], extra].concat())
+    }
+
+    /// `bmoe serve -m MODEL --port 0 -t 2 EXTRA...`, once it listens.
+    pub fn start_on(m: &str, extra: &[&str]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["serve", "-m", &m, "--port", "0", "-c", "512", "-t", "2"])
+            .args(["serve", "-m", m, "--port", "0", "-t", "2"])
             .args(extra)
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
             .env_remove("RUST_LOG")

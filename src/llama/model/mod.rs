@@ -69,7 +69,7 @@ impl Model {
         self.ptr.as_ptr()
     }
 
-    fn vocab(&self) -> *const sys::llama_vocab {
+    pub(crate) fn vocab(&self) -> *const sys::llama_vocab {
         // The model pointer is valid for `self`'s lifetime; the vocab it
         // returns is owned by the model and lives as long.
         // SAFETY: as the comment above says.

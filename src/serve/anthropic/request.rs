@@ -7,8 +7,10 @@
 use bmoe_decode::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
+use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
 use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec, StopIn, MAX_STOP_STRINGS};
+use crate::serve::constraint::Constraint;
 use crate::serve::tool_names::{ToolNames, ANTHROPIC_MAX_CHARS};
 
 /// A checked request.
@@ -71,7 +73,7 @@ pub(super) fn parse(
     if !system_texts.is_empty() {
         messages.insert(0, Message::new("system", &system_texts.join("\n\n")));
     }
-    let tools = tools(&o)?;
+    let (tools, choice) = tools(&o)?;
     let stops = stop_sequences(&o)?;
     let common = Common {
         max_tokens: Some(max_tokens),
@@ -88,8 +90,11 @@ pub(super) fn parse(
         tools,
         options: thinking(&o)?,
     };
+    let offered = matches!(&prompt, PromptSpec::Chat { tools: Some(_), .. });
     let mut spec = common.into_spec(prompt, defaults)?;
     spec.count_only = purpose == Purpose::Count;
+    spec.constraint = Constraint::of(choice, offered, Constraint::None);
+    Constraint::check(&spec)?;
     Ok(MessagesRequest { spec })
 }
 
@@ -341,10 +346,10 @@ fn tool_result(path: &str, b: &Obj) -> Result<Message, ApiError> {
 }
 
 /// The tools as the chat template expects them (OpenAI-shaped functions), or
-/// None when none are given or `tool_choice` is none.
-fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
+/// None when none are given or `tool_choice` is none; the choice among them.
+fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
     let list = match o.get("tools") {
-        None | Some(Value::Null) => return tool_choice(o, &[]).map(|_| None),
+        None | Some(Value::Null) => return tool_choice(o, &[]).map(|_| (None, ToolChoice::Auto)),
         Some(Value::Array(l)) => l,
         Some(v) => return Err(bad(format!("tools must be an array of tools, not {v}"))),
     };
@@ -387,24 +392,27 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
         .iter()
         .filter_map(|t| t["function"]["name"].as_str())
         .collect();
-    let offered = tool_choice(o, &names)?;
-    Ok((offered && !out.is_empty()).then_some(Value::Array(out)))
+    Ok(match tool_choice(o, &names)? {
+        Some(choice) if !out.is_empty() => (Some(Value::Array(out)), choice),
+        _ => (None, ToolChoice::Auto),
+    })
 }
 
-/// `tool_choice`: whether tools are offered at all (false for none). `any`
-/// and `tool` are taken but not enforced: the model is offered the tools.
-fn tool_choice(o: &Obj, names: &[&str]) -> Result<bool, ApiError> {
+/// `tool_choice`: None for none (no tools offered); `any` forces a call to
+/// one of the tools, `tool` to the one named.
+fn tool_choice(o: &Obj, names: &[&str]) -> Result<Option<ToolChoice>, ApiError> {
     let c = match o.get("tool_choice") {
-        None | Some(Value::Null) => return Ok(true),
+        None | Some(Value::Null) => return Ok(Some(ToolChoice::Auto)),
         Some(v) => block("tool_choice", v)?,
     };
     match string(c, "type", "tool_choice")? {
-        "auto" | "any" => Ok(true),
-        "none" => Ok(false),
+        "auto" => Ok(Some(ToolChoice::Auto)),
+        "any" => Ok(Some(ToolChoice::Required)),
+        "none" => Ok(None),
         "tool" => {
             let name = string(c, "name", "tool_choice")?;
             if names.contains(&name) {
-                Ok(true)
+                Ok(Some(ToolChoice::Named(name.into())))
             } else {
                 Err(bad(format!(
                     "tool_choice.name {name:?} is not one of the tools given"

@@ -9,8 +9,10 @@
 use bmoe_decode::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
+use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
 use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec};
+use crate::serve::constraint::{response_format, Constraint};
 use crate::serve::json_in::kind;
 use crate::serve::tool_names::{ToolNames, OPENAI_MAX_CHARS};
 
@@ -56,7 +58,8 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<ResponsesR
     let mut chat = Chat::default();
     chat.system.extend(instructions.clone());
     input(o.get("input"), &mut chat)?;
-    let tools = tools(&o)?;
+    let (tools, choice) = tools(&o)?;
+    let format = response_format(o.get("text").and_then(|t| t.get("format")), "text.format")?;
     let max_output_tokens = int(&o, "max_output_tokens")?;
     if let Some(n) = max_output_tokens.filter(|&n| n < 1) {
         return Err(bad(
@@ -77,8 +80,12 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<ResponsesR
         tools,
         options: Default::default(),
     };
+    let offered = matches!(&prompt, PromptSpec::Chat { tools: Some(_), .. });
+    let mut spec = common.into_spec(prompt, defaults)?;
+    spec.constraint = Constraint::of(choice, offered, format);
+    Constraint::check(&spec)?;
     Ok(ResponsesRequest {
-        spec: common.into_spec(prompt, defaults)?,
+        spec,
         instructions,
         max_output_tokens,
     })
@@ -295,9 +302,10 @@ fn text(v: Option<&Value>, path: &str) -> Result<String, ApiError> {
 }
 
 /// The function tools as the chat template expects them (OpenAI chat-shaped),
-/// or None when there are none or `tool_choice` is `none`. Tools of other
-/// types (web search, hosted, namespaced, custom) are left out, said at -v.
-fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
+/// or None when there are none or `tool_choice` is `none`, and the choice
+/// among them. Tools of other types (web search, hosted, namespaced, custom)
+/// are left out, said at -v.
+fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
     let list = match o.get("tools") {
         None | Some(Value::Null) => &Vec::new(),
         Some(Value::Array(l)) => l,
@@ -345,20 +353,23 @@ fn tools(o: &Obj) -> Result<Option<Value>, ApiError> {
         }
         out.push(json!({"type": "function", "function": function}));
     }
-    let offered = tool_choice(o, &out)?;
-    Ok((offered && !out.is_empty()).then_some(Value::Array(out)))
+    Ok(match tool_choice(o, &out)? {
+        Some(choice) if !out.is_empty() => (Some(Value::Array(out)), choice),
+        _ => (None, ToolChoice::Auto),
+    })
 }
 
-/// `tool_choice`: whether tools are offered (false for `none`). A named
-/// function must be one of the tools; `required` and a name are taken but
-/// not enforced; choices of hosted tools are taken as `auto`.
-fn tool_choice(o: &Obj, tools: &[Value]) -> Result<bool, ApiError> {
+/// `tool_choice`: None for `none` (no tools offered). `required` forces a
+/// call, a named function (one of the tools) that one; choices of hosted
+/// tools are taken as `auto`.
+fn tool_choice(o: &Obj, tools: &[Value]) -> Result<Option<ToolChoice>, ApiError> {
     let shape = "tool_choice: give \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}";
     match o.get("tool_choice") {
-        None | Some(Value::Null) => Ok(true),
+        None | Some(Value::Null) => Ok(Some(ToolChoice::Auto)),
         Some(Value::String(s)) => match s.as_str() {
-            "none" => Ok(false),
-            "auto" | "required" => Ok(true),
+            "none" => Ok(None),
+            "auto" => Ok(Some(ToolChoice::Auto)),
+            "required" => Ok(Some(ToolChoice::Required)),
             _ => Err(bad("tool_choice", format!("tool_choice {s:?}: {shape}"))),
         },
         Some(Value::Object(c)) => match c.get("type").and_then(Value::as_str) {
@@ -368,7 +379,7 @@ fn tool_choice(o: &Obj, tools: &[Value]) -> Result<bool, ApiError> {
                     .and_then(Value::as_str)
                     .ok_or_else(|| bad("tool_choice", shape))?;
                 if tools.iter().any(|t| t["function"]["name"] == name) {
-                    Ok(true)
+                    Ok(Some(ToolChoice::Named(name.into())))
                 } else {
                     Err(bad(
                         "tool_choice",
@@ -378,7 +389,7 @@ fn tool_choice(o: &Obj, tools: &[Value]) -> Result<bool, ApiError> {
             }
             Some(other) => {
                 tracing::info!("tool_choice of type {other:?} taken as auto");
-                Ok(true)
+                Ok(Some(ToolChoice::Auto))
             }
             None => Err(bad("tool_choice", shape)),
         },

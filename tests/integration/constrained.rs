@@ -1,0 +1,261 @@
+//! Constrained decoding on a zoo model (random weights: only the grammar can
+//! make its reply a valid call or valid JSON): `tool_choice` `required` (and
+//! Anthropic's `any`) gives a call in each conformance family's own format
+//! whose arguments validate against the tool's schema; `response_format` and
+//! `text.format` give JSON that validates, the same streamed; a schema the
+//! converter refuses is a 400 naming the part.
+
+use serde_json::{json, Value};
+
+use crate::common::zoo_model;
+use crate::serve::{sse_data, Server};
+
+/// The zoo model every test here serves (random weights).
+fn model() -> String {
+    zoo_model("qwen3moe", "f32")
+}
+
+fn template(file: &str) -> String {
+    format!("{}/tests/data/templates/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A tool schema whose every value is bounded (enums, ranges, booleans), so
+/// a forced call is short whatever the weights.
+fn weather() -> Value {
+    json!({"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "metric": {"type": "boolean"}},
+        "required": ["city", "days", "metric"]})
+}
+
+/// `v` checked against `schema` with a JSON-schema validator.
+fn assert_valid(schema: &Value, v: &Value, what: &str) {
+    let validator = jsonschema::validator_for(schema).expect("a valid schema");
+    let errors: Vec<String> = validator.iter_errors(v).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "{what}: {v} does not validate: {errors:?}"
+    );
+}
+
+/// One server with `file`'s template: a forced call through the OpenAI chat
+/// route (`required`) and the Anthropic route (`any`), each valid.
+fn forced_calls(file: &str) {
+    let t = template(file);
+    let server = Server::start_on(&model(), &["-c", "2048", "--chat-template-file", &t]);
+    let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": user, "max_tokens": 320, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "description": "The weather", "parameters": weather()}}]}),
+    );
+    assert_eq!(status, 200, "{file}: {body}");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{file}: {body}");
+    let call = &choice["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{file}: {body}");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().expect("text"))
+        .unwrap_or_else(|e| panic!("{file}: arguments are JSON: {e}: {body}"));
+    assert_valid(&weather(), &args, &format!("{file} chat"));
+
+    let (status, body) = server.post(
+        "/v1/messages",
+        &json!({"messages": user, "max_tokens": 320, "tool_choice": {"type": "any"},
+            "tools": [{"name": "get_weather", "description": "The weather",
+                "input_schema": weather()}]}),
+    );
+    assert_eq!(status, 200, "{file}: {body}");
+    assert_eq!(body["stop_reason"], "tool_use", "{file}: {body}");
+    let used = body["content"]
+        .as_array()
+        .and_then(|c| c.iter().find(|b| b["type"] == "tool_use"))
+        .unwrap_or_else(|| panic!("{file}: a tool_use block: {body}"));
+    assert_eq!(used["name"], "get_weather", "{file}: {body}");
+    assert_valid(&weather(), &used["input"], &format!("{file} anthropic"));
+}
+
+macro_rules! forced_call_tests {
+    ($($name:ident: $file:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            forced_calls($file);
+        }
+    )*};
+}
+
+forced_call_tests! {
+    gpt_oss_forces_a_harmony_call: "openai-gpt-oss-120b.jinja";
+    qwen3_forces_a_hermes_call: "Qwen-Qwen3-0.6B.jinja";
+    qwen3_coder_forces_an_xml_call: "Qwen3-Coder.jinja";
+    qwen35_forces_an_xml_call: "Qwen3.5-4B.jinja";
+    deepseek_v31_forces_a_call: "deepseek-ai-DeepSeek-V3.1.jinja";
+    deepseek_v32_forces_a_dsml_call: "deepseek-ai-DeepSeek-V3.2.jinja";
+    kimi_k2_forces_a_section_call: "moonshotai-Kimi-K2.jinja";
+    kimi_k2_thinking_forces_a_section_call: "Kimi-K2-Thinking.jinja";
+    nemotron_nano_v2_forces_a_json_list_call: "NVIDIA-Nemotron-Nano-v2.jinja";
+    nemotron_3_nano_forces_an_xml_call: "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja";
+    mistral_small_31_forces_a_call: "mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja";
+    mistral_small_32_forces_a_call: "Mistral-Small-3.2-24B-Instruct-2506.jinja";
+    glm_46_forces_an_arg_key_call: "GLM-4.6.jinja";
+    glm_47_flash_forces_an_arg_key_call: "GLM-4.7-Flash.jinja";
+    minimax_m2_forces_an_invoke_call: "MiniMax-M2.jinja";
+    lfm25_forces_a_pythonic_call: "LFM2.5-8B-A1B.jinja";
+}
+
+/// Nested objects, an array, enums and required fields, all bounded.
+fn order() -> Value {
+    json!({"type": "object", "properties": {
+        "kind": {"type": "string", "enum": ["pizza", "soup"]},
+        "size": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 1, "maximum": 3},
+            "large": {"type": "boolean"}}, "required": ["n", "large"]},
+        "extras": {"type": "array", "items": {"type": "string", "enum": ["cheese", "basil"]},
+            "minItems": 1, "maxItems": 2}},
+        "required": ["kind", "size", "extras"]})
+}
+
+/// `response_format` json_schema: whole, greedy and sampled, valid; streamed,
+/// the same content; `text.format` on the Responses route, valid; refused
+/// schemas and tools, a 400 naming the part.
+#[test]
+fn structured_output_validates_whole_streamed_and_on_responses() {
+    let server = Server::start_on(&model(), &["-c", "512"]);
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "order", "strict": true, "schema": order()}});
+    let ask = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "Order food"}],
+            "max_tokens": 120, "response_format": format});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let (status, body) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 200, "{body}");
+    let content = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v: Value = serde_json::from_str(&content).unwrap_or_else(|e| panic!("{e}: {content}"));
+    assert_valid(&order(), &v, "greedy");
+
+    let (_, text) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        &ask(json!({"stream": true})).to_string(),
+        &[],
+    );
+    let streamed: String = sse_data(&text)
+        .iter()
+        .filter(|d| d.as_str() != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, content);
+
+    let sampled = ask(json!({"temperature": 0.9, "seed": 7}));
+    let (status, body) = server.post("/v1/chat/completions", &sampled);
+    assert_eq!(status, 200, "{body}");
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    let v: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {content}"));
+    assert_valid(&order(), &v, "sampled");
+
+    let (status, body) = server.post(
+        "/v1/responses",
+        &json!({"input": "Order food", "max_output_tokens": 120,
+            "text": {"format": {"type": "json_schema", "name": "order", "schema": order()}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let text = body["output"]
+        .as_array()
+        .and_then(|o| o.iter().find(|i| i["type"] == "message"))
+        .map(|m| {
+            m["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_else(|| panic!("a message: {body}"));
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_valid(&order(), &v, "responses");
+
+    let refused = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/nowhere"}}});
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": refused}}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "response_format", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at /properties/a"), "{message}");
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": refused}}]}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "tools", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("tools[0] (f) parameters:"), "{message}");
+}
+
+/// Under `auto` the grammar is lazy: the agent fixture's reply (`Hello`)
+/// stays text; `required`, a named function and the Responses route's
+/// `required` override those weights with a call.
+#[test]
+fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
+    let m = crate::common::agent_model().to_str().unwrap().to_string();
+    let server = Server::start_on(&m, &["-c", "1024"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": weather()}}]);
+    let chat = |choice: Value| {
+        let (status, body) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 200,
+                "tools": tools, "tool_choice": choice}),
+        );
+        assert_eq!(status, 200, "{body}");
+        body["choices"][0].clone()
+    };
+    let auto = chat(json!("auto"));
+    assert_eq!(auto["message"]["content"], "Hello", "{auto}");
+    assert!(auto["message"].get("tool_calls").is_none(), "{auto}");
+    for forced in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+    ] {
+        let c = chat(forced);
+        let call = &c["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "get_weather", "{c}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_valid(&weather(), &args, "agent chat");
+    }
+    let streamed = json!({"messages": [{"role": "user", "content": "Weather?"}],
+        "max_tokens": 200, "tools": tools, "tool_choice": "required", "stream": true});
+    let (_, text) = server.request("POST", "/v1/chat/completions", &streamed.to_string(), &[]);
+    let call = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
+        .unwrap_or_else(|| panic!("a streamed call: {text}"));
+    assert_eq!(call["function"]["name"], "get_weather", "{call}");
+    let (status, body) = server.post(
+        "/v1/responses",
+        &json!({"input": "Weather?", "max_output_tokens": 200, "tool_choice": "required",
+            "tools": [{"type": "function", "name": "get_weather", "parameters": weather()}]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let call = body["output"]
+        .as_array()
+        .and_then(|o| o.iter().find(|i| i["type"] == "function_call"))
+        .unwrap_or_else(|| panic!("a function_call item: {body}"));
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_valid(&weather(), &args, "agent responses");
+}
