@@ -8,6 +8,7 @@
 use serde_json::{json, Value};
 
 use super::api::{JobSpec, PromptSpec};
+use crate::chat::reasoning::{self, ThinkStream};
 use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed};
 
 /// How one request's reply is split.
@@ -16,6 +17,54 @@ pub(crate) struct ReplySplit {
     format: CallFormat,
     /// The request's tools (their schemas type XML parameters).
     tools: Option<Value>,
+    /// `Some(open)`: the template writes `<think>` blocks, and `open` says
+    /// the prompt opened one (the reply starts with reasoning).
+    think: Option<bool>,
+}
+
+/// A streaming reply's split: its reasoning block first, then its calls.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyStream {
+    think: Option<ThinkStream>,
+    calls: CallStream,
+    /// The reasoning handed out so far.
+    reasoning: String,
+}
+
+/// What a piece of a streaming reply made known.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shown {
+    pub(crate) reasoning: String,
+    pub(crate) content: String,
+}
+
+impl ReplyStream {
+    /// Take the next piece of the reply.
+    pub(crate) fn push(&mut self, piece: &str) -> Shown {
+        let answer = match self.think.as_mut() {
+            Some(t) => {
+                let d = t.push(piece);
+                self.reasoning.push_str(&d.reasoning);
+                let mut shown = self.answer(&d.answer);
+                shown.reasoning.insert_str(0, &d.reasoning);
+                return shown;
+            }
+            None => piece,
+        };
+        self.answer(answer)
+    }
+
+    /// Answer text through the call split (harmony's reasoning comes out of it).
+    fn answer(&mut self, text: &str) -> Shown {
+        let content = if text.is_empty() {
+            String::new()
+        } else {
+            self.calls.push(text)
+        };
+        let reasoning = self.calls.take_reasoning();
+        self.reasoning.push_str(&reasoning);
+        Shown { reasoning, content }
+    }
 }
 
 impl ReplySplit {
@@ -27,13 +76,23 @@ impl ReplySplit {
             } => Self {
                 format,
                 tools: Some(tools.clone()),
+                think: None,
             },
             PromptSpec::Chat { .. } if format == CallFormat::Harmony => Self {
                 format,
-                tools: None,
+                ..Self::default()
             },
             _ => Self::default(),
         }
+    }
+
+    /// The same split, reasoning blocks split off first when `on` (a chat
+    /// under a template that writes them); `open`: the prompt opened one.
+    pub(crate) fn thinking(mut self, on: bool, open: bool) -> Self {
+        if on {
+            self.think = Some(open);
+        }
+        self
     }
 
     /// Whether the reply must be detokenized with its special tokens as
@@ -45,22 +104,59 @@ impl ReplySplit {
     /// A split in `format` for a request that offered `tools`.
     #[cfg(test)]
     pub(crate) fn new(format: CallFormat, tools: Option<Value>) -> Self {
-        Self { format, tools }
+        Self {
+            format,
+            tools,
+            think: None,
+        }
     }
 
-    /// A whole reply split into content and calls.
+    /// As [`ReplySplit::new`], for a template that writes reasoning blocks.
+    #[cfg(test)]
+    pub(crate) fn new_thinking(format: CallFormat, tools: Option<Value>, open: bool) -> Self {
+        Self {
+            think: Some(open),
+            ..Self::new(format, tools)
+        }
+    }
+
+    /// A whole reply split into reasoning, content and calls.
     pub(crate) fn parse(&self, text: &str) -> Parsed {
-        parse_with_tools(self.format, text, self.tools.as_ref())
+        let Some(open) = self.think else {
+            return parse_with_tools(self.format, text, self.tools.as_ref());
+        };
+        let (reasoning, answer) = reasoning::split(text, open);
+        let mut p = parse_with_tools(self.format, &answer, self.tools.as_ref());
+        p.reasoning = join(reasoning, p.reasoning.take());
+        p
     }
 
-    /// The end of a streaming split: the text still held back and the calls.
-    pub(crate) fn finish(&self, split: CallStream) -> (String, Parsed) {
-        split.finish(self.tools.as_ref())
+    /// The end of a streaming split: what was still held back and the
+    /// whole split (its reasoning and content are what went out plus that
+    /// rest).
+    pub(crate) fn finish(&self, mut split: ReplyStream) -> (Shown, Parsed) {
+        let mut rest = Shown::default();
+        if let Some(t) = split.think.take() {
+            let d = t.finish();
+            split.reasoning.push_str(&d.reasoning);
+            rest = split.answer(&d.answer);
+            rest.reasoning.insert_str(0, &d.reasoning);
+        }
+        let (content, mut p) = split.calls.finish(self.tools.as_ref());
+        rest.content.push_str(&content);
+        if self.think.is_some() {
+            p.reasoning = Some(split.reasoning);
+        }
+        (rest, p)
     }
 
     /// A streaming split.
-    pub(crate) fn stream(&self) -> CallStream {
-        CallStream::new(self.format)
+    pub(crate) fn stream(&self) -> ReplyStream {
+        ReplyStream {
+            think: self.think.map(ThinkStream::new),
+            calls: CallStream::new(self.format),
+            reasoning: String::new(),
+        }
     }
 
     /// The whole reply's choice: its message and finish reason.
@@ -85,15 +181,23 @@ impl ReplySplit {
     /// `delta`s of the calls, and the finish reason.
     pub(crate) fn end(
         &self,
-        split: CallStream,
+        split: ReplyStream,
         finish: &'static str,
-    ) -> (String, Vec<Value>, &'static str) {
+    ) -> (Shown, Vec<Value>, &'static str) {
         let (rest, p) = self.finish(split);
         let deltas = match calls_json(&p, true) {
             Value::Array(v) => v.into_iter().map(|c| json!({"tool_calls": [c]})).collect(),
             _ => Vec::new(),
         };
         (rest, deltas, finish_reason(&p, finish))
+    }
+}
+
+/// Two reasonings in one (either may be missing).
+fn join(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + &b),
+        (a, b) => a.or(b),
     }
 }
 
@@ -164,10 +268,10 @@ mod tests {
         let mut s = split.stream();
         let mut shown = String::new();
         for piece in reply.as_bytes().chunks(5) {
-            shown.push_str(&s.push(std::str::from_utf8(piece).expect("ASCII")));
+            shown.push_str(&s.push(std::str::from_utf8(piece).expect("ASCII")).content);
         }
         let (rest, deltas, finish) = split.end(s, "stop");
-        assert_eq!(shown + &rest, "Two.");
+        assert_eq!(shown + &rest.content, "Two.");
         assert_eq!(finish, "tool_calls");
         assert_eq!(deltas.len(), 2);
         assert_eq!(deltas[1]["tool_calls"][0]["index"], 1);
@@ -178,9 +282,9 @@ mod tests {
 
         let broken = "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0";
         let mut s = split.stream();
-        let shown = s.push(broken);
+        let shown = s.push(broken).content;
         let (rest, deltas, finish) = split.end(s, "length");
-        assert_eq!(shown + &rest, broken);
+        assert_eq!(shown + &rest.content, broken);
         assert!(deltas.is_empty());
         assert_eq!(finish, "length");
     }

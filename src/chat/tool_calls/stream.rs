@@ -16,6 +16,10 @@ pub struct CallStream {
     sent: String,
     /// A call opened: no more content until the end.
     in_calls: bool,
+    /// Harmony's reasoning (its analysis channel) already handed out, and
+    /// what the last piece added to it.
+    reasoning_sent: String,
+    reasoning_new: String,
 }
 
 impl CallStream {
@@ -34,10 +38,27 @@ impl CallStream {
         }
         self.text.push_str(piece);
         let ready = match self.format {
-            CallFormat::Harmony => harmony::parse(&self.text, true).content,
+            CallFormat::Harmony => {
+                let p = harmony::parse(&self.text, true);
+                self.reasoning_advance(p.reasoning.as_deref().unwrap_or(""));
+                p.content
+            }
             _ => self.before_calls(),
         };
         self.advance(&ready)
+    }
+
+    /// The reasoning the pieces since the last call made known (harmony's
+    /// analysis channel; empty for the other formats).
+    pub fn take_reasoning(&mut self) -> String {
+        std::mem::take(&mut self.reasoning_new)
+    }
+
+    fn reasoning_advance(&mut self, ready: &str) {
+        if let Some(new) = ready.strip_prefix(self.reasoning_sent.as_str()) {
+            self.reasoning_new.push_str(new);
+            self.reasoning_sent.push_str(new);
+        }
     }
 
     /// The reply ended: the content not yet handed out, and the whole split

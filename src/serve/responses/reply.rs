@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::ResponsesRequest;
-use crate::chat::tool_calls::{CallStream, Parsed};
+use crate::chat::tool_calls::Parsed;
 use crate::serve::api::ApiError;
 use crate::serve::routes;
-use crate::serve::tools::ReplySplit;
+use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
 use crate::serve::worker::{App, Done, Event};
 
 /// What every part of one reply carries.
@@ -52,7 +52,11 @@ pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, Ap
         top_p: req.spec.sampling.top_p,
         calls: ReplySplit::of(&req.spec, app.call_format),
     };
-    let (rx, _) = routes::start_job(app, req.spec).await?;
+    let (rx, started) = routes::start_job(app, req.spec).await?;
+    let head = Head {
+        calls: head.calls.thinking(app.thinks, started.reasoning_open),
+        ..head
+    };
     if stream {
         return Ok(sse(head, rx).into_response());
     }
@@ -127,10 +131,24 @@ impl Head {
 
     /// The reasoning item, when the reply's reasoning was split from it.
     fn reasoning(&self, p: &Parsed) -> Option<Value> {
-        p.reasoning.as_ref().map(|r| {
-            json!({"id": self.id.replacen("resp_", "rs_", 1), "type": "reasoning", "summary": [],
-                   "content": [{"type": "reasoning_text", "text": r}]})
-        })
+        p.reasoning
+            .as_deref()
+            .map(|r| self.reasoning_item(r, "completed"))
+    }
+
+    fn reasoning_id(&self) -> String {
+        self.id.replacen("resp_", "rs_", 1)
+    }
+
+    /// A reasoning item holding `text` (no content while in progress).
+    fn reasoning_item(&self, text: &str, status: &str) -> Value {
+        let content = if status == "in_progress" {
+            json!([])
+        } else {
+            json!([{"type": "reasoning_text", "text": text}])
+        };
+        json!({"id": self.reasoning_id(), "type": "reasoning", "summary": [],
+               "status": status, "content": content})
     }
 
     /// The whole response: any reasoning, the message (when it has text or
@@ -164,7 +182,12 @@ pub(super) struct Streamer {
     /// The text streamed so far, once the message item is open.
     text: Option<String>,
     done: Vec<Value>,
-    split: Option<CallStream>,
+    split: Option<ReplyStream>,
+    /// The reasoning streamed so far, while its item is open.
+    reasoning: Option<String>,
+    /// Reasoning that came after the message opened (harmony's channels
+    /// may interleave): its own item at the end.
+    late_reasoning: String,
 }
 
 impl Streamer {
@@ -176,6 +199,8 @@ impl Streamer {
             text: None,
             done: Vec::new(),
             split,
+            reasoning: None,
+            late_reasoning: String::new(),
         }
     }
 
@@ -200,9 +225,61 @@ impl Streamer {
         self.done.len()
     }
 
-    /// Text shown: the message item opened first if it is not yet.
-    fn text(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
+    /// Reasoning shown: the reasoning item opened first if it is not yet
+    /// (held for its own item at the end once the message opened).
+    fn reasoning(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
         let mut out = Vec::new();
+        if shown.is_empty() {
+            return out;
+        }
+        if self.text.is_some() {
+            self.late_reasoning.push_str(shown);
+            return out;
+        }
+        let (index, item_id) = (self.done.len(), self.head.reasoning_id());
+        if self.reasoning.is_none() {
+            self.reasoning = Some(String::new());
+            let item = self.head.reasoning_item("", "in_progress");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+        }
+        if let Some(r) = self.reasoning.as_mut() {
+            r.push_str(shown);
+        }
+        out.push(self.event(
+            "response.reasoning_text.delta",
+            json!({"output_index": index, "item_id": item_id, "content_index": 0, "delta": shown}),
+        ));
+        out
+    }
+
+    /// The reasoning item closed, when one is open.
+    fn close_reasoning(&mut self) -> Vec<(&'static str, Value)> {
+        let Some(text) = self.reasoning.take() else {
+            return Vec::new();
+        };
+        let (index, item_id) = (self.done.len(), self.head.reasoning_id());
+        let item = self.head.reasoning_item(&text, "completed");
+        let out = vec![
+            self.event(
+                "response.reasoning_text.done",
+                json!({"output_index": index, "item_id": item_id, "content_index": 0, "text": text}),
+            ),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item.clone()}),
+            ),
+        ];
+        self.done.push(item);
+        out
+    }
+
+    /// Text shown: the reasoning item closed and the message item opened
+    /// first if they are not yet.
+    fn text(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
+        let mut out = self.close_reasoning();
         let (index, item_id) = (self.message_index(), self.head.message_id());
         if self.text.is_none() {
             self.text = Some(String::new());
@@ -231,14 +308,18 @@ impl Streamer {
     }
 
     pub(super) fn push(&mut self, piece: &str) -> Vec<(&'static str, Value)> {
-        let shown = match self.split.as_mut() {
-            Some(s) => s.push(piece),
-            None => return Vec::new(),
-        };
-        if shown.is_empty() {
-            return Vec::new();
+        match self.split.as_mut().map(|s| s.push(piece)) {
+            Some(shown) => self.shown(&shown),
+            None => Vec::new(),
         }
-        self.text(&shown)
+    }
+
+    fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
+        let mut out = self.reasoning(&shown.reasoning);
+        if !shown.content.is_empty() {
+            out.extend(self.text(&shown.content));
+        }
+        out
     }
 
     /// The message item closed (opened first, empty, when the reply has
@@ -280,12 +361,15 @@ impl Streamer {
             return Vec::new();
         };
         let (rest, parsed) = self.head.calls.finish(split);
-        let mut out = Vec::new();
-        if !rest.is_empty() {
-            out.extend(self.text(&rest));
-        }
+        let mut out = self.shown(&rest);
         let calls = self.head.calls(&parsed);
+        out.extend(self.close_reasoning());
         out.extend(self.close_message(!calls.is_empty()));
+        let late = std::mem::take(&mut self.late_reasoning);
+        if !late.is_empty() {
+            out.extend(self.reasoning(&late));
+            out.extend(self.close_reasoning());
+        }
         for call in calls {
             let index = self.done.len();
             let mut open = call.clone();
