@@ -23,7 +23,7 @@ use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
 use super::responses;
-use super::tools::{ReplySplit, Shown};
+use super::tools::{call_deltas, ReplySplit, Shown};
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// Anthropic's header for the API key.
@@ -469,12 +469,8 @@ fn sse(
         let out: Vec<SseEvent> = match ev {
             Event::Text(t) => reply.deltas(&split.push(&t)).map(chunk).collect(),
             Event::Done(d) => {
-                let (rest, calls, finish) =
-                    reply.calls.end(std::mem::take(&mut split), d.finish_reason);
-                let calls = calls
-                    .into_iter()
-                    .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}));
-                let mut v: Vec<SseEvent> = reply.deltas(&rest).chain(calls).map(chunk).collect();
+                let (rest, finish) = reply.calls.end(std::mem::take(&mut split), d.finish_reason);
+                let mut v: Vec<SseEvent> = reply.deltas(&rest).map(chunk).collect();
                 // The finish chunk carries bmoe's notes (a reply cut short says so).
                 let mut last = reply.envelope(json!([reply.choice("", Some(finish), true)]), true);
                 last["bmoe"] = json!({"notes": d.notes});
@@ -498,12 +494,14 @@ fn sse(
 }
 
 /// A streamed piece's choices: its reasoning (`delta.reasoning_content`),
-/// then its content, each when there is some.
+/// its content, then its calls (`delta.tool_calls`), each when there is some.
 fn shown_deltas(shown: &Shown) -> impl Iterator<Item = Value> + Send {
-    let reasoning = (!shown.reasoning.is_empty()).then(
-        || json!({"index": 0, "delta": {"reasoning_content": shown.reasoning}, "finish_reason": null}),
-    );
-    let content = (!shown.content.is_empty())
-        .then(|| json!({"index": 0, "delta": {"content": shown.content}, "finish_reason": null}));
-    reasoning.into_iter().chain(content)
+    let reasoning =
+        (!shown.reasoning.is_empty()).then(|| json!({"reasoning_content": shown.reasoning}));
+    let content = (!shown.content.is_empty()).then(|| json!({"content": shown.content}));
+    reasoning
+        .into_iter()
+        .chain(content)
+        .chain(call_deltas(shown))
+        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}))
 }

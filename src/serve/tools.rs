@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::api::{JobSpec, PromptSpec};
 use crate::chat::reasoning::{self, ThinkStream};
-use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed};
+use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed, ToolCall};
 
 /// How one request's reply is split.
 #[derive(Debug, Clone, Default)]
@@ -29,6 +29,8 @@ pub(crate) struct ReplyStream {
     calls: CallStream,
     /// The reasoning handed out so far.
     reasoning: String,
+    /// The calls handed out so far.
+    calls_taken: usize,
 }
 
 /// What a piece of a streaming reply made known.
@@ -36,6 +38,9 @@ pub(crate) struct ReplyStream {
 pub(crate) struct Shown {
     pub(crate) reasoning: String,
     pub(crate) content: String,
+    /// The calls it decided, the first being the reply's `calls_from`th.
+    pub(crate) calls: Vec<ToolCall>,
+    pub(crate) calls_from: usize,
 }
 
 impl ReplyStream {
@@ -63,7 +68,15 @@ impl ReplyStream {
         };
         let reasoning = self.calls.take_reasoning();
         self.reasoning.push_str(&reasoning);
-        Shown { reasoning, content }
+        let calls = self.calls.take_calls();
+        let calls_from = self.calls_taken;
+        self.calls_taken += calls.len();
+        Shown {
+            reasoning,
+            content,
+            calls,
+            calls_from,
+        }
     }
 }
 
@@ -142,8 +155,12 @@ impl ReplySplit {
             rest = split.answer(&d.answer);
             rest.reasoning.insert_str(0, &d.reasoning);
         }
-        let (content, mut p) = split.calls.finish(self.tools.as_ref());
+        let (content, calls, mut p) = split.calls.finish();
         rest.content.push_str(&content);
+        if rest.calls.is_empty() {
+            rest.calls_from = split.calls_taken;
+        }
+        rest.calls.extend(calls);
         if self.think.is_some() {
             p.reasoning = Some(split.reasoning);
         }
@@ -154,8 +171,8 @@ impl ReplySplit {
     pub(crate) fn stream(&self) -> ReplyStream {
         ReplyStream {
             think: self.think.map(ThinkStream::new),
-            calls: CallStream::new(self.format),
-            reasoning: String::new(),
+            calls: CallStream::with_tools(self.format, self.tools.clone()),
+            ..ReplyStream::default()
         }
     }
 
@@ -172,25 +189,32 @@ impl ReplySplit {
             message["reasoning_content"] = r.as_str().into();
         }
         if !p.calls.is_empty() {
-            message["tool_calls"] = calls_json(&p, false);
+            message["tool_calls"] = calls_json(&p);
         }
         json!({"index": 0, "message": message, "finish_reason": finish_reason(&p, finish)})
     }
 
-    /// The end of a stream: the content still held back (may be empty), the
-    /// `delta`s of the calls, and the finish reason.
-    pub(crate) fn end(
-        &self,
-        split: ReplyStream,
-        finish: &'static str,
-    ) -> (Shown, Vec<Value>, &'static str) {
+    /// The end of a stream: what was still held back (text, calls), and
+    /// the finish reason.
+    pub(crate) fn end(&self, split: ReplyStream, finish: &'static str) -> (Shown, &'static str) {
         let (rest, p) = self.finish(split);
-        let deltas = match calls_json(&p, true) {
-            Value::Array(v) => v.into_iter().map(|c| json!({"tool_calls": [c]})).collect(),
-            _ => Vec::new(),
-        };
-        (rest, deltas, finish_reason(&p, finish))
+        (rest, finish_reason(&p, finish))
     }
+}
+
+/// The `delta`s of a streamed piece's calls: each call's index, id and
+/// name (its arguments empty), then its arguments.
+pub(crate) fn call_deltas(shown: &Shown) -> Vec<Value> {
+    let mut out = Vec::with_capacity(2 * shown.calls.len());
+    for (i, c) in shown.calls.iter().enumerate() {
+        let index = shown.calls_from + i;
+        out.push(
+            json!({"tool_calls": [{"index": index, "id": c.id, "type": "function",
+            "function": {"name": c.name, "arguments": ""}}]}),
+        );
+        out.push(json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}));
+    }
+    out
 }
 
 /// Two reasonings in one (either may be missing).
@@ -210,19 +234,11 @@ fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
     }
 }
 
-/// `[{id, type, function: {name, arguments}}]` (with `index` in a stream).
-fn calls_json(p: &Parsed, indexed: bool) -> Value {
+/// `[{id, type, function: {name, arguments}}]`.
+fn calls_json(p: &Parsed) -> Value {
     p.calls
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let mut v = json!({"id": c.id, "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments}});
-            if indexed {
-                v["index"] = i.into();
-            }
-            v
-        })
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
         .collect()
 }
 
@@ -253,9 +269,11 @@ mod tests {
     }
 
     /// Streamed, Kimi's section is held back and its calls come as indexed
-    /// deltas at the end; a broken section is text with the stop reason.
+    /// deltas (index, id and name first, then the arguments) once the
+    /// section closes, before the reply ends; a broken section is text with
+    /// the stop reason.
     #[test]
-    fn a_kimi_stream_ends_with_indexed_call_deltas() {
+    fn a_kimi_stream_sends_indexed_call_deltas_once_the_section_closes() {
         let split = ReplySplit::new(CallFormat::Kimi, Some(tools()));
         let call = |n: u32| {
             format!("<|tool_call_begin|>functions.lookup:{n}<|tool_call_argument_begin|>{{\"n\": {n}}}<|tool_call_end|>")
@@ -266,26 +284,37 @@ mod tests {
             call(1)
         );
         let mut s = split.stream();
-        let mut shown = String::new();
+        let (mut shown, mut deltas) = (String::new(), Vec::new());
         for piece in reply.as_bytes().chunks(5) {
-            shown.push_str(&s.push(std::str::from_utf8(piece).expect("ASCII")).content);
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            shown.push_str(&p.content);
+            deltas.extend(call_deltas(&p));
         }
-        let (rest, deltas, finish) = split.end(s, "stop");
+        assert_eq!(deltas.len(), 4, "both calls before the end");
+        let (rest, finish) = split.end(s, "stop");
         assert_eq!(shown + &rest.content, "Two.");
+        assert!(rest.calls.is_empty());
         assert_eq!(finish, "tool_calls");
-        assert_eq!(deltas.len(), 2);
-        assert_eq!(deltas[1]["tool_calls"][0]["index"], 1);
+        let first = &deltas[2]["tool_calls"][0];
         assert_eq!(
-            deltas[1]["tool_calls"][0]["function"]["arguments"],
+            (&first["index"], &first["function"]["name"]),
+            (&json!(1), &json!("lookup"))
+        );
+        assert!(first["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")));
+        assert_eq!(first["function"]["arguments"], "");
+        assert_eq!(
+            deltas[3]["tool_calls"][0]["function"]["arguments"],
             "{\"n\":1}"
         );
 
         let broken = "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0";
         let mut s = split.stream();
         let shown = s.push(broken).content;
-        let (rest, deltas, finish) = split.end(s, "length");
+        let (rest, finish) = split.end(s, "length");
         assert_eq!(shown + &rest.content, broken);
-        assert!(deltas.is_empty());
+        assert!(rest.calls.is_empty());
         assert_eq!(finish, "length");
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::MessagesRequest;
-use crate::chat::tool_calls::Parsed;
+use crate::chat::tool_calls::{Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
 use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
@@ -66,17 +66,16 @@ pub(crate) const MAX_TOKENS_HEADER: &str = "x-bmoe-max-tokens";
 /// "toolu_...", "name": ..., "input": {...}}`); arguments that are not a JSON
 /// object are passed as `{"arguments": TEXT}`.
 fn tool_use_blocks(p: &Parsed) -> Vec<Value> {
-    p.calls
-        .iter()
-        .map(|c| {
-            let input = match serde_json::from_str::<Value>(&c.arguments) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => json!({"arguments": c.arguments}),
-            };
-            let id = c.id.replacen("call_", "toolu_", 1);
-            json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
-        })
-        .collect()
+    p.calls.iter().map(tool_use).collect()
+}
+
+fn tool_use(c: &ToolCall) -> Value {
+    let input = match serde_json::from_str::<Value>(&c.arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => json!({"arguments": c.arguments}),
+    };
+    let id = c.id.replacen("call_", "toolu_", 1);
+    json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
 }
 
 /// Anthropic's stop reason for how the generation ended.
@@ -192,6 +191,27 @@ impl Streamer {
                 json!({"type": "text_delta", "text": shown.content}),
             ));
         }
+        for call in &shown.calls {
+            out.extend(self.tool_use(call));
+        }
+        out
+    }
+
+    /// A call as a `tool_use` block: its start (id, name, empty input), its
+    /// input as an `input_json_delta`, its end.
+    fn tool_use(&mut self, call: &ToolCall) -> Vec<(&'static str, Value)> {
+        let mut out: Vec<_> = self.close_block().into_iter().collect();
+        let whole = tool_use(call);
+        let mut start = whole.clone();
+        start["input"] = json!({});
+        out.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.index, "content_block": start}),
+        ));
+        let json = json!({"type": "input_json_delta", "partial_json": whole["input"].to_string()});
+        out.push(delta(self.index, json));
+        out.push(block_stop(self.index));
+        self.index += 1;
         out
     }
 
@@ -229,29 +249,16 @@ impl Streamer {
             return Vec::new();
         };
         let (rest, parsed) = self.head.calls.finish(split);
-        let calls = tool_use_blocks(&parsed);
+        let calls = !parsed.calls.is_empty();
         let mut out = self.shown(&rest);
-        if calls.is_empty() && !self.texted {
+        if !calls && !self.texted {
             out.extend(self.block(Kind::Text));
         }
         out.extend(self.close_block());
-        for call in &calls {
-            let mut start = call.clone();
-            start["input"] = json!({});
-            out.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": self.index, "content_block": start}),
-            ));
-            let json =
-                json!({"type": "input_json_delta", "partial_json": call["input"].to_string()});
-            out.push(delta(self.index, json));
-            out.push(block_stop(self.index));
-            self.index += 1;
-        }
         out.push((
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": stop_reason(d, !calls.is_empty()), "stop_sequence": d.stop_sequence},
+                   "delta": {"stop_reason": stop_reason(d, calls), "stop_sequence": d.stop_sequence},
                    "usage": self.head.usage(d.completion_tokens)}),
         ));
         out.push(("message_stop", json!({"type": "message_stop"})));

@@ -121,19 +121,19 @@ fn texts(events: &[(&str, Value)]) -> String {
         .collect()
 }
 
+/// The call goes out as a `tool_use` block as soon as its closing tag
+/// comes, after the text block closes; its text never streams as text.
 #[test]
 fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
     let mut s = Streamer::new(hermes());
     let (head_text, tail) = CALLED.split_at(20);
     let mut events = s.push(head_text);
+    assert_eq!(texts(&events), "Let me check.");
+    let at_call = events.len();
     events.extend(s.push(tail));
-    assert_eq!(
-        texts(&events),
-        "Let me check.",
-        "the call's text never streams as text"
-    );
+    assert_eq!(texts(&events), "Let me check.", "the call is not text");
     let closing = s.closing(&done("stop", None));
-    let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
+    let names: Vec<&str> = events[at_call..].iter().map(|e| e.0).collect();
     assert_eq!(
         names,
         [
@@ -141,17 +141,21 @@ fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
             "content_block_start",
             "content_block_delta",
             "content_block_stop",
-            "message_delta",
-            "message_stop"
         ]
     );
-    assert_eq!(closing[1].1["content_block"]["name"], "weather");
-    assert_eq!(closing[1].1["index"], 1);
+    let start = &events[at_call + 1].1;
     assert_eq!(
-        closing[2].1["delta"],
+        (&start["content_block"]["name"], &start["index"]),
+        (&json!("weather"), &json!(1))
+    );
+    assert_eq!(start["content_block"]["input"], json!({}));
+    assert_eq!(
+        events[at_call + 2].1["delta"],
         json!({"type": "input_json_delta", "partial_json": "{\"city\":\"Paris\"}"})
     );
-    assert_eq!(closing[4].1["delta"]["stop_reason"], "tool_use");
+    let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
+    assert_eq!(names, ["message_delta", "message_stop"]);
+    assert_eq!(closing[0].1["delta"]["stop_reason"], "tool_use");
 }
 
 /// A reply that starts inside `<think>` (the prompt opened it).

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::ResponsesRequest;
-use crate::chat::tool_calls::Parsed;
+use crate::chat::tool_calls::{Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
 use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
@@ -121,12 +121,15 @@ impl Head {
         p.calls
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
-                       "status": "completed", "call_id": c.id, "name": c.name,
-                       "arguments": c.arguments})
-            })
+            .map(|(i, c)| self.call(i, c))
             .collect()
+    }
+
+    /// The reply's `i`th call as a `function_call` item.
+    fn call(&self, i: usize, c: &ToolCall) -> Value {
+        json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
+               "status": "completed", "call_id": c.id, "name": c.name,
+               "arguments": c.arguments})
     }
 
     /// The reasoning item, when the reply's reasoning was split from it.
@@ -319,6 +322,45 @@ impl Streamer {
         if !shown.content.is_empty() {
             out.extend(self.text(&shown.content));
         }
+        if !shown.calls.is_empty() {
+            out.extend(self.close_reasoning());
+            out.extend(self.close_message(true));
+        }
+        for (k, c) in shown.calls.iter().enumerate() {
+            let call = self.head.call(shown.calls_from + k, c);
+            out.extend(self.call_item(call));
+        }
+        out
+    }
+
+    /// A call's item: added (in progress, no arguments), its arguments as a
+    /// delta, done.
+    fn call_item(&mut self, call: Value) -> Vec<(&'static str, Value)> {
+        let index = self.done.len();
+        let mut open = call.clone();
+        open["status"] = "in_progress".into();
+        open["arguments"] = "".into();
+        let (id, args) = (call["id"].clone(), call["arguments"].clone());
+        let out = vec![
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": open}),
+            ),
+            self.event(
+                "response.function_call_arguments.delta",
+                json!({"output_index": index, "item_id": id, "delta": args}),
+            ),
+            self.event(
+                "response.function_call_arguments.done",
+                json!({"output_index": index, "item_id": id, "arguments": args,
+                       "name": call["name"]}),
+            ),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": call.clone()}),
+            ),
+        ];
+        self.done.push(call);
         out
     }
 
@@ -362,38 +404,12 @@ impl Streamer {
         };
         let (rest, parsed) = self.head.calls.finish(split);
         let mut out = self.shown(&rest);
-        let calls = self.head.calls(&parsed);
         out.extend(self.close_reasoning());
-        out.extend(self.close_message(!calls.is_empty()));
+        out.extend(self.close_message(!parsed.calls.is_empty()));
         let late = std::mem::take(&mut self.late_reasoning);
         if !late.is_empty() {
             out.extend(self.reasoning(&late));
             out.extend(self.close_reasoning());
-        }
-        for call in calls {
-            let index = self.done.len();
-            let mut open = call.clone();
-            open["status"] = "in_progress".into();
-            open["arguments"] = "".into();
-            let (id, args) = (call["id"].clone(), call["arguments"].clone());
-            out.push(self.event(
-                "response.output_item.added",
-                json!({"output_index": index, "item": open}),
-            ));
-            out.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"output_index": index, "item_id": id, "delta": args}),
-            ));
-            out.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"output_index": index, "item_id": id, "arguments": args,
-                       "name": call["name"]}),
-            ));
-            out.push(self.event(
-                "response.output_item.done",
-                json!({"output_index": index, "item": call.clone()}),
-            ));
-            self.done.push(call);
         }
         let (status, _) = ending(d);
         let r = self
