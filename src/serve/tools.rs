@@ -317,4 +317,32 @@ mod tests {
         assert!(rest.calls.is_empty());
         assert_eq!(finish, "length");
     }
+
+    /// A whole reply of a thinking template: the block is
+    /// `reasoning_content`, out of the content; streamed, the same split
+    /// comes as reasoning first, and a call after the block is a call.
+    #[test]
+    fn a_thinking_reply_has_its_reasoning_apart_whole_and_streamed() {
+        let split = ReplySplit::new(CallFormat::Hermes, Some(tools())).thinking(true, false);
+        let reply = "<think>\nNeed a lookup.\n</think>\n\nOne moment.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"n\": 1}}\n</tool_call>";
+        let c = split.choice(reply, "stop");
+        assert_eq!(c["message"]["reasoning_content"], "Need a lookup.");
+        assert_eq!(c["message"]["content"], "One moment.");
+        assert_eq!(c["message"]["tool_calls"][0]["function"]["name"], "lookup");
+        let mut s = split.stream();
+        let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), 0);
+        for piece in reply.as_bytes().chunks(3) {
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            assert!(p.reasoning.is_empty() || content.is_empty());
+            reasoning.push_str(&p.reasoning);
+            content.push_str(&p.content);
+            calls += p.calls.len();
+        }
+        let (rest, finish) = split.end(s, "stop");
+        assert_eq!(
+            (reasoning.as_str(), content + &rest.content),
+            ("Need a lookup.", "One moment.".into())
+        );
+        assert_eq!((calls, finish), (1, "tool_calls"));
+    }
 }
