@@ -28,6 +28,7 @@ mod serve_requests;
 mod speculation;
 mod split;
 mod stream;
+mod streaming;
 mod telemetry;
 mod tracing;
 mod zoo;

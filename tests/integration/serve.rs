@@ -24,7 +24,12 @@ pub struct Server {
 impl Server {
     /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
     pub fn start(extra: &[&str]) -> Server {
-        let m = e8k2().to_str().unwrap().to_string();
+        Self::start_on(e8k2(), extra)
+    }
+
+    /// `bmoe serve -m MODEL --port 0 -c 512 EXTRA...`, once it listens.
+    pub fn start_on(model: &std::path::Path, extra: &[&str]) -> Server {
+        let m = model.to_str().unwrap().to_string();
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "-m", &m, "--port", "0", "-c", "512", "-t", "2"])
             .args(extra)
