@@ -1,6 +1,10 @@
-//! A chat reply's tool calls in OpenAI's shapes: `message.tool_calls` in a
-//! whole reply, `delta.tool_calls` chunks at the end of a stream, and
-//! `finish_reason` "tool_calls" when the model made any. Calls are parsed
+//! A chat reply split for every route: its reasoning (a `<think>` block,
+//! [`crate::chat::reasoning`], under a template that writes them), its
+//! content and its tool calls, whole ([`ReplySplit::parse`]) or as it
+//! streams ([`ReplyStream`]: each piece's reasoning, content and the calls
+//! it decided); and the OpenAI chat shapes of the calls: `message.tool_calls`
+//! whole, `delta.tool_calls` chunks as each call is decided, `finish_reason`
+//! "tool_calls" when the model made any. Calls are parsed
 //! ([`crate::chat::tool_calls`]) when the request offered tools and the
 //! template's format is known; gpt-oss's harmony framing is always split
 //! (its analysis channel goes to `reasoning_content`, out of the content).

@@ -1,8 +1,10 @@
 //! The worker's events as Anthropic replies: one `message` object once the
-//! generation ends, or its server-sent events (`message_start`, a text
-//! block's `content_block_start`, `ping`, one `content_block_delta` per piece
-//! of text, `content_block_stop`, `message_delta` with the stop reason and
-//! the usage, `message_stop`).
+//! generation ends, or its server-sent events (`message_start`, `ping`, then
+//! each content block as its text comes: a `thinking` block of
+//! `thinking_delta`s for the reasoning, a `text` block of `text_delta`s, a
+//! `tool_use` block per call as soon as it is decided, each opened by
+//! `content_block_start` and closed by `content_block_stop`; last
+//! `message_delta` with the stop reason and the usage, `message_stop`).
 
 use std::convert::Infallible;
 

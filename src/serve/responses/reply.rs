@@ -1,6 +1,8 @@
 //! The worker's events as a Responses reply: one `response` object once the
 //! generation ends, or its server-sent events (`response.created`,
-//! `response.in_progress`, the message item's `output_item.added`,
+//! `response.in_progress`, a reasoning item's `output_item.added`,
+//! `reasoning_text.delta`s, `reasoning_text.done` and `output_item.done`
+//! when the reply reasons, the message item's `output_item.added`,
 //! `content_part.added`, `output_text.delta`s, `output_text.done`,
 //! `content_part.done`, `output_item.done`, each function call's
 //! `output_item.added`, `function_call_arguments.delta`/`.done`,
