@@ -23,7 +23,7 @@ use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
 use super::responses;
-use super::tools::{call_deltas, ReplySplit, Shown};
+use super::tools::{chat_deltas, ReplySplit, Shown};
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// Anthropic's header for the API key.
@@ -404,7 +404,7 @@ impl Reply {
     /// A streamed piece's choices (a chat's reasoning and content apart).
     fn deltas(&self, shown: &Shown) -> Box<dyn Iterator<Item = Value> + Send> {
         if self.chat {
-            return Box::new(shown_deltas(shown));
+            return Box::new(chat_deltas(shown));
         }
         let text = (!shown.content.is_empty()).then(|| self.choice(&shown.content, None, true));
         Box::new(text.into_iter())
@@ -491,17 +491,4 @@ fn sse(
     });
     let all = stream::iter(first).chain(events).map(Ok);
     Sse::new(all).keep_alive(KeepAlive::default())
-}
-
-/// A streamed piece's choices: its reasoning (`delta.reasoning_content`),
-/// its content, then its calls (`delta.tool_calls`), each when there is some.
-fn shown_deltas(shown: &Shown) -> impl Iterator<Item = Value> + Send {
-    let reasoning =
-        (!shown.reasoning.is_empty()).then(|| json!({"reasoning_content": shown.reasoning}));
-    let content = (!shown.content.is_empty()).then(|| json!({"content": shown.content}));
-    reasoning
-        .into_iter()
-        .chain(content)
-        .chain(call_deltas(shown))
-        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}))
 }

@@ -221,6 +221,19 @@ pub(crate) fn call_deltas(shown: &Shown) -> Vec<Value> {
     out
 }
 
+/// A streamed piece's choices: its reasoning (`delta.reasoning_content`),
+/// its content, then its calls (`delta.tool_calls`), each when there is some.
+pub(crate) fn chat_deltas(shown: &Shown) -> impl Iterator<Item = Value> + Send {
+    let reasoning =
+        (!shown.reasoning.is_empty()).then(|| json!({"reasoning_content": shown.reasoning}));
+    let content = (!shown.content.is_empty()).then(|| json!({"content": shown.content}));
+    reasoning
+        .into_iter()
+        .chain(content)
+        .chain(call_deltas(shown))
+        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}))
+}
+
 /// Two reasonings in one (either may be missing).
 fn join(a: Option<String>, b: Option<String>) -> Option<String> {
     match (a, b) {
