@@ -362,4 +362,34 @@ mod tests {
         );
         assert_eq!((calls, finish), (1, "tool_calls"));
     }
+
+    /// gpt-oss's analysis channel streams as reasoning before the final
+    /// channel's content; its call goes out once its message ends.
+    #[test]
+    fn a_harmony_stream_sends_its_analysis_as_reasoning_first() {
+        let split = ReplySplit::new(CallFormat::Harmony, Some(tools()));
+        let reply = concat!(
+            "<|channel|>analysis<|message|>Look it up.<|end|>",
+            "<|start|>assistant<|channel|>commentary to=functions.lookup <|constrain|>json",
+            "<|message|>{\"n\": 2}<|call|>"
+        );
+        let mut s = split.stream();
+        let (mut reasoning, mut calls, mut content) = (String::new(), Vec::new(), String::new());
+        for piece in reply.as_bytes().chunks(4) {
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            reasoning.push_str(&p.reasoning);
+            content.push_str(&p.content);
+            calls.extend(p.calls);
+        }
+        assert_eq!(reasoning, "Look it up.");
+        assert_eq!(content, "");
+        assert_eq!(calls.len(), 1, "the call before the end");
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].arguments.as_str()),
+            ("lookup", "{\"n\":2}")
+        );
+        let (rest, finish) = split.end(s, "stop");
+        assert!(rest.calls.is_empty() && rest.content.is_empty());
+        assert_eq!(finish, "tool_calls");
+    }
 }

@@ -168,3 +168,22 @@ fn a_request_that_turns_thinking_off_gets_the_templates_switch() {
     let (_, v) = server.post("/v1/messages", &on);
     assert_eq!(v["usage"]["output_tokens"], 5, "{v}");
 }
+
+#[test]
+fn reasoning_streams_as_a_reasoning_item_on_the_responses_route() {
+    let (_dir, server) = thinker();
+    let body = json!({"model": "m", "max_output_tokens": 16, "stream": true, "input": "Hi"});
+    let (status, text) = server.request("POST", "/v1/responses", &body.to_string(), &[]);
+    assert_eq!(status, 200, "{text}");
+    let events = named_events(&text);
+    let at = |name: &str| events.iter().position(|e| e.0 == name);
+    let (reasoning, answer) = (
+        at("response.reasoning_text.delta"),
+        at("response.output_text.delta"),
+    );
+    assert!(reasoning.is_some() && reasoning < answer, "{text}");
+    let done = &events.last().expect("events").1["response"];
+    assert_eq!(done["output"][0]["type"], "reasoning", "{done}");
+    assert_eq!(done["output"][0]["content"][0]["text"], "Hello", "{done}");
+    assert_eq!(done["output"][1]["content"][0]["text"], "Sure", "{done}");
+}
