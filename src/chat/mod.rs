@@ -6,6 +6,7 @@ mod conformance;
 mod conversation;
 mod jinja;
 mod message;
+pub mod reasoning;
 pub mod sandbox;
 mod template;
 pub mod tool_calls;

@@ -234,6 +234,13 @@ impl ChatTemplate {
         }
     }
 
+    /// Whether the template writes reasoning in `<think>` blocks.
+    pub fn thinks(&self) -> bool {
+        self.source
+            .as_deref()
+            .is_some_and(crate::chat::reasoning::template_thinks)
+    }
+
     /// `text` as one user message: the rendered prompt (its note, if any,
     /// said on stderr) and its tokens. What `run --chat` and `--show-prompt` use.
     pub fn user_prompt(

@@ -50,7 +50,8 @@
 //! A call that does not parse (bad JSON, an unclosed tag, an unknown shape)
 //! stays in the content as the text the model wrote: parsing never fails.
 //! [`CallStream`] does the same on a reply as it streams, holding back text
-//! that could be the start of a call.
+//! that could be the start of a call and handing out each call as soon as
+//! its block closes (the whole parse's calls, in order, with the same ids).
 
 mod harmony;
 mod invoke;

@@ -104,6 +104,11 @@ pub(crate) struct ChatRequest {
     /// as llama.cpp's server names them.
     #[serde(default)]
     pub(crate) chat_template_kwargs: Option<TemplateOptions>,
+    /// `none` turns the template's reasoning off (`enable_thinking`
+    /// false); another effort is passed to the template as
+    /// `reasoning_effort` (gpt-oss reads it).
+    #[serde(default)]
+    pub(crate) reasoning_effort: Option<String>,
 }
 
 /// `POST /v1/completions`.
@@ -236,7 +241,7 @@ impl ChatRequest {
         let prompt = PromptSpec::Chat {
             messages,
             tools,
-            options: self.chat_template_kwargs.unwrap_or_default(),
+            options: template_options(self.chat_template_kwargs, self.reasoning_effort),
         };
         let spec = JobSpec {
             constraint,
@@ -245,6 +250,26 @@ impl ChatRequest {
         Constraint::check(&spec)?;
         Ok(spec)
     }
+}
+
+/// The options the template reads: the request's `chat_template_kwargs`,
+/// and its `reasoning_effort` where they do not say otherwise.
+fn template_options(kwargs: Option<TemplateOptions>, effort: Option<String>) -> TemplateOptions {
+    let mut options = kwargs.unwrap_or_default();
+    match effort.as_deref() {
+        None => {}
+        Some("none") => {
+            options
+                .entry("enable_thinking")
+                .or_insert(serde_json::Value::Bool(false));
+        }
+        Some(e) => {
+            options
+                .entry("reasoning_effort")
+                .or_insert_with(|| e.into());
+        }
+    }
+    options
 }
 
 impl CompletionRequest {

@@ -179,3 +179,33 @@ fn the_error_body_is_openai_shaped() {
     assert_eq!(b["error"]["param"], "stop");
     assert_eq!(b["error"]["message"], "too many");
 }
+
+/// `reasoning_effort: "none"` is the template's switch off
+/// (`enable_thinking` false) unless `chat_template_kwargs` says otherwise;
+/// another effort reaches the template as `reasoning_effort`.
+#[test]
+fn reasoning_effort_none_turns_the_templates_thinking_off() {
+    let options = |body: &str| match chat(body).expect("a valid request").prompt {
+        PromptSpec::Chat { options, .. } => options,
+        PromptSpec::Text(_) => panic!("a chat"),
+    };
+    let hi = r#""messages": [{"role": "user", "content": "hi"}]"#;
+    let o = options(&format!(r#"{{{hi}, "reasoning_effort": "none"}}"#));
+    assert_eq!(
+        o.get("enable_thinking"),
+        Some(&serde_json::Value::Bool(false))
+    );
+    let o = options(&format!(
+        r#"{{{hi}, "reasoning_effort": "none", "chat_template_kwargs": {{"enable_thinking": true}}}}"#
+    ));
+    assert_eq!(
+        o.get("enable_thinking"),
+        Some(&serde_json::Value::Bool(true))
+    );
+    let o = options(&format!(r#"{{{hi}, "reasoning_effort": "low"}}"#));
+    assert_eq!(
+        o.get("reasoning_effort"),
+        Some(&serde_json::Value::from("low"))
+    );
+    assert!(o.get("enable_thinking").is_none());
+}

@@ -18,17 +18,18 @@ pub(super) fn server_error(msg: &str) -> ApiError {
     )
 }
 
-/// The job's prompt tokens, and a note on how a chat was rendered when it
-/// was not the model's own template.
+/// The job's prompt tokens, a note on how a chat was rendered when it
+/// was not the model's own template, and whether the rendered prompt ends
+/// inside a reasoning block (`<think>`: the reply starts with reasoning).
 pub(super) fn prompt_of(
     session: &Session,
     template: &ChatTemplate,
     prompt: &PromptSpec,
     cancelled: &dyn Fn() -> Option<&'static str>,
-) -> Result<(Vec<Token>, Vec<String>), ApiError> {
+) -> Result<(Vec<Token>, Vec<String>, bool), ApiError> {
     let model = session.model();
     let bad = |e: String| ApiError::invalid(Some("messages"), e);
-    let (tokens, notes) = match prompt {
+    let (tokens, notes, open) = match prompt {
         PromptSpec::Chat {
             messages,
             tools,
@@ -52,11 +53,13 @@ pub(super) fn prompt_of(
                         e => server_error(&e.to_string()),
                     })?;
             let notes = rendered.note().into_iter().collect();
+            let open = crate::chat::reasoning::prompt_opens(&rendered.text);
             (
                 template
                     .tokens(model, &rendered)
                     .map_err(|e| bad(e.to_string()))?,
                 notes,
+                open,
             )
         }
         PromptSpec::Text(text) => (
@@ -64,6 +67,7 @@ pub(super) fn prompt_of(
                 .tokenize(text, true, false)
                 .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
             Vec::new(),
+            false,
         ),
     };
     if tokens.is_empty() {
@@ -72,5 +76,5 @@ pub(super) fn prompt_of(
             "the prompt is empty after tokenization",
         ));
     }
-    Ok((tokens, notes))
+    Ok((tokens, notes, open))
 }

@@ -102,6 +102,7 @@ pub fn serve(
         run_id: run_id(),
         default_max_tokens: cfg.engine.n_predict,
         call_format: loaded.call_format,
+        thinks: loaded.thinks,
         created_s: now_s(),
     });
     let served = rt.block_on(async {

@@ -23,7 +23,7 @@ use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
 use super::responses;
-use super::tools::ReplySplit;
+use super::tools::{chat_deltas, ReplySplit, Shown};
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
 /// Anthropic's header for the API key.
@@ -251,7 +251,9 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     let (stream, usage) = (spec.stream, spec.include_usage);
     let chat = spec.prompt.is_chat();
     let calls = ReplySplit::of(&spec, app.call_format);
-    let (rx, _) = start_job(app, spec).await?;
+    let thinks = app.thinks && chat;
+    let (rx, started) = start_job(app, spec).await?;
+    let calls = calls.thinking(thinks, started.reasoning_open);
     let reply = Reply {
         id: reply_id(app, if chat { "chatcmpl-" } else { "cmpl-" }),
         created: super::now_s(),
@@ -280,6 +282,8 @@ pub(super) struct Started {
     /// The most tokens the reply may have (the request's, capped to what the
     /// context leaves).
     pub(super) max_tokens: u32,
+    /// The rendered prompt ends inside a reasoning block.
+    pub(super) reasoning_open: bool,
 }
 
 /// Queue the job and wait for it to start: its events and what it said, or
@@ -308,11 +312,13 @@ pub(super) async fn start_job(
         Some(Event::Started {
             prompt_tokens,
             max_tokens,
+            reasoning_open,
         }) => Ok((
             rx,
             Started {
                 prompt_tokens,
                 max_tokens,
+                reasoning_open,
             },
         )),
         Some(Event::Failed(e)) => Err(e),
@@ -395,6 +401,15 @@ impl Reply {
         }
     }
 
+    /// A streamed piece's choices (a chat's reasoning and content apart).
+    fn deltas(&self, shown: &Shown) -> Box<dyn Iterator<Item = Value> + Send> {
+        if self.chat {
+            return Box::new(chat_deltas(shown));
+        }
+        let text = (!shown.content.is_empty()).then(|| self.choice(&shown.content, None, true));
+        Box::new(text.into_iter())
+    }
+
     fn envelope(&self, choices: Value, chunk: bool) -> Value {
         json!({"id": self.id, "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices})
     }
@@ -450,23 +465,12 @@ fn sse(
     });
     let mut split = reply.calls.stream();
     let events = ReceiverStream::new(rx).flat_map(move |ev| {
-        let text = |t: &str| (!t.is_empty()).then(|| reply.choice(t, None, true));
+        let chunk = |c: Value| data(reply.envelope(json!([c]), true));
         let out: Vec<SseEvent> = match ev {
-            Event::Text(t) => text(&split.push(&t))
-                .map(|c| data(reply.envelope(json!([c]), true)))
-                .into_iter()
-                .collect(),
+            Event::Text(t) => reply.deltas(&split.push(&t)).map(chunk).collect(),
             Event::Done(d) => {
-                let (rest, calls, finish) =
-                    reply.calls.end(std::mem::take(&mut split), d.finish_reason);
-                let deltas = text(&rest).into_iter().chain(
-                    calls
-                        .into_iter()
-                        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null})),
-                );
-                let mut v: Vec<SseEvent> = deltas
-                    .map(|c| data(reply.envelope(json!([c]), true)))
-                    .collect();
+                let (rest, finish) = reply.calls.end(std::mem::take(&mut split), d.finish_reason);
+                let mut v: Vec<SseEvent> = reply.deltas(&rest).map(chunk).collect();
                 // The finish chunk carries bmoe's notes (a reply cut short says so).
                 let mut last = reply.envelope(json!([reply.choice("", Some(finish), true)]), true);
                 last["bmoe"] = json!({"notes": d.notes});

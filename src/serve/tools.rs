@@ -1,6 +1,10 @@
-//! A chat reply's tool calls in OpenAI's shapes: `message.tool_calls` in a
-//! whole reply, `delta.tool_calls` chunks at the end of a stream, and
-//! `finish_reason` "tool_calls" when the model made any. Calls are parsed
+//! A chat reply split for every route: its reasoning (a `<think>` block,
+//! [`crate::chat::reasoning`], under a template that writes them), its
+//! content and its tool calls, whole ([`ReplySplit::parse`]) or as it
+//! streams ([`ReplyStream`]: each piece's reasoning, content and the calls
+//! it decided); and the OpenAI chat shapes of the calls: `message.tool_calls`
+//! whole, `delta.tool_calls` chunks as each call is decided, `finish_reason`
+//! "tool_calls" when the model made any. Calls are parsed
 //! ([`crate::chat::tool_calls`]) when the request offered tools and the
 //! template's format is known; gpt-oss's harmony framing is always split
 //! (its analysis channel goes to `reasoning_content`, out of the content).
@@ -8,7 +12,8 @@
 use serde_json::{json, Value};
 
 use super::api::{JobSpec, PromptSpec};
-use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed};
+use crate::chat::reasoning::{self, ThinkStream};
+use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed, ToolCall};
 
 /// How one request's reply is split.
 #[derive(Debug, Clone, Default)]
@@ -16,6 +21,67 @@ pub(crate) struct ReplySplit {
     format: CallFormat,
     /// The request's tools (their schemas type XML parameters).
     tools: Option<Value>,
+    /// `Some(open)`: the template writes `<think>` blocks, and `open` says
+    /// the prompt opened one (the reply starts with reasoning).
+    think: Option<bool>,
+}
+
+/// A streaming reply's split: its reasoning block first, then its calls.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyStream {
+    think: Option<ThinkStream>,
+    calls: CallStream,
+    /// The reasoning handed out so far.
+    reasoning: String,
+    /// The calls handed out so far.
+    calls_taken: usize,
+}
+
+/// What a piece of a streaming reply made known.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shown {
+    pub(crate) reasoning: String,
+    pub(crate) content: String,
+    /// The calls it decided, the first being the reply's `calls_from`th.
+    pub(crate) calls: Vec<ToolCall>,
+    pub(crate) calls_from: usize,
+}
+
+impl ReplyStream {
+    /// Take the next piece of the reply.
+    pub(crate) fn push(&mut self, piece: &str) -> Shown {
+        let answer = match self.think.as_mut() {
+            Some(t) => {
+                let d = t.push(piece);
+                self.reasoning.push_str(&d.reasoning);
+                let mut shown = self.answer(&d.answer);
+                shown.reasoning.insert_str(0, &d.reasoning);
+                return shown;
+            }
+            None => piece,
+        };
+        self.answer(answer)
+    }
+
+    /// Answer text through the call split (harmony's reasoning comes out of it).
+    fn answer(&mut self, text: &str) -> Shown {
+        let content = if text.is_empty() {
+            String::new()
+        } else {
+            self.calls.push(text)
+        };
+        let reasoning = self.calls.take_reasoning();
+        self.reasoning.push_str(&reasoning);
+        let calls = self.calls.take_calls();
+        let calls_from = self.calls_taken;
+        self.calls_taken += calls.len();
+        Shown {
+            reasoning,
+            content,
+            calls,
+            calls_from,
+        }
+    }
 }
 
 impl ReplySplit {
@@ -27,13 +93,23 @@ impl ReplySplit {
             } => Self {
                 format,
                 tools: Some(tools.clone()),
+                think: None,
             },
             PromptSpec::Chat { .. } if format == CallFormat::Harmony => Self {
                 format,
-                tools: None,
+                ..Self::default()
             },
             _ => Self::default(),
         }
+    }
+
+    /// The same split, reasoning blocks split off first when `on` (a chat
+    /// under a template that writes them); `open`: the prompt opened one.
+    pub(crate) fn thinking(mut self, on: bool, open: bool) -> Self {
+        if on {
+            self.think = Some(open);
+        }
+        self
     }
 
     /// Whether the reply must be detokenized with its special tokens as
@@ -45,22 +121,63 @@ impl ReplySplit {
     /// A split in `format` for a request that offered `tools`.
     #[cfg(test)]
     pub(crate) fn new(format: CallFormat, tools: Option<Value>) -> Self {
-        Self { format, tools }
+        Self {
+            format,
+            tools,
+            think: None,
+        }
     }
 
-    /// A whole reply split into content and calls.
+    /// As [`ReplySplit::new`], for a template that writes reasoning blocks.
+    #[cfg(test)]
+    pub(crate) fn new_thinking(format: CallFormat, tools: Option<Value>, open: bool) -> Self {
+        Self {
+            think: Some(open),
+            ..Self::new(format, tools)
+        }
+    }
+
+    /// A whole reply split into reasoning, content and calls.
     pub(crate) fn parse(&self, text: &str) -> Parsed {
-        parse_with_tools(self.format, text, self.tools.as_ref())
+        let Some(open) = self.think else {
+            return parse_with_tools(self.format, text, self.tools.as_ref());
+        };
+        let (reasoning, answer) = reasoning::split(text, open);
+        let mut p = parse_with_tools(self.format, &answer, self.tools.as_ref());
+        p.reasoning = join(reasoning, p.reasoning.take());
+        p
     }
 
-    /// The end of a streaming split: the text still held back and the calls.
-    pub(crate) fn finish(&self, split: CallStream) -> (String, Parsed) {
-        split.finish(self.tools.as_ref())
+    /// The end of a streaming split: what was still held back and the
+    /// whole split (its reasoning and content are what went out plus that
+    /// rest).
+    pub(crate) fn finish(&self, mut split: ReplyStream) -> (Shown, Parsed) {
+        let mut rest = Shown::default();
+        if let Some(t) = split.think.take() {
+            let d = t.finish();
+            split.reasoning.push_str(&d.reasoning);
+            rest = split.answer(&d.answer);
+            rest.reasoning.insert_str(0, &d.reasoning);
+        }
+        let (content, calls, mut p) = split.calls.finish();
+        rest.content.push_str(&content);
+        if rest.calls.is_empty() {
+            rest.calls_from = split.calls_taken;
+        }
+        rest.calls.extend(calls);
+        if self.think.is_some() {
+            p.reasoning = Some(split.reasoning);
+        }
+        (rest, p)
     }
 
     /// A streaming split.
-    pub(crate) fn stream(&self) -> CallStream {
-        CallStream::new(self.format)
+    pub(crate) fn stream(&self) -> ReplyStream {
+        ReplyStream {
+            think: self.think.map(ThinkStream::new),
+            calls: CallStream::with_tools(self.format, self.tools.clone()),
+            ..ReplyStream::default()
+        }
     }
 
     /// The whole reply's choice: its message and finish reason.
@@ -76,24 +193,52 @@ impl ReplySplit {
             message["reasoning_content"] = r.as_str().into();
         }
         if !p.calls.is_empty() {
-            message["tool_calls"] = calls_json(&p, false);
+            message["tool_calls"] = calls_json(&p);
         }
         json!({"index": 0, "message": message, "finish_reason": finish_reason(&p, finish)})
     }
 
-    /// The end of a stream: the content still held back (may be empty), the
-    /// `delta`s of the calls, and the finish reason.
-    pub(crate) fn end(
-        &self,
-        split: CallStream,
-        finish: &'static str,
-    ) -> (String, Vec<Value>, &'static str) {
+    /// The end of a stream: what was still held back (text, calls), and
+    /// the finish reason.
+    pub(crate) fn end(&self, split: ReplyStream, finish: &'static str) -> (Shown, &'static str) {
         let (rest, p) = self.finish(split);
-        let deltas = match calls_json(&p, true) {
-            Value::Array(v) => v.into_iter().map(|c| json!({"tool_calls": [c]})).collect(),
-            _ => Vec::new(),
-        };
-        (rest, deltas, finish_reason(&p, finish))
+        (rest, finish_reason(&p, finish))
+    }
+}
+
+/// The `delta`s of a streamed piece's calls: each call's index, id and
+/// name (its arguments empty), then its arguments.
+pub(crate) fn call_deltas(shown: &Shown) -> Vec<Value> {
+    let mut out = Vec::with_capacity(2 * shown.calls.len());
+    for (i, c) in shown.calls.iter().enumerate() {
+        let index = shown.calls_from + i;
+        out.push(
+            json!({"tool_calls": [{"index": index, "id": c.id, "type": "function",
+            "function": {"name": c.name, "arguments": ""}}]}),
+        );
+        out.push(json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}));
+    }
+    out
+}
+
+/// A streamed piece's choices: its reasoning (`delta.reasoning_content`),
+/// its content, then its calls (`delta.tool_calls`), each when there is some.
+pub(crate) fn chat_deltas(shown: &Shown) -> impl Iterator<Item = Value> + Send {
+    let reasoning =
+        (!shown.reasoning.is_empty()).then(|| json!({"reasoning_content": shown.reasoning}));
+    let content = (!shown.content.is_empty()).then(|| json!({"content": shown.content}));
+    reasoning
+        .into_iter()
+        .chain(content)
+        .chain(call_deltas(shown))
+        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}))
+}
+
+/// Two reasonings in one (either may be missing).
+fn join(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + &b),
+        (a, b) => a.or(b),
     }
 }
 
@@ -106,19 +251,11 @@ fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
     }
 }
 
-/// `[{id, type, function: {name, arguments}}]` (with `index` in a stream).
-fn calls_json(p: &Parsed, indexed: bool) -> Value {
+/// `[{id, type, function: {name, arguments}}]`.
+fn calls_json(p: &Parsed) -> Value {
     p.calls
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let mut v = json!({"id": c.id, "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments}});
-            if indexed {
-                v["index"] = i.into();
-            }
-            v
-        })
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
         .collect()
 }
 
@@ -149,9 +286,11 @@ mod tests {
     }
 
     /// Streamed, Kimi's section is held back and its calls come as indexed
-    /// deltas at the end; a broken section is text with the stop reason.
+    /// deltas (index, id and name first, then the arguments) once the
+    /// section closes, before the reply ends; a broken section is text with
+    /// the stop reason.
     #[test]
-    fn a_kimi_stream_ends_with_indexed_call_deltas() {
+    fn a_kimi_stream_sends_indexed_call_deltas_once_the_section_closes() {
         let split = ReplySplit::new(CallFormat::Kimi, Some(tools()));
         let call = |n: u32| {
             format!("<|tool_call_begin|>functions.lookup:{n}<|tool_call_argument_begin|>{{\"n\": {n}}}<|tool_call_end|>")
@@ -162,26 +301,95 @@ mod tests {
             call(1)
         );
         let mut s = split.stream();
-        let mut shown = String::new();
+        let (mut shown, mut deltas) = (String::new(), Vec::new());
         for piece in reply.as_bytes().chunks(5) {
-            shown.push_str(&s.push(std::str::from_utf8(piece).expect("ASCII")));
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            shown.push_str(&p.content);
+            deltas.extend(call_deltas(&p));
         }
-        let (rest, deltas, finish) = split.end(s, "stop");
-        assert_eq!(shown + &rest, "Two.");
+        assert_eq!(deltas.len(), 4, "both calls before the end");
+        let (rest, finish) = split.end(s, "stop");
+        assert_eq!(shown + &rest.content, "Two.");
+        assert!(rest.calls.is_empty());
         assert_eq!(finish, "tool_calls");
-        assert_eq!(deltas.len(), 2);
-        assert_eq!(deltas[1]["tool_calls"][0]["index"], 1);
+        let first = &deltas[2]["tool_calls"][0];
         assert_eq!(
-            deltas[1]["tool_calls"][0]["function"]["arguments"],
+            (&first["index"], &first["function"]["name"]),
+            (&json!(1), &json!("lookup"))
+        );
+        assert!(first["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")));
+        assert_eq!(first["function"]["arguments"], "");
+        assert_eq!(
+            deltas[3]["tool_calls"][0]["function"]["arguments"],
             "{\"n\":1}"
         );
 
         let broken = "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0";
         let mut s = split.stream();
-        let shown = s.push(broken);
-        let (rest, deltas, finish) = split.end(s, "length");
-        assert_eq!(shown + &rest, broken);
-        assert!(deltas.is_empty());
+        let shown = s.push(broken).content;
+        let (rest, finish) = split.end(s, "length");
+        assert_eq!(shown + &rest.content, broken);
+        assert!(rest.calls.is_empty());
         assert_eq!(finish, "length");
+    }
+
+    /// A whole reply of a thinking template: the block is
+    /// `reasoning_content`, out of the content; streamed, the same split
+    /// comes as reasoning first, and a call after the block is a call.
+    #[test]
+    fn a_thinking_reply_has_its_reasoning_apart_whole_and_streamed() {
+        let split = ReplySplit::new(CallFormat::Hermes, Some(tools())).thinking(true, false);
+        let reply = "<think>\nNeed a lookup.\n</think>\n\nOne moment.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"n\": 1}}\n</tool_call>";
+        let c = split.choice(reply, "stop");
+        assert_eq!(c["message"]["reasoning_content"], "Need a lookup.");
+        assert_eq!(c["message"]["content"], "One moment.");
+        assert_eq!(c["message"]["tool_calls"][0]["function"]["name"], "lookup");
+        let mut s = split.stream();
+        let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), 0);
+        for piece in reply.as_bytes().chunks(3) {
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            assert!(p.reasoning.is_empty() || content.is_empty());
+            reasoning.push_str(&p.reasoning);
+            content.push_str(&p.content);
+            calls += p.calls.len();
+        }
+        let (rest, finish) = split.end(s, "stop");
+        assert_eq!(
+            (reasoning.as_str(), content + &rest.content),
+            ("Need a lookup.", "One moment.".into())
+        );
+        assert_eq!((calls, finish), (1, "tool_calls"));
+    }
+
+    /// gpt-oss's analysis channel streams as reasoning before the final
+    /// channel's content; its call goes out once its message ends.
+    #[test]
+    fn a_harmony_stream_sends_its_analysis_as_reasoning_first() {
+        let split = ReplySplit::new(CallFormat::Harmony, Some(tools()));
+        let reply = concat!(
+            "<|channel|>analysis<|message|>Look it up.<|end|>",
+            "<|start|>assistant<|channel|>commentary to=functions.lookup <|constrain|>json",
+            "<|message|>{\"n\": 2}<|call|>"
+        );
+        let mut s = split.stream();
+        let (mut reasoning, mut calls, mut content) = (String::new(), Vec::new(), String::new());
+        for piece in reply.as_bytes().chunks(4) {
+            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
+            reasoning.push_str(&p.reasoning);
+            content.push_str(&p.content);
+            calls.extend(p.calls);
+        }
+        assert_eq!(reasoning, "Look it up.");
+        assert_eq!(content, "");
+        assert_eq!(calls.len(), 1, "the call before the end");
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].arguments.as_str()),
+            ("lookup", "{\"n\":2}")
+        );
+        let (rest, finish) = split.end(s, "stop");
+        assert!(rest.calls.is_empty() && rest.content.is_empty());
+        assert_eq!(finish, "tool_calls");
     }
 }

@@ -47,6 +47,8 @@ pub(crate) enum Event {
     Started {
         prompt_tokens: usize,
         max_tokens: u32,
+        /// The prompt ends inside a reasoning block (`<think>`).
+        reasoning_open: bool,
     },
     Text(String),
     Done(Box<Done>),
@@ -88,6 +90,8 @@ pub struct ModelReady {
     pub streamed: bool,
     /// How the chat template has the model write tool calls.
     pub call_format: crate::chat::tool_calls::CallFormat,
+    /// Whether the chat template writes `<think>` reasoning blocks.
+    pub thinks: bool,
 }
 
 impl Worker {
@@ -115,6 +119,7 @@ impl Worker {
                     n_ctx: session.n_ctx(),
                     streamed: session.streamed(),
                     call_format: session.chat_template().call_format(),
+                    thinks: session.chat_template().thinks(),
                 };
                 if ready_tx.send(Ok(loaded)).is_err() {
                     return;
@@ -292,14 +297,16 @@ fn request_of(
             crate::interrupt::requested().map(|_| "the server is stopping")
         }
     };
-    let (prompt, mut notes) = match prompt_of(session, template, &job.spec.prompt, &cancelled) {
-        Ok(p) => p,
-        Err(e) => return Err((e, job.events)),
-    };
+    let (prompt, mut notes, reasoning_open) =
+        match prompt_of(session, template, &job.spec.prompt, &cancelled) {
+            Ok(p) => p,
+            Err(e) => return Err((e, job.events)),
+        };
     if job.spec.count_only {
         let _ = job.events.blocking_send(Event::Started {
             prompt_tokens: prompt.len(),
             max_tokens: 0,
+            reasoning_open,
         });
         return Ok(None);
     }
@@ -335,6 +342,7 @@ fn request_of(
         .blocking_send(Event::Started {
             prompt_tokens: prompt.len(),
             max_tokens: n_predict,
+            reasoning_open,
         })
         .is_err()
     {
@@ -453,6 +461,8 @@ pub(crate) struct Shared {
     pub(crate) default_max_tokens: u32,
     /// How the chat template has the model write tool calls.
     pub(crate) call_format: crate::chat::tool_calls::CallFormat,
+    /// Whether the chat template writes `<think>` reasoning blocks.
+    pub(crate) thinks: bool,
     /// Seconds since the epoch when the server started (`/v1/models`'
     /// `created`; each response carries its own time).
     pub(crate) created_s: u64,

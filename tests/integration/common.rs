@@ -355,6 +355,17 @@ pub fn npm_cli(package: &str, version: &str, bin: &str) -> PathBuf {
     path
 }
 
+/// The thinker fixture: every reply `Hello</think>Sure` and an end of turn
+/// (`bmoe::fixture::zoo::build_thinker`).
+pub fn thinker_model() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        build_once("zoo-thinker.gguf", |out| {
+            bmoe::fixture::zoo::build_thinker(smollm2(), out, 0).expect("thinker fixture");
+        })
+    })
+}
+
 /// The agent fixture: every reply `Hello` and an end of turn, a 65536-token
 /// training context (`bmoe::fixture::zoo::build_agent`).
 pub fn agent_model() -> &'static Path {

@@ -43,7 +43,7 @@ fn assert_valid(schema: &Value, v: &Value, what: &str) {
 /// route (`required`) and the Anthropic route (`any`), each valid.
 fn forced_calls(file: &str) {
     let t = template(file);
-    let server = Server::start_on(&model(), &["-c", "2048", "--chat-template-file", &t]);
+    let server = Server::start_on(model(), &["-c", "2048", "--chat-template-file", &t]);
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
     let (status, body) = server.post(
         "/v1/chat/completions",
@@ -121,7 +121,7 @@ fn order() -> Value {
 /// schemas and tools, a 400 naming the part.
 #[test]
 fn structured_output_validates_whole_streamed_and_on_responses() {
-    let server = Server::start_on(&model(), &["-c", "512"]);
+    let server = Server::start_on(model(), &["-c", "512"]);
     let format = json!({"type": "json_schema",
         "json_schema": {"name": "order", "strict": true, "schema": order()}});
     let ask = |extra: Value| {

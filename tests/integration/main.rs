@@ -30,6 +30,7 @@ mod shapes;
 mod speculation;
 mod split;
 mod stream;
+mod streaming;
 mod telemetry;
 mod tracing;
 mod zoo;

@@ -24,11 +24,12 @@ pub struct Server {
 impl Server {
     /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
     pub fn start(extra: &[&str]) -> Server {
-        Self::start_on(e8k2().to_str().unwrap(), &[&["-c", "512"], extra].concat())
+        Self::start_on(e8k2(), &[&["-c", "512"], extra].concat())
     }
 
     /// `bmoe serve -m MODEL --port 0 -t 2 EXTRA...`, once it listens.
-    pub fn start_on(m: &str, extra: &[&str]) -> Server {
+    pub fn start_on(model: impl AsRef<std::path::Path>, extra: &[&str]) -> Server {
+        let m = model.as_ref().to_str().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "-m", m, "--port", "0", "-t", "2"])
             .args(extra)

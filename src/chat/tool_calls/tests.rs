@@ -23,7 +23,7 @@ fn streamed(format: CallFormat, text: &str, n: usize) -> (String, Parsed) {
         out.push_str(&s.push(&text[at..end]));
         at = end;
     }
-    let (rest, parsed) = s.finish(None);
+    let (rest, _, parsed) = s.finish();
     out.push_str(&rest);
     (out, parsed)
 }

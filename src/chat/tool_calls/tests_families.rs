@@ -234,10 +234,15 @@ fn each_familys_bad_arguments_stay_text() {
 }
 
 /// `text` streamed in pieces of the given sizes: the content handed out
-/// along the way plus the rest, and the split.
-fn streamed_in(format: CallFormat, text: &str, sizes: &[usize]) -> (String, Parsed) {
+/// along the way plus the rest, the calls handed out along the way, those
+/// handed out at the end, and the split.
+fn streamed_in(
+    format: CallFormat,
+    text: &str,
+    sizes: &[usize],
+) -> (String, Vec<ToolCall>, Vec<ToolCall>, Parsed) {
     let mut s = CallStream::new(format);
-    let mut out = String::new();
+    let (mut out, mut early) = (String::new(), Vec::new());
     let mut at = 0;
     let mut i = 0;
     while at < text.len() {
@@ -246,16 +251,27 @@ fn streamed_in(format: CallFormat, text: &str, sizes: &[usize]) -> (String, Pars
             end += 1;
         }
         out.push_str(&s.push(&text[at..end]));
+        early.extend(s.take_calls());
         at = end;
         i += 1;
     }
-    let (rest, parsed) = s.finish(None);
+    let (rest, late, parsed) = s.finish();
     out.push_str(&rest);
-    (out, parsed)
+    (out, early, late, parsed)
+}
+
+fn names_args(calls: &[ToolCall]) -> Vec<(String, Value)> {
+    calls_of(&Parsed {
+        calls: calls.to_vec(),
+        ..Parsed::default()
+    })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Streamed, each family's calls are the whole parse's, with the same
+    /// ids, and those of a closed block go out before the reply ends; the
+    /// content is the whole parse's.
     #[test]
     fn each_familys_reply_streamed_in_random_pieces_splits_as_whole(
         sizes in proptest::collection::vec(1usize..24, 1..16),
@@ -264,10 +280,39 @@ proptest! {
         for (file, format, reply) in recorded() {
             let text = format!("{prose}{reply}");
             let whole = parse(format, &text);
-            let (content, p) = streamed_in(format, &text, &sizes);
+            let (content, early, late, p) = streamed_in(format, &text, &sizes);
             prop_assert_eq!(&content, &whole.content, "{}", file);
             prop_assert_eq!(calls_of(&p), calls_of(&whole), "{}", file);
+            let sent: Vec<ToolCall> = early.iter().chain(&late).cloned().collect();
+            prop_assert_eq!(&sent, &p.calls, "{}", file);
+            prop_assert_eq!(names_args(&sent), calls_of(&whole), "{}", file);
+            if format.frame().is_some_and(|f| f.close.is_some()) {
+                prop_assert!(late.is_empty(), "{}: calls held to the end", file);
+            }
         }
+    }
+
+    /// Two framed calls: the first goes out as soon as its block closes,
+    /// before the second is written; a malformed block between them is text.
+    #[test]
+    fn a_call_goes_out_when_its_block_closes(
+        sizes in proptest::collection::vec(1usize..12, 1..8),
+    ) {
+        let call = |city: &str| format!(
+            "<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}\n</tool_call>"
+        );
+        let bad = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {city}\n</tool_call>";
+        let first = format!("Checking.\n{}", call("Paris"));
+        let text = format!("{first}\n{bad}\n{}", call("Tokyo"));
+        let (_, early, _, _) = streamed_in(CallFormat::Hermes, &first, &sizes);
+        prop_assert_eq!(early.len(), 1);
+        let whole = parse(CallFormat::Hermes, &text);
+        let (content, early, late, _) = streamed_in(CallFormat::Hermes, &text, &sizes);
+        prop_assert_eq!(&content, &whole.content);
+        prop_assert!(content.contains("{city}"), "the malformed call is text: {:?}", content);
+        prop_assert!(late.is_empty());
+        prop_assert_eq!(names_args(&early), calls_of(&whole));
+        prop_assert_eq!(early.len(), 2);
     }
 }
 

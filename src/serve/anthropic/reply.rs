@@ -1,8 +1,10 @@
 //! The worker's events as Anthropic replies: one `message` object once the
-//! generation ends, or its server-sent events (`message_start`, a text
-//! block's `content_block_start`, `ping`, one `content_block_delta` per piece
-//! of text, `content_block_stop`, `message_delta` with the stop reason and
-//! the usage, `message_stop`).
+//! generation ends, or its server-sent events (`message_start`, `ping`, then
+//! each content block as its text comes: a `thinking` block of
+//! `thinking_delta`s for the reasoning, a `text` block of `text_delta`s, a
+//! `tool_use` block per call as soon as it is decided, each opened by
+//! `content_block_start` and closed by `content_block_stop`; last
+//! `message_delta` with the stop reason and the usage, `message_stop`).
 
 use std::convert::Infallible;
 
@@ -14,10 +16,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::MessagesRequest;
-use crate::chat::tool_calls::{CallStream, Parsed};
+use crate::chat::tool_calls::{Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
-use crate::serve::tools::ReplySplit;
+use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
 use crate::serve::worker::{App, Done, Event};
 
 /// What every part of one reply carries.
@@ -36,6 +38,7 @@ pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, Api
     let stream = req.spec.stream;
     let calls = ReplySplit::of(&req.spec, app.call_format);
     let (rx, started) = routes::start_job(app, req.spec).await?;
+    let calls = calls.thinking(app.thinks, started.reasoning_open);
     let prompt_tokens = started.prompt_tokens;
     let head = Head {
         id: routes::reply_id(app, "msg_"),
@@ -65,17 +68,16 @@ pub(crate) const MAX_TOKENS_HEADER: &str = "x-bmoe-max-tokens";
 /// "toolu_...", "name": ..., "input": {...}}`); arguments that are not a JSON
 /// object are passed as `{"arguments": TEXT}`.
 fn tool_use_blocks(p: &Parsed) -> Vec<Value> {
-    p.calls
-        .iter()
-        .map(|c| {
-            let input = match serde_json::from_str::<Value>(&c.arguments) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => json!({"arguments": c.arguments}),
-            };
-            let id = c.id.replacen("call_", "toolu_", 1);
-            json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
-        })
-        .collect()
+    p.calls.iter().map(tool_use).collect()
+}
+
+fn tool_use(c: &ToolCall) -> Value {
+    let input = match serde_json::from_str::<Value>(&c.arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => json!({"arguments": c.arguments}),
+    };
+    let id = c.id.replacen("call_", "toolu_", 1);
+    json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
 }
 
 /// Anthropic's stop reason for how the generation ended.
@@ -107,11 +109,15 @@ impl Head {
         json!({"input_tokens": self.prompt_tokens, "output_tokens": output_tokens})
     }
 
-    /// The whole reply: the text block, then any `tool_use` blocks.
+    /// The whole reply: any thinking block, the text block, then any
+    /// `tool_use` blocks.
     fn whole(&self, text: &str, d: &Done) -> Value {
         let parsed = self.calls.parse(text);
         let (text, calls) = (parsed.content.as_str(), tool_use_blocks(&parsed));
-        let mut content = Vec::with_capacity(calls.len() + 1);
+        let mut content = Vec::with_capacity(calls.len() + 2);
+        if let Some(r) = &parsed.reasoning {
+            content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+        }
         if !text.is_empty() || calls.is_empty() {
             content.push(json!({"type": "text", "text": text}));
         }
@@ -120,52 +126,142 @@ impl Head {
         self.message(Value::Array(content), Some((d, calls_tools)))
     }
 
-    /// The events that open a stream.
+    /// The events that open a stream (its blocks open as their text comes).
     fn opening(&self) -> Vec<(&'static str, Value)> {
         vec![
             (
                 "message_start",
                 json!({"type": "message_start", "message": self.message(json!([]), None)}),
             ),
-            (
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0,
-                       "content_block": {"type": "text", "text": ""}}),
-            ),
             ("ping", json!({"type": "ping"})),
         ]
     }
+}
 
-    /// The events that close a stream: the text still held back, the end of
-    /// the text block, any `tool_use` blocks whole, then the stop reason and
-    /// the usage.
-    fn closing(&self, split: CallStream, d: &Done) -> Vec<(&'static str, Value)> {
-        let (rest, parsed) = self.calls.finish(split);
-        let calls = tool_use_blocks(&parsed);
+/// A content block's kind while it streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Thinking,
+    Text,
+}
+
+/// One stream's state: the split (None once ended), the open block and its
+/// index.
+struct Streamer {
+    head: Head,
+    split: Option<ReplyStream>,
+    open: Option<Kind>,
+    index: usize,
+    /// A text block was opened.
+    texted: bool,
+}
+
+impl Streamer {
+    fn new(head: Head) -> Self {
+        let split = Some(head.calls.stream());
+        Self {
+            head,
+            split,
+            open: None,
+            index: 0,
+            texted: false,
+        }
+    }
+
+    /// The next piece: its reasoning as `thinking_delta`s in a thinking
+    /// block, its text as `text_delta`s in a text block.
+    fn push(&mut self, piece: &str) -> Vec<(&'static str, Value)> {
+        match self.split.as_mut().map(|s| s.push(piece)) {
+            Some(shown) => self.shown(&shown),
+            None => Vec::new(),
+        }
+    }
+
+    fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
         let mut out = Vec::new();
-        if !rest.is_empty() {
-            out.push(text_delta(&rest));
-        }
-        out.push(block_stop(0));
-        for (i, call) in calls.iter().enumerate() {
-            let mut start = call.clone();
-            start["input"] = json!({});
-            out.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": i + 1, "content_block": start}),
+        if !shown.reasoning.is_empty() {
+            out.extend(self.block(Kind::Thinking));
+            out.push(delta(
+                self.index,
+                json!({"type": "thinking_delta", "thinking": shown.reasoning}),
             ));
-            out.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": i + 1,
-                       "delta": {"type": "input_json_delta", "partial_json": call["input"].to_string()}}),
-            ));
-            out.push(block_stop(i + 1));
         }
+        if !shown.content.is_empty() {
+            out.extend(self.block(Kind::Text));
+            out.push(delta(
+                self.index,
+                json!({"type": "text_delta", "text": shown.content}),
+            ));
+        }
+        for call in &shown.calls {
+            out.extend(self.tool_use(call));
+        }
+        out
+    }
+
+    /// A call as a `tool_use` block: its start (id, name, empty input), its
+    /// input as an `input_json_delta`, its end.
+    fn tool_use(&mut self, call: &ToolCall) -> Vec<(&'static str, Value)> {
+        let mut out: Vec<_> = self.close_block().into_iter().collect();
+        let whole = tool_use(call);
+        let mut start = whole.clone();
+        start["input"] = json!({});
+        out.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.index, "content_block": start}),
+        ));
+        let json = json!({"type": "input_json_delta", "partial_json": whole["input"].to_string()});
+        out.push(delta(self.index, json));
+        out.push(block_stop(self.index));
+        self.index += 1;
+        out
+    }
+
+    /// Open a block of `kind` (closing the one open) unless it is open.
+    fn block(&mut self, kind: Kind) -> Vec<(&'static str, Value)> {
+        if self.open == Some(kind) {
+            return Vec::new();
+        }
+        let mut out: Vec<_> = self.close_block().into_iter().collect();
+        self.open = Some(kind);
+        self.texted |= kind == Kind::Text;
+        let block = match kind {
+            Kind::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            Kind::Text => json!({"type": "text", "text": ""}),
+        };
+        out.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.index, "content_block": block}),
+        ));
+        out
+    }
+
+    fn close_block(&mut self) -> Option<(&'static str, Value)> {
+        self.open.take()?;
+        self.index += 1;
+        Some(block_stop(self.index - 1))
+    }
+
+    /// The events that close a stream: what was still held back, the open
+    /// block's end (an empty text block when the reply has neither text nor
+    /// calls), any `tool_use` blocks whole, then the stop reason and the
+    /// usage.
+    fn closing(&mut self, d: &Done) -> Vec<(&'static str, Value)> {
+        let Some(split) = self.split.take() else {
+            return Vec::new();
+        };
+        let (rest, parsed) = self.head.calls.finish(split);
+        let calls = !parsed.calls.is_empty();
+        let mut out = self.shown(&rest);
+        if !calls && !self.texted {
+            out.extend(self.block(Kind::Text));
+        }
+        out.extend(self.close_block());
         out.push((
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": stop_reason(d, !calls.is_empty()), "stop_sequence": d.stop_sequence},
-                   "usage": self.usage(d.completion_tokens)}),
+                   "delta": {"stop_reason": stop_reason(d, calls), "stop_sequence": d.stop_sequence},
+                   "usage": self.head.usage(d.completion_tokens)}),
         ));
         out.push(("message_stop", json!({"type": "message_stop"})));
         out
@@ -179,10 +275,10 @@ fn block_stop(index: usize) -> (&'static str, Value) {
     )
 }
 
-fn text_delta(text: &str) -> (&'static str, Value) {
+fn delta(index: usize, delta: Value) -> (&'static str, Value) {
     (
         "content_block_delta",
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_delta", "index": index, "delta": delta}),
     )
 }
 
@@ -199,21 +295,12 @@ fn sse(
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let opening = head.opening();
     // Text that could open a call is held back until it is known not to.
-    let mut split = Some(head.calls.stream());
+    let mut s = Streamer::new(head);
     let events = ReceiverStream::new(rx).flat_map(move |ev| {
         let out = match ev {
-            Event::Text(t) => split
-                .as_mut()
-                .map(|s| s.push(&t))
-                .filter(|shown| !shown.is_empty())
-                .map(|shown| text_delta(&shown))
-                .into_iter()
-                .collect(),
+            Event::Text(t) => s.push(&t),
             // The split ends with the first Done (there is no second).
-            Event::Done(d) => split
-                .take()
-                .map(|s| head.closing(s, &d))
-                .unwrap_or_default(),
+            Event::Done(d) => s.closing(&d),
             Event::Failed(e) => vec![("error", super::error_body(&e))],
             Event::Started { .. } => Vec::new(),
         };
@@ -223,146 +310,5 @@ fn sse(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head() -> Head {
-        Head {
-            id: "msg_bmoe1".into(),
-            model: "m".into(),
-            prompt_tokens: 9,
-            calls: ReplySplit::default(),
-        }
-    }
-
-    fn done(finish_reason: &'static str, stop_sequence: Option<&str>) -> Done {
-        Done {
-            finish_reason,
-            stop_sequence: stop_sequence.map(str::to_string),
-            prompt_tokens: 9,
-            completion_tokens: 4,
-            figures: Default::default(),
-            notes: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_whole_reply_is_an_anthropic_message() {
-        let m = head().whole("Hello", &done("length", None));
-        assert_eq!(
-            m,
-            json!({"id": "msg_bmoe1", "type": "message", "role": "assistant", "model": "m",
-                   "content": [{"type": "text", "text": "Hello"}],
-                   "stop_reason": "max_tokens", "stop_sequence": null,
-                   "usage": {"input_tokens": 9, "output_tokens": 4}})
-        );
-        let stopped = head().whole("Hi", &done("stop", Some("END")));
-        assert_eq!(
-            (&stopped["stop_reason"], &stopped["stop_sequence"]),
-            (&json!("stop_sequence"), &json!("END"))
-        );
-        assert_eq!(
-            head().whole("", &done("stop", None))["stop_reason"],
-            "end_turn"
-        );
-    }
-
-    #[test]
-    fn a_stream_opens_with_the_message_and_closes_with_the_stop_reason() {
-        let h = head();
-        let names: Vec<&str> = h.opening().iter().map(|e| e.0).collect();
-        assert_eq!(names, ["message_start", "content_block_start", "ping"]);
-        let start = &h.opening()[0].1["message"];
-        assert_eq!(
-            (&start["content"], &start["stop_reason"]),
-            (&json!([]), &Value::Null)
-        );
-        assert_eq!(start["usage"]["input_tokens"], 9);
-        assert_eq!(
-            text_delta("a").1["delta"],
-            json!({"type": "text_delta", "text": "a"})
-        );
-        let closing = h.closing(h.calls.stream(), &done("stop", None));
-        let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
-        assert_eq!(
-            names,
-            ["content_block_stop", "message_delta", "message_stop"]
-        );
-        assert_eq!(
-            closing[1].1,
-            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                   "usage": {"input_tokens": 9, "output_tokens": 4}})
-        );
-    }
-
-    /// A recorded Qwen3-style reply with one call, and one whose call is not JSON.
-    const CALLED: &str = "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-    const MALFORMED: &str =
-        "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {city}\n</tool_call>";
-
-    fn hermes() -> Head {
-        Head {
-            calls: ReplySplit::new(
-                crate::chat::tool_calls::CallFormat::Hermes,
-                Some(json!([{"type": "function", "function": {"name": "weather"}}])),
-            ),
-            ..head()
-        }
-    }
-
-    #[test]
-    fn calls_become_tool_use_blocks_and_malformed_ones_stay_text() {
-        let m = hermes().whole(CALLED, &done("stop", None));
-        assert_eq!(m["stop_reason"], "tool_use");
-        assert_eq!(
-            m["content"][0],
-            json!({"type": "text", "text": "Let me check."})
-        );
-        let call = &m["content"][1];
-        assert_eq!(
-            (&call["type"], &call["name"]),
-            (&json!("tool_use"), &json!("weather"))
-        );
-        assert_eq!(call["input"], json!({"city": "Paris"}));
-        assert!(call["id"].as_str().unwrap().starts_with("toolu_"), "{call}");
-        let m = hermes().whole(MALFORMED, &done("stop", None));
-        assert_eq!(m["stop_reason"], "end_turn");
-        assert_eq!(m["content"], json!([{"type": "text", "text": MALFORMED}]));
-        let plain = head().whole(CALLED, &done("stop", None));
-        assert_eq!(
-            plain["content"][0]["text"], CALLED,
-            "no tools offered: text"
-        );
-    }
-
-    #[test]
-    fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
-        let h = hermes();
-        let mut split = h.calls.stream();
-        let (head_text, tail) = CALLED.split_at(20);
-        let shown = split.push(head_text) + &split.push(tail);
-        assert_eq!(
-            shown, "Let me check.",
-            "the call's text never streams as text"
-        );
-        let closing = h.closing(split, &done("stop", None));
-        let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
-        assert_eq!(
-            names,
-            [
-                "content_block_stop",
-                "content_block_start",
-                "content_block_delta",
-                "content_block_stop",
-                "message_delta",
-                "message_stop"
-            ]
-        );
-        assert_eq!(closing[1].1["content_block"]["name"], "weather");
-        assert_eq!(
-            closing[2].1["delta"],
-            json!({"type": "input_json_delta", "partial_json": "{\"city\":\"Paris\"}"})
-        );
-        assert_eq!(closing[4].1["delta"]["stop_reason"], "tool_use");
-    }
-}
+#[path = "reply_tests.rs"]
+mod tests;

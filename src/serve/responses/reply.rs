@@ -1,6 +1,8 @@
 //! The worker's events as a Responses reply: one `response` object once the
 //! generation ends, or its server-sent events (`response.created`,
-//! `response.in_progress`, the message item's `output_item.added`,
+//! `response.in_progress`, a reasoning item's `output_item.added`,
+//! `reasoning_text.delta`s, `reasoning_text.done` and `output_item.done`
+//! when the reply reasons, the message item's `output_item.added`,
 //! `content_part.added`, `output_text.delta`s, `output_text.done`,
 //! `content_part.done`, `output_item.done`, each function call's
 //! `output_item.added`, `function_call_arguments.delta`/`.done`,
@@ -19,10 +21,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::ResponsesRequest;
-use crate::chat::tool_calls::{CallStream, Parsed};
+use crate::chat::tool_calls::{Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
-use crate::serve::tools::ReplySplit;
+use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
 use crate::serve::worker::{App, Done, Event};
 
 /// What every part of one reply carries.
@@ -52,7 +54,11 @@ pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, Ap
         top_p: req.spec.sampling.top_p,
         calls: ReplySplit::of(&req.spec, app.call_format),
     };
-    let (rx, _) = routes::start_job(app, req.spec).await?;
+    let (rx, started) = routes::start_job(app, req.spec).await?;
+    let head = Head {
+        calls: head.calls.thinking(app.thinks, started.reasoning_open),
+        ..head
+    };
     if stream {
         return Ok(sse(head, rx).into_response());
     }
@@ -117,20 +123,37 @@ impl Head {
         p.calls
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
-                       "status": "completed", "call_id": c.id, "name": c.name,
-                       "arguments": c.arguments})
-            })
+            .map(|(i, c)| self.call(i, c))
             .collect()
+    }
+
+    /// The reply's `i`th call as a `function_call` item.
+    fn call(&self, i: usize, c: &ToolCall) -> Value {
+        json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
+               "status": "completed", "call_id": c.id, "name": c.name,
+               "arguments": c.arguments})
     }
 
     /// The reasoning item, when the reply's reasoning was split from it.
     fn reasoning(&self, p: &Parsed) -> Option<Value> {
-        p.reasoning.as_ref().map(|r| {
-            json!({"id": self.id.replacen("resp_", "rs_", 1), "type": "reasoning", "summary": [],
-                   "content": [{"type": "reasoning_text", "text": r}]})
-        })
+        p.reasoning
+            .as_deref()
+            .map(|r| self.reasoning_item(r, "completed"))
+    }
+
+    fn reasoning_id(&self) -> String {
+        self.id.replacen("resp_", "rs_", 1)
+    }
+
+    /// A reasoning item holding `text` (no content while in progress).
+    fn reasoning_item(&self, text: &str, status: &str) -> Value {
+        let content = if status == "in_progress" {
+            json!([])
+        } else {
+            json!([{"type": "reasoning_text", "text": text}])
+        };
+        json!({"id": self.reasoning_id(), "type": "reasoning", "summary": [],
+               "status": status, "content": content})
     }
 
     /// The whole response: any reasoning, the message (when it has text or
@@ -164,7 +187,12 @@ pub(super) struct Streamer {
     /// The text streamed so far, once the message item is open.
     text: Option<String>,
     done: Vec<Value>,
-    split: Option<CallStream>,
+    split: Option<ReplyStream>,
+    /// The reasoning streamed so far, while its item is open.
+    reasoning: Option<String>,
+    /// Reasoning that came after the message opened (harmony's channels
+    /// may interleave): its own item at the end.
+    late_reasoning: String,
 }
 
 impl Streamer {
@@ -176,6 +204,8 @@ impl Streamer {
             text: None,
             done: Vec::new(),
             split,
+            reasoning: None,
+            late_reasoning: String::new(),
         }
     }
 
@@ -200,9 +230,61 @@ impl Streamer {
         self.done.len()
     }
 
-    /// Text shown: the message item opened first if it is not yet.
-    fn text(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
+    /// Reasoning shown: the reasoning item opened first if it is not yet
+    /// (held for its own item at the end once the message opened).
+    fn reasoning(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
         let mut out = Vec::new();
+        if shown.is_empty() {
+            return out;
+        }
+        if self.text.is_some() {
+            self.late_reasoning.push_str(shown);
+            return out;
+        }
+        let (index, item_id) = (self.done.len(), self.head.reasoning_id());
+        if self.reasoning.is_none() {
+            self.reasoning = Some(String::new());
+            let item = self.head.reasoning_item("", "in_progress");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+        }
+        if let Some(r) = self.reasoning.as_mut() {
+            r.push_str(shown);
+        }
+        out.push(self.event(
+            "response.reasoning_text.delta",
+            json!({"output_index": index, "item_id": item_id, "content_index": 0, "delta": shown}),
+        ));
+        out
+    }
+
+    /// The reasoning item closed, when one is open.
+    fn close_reasoning(&mut self) -> Vec<(&'static str, Value)> {
+        let Some(text) = self.reasoning.take() else {
+            return Vec::new();
+        };
+        let (index, item_id) = (self.done.len(), self.head.reasoning_id());
+        let item = self.head.reasoning_item(&text, "completed");
+        let out = vec![
+            self.event(
+                "response.reasoning_text.done",
+                json!({"output_index": index, "item_id": item_id, "content_index": 0, "text": text}),
+            ),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item.clone()}),
+            ),
+        ];
+        self.done.push(item);
+        out
+    }
+
+    /// Text shown: the reasoning item closed and the message item opened
+    /// first if they are not yet.
+    fn text(&mut self, shown: &str) -> Vec<(&'static str, Value)> {
+        let mut out = self.close_reasoning();
         let (index, item_id) = (self.message_index(), self.head.message_id());
         if self.text.is_none() {
             self.text = Some(String::new());
@@ -231,14 +313,57 @@ impl Streamer {
     }
 
     pub(super) fn push(&mut self, piece: &str) -> Vec<(&'static str, Value)> {
-        let shown = match self.split.as_mut() {
-            Some(s) => s.push(piece),
-            None => return Vec::new(),
-        };
-        if shown.is_empty() {
-            return Vec::new();
+        match self.split.as_mut().map(|s| s.push(piece)) {
+            Some(shown) => self.shown(&shown),
+            None => Vec::new(),
         }
-        self.text(&shown)
+    }
+
+    fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
+        let mut out = self.reasoning(&shown.reasoning);
+        if !shown.content.is_empty() {
+            out.extend(self.text(&shown.content));
+        }
+        if !shown.calls.is_empty() {
+            out.extend(self.close_reasoning());
+            out.extend(self.close_message(true));
+        }
+        for (k, c) in shown.calls.iter().enumerate() {
+            let call = self.head.call(shown.calls_from + k, c);
+            out.extend(self.call_item(call));
+        }
+        out
+    }
+
+    /// A call's item: added (in progress, no arguments), its arguments as a
+    /// delta, done.
+    fn call_item(&mut self, call: Value) -> Vec<(&'static str, Value)> {
+        let index = self.done.len();
+        let mut open = call.clone();
+        open["status"] = "in_progress".into();
+        open["arguments"] = "".into();
+        let (id, args) = (call["id"].clone(), call["arguments"].clone());
+        let out = vec![
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": open}),
+            ),
+            self.event(
+                "response.function_call_arguments.delta",
+                json!({"output_index": index, "item_id": id, "delta": args}),
+            ),
+            self.event(
+                "response.function_call_arguments.done",
+                json!({"output_index": index, "item_id": id, "arguments": args,
+                       "name": call["name"]}),
+            ),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": call.clone()}),
+            ),
+        ];
+        self.done.push(call);
+        out
     }
 
     /// The message item closed (opened first, empty, when the reply has
@@ -280,36 +405,13 @@ impl Streamer {
             return Vec::new();
         };
         let (rest, parsed) = self.head.calls.finish(split);
-        let mut out = Vec::new();
-        if !rest.is_empty() {
-            out.extend(self.text(&rest));
-        }
-        let calls = self.head.calls(&parsed);
-        out.extend(self.close_message(!calls.is_empty()));
-        for call in calls {
-            let index = self.done.len();
-            let mut open = call.clone();
-            open["status"] = "in_progress".into();
-            open["arguments"] = "".into();
-            let (id, args) = (call["id"].clone(), call["arguments"].clone());
-            out.push(self.event(
-                "response.output_item.added",
-                json!({"output_index": index, "item": open}),
-            ));
-            out.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"output_index": index, "item_id": id, "delta": args}),
-            ));
-            out.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"output_index": index, "item_id": id, "arguments": args,
-                       "name": call["name"]}),
-            ));
-            out.push(self.event(
-                "response.output_item.done",
-                json!({"output_index": index, "item": call.clone()}),
-            ));
-            self.done.push(call);
+        let mut out = self.shown(&rest);
+        out.extend(self.close_reasoning());
+        out.extend(self.close_message(!parsed.calls.is_empty()));
+        let late = std::mem::take(&mut self.late_reasoning);
+        if !late.is_empty() {
+            out.extend(self.reasoning(&late));
+            out.extend(self.close_reasoning());
         }
         let (status, _) = ending(d);
         let r = self

@@ -181,3 +181,41 @@ fn a_failure_is_an_error_event_then_response_failed() {
     assert_eq!(all[3].1["response"]["status"], "failed");
     assert_eq!(all[3].1["response"]["error"]["message"], "too long");
 }
+
+/// A reply of a template that opens `<think>` in the prompt: a reasoning
+/// item streams first (`response.reasoning_text.delta`s), closed before the
+/// message item opens; the finished response holds both, in that order.
+#[test]
+fn reasoning_streams_as_a_reasoning_item_before_the_message() {
+    let h = head(ReplySplit::new_thinking(CallFormat::None, None, true));
+    let mut s = Streamer::new(h);
+    let mut events = s.opening();
+    for piece in "I should greet.\n</think>\n\nHello".as_bytes().chunks(4) {
+        events.extend(s.push(std::str::from_utf8(piece).expect("ASCII")));
+    }
+    events.extend(s.closing(&done("stop")));
+    let names: Vec<&str> = events.iter().map(|e| e.0).collect();
+    let first = |n: &str| names.iter().position(|x| *x == n).expect(n);
+    let last = |n: &str| names.iter().rposition(|x| *x == n).expect(n);
+    assert!(last("response.reasoning_text.delta") < first("response.reasoning_text.done"));
+    assert!(first("response.reasoning_text.done") < first("response.output_text.delta"));
+    let reasoning: String = events
+        .iter()
+        .filter(|e| e.0 == "response.reasoning_text.delta")
+        .filter_map(|e| e.1["delta"].as_str())
+        .collect();
+    assert_eq!(reasoning, "I should greet.");
+    let added = &events[first("response.output_item.added")].1;
+    assert_eq!(
+        (&added["item"]["type"], &added["output_index"]),
+        (&json!("reasoning"), &json!(0))
+    );
+    let r = &events.last().expect("completed").1["response"];
+    assert_eq!(r["output"][0]["content"][0]["text"], "I should greet.");
+    assert_eq!(r["output"][1]["content"][0]["text"], "Hello");
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.1["sequence_number"].as_u64())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
