@@ -14,7 +14,7 @@
 use serde_json::{json, Value};
 
 use super::tool_calls::CallFormat;
-use crate::llama::grammar::{regex_escape, schema_to_gbnf, Grammar, GrammarError};
+use crate::llama::grammar::{regex_escape, schema_to_gbnf, Grammar, GrammarError, ROOT};
 
 /// Which calls a request lets or makes the model write.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -246,6 +246,21 @@ fn json_rule(
     let gbnf = schema_to_gbnf(schema)?;
     rules.push(rename(&gbnf, prefix).trim_end().to_string());
     Ok(format!("{prefix}-root"))
+}
+
+/// `g` for a reply that starts inside an open reasoning block (the
+/// generation prompt ends with `<think>`): the block closed at once, then
+/// what `g` forces, so the forced call or JSON is the answer, not reasoning.
+/// A lazy grammar is left as it is (free text runs until its trigger).
+pub fn after_open_reasoning(g: Grammar) -> Grammar {
+    if !g.triggers.is_empty() {
+        return g;
+    }
+    let inner = rename(&g.gbnf, "answer");
+    Grammar {
+        gbnf: format!("{ROOT} ::= \"</think>\" [\\n]* answer-{ROOT}\n{inner}"),
+        triggers: Vec::new(),
+    }
 }
 
 /// `gbnf` with each rule name (defined or used) put under `prefix`, so that

@@ -162,3 +162,14 @@ fn text_values_keep_to_their_enum_or_length() {
         "[^<]{2,}"
     );
 }
+
+#[test]
+fn a_forced_grammar_after_an_open_reasoning_block_closes_it_first() {
+    let forced = call_grammar(CallFormat::XmlFunction, &tools(), &ToolChoice::Required).unwrap();
+    let g = after_open_reasoning(forced.clone());
+    assert!(g.gbnf.starts_with("root ::= \"</think>\""), "{}", g.gbnf);
+    assert!(g.gbnf.contains("answer-root ::="), "{}", g.gbnf);
+    g.check().unwrap();
+    let lazy = call_grammar(CallFormat::XmlFunction, &tools(), &ToolChoice::Auto).unwrap();
+    assert_eq!(after_open_reasoning(lazy.clone()), lazy);
+}

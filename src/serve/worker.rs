@@ -322,6 +322,7 @@ fn request_of(
         return Err((e, job.events));
     }
     let grammar = match Constraint::grammar(&job.spec, template.call_format()) {
+        Ok(g) if reasoning_open => g.map(crate::chat::tool_grammar::after_open_reasoning),
         Ok(g) => g,
         Err(e) => return Err((e, job.events)),
     };
