@@ -99,12 +99,20 @@ impl Head {
             "content": content,
             "stop_reason": d.map(|(d, calls)| stop_reason(d, calls)),
             "stop_sequence": d.and_then(|(d, _)| d.stop_sequence.clone()),
-            "usage": self.usage(d.map_or(0, |(d, _)| d.completion_tokens)),
+            "usage": self.usage(d.map(|(d, _)| d)),
         })
     }
 
-    fn usage(&self, output_tokens: usize) -> Value {
-        json!({"input_tokens": self.prompt_tokens, "output_tokens": output_tokens})
+    /// Anthropic's usage: once done, `input_tokens` is the part of the
+    /// prompt decoded and `cache_read_input_tokens` the part found in the KV
+    /// or prompt cache (their sum is the prompt); before, the whole prompt.
+    fn usage(&self, d: Option<&Done>) -> Value {
+        let Some(d) = d else {
+            return json!({"input_tokens": self.prompt_tokens, "output_tokens": 0});
+        };
+        let cached = (d.figures.reused_tokens as usize).min(self.prompt_tokens);
+        json!({"input_tokens": self.prompt_tokens - cached, "output_tokens": d.completion_tokens,
+               "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
     }
 
     /// The whole reply: the text block, then any `tool_use` blocks.
@@ -165,7 +173,7 @@ impl Head {
             "message_delta",
             json!({"type": "message_delta",
                    "delta": {"stop_reason": stop_reason(d, !calls.is_empty()), "stop_sequence": d.stop_sequence},
-                   "usage": self.usage(d.completion_tokens)}),
+                   "usage": self.usage(Some(d))}),
         ));
         out.push(("message_stop", json!({"type": "message_stop"})));
         out
@@ -254,7 +262,8 @@ mod tests {
             json!({"id": "msg_bmoe1", "type": "message", "role": "assistant", "model": "m",
                    "content": [{"type": "text", "text": "Hello"}],
                    "stop_reason": "max_tokens", "stop_sequence": null,
-                   "usage": {"input_tokens": 9, "output_tokens": 4}})
+                   "usage": {"input_tokens": 9, "output_tokens": 4,
+                             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}})
         );
         let stopped = head().whole("Hi", &done("stop", Some("END")));
         assert_eq!(
@@ -264,6 +273,17 @@ mod tests {
         assert_eq!(
             head().whole("", &done("stop", None))["stop_reason"],
             "end_turn"
+        );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_cache_reads() {
+        let mut d = done("stop", None);
+        d.figures.reused_tokens = 6;
+        let u = &head().whole("Hi", &d)["usage"];
+        assert_eq!(
+            (&u["input_tokens"], &u["cache_read_input_tokens"]),
+            (&json!(3), &json!(6))
         );
     }
 
@@ -291,7 +311,8 @@ mod tests {
         assert_eq!(
             closing[1].1,
             json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                   "usage": {"input_tokens": 9, "output_tokens": 4}})
+                   "usage": {"input_tokens": 9, "output_tokens": 4,
+                             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}})
         );
     }
 
