@@ -68,7 +68,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let prompt_cache = args.prompt_cache.config(args.run.prompt_cache.as_deref())?;
     let model = super::commands::model_or_default(&args.run.model)?;
-    let engine = super::run::run_config(&args.run, model, String::new())?;
+    let mut engine = super::run::run_config(&args.run, model, String::new())?;
+    if let (bmoe::engine::Mode::Stream(sc), Some(pc)) = (&mut engine.mode, &prompt_cache) {
+        sc.reserved_bytes = pc.ram_bytes;
+    }
     let cfg = ServeConfig {
         defaults: engine.sampling.clone(),
         engine,
