@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::metrics as m;
+use crate::engine::prompt_state::ident_of;
 use crate::engine::RunConfig;
 use crate::generate::Multi;
 use crate::llama::{Context, Token};
-use crate::prompt_cache::{self, Ident, PromptCache};
+use crate::prompt_cache::{self, PromptCache};
 
 /// A cached prefix shorter than this is not worth a restore.
 const MIN_RESTORE_TOKENS: usize = 8;
@@ -24,23 +25,6 @@ pub(crate) struct Hook {
     cache: PromptCache,
     /// Tokens restored for the job running in each sequence.
     restored: Vec<usize>,
-}
-
-/// What names the states this engine makes: the model file, `-c`, the
-/// settings that change the KV values, the bmoe version.
-pub(crate) fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
-    let (model_bytes, model_header_hash) = prompt_cache::model_header_hash(&cfg.model)?;
-    let drop_cold = cfg.mode.stream().map_or(0.0, |s| s.drop_cold);
-    Ok(Ident {
-        bmoe_version: crate::VERSION.to_string(),
-        model_bytes,
-        model_header_hash,
-        n_ctx,
-        settings: format!(
-            "n_expert_used={:?} drop_cold={drop_cold}",
-            cfg.n_expert_used
-        ),
-    })
 }
 
 impl Hook {

@@ -25,8 +25,16 @@ impl Server {
     /// `bmoe serve -m E8K2 --port 0 -c 512 EXTRA...`, once it listens.
     pub fn start(extra: &[&str]) -> Server {
         let m = e8k2().to_str().unwrap().to_string();
+        // The prompt cache only where a test asks for it (tests/prompt_cache.rs):
+        // a state another test left would change the figures of this one.
+        let pc: &[&str] = if extra.contains(&"--prompt-cache") {
+            &[]
+        } else {
+            &["--prompt-cache", "off"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "-m", &m, "--port", "0", "-c", "512", "-t", "2"])
+            .args(pc)
             .args(extra)
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
             .env_remove("RUST_LOG")
