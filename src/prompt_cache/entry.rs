@@ -80,11 +80,7 @@ pub fn write_entry(
 /// Read and check the entry at `path`: damaged (short, bad magic or CRC) or
 /// written for another [`Ident`] than `want` is an error.
 pub fn read_entry(path: &Path, want: &Ident) -> Result<Entry, PromptCacheError> {
-    let bytes = std::fs::read(path).map_err(|e| PromptCacheError::io(path, e))?;
-    let e = decode(&bytes).map_err(|detail| PromptCacheError::Corrupt {
-        path: path.to_path_buf(),
-        detail,
-    })?;
+    let e = read_any_entry(path)?;
     match want.differs(&e.ident) {
         Some(detail) => Err(PromptCacheError::Mismatch {
             path: path.to_path_buf(),
@@ -92,6 +88,15 @@ pub fn read_entry(path: &Path, want: &Ident) -> Result<Entry, PromptCacheError> 
         }),
         None => Ok(e),
     }
+}
+
+/// Read the entry at `path`, checked against its CRC but of any ident.
+pub fn read_any_entry(path: &Path) -> Result<Entry, PromptCacheError> {
+    let bytes = std::fs::read(path).map_err(|e| PromptCacheError::io(path, e))?;
+    decode(&bytes).map_err(|detail| PromptCacheError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    })
 }
 
 /// An entry from its bytes, checked (the reason when it is damaged).

@@ -24,8 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use disk::dir_bytes;
-pub use entry::{read_entry, write_entry, Entry};
+pub use entry::{read_any_entry, read_entry, write_entry, Entry};
 pub use ident::{model_header_hash, Ident};
+
+/// Damaged files tried, best first, before a lookup gives up on the disk.
+const MAX_DISK_TRIES: usize = 4;
 
 /// Errors of the prompt cache: each is a warning and a plain prefill.
 #[derive(Debug, thiserror::Error)]
@@ -123,36 +126,42 @@ impl PromptCache {
         let floor = held.max(min_tokens.saturating_sub(1));
         let in_ram = self.ram.best(prompt).filter(|h| h.common > floor);
         let best_ram = in_ram.as_ref().map_or(floor, |h| h.common);
-        let ident = &self.ident;
-        let on_disk = self
-            .disk
-            .as_mut()
-            .and_then(|d| d.best(prompt, ident, best_ram));
-        let Some((path, common)) = on_disk else {
-            return in_ram;
-        };
-        match read_entry(&path, &self.ident) {
-            Ok(e) => {
-                self.stats
-                    .read_bytes
-                    .fetch_add(e.state.len() as u64, Ordering::Relaxed);
-                disk::touch(&path);
-                let hit = Hit {
-                    tokens: e.tokens.into(),
-                    state: Arc::new(e.state),
-                    common,
-                };
-                self.ram.insert(hit.tokens.clone(), hit.state.clone());
-                Some(hit)
-            }
-            Err(e) => {
-                tracing::warn!("{e}; the prompt is prefilled instead");
-                if let Some(d) = self.disk.as_mut() {
-                    d.forget(&path);
+        // A damaged or foreign file is warned about and the next best tried.
+        for _ in 0..MAX_DISK_TRIES {
+            let ident = &self.ident;
+            let Some((path, common)) = self
+                .disk
+                .as_mut()
+                .and_then(|d| d.best(prompt, ident, best_ram))
+            else {
+                break;
+            };
+            match read_entry(&path, &self.ident) {
+                Ok(e) => return Some(self.promoted(&path, e, common)),
+                Err(e) => {
+                    tracing::warn!("{e}; the prompt is prefilled instead");
+                    if let Some(d) = self.disk.as_mut() {
+                        d.forget(&path);
+                    }
                 }
-                in_ram
             }
         }
+        in_ram
+    }
+
+    /// A disk entry read for a hit: counted, touched, kept in RAM too.
+    fn promoted(&mut self, path: &Path, e: Entry, common: usize) -> Hit {
+        self.stats
+            .read_bytes
+            .fetch_add(e.state.len() as u64, Ordering::Relaxed);
+        disk::touch(path);
+        let hit = Hit {
+            tokens: e.tokens.into(),
+            state: Arc::new(e.state),
+            common,
+        };
+        self.ram.insert(hit.tokens.clone(), hit.state.clone());
+        hit
     }
 
     /// Keep the state of a sequence holding `tokens`: in RAM now, on disk by
