@@ -67,7 +67,7 @@ impl Hook {
         match ctx.set_seq_state(seq, &hit.state) {
             Ok(()) => {
                 multi.set_held(seq, hit.tokens.to_vec());
-                self.restored[seq as usize] = hit.common.min(prompt.len() - 1) - held;
+                self.restored[seq as usize] = hit.common.min(prompt.len() - 1).saturating_sub(held);
             }
             Err(e) => {
                 tracing::warn!("prompt cache: {e}; the prompt is prefilled instead");
