@@ -367,7 +367,7 @@ pub fn command() -> clap::Command {
         c
     };
     Cli::command()
-        .mut_subcommand("chat", |c| hide(c, &RUN_ONLY))
+        .mut_subcommand("chat", |c| hide(hide(c, &RUN_ONLY), &["prompt_cache"]))
         .mut_subcommand("serve", |c| hide(hide(c, &RUN_ONLY), &["stop"]))
 }
 
