@@ -68,9 +68,9 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
         checks::output_file("--route-trace", t, &inputs)?;
     }
     if let Some(f) = &args.prompt_cache {
-        // Read, then rewritten: only the other inputs count.
-        let others: Vec<&Path> = inputs.iter().copied().filter(|&i| i != f).collect();
-        checks::output_file("--prompt-cache", f, &others)?;
+        // Read, then rewritten; the inputs above never include it (filtering
+        // it out of them by path would also let it name the model).
+        checks::output_file("--prompt-cache", f, &inputs)?;
     }
     if let bmoe::stream::WarmSource::File(f) = &args.stream.cache_warm {
         // The profile is read, then updated: only the other inputs count.

@@ -36,7 +36,7 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
     let entry = match prompt_cache::read_entry(file, ident) {
         Ok(e) => e,
         Err(e) => {
-            crate::say!("warning: {e}; the prompt is prefilled and the file rewritten");
+            crate::say!("warning: {e}; the prompt is prefilled");
             return 0;
         }
     };
@@ -69,6 +69,13 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
 
 /// Write the prompt's state (sequence 0 cut back to the prompt) to `file`.
 pub(super) fn save(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) {
+    if file.exists() && !prompt_cache::is_cache_file(file) {
+        crate::say!(
+            "warning: --prompt-cache {} is not a bmoe prompt cache file: left as it is, the state not saved",
+            file.display()
+        );
+        return;
+    }
     ctx.trim(prompt.len() as i32, -1);
     let written = ctx.seq_state(0).map_err(|e| e.to_string()).and_then(|s| {
         prompt_cache::write_entry(file, ident, prompt, &s).map_err(|e| e.to_string())

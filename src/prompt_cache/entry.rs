@@ -90,6 +90,15 @@ pub fn read_entry(path: &Path, want: &Ident) -> Result<Entry, PromptCacheError> 
     }
 }
 
+/// Whether `path` starts with the prompt cache's magic (a file that does
+/// not is never written over: it is someone else's).
+pub fn is_cache_file(path: &Path) -> bool {
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == MAGIC)
+}
+
 /// Read the entry at `path`, checked against its CRC but of any ident.
 pub fn read_any_entry(path: &Path) -> Result<Entry, PromptCacheError> {
     let bytes = std::fs::read(path).map_err(|e| PromptCacheError::io(path, e))?;

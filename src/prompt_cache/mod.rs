@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use disk::dir_bytes;
-pub use entry::{read_any_entry, read_entry, write_entry, Entry};
+pub use entry::{is_cache_file, read_any_entry, read_entry, write_entry, Entry};
 pub use ident::{model_header_hash, Ident};
 
 /// Damaged files tried, best first, before a lookup gives up on the disk.

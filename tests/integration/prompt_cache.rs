@@ -281,4 +281,26 @@ fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
     let (text, err) = run("512");
     assert!(err.contains("another context size"), "{err}");
     assert_eq!(text, cold);
+    std::fs::write(&file, "my notes").unwrap();
+    let (text, err) = run("256");
+    assert!(err.contains("not a bmoe prompt cache file"), "{err}");
+    assert_eq!(
+        (text, std::fs::read_to_string(&file).unwrap()),
+        (cold, "my notes".into())
+    );
+}
+
+#[test]
+fn chat_and_an_input_as_the_cache_file_are_refused_with_exit_2() {
+    let o = common::bmoe(&["chat", "--prompt-cache", "state.bpc"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(common::stderr(&o).contains("no way to load a saved conversation"));
+    let m = e8k2().to_str().unwrap();
+    let o = common::bmoe(&["run", "-m", m, "-p", "hi", "--prompt-cache", m]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("own input"),
+        "{}",
+        common::stderr(&o)
+    );
 }
