@@ -24,6 +24,7 @@ pub mod commands;
 pub mod fixture;
 pub mod graph;
 pub mod inspect;
+pub mod prompt_cache;
 pub mod replay;
 pub mod rpc;
 pub mod run;
@@ -309,6 +310,11 @@ pub struct RunArgs {
     pub progress: bool,
     #[command(flatten)]
     pub rpc: rpc::RpcArgs,
+    /// The prompt cache. run: a state FILE, restored when its tokens start
+    /// the prompt, else written after the prefill; serve: a DIR (default
+    /// `prompt-cache` in bmoe's cache folder) or off (docs/serving.md).
+    #[arg(long, value_name = "FILE|DIR|off")]
+    pub prompt_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -361,7 +367,7 @@ pub fn command() -> clap::Command {
         c
     };
     Cli::command()
-        .mut_subcommand("chat", |c| hide(c, &RUN_ONLY))
+        .mut_subcommand("chat", |c| hide(hide(c, &RUN_ONLY), &["prompt_cache"]))
         .mut_subcommand("serve", |c| hide(hide(c, &RUN_ONLY), &["stop"]))
 }
 

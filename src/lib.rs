@@ -21,6 +21,7 @@ pub mod interrupt;
 pub mod lab;
 pub mod layout;
 pub mod llama;
+pub mod prompt_cache;
 pub mod serve;
 pub mod stdio;
 pub mod stream;

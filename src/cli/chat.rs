@@ -35,6 +35,15 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         &[],
         "type the messages at its prompt (/stats shows the figures)",
     )?;
+    if args.run.prompt_cache.is_some() {
+        return Err(checks::UsageError(
+            "bmoe chat does not take --prompt-cache: it has no way to load a saved conversation \
+             (/save writes a transcript only); bmoe serve's prompt cache keeps conversations \
+             across restarts"
+                .into(),
+        )
+        .into());
+    }
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
     let model = super::commands::model_or_default(&args.run.model)?;

@@ -18,7 +18,8 @@ use super::RunArgs;
 pub fn run(args: RunArgs) -> Result<()> {
     let prompt = checked_prompt(&args)?;
     let model = model_of(&args)?;
-    let cfg = run_config(&args, model, prompt)?;
+    let mut cfg = run_config(&args, model, prompt)?;
+    cfg.prompt_cache = args.prompt_cache.clone();
     if args.show_prompt {
         return show_prompt(&cfg);
     }
@@ -65,6 +66,11 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
     }
     if let Some(t) = &args.stream.route_trace {
         checks::output_file("--route-trace", t, &inputs)?;
+    }
+    if let Some(f) = &args.prompt_cache {
+        // Read, then rewritten; the inputs above never include it (filtering
+        // it out of them by path would also let it name the model).
+        checks::output_file("--prompt-cache", f, &inputs)?;
     }
     if let bmoe::stream::WarmSource::File(f) = &args.stream.cache_warm {
         // The profile is read, then updated: only the other inputs count.

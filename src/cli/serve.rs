@@ -39,6 +39,8 @@ pub struct ServeArgs {
     /// `.gguf`. Name what your client asks for (e.g. Claude Code's --model).
     #[arg(long = "served-name", value_name = "NAME", value_delimiter = ',')]
     pub served_name: Vec<String>,
+    #[command(flatten)]
+    pub prompt_cache: super::prompt_cache::PromptCacheArgs,
 }
 
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
@@ -64,8 +66,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             args.port
         );
     }
+    let prompt_cache = args.prompt_cache.config(args.run.prompt_cache.as_deref())?;
     let model = super::commands::model_or_default(&args.run.model)?;
-    let engine = super::run::run_config(&args.run, model, String::new())?;
+    let mut engine = super::run::run_config(&args.run, model, String::new())?;
+    if let (bmoe::engine::Mode::Stream(sc), Some(pc)) = (&mut engine.mode, &prompt_cache) {
+        sc.reserved_bytes = pc.ram_bytes;
+    }
     let cfg = ServeConfig {
         defaults: engine.sampling.clone(),
         engine,
@@ -75,6 +81,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         api_key: args.api_key.clone(),
         body_limit_bytes: (args.body_limit_kb * 1024) as usize,
         served_names: args.served_name.clone(),
+        prompt_cache,
     };
     let parallel = cfg.parallel;
     serve::serve(cfg, |addr, loaded| {

@@ -95,6 +95,7 @@ impl StreamArgs {
             policy: self.cache_policy,
             route_trace: self.route_trace.clone(),
             warm: self.cache_warm.clone(),
+            reserved_bytes: 0,
         }
     }
 }

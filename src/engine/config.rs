@@ -176,6 +176,8 @@ pub struct RunConfig {
     pub stop: Vec<String>,
     /// `--rpc`: the last layers on llama.cpp RPC hosts.
     pub rpc: Option<super::rpc::RpcConfig>,
+    /// `bmoe run --prompt-cache FILE`: the prompt's state restored and saved.
+    pub prompt_cache: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -206,6 +208,7 @@ impl RunConfig {
             sampling: Default::default(),
             stop: Vec::new(),
             rpc: None,
+            prompt_cache: None,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod graph_check;
 mod mode;
 mod note;
 mod prefill;
+pub mod prompt_state;
 mod report;
 mod rpc;
 mod session;
@@ -184,11 +185,22 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         chat: cfg.chat,
     };
     let mut a = assemble::assemble(cfg, text, 1)?;
+    let pcache = prompt_file(cfg, a.loaded.n_ctx);
+    let cached = pcache.as_ref().map_or(0, |(f, id)| {
+        prompt_state::restore(&mut a.ctx, f, id, &a.loaded.tokens)
+    });
     let loaded = &mut a.loaded;
     let mut target = Target::new(&mut a.ctx);
-    let started = Started { csv_file, t_run };
+    let started = Started {
+        csv_file,
+        t_run,
+        cached,
+    };
     let (telemetry, metered, head, startup) =
         std::thread::scope(|scope| generate_scoped(scope, loaded, &mut target, started, on_text))?;
+    if let Some((f, id)) = pcache.filter(|_| metered.res.is_ok()) {
+        prompt_state::save(&mut a.ctx, &f, &id, &a.loaded.tokens);
+    }
     let ended = finish::Ended {
         metered,
         head,
@@ -203,6 +215,31 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
 struct Started {
     csv_file: Option<telemetry::CsvOut>,
     t_run: Instant,
+    /// Prompt tokens restored from `--prompt-cache`.
+    cached: usize,
+}
+
+/// `--prompt-cache FILE` and what names its state (None: not given, or the
+/// model unreadable, said; or speculation on, whose drafts need a cold prompt).
+fn prompt_file(
+    cfg: &RunConfig,
+    n_ctx: u32,
+) -> Option<(std::path::PathBuf, crate::prompt_cache::Ident)> {
+    let file = cfg.prompt_cache.clone()?;
+    if cfg.speculation.is_on() {
+        crate::say!("note: --prompt-cache is not used with speculation (--ngram, --mtp, --spec)");
+        return None;
+    }
+    match prompt_state::ident_of(cfg, n_ctx) {
+        Ok(id) => Some((file, id)),
+        Err(e) => {
+            crate::say!(
+                "warning: --prompt-cache: cannot read {}: {e}",
+                cfg.model.display()
+            );
+            None
+        }
+    }
 }
 
 /// From the assembled model to the generation's end, with the MTP draft actor
@@ -235,6 +272,7 @@ fn generate_scoped<'scope, 't: 'scope>(
     let prompt = PromptBatches {
         tokens: &loaded.tokens[..],
         ubatch: loaded.prefill.ubatch,
+        cached: started.cached,
     };
     let metered = generate_metered(
         &loaded.cfg,
@@ -285,6 +323,8 @@ pub(super) struct Metered {
 struct PromptBatches<'p> {
     tokens: &'p [crate::llama::Token],
     ubatch: u32,
+    /// Its first tokens already in the KV cache (`--prompt-cache`).
+    cached: usize,
 }
 
 /// Generate through the accounting sink: one row per token to `telemetry`.
@@ -296,7 +336,11 @@ fn generate_metered<'t>(
     on_text: impl FnMut(&str),
     mtp: Option<&mut MtpActor<'_, 't>>,
 ) -> Metered {
-    let PromptBatches { tokens, ubatch } = prompt;
+    let PromptBatches {
+        tokens,
+        ubatch,
+        cached,
+    } = prompt;
     memory::reset_peak_rss();
     let kernel_read_bytes_before = memory::io_read_bytes();
     let mut rows = Vec::new();
@@ -316,7 +360,7 @@ fn generate_metered<'t>(
         sampling: cfg.sampling.clone(),
         stop: cfg.stop.clone(),
         draft_max: cfg.speculation.draft_max as usize,
-        cached: 0,
+        cached,
         special_text: false,
         grammar: None,
     };

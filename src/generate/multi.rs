@@ -27,6 +27,8 @@ pub(crate) type Refused<S> = Box<(GenerateError, Request<S>)>;
 /// A generation that ended, with its sink back.
 pub(crate) struct Finished<S> {
     pub(crate) sink: S,
+    /// The KV sequence it ran in (see [`Multi::held`]).
+    pub(crate) seq: i32,
     pub(crate) generation: Generation,
     /// Prompt tokens whose KV entries an earlier generation in the same
     /// sequence left (they were not decoded again).
@@ -99,6 +101,31 @@ impl<S: GenerationSink> Multi<S> {
     /// Sequences generating.
     pub(crate) fn busy(&self) -> usize {
         self.slots.len() - self.free()
+    }
+
+    /// The free sequence [`Self::admit`] would start `prompt` in, and how
+    /// many of its first tokens it holds (None: no sequence is free).
+    pub(crate) fn target(&self, prompt: &[Token]) -> Option<(i32, usize)> {
+        self.slots
+            .iter()
+            .filter(|s| s.job.is_none())
+            .map(|s| (s.seq, common_prefix(&s.kv, prompt)))
+            .max_by_key(|&(_, c)| c)
+    }
+
+    /// The tokens whose KV entries sequence `seq` holds.
+    pub(crate) fn held(&self, seq: i32) -> &[Token] {
+        self.slots.get(seq as usize).map_or(&[], |s| &s.kv)
+    }
+
+    /// Say that free sequence `seq` now holds `tokens` (its state was put
+    /// back from the prompt cache; empty after a failed restore).
+    pub(crate) fn set_held(&mut self, seq: i32, tokens: Vec<Token>) {
+        let slot = self.slots.get_mut(seq as usize);
+        debug_assert!(slot.as_ref().is_some_and(|s| s.job.is_none()));
+        if let Some(s) = slot.filter(|s| s.job.is_none()) {
+            s.kv = tokens;
+        }
     }
 
     /// Start `req` in the free sequence whose KV cache shares the longest
@@ -306,6 +333,7 @@ impl<S: GenerationSink> Multi<S> {
         };
         Some(Finished {
             sink: a.req.sink,
+            seq: self.slots[i].seq,
             generation,
             reused: a.reused,
             share: a.share,

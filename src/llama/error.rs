@@ -73,6 +73,8 @@ pub enum LlamaError {
         "the target context was lent to the MTP draft actor, which stopped without giving it back"
     )]
     TargetLent,
+    #[error("sequence state: {0}")]
+    SeqState(String),
     #[error("stopped by a signal")]
     Interrupted,
     #[error("path {0:?} contains a NUL byte")]

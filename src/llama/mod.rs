@@ -19,6 +19,7 @@ mod populate;
 pub mod quant;
 pub mod rpc;
 mod sampler;
+mod seq_state;
 mod target;
 
 pub(crate) use backend::init_backend;

@@ -58,6 +58,18 @@ pub(crate) fn decoded(step: &Step<JobSink>) {
     gauge!("bmoe_stall_seconds_total").increment(s.stall.as_secs_f64());
 }
 
+/// A job's prompt: tokens put back from the prompt cache and tokens decoded.
+pub(crate) fn prompt_split(restored: usize, prefilled: u64) {
+    counter!("bmoe_prompt_tokens_restored_total").increment(restored as u64);
+    counter!("bmoe_prompt_tokens_prefilled_total").increment(prefilled);
+}
+
+/// The prompt cache's bytes read from and written to disk so far.
+pub(crate) fn prompt_cache_bytes(read: u64, written: u64) {
+    counter!("bmoe_prompt_cache_read_bytes_total").absolute(read);
+    counter!("bmoe_prompt_cache_written_bytes_total").absolute(written);
+}
+
 /// A job's figures (its share of the flash bytes under its requester), and
 /// the session's running ones.
 pub(crate) fn finished(done: &Done, requester: &str, wall: Duration, session: &TurnFigures) {

@@ -9,6 +9,7 @@ mod constraint;
 mod job_prompt;
 mod json_in;
 mod metrics;
+mod prompt_cache;
 mod responses;
 mod routes;
 mod sink;
@@ -68,6 +69,8 @@ pub struct ServeConfig {
     /// The names `/v1/models` lists (`--served-name`); none: the model
     /// file's name without `.gguf`.
     pub served_names: Vec<String>,
+    /// `--prompt-cache` (None: off).
+    pub prompt_cache: Option<crate::prompt_cache::Config>,
 }
 
 /// Load the model, then serve until SIGINT/SIGTERM; `on_ready` is told the
@@ -85,6 +88,7 @@ pub fn serve(
         cfg.queue,
         cfg.parallel,
         rt.handle().clone(),
+        cfg.prompt_cache.clone(),
     )?;
     let served_names = if cfg.served_names.is_empty() {
         vec![model_id(&cfg.engine.model)]

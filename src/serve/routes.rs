@@ -417,7 +417,8 @@ impl Reply {
 
 fn usage(d: &Done) -> Value {
     json!({"prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens,
-           "total_tokens": d.prompt_tokens + d.completion_tokens})
+           "total_tokens": d.prompt_tokens + d.completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": d.figures.reused_tokens}})
 }
 
 /// What bmoe adds to a response: the notes and the turn's own figures.

@@ -18,6 +18,7 @@ use super::api::{ApiError, JobSpec};
 use super::constraint::Constraint;
 use super::job_prompt::{prompt_of, server_error};
 use super::metrics as m;
+use super::prompt_cache::Hook;
 use super::sink::JobSink;
 use super::tools::ReplySplit;
 use super::ServeError;
@@ -103,6 +104,7 @@ impl Worker {
         queue: usize,
         parallel: usize,
         runtime: tokio::runtime::Handle,
+        prompt_cache: Option<crate::prompt_cache::Config>,
     ) -> Result<(Self, ModelReady), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
         let (stop, stop_rx) = crossbeam_channel::bounded::<Stop>(1);
@@ -128,7 +130,13 @@ impl Worker {
                     jobs: rx,
                     stop: stop_rx,
                 };
-                let (session, done) = serve_jobs(session, &queue, parallel, &runtime);
+                let hook = prompt_cache
+                    .as_ref()
+                    .and_then(|c| Hook::open(c, &cfg, session.n_ctx(), parallel));
+                let (session, hook, done) = serve_jobs(session, &queue, parallel, &runtime, hook);
+                if let Some(h) = hook {
+                    h.close();
+                }
                 for line in session.close() {
                     crate::say!("{line}");
                 }
@@ -200,14 +208,23 @@ fn serve_jobs(
     queue: &Queue,
     parallel: usize,
     runtime: &tokio::runtime::Handle,
-) -> (Session, Option<crossbeam_channel::Sender<()>>) {
+    mut hook: Option<Hook>,
+) -> (Session, Option<Hook>, Option<crossbeam_channel::Sender<()>>) {
     let template = session.chat_template();
     let (_, ubatch) = session.context();
     let mut multi = Multi::new(parallel, ubatch.max(parallel));
     let mut stopped: Option<Option<Stop>> = None;
     loop {
         if stopped.is_none() {
-            if let Err(stop) = admit_jobs(&mut session, &template, &mut multi, queue, runtime) {
+            let admitted = admit_jobs(
+                &mut session,
+                &template,
+                &mut multi,
+                queue,
+                runtime,
+                &mut hook,
+            );
+            if let Err(stop) = admitted {
                 stopped = Some(stop);
             }
         }
@@ -215,7 +232,7 @@ fn serve_jobs(
         if multi.busy() == 0 {
             match stopped {
                 None => continue,
-                Some(stop) => return (session, stop.map(|s| s.done)),
+                Some(stop) => return (session, hook, stop.map(|s| s.done)),
             }
         }
         let (ctx, _) = session.context();
@@ -228,7 +245,12 @@ fn serve_jobs(
                     ..TurnFigures::default()
                 });
                 for f in step.finished {
-                    complete(&mut session, f);
+                    let (seq, keep) = (f.seq, f.generation.stop != StopReason::Interrupted);
+                    let restored = hook.as_mut().map_or(0, |h| h.take_restored(seq));
+                    complete(&mut session, f, restored);
+                    if let Some(h) = hook.as_mut().filter(|_| keep) {
+                        h.save(session.context().0, &multi, seq);
+                    }
                 }
                 m::slots_busy(multi.busy());
             }
@@ -251,6 +273,7 @@ fn admit_jobs(
     multi: &mut Multi<JobSink>,
     queue: &Queue,
     runtime: &tokio::runtime::Handle,
+    hook: &mut Option<Hook>,
 ) -> Result<(), Option<Stop>> {
     while multi.free() > 0 {
         let Some(job) = queue.next(multi.busy() == 0)? else {
@@ -271,6 +294,9 @@ fn admit_jobs(
             }
         };
         let (ctx, _) = session.context();
+        if let Some(h) = hook.as_mut() {
+            h.restore(ctx, multi, &request.prompt);
+        }
         if let Err(refused) = multi.admit(ctx, request) {
             let (e, req) = *refused;
             let e = ApiError::invalid(Some("messages"), e.to_string());
@@ -370,7 +396,8 @@ fn request_of(
 
 /// A generation ended: its figures to the session and the metrics, its
 /// `Done` to the request.
-fn complete(session: &mut Session, f: Finished<JobSink>) {
+/// `restored`: the prompt tokens of `f` put back from the prompt cache.
+fn complete(session: &mut Session, f: Finished<JobSink>, restored: usize) {
     let g = &f.generation;
     let mut sink = f.sink;
     let figures = TurnFigures {
@@ -410,10 +437,12 @@ fn complete(session: &mut Session, f: Finished<JobSink>) {
         notes: std::mem::take(&mut sink.notes),
     };
     m::finished(&done, &sink.requester, sink.t0.elapsed(), &session.totals);
+    m::prompt_split(restored, done.figures.prefilled_tokens);
     let _in_request = sink.span.enter();
     tracing::info!(
         prompt_tokens = done.prompt_tokens,
         cached_tokens = f.reused,
+        restored_tokens = restored,
         generated_tokens = done.completion_tokens,
         first_token_ms = sink.first_text_ms(),
         total_ms = sink.t0.elapsed().as_millis() as u64,

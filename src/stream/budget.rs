@@ -30,6 +30,8 @@ pub struct AutoTerms {
     /// Every context's compute buffers (see [`compute_estimate_bytes`]).
     pub compute: u64,
     pub headroom: u64,
+    /// What the process takes later (the prompt cache's RAM budget).
+    pub reserved: u64,
     /// `--cache-ceil-mb` (None: what the host can spare).
     pub ceiling: Option<u64>,
     /// All of the model's expert bytes (a bigger cache is never needed).
@@ -43,6 +45,7 @@ impl AutoTerms {
             .saturating_sub(self.dense)
             .saturating_sub(self.compute)
             .saturating_sub(self.headroom)
+            .saturating_sub(self.reserved)
     }
 
     /// The budget: what the host can spare, capped by the ceiling and the experts.
@@ -64,6 +67,10 @@ impl AutoTerms {
             mb(self.headroom),
             mb(self.spare())
         );
+        if self.reserved > 0 {
+            let at = s.rfind(" = ").unwrap_or(s.len());
+            s.insert_str(at, &format!(" - prompt cache {} MiB", mb(self.reserved)));
+        }
         if let Some(c) = self.ceiling.filter(|&c| c < self.spare()) {
             s += &format!(", capped by --cache-ceil-mb {}", mb(c));
         }
@@ -84,6 +91,7 @@ mod tests {
             dense: 1_000 * MIB,
             compute: 500 * MIB,
             headroom: HEADROOM_BYTES,
+            reserved: 0,
             ceiling: None,
             experts: 60_000 * MIB,
         }
@@ -106,6 +114,14 @@ mod tests {
         assert!(capped
             .line()
             .ends_with("capped by --cache-ceil-mb 4096: 4096 MiB"));
+        let served = AutoTerms {
+            reserved: 512 * MIB,
+            ..t
+        };
+        assert_eq!(served.bytes(), 7_476 * MIB);
+        assert!(served
+            .line()
+            .contains("headroom 512 MiB - prompt cache 512 MiB = 7476 MiB"));
         let small = AutoTerms {
             experts: 300 * MIB,
             ..t

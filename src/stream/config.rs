@@ -122,6 +122,9 @@ pub struct StreamConfig {
     pub route_trace: Option<PathBuf>,
     /// `--cache-warm`: start the cache from earlier runs' hottest experts.
     pub warm: WarmSource,
+    /// Memory the process takes later (`bmoe serve`'s prompt cache in RAM):
+    /// `--cache-mb auto` takes it out of what the host can spare first.
+    pub reserved_bytes: u64,
 }
 
 /// The one source of the streaming defaults: `bmoe run`'s flags show and use
@@ -142,6 +145,7 @@ impl Default for StreamConfig {
             policy: CachePolicy::default(),
             route_trace: None,
             warm: WarmSource::Off,
+            reserved_bytes: 0,
         }
     }
 }

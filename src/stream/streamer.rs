@@ -182,6 +182,7 @@ impl Streamer {
             dense: self.layout.dense_bytes(),
             compute,
             headroom: HEADROOM_BYTES,
+            reserved: cfg.reserved_bytes,
             ceiling: cfg.cache_ceil_mb.map(|mb| mb.saturating_mul(MIB)),
             experts: self.layout.expert_bytes(),
         };

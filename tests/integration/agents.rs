@@ -94,6 +94,9 @@ impl AgentServer {
             .command(Path::new(env!("CARGO_BIN_EXE_bmoe")))
             .args(["serve", "-m", &m, "--port", "0", "-c", "65536", "-n", "16"])
             .args(["-t", "2", "-v", "--served-name", MODEL])
+            // No states of agents' long prompts written into the shared cache
+            // folder (tests/prompt_cache.rs covers the prompt cache).
+            .args(["--prompt-cache", "off"])
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
             .env_remove("RUST_LOG")
             .env_remove("BMOE_API_KEY")

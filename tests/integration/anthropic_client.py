@@ -33,6 +33,13 @@ def openai_chat(messages, max_tokens):
 msg = client.messages.create(
     model=model, max_tokens=12, messages=story, extra_body={"temperature": 0, "top_k": 1}
 )
+
+
+def prompt_tokens(usage):
+    """The whole prompt: input_tokens is only the part not read from a cache."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0)
+
+
 assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_"), msg
 text = msg.content[0].text
 assert msg.content[0].type == "text" and text, msg
@@ -45,7 +52,7 @@ with client.messages.stream(model=model, max_tokens=12, messages=story) as strea
 assert "".join(pieces) == text, ("".join(pieces), text)
 assert final.content[0].text == text, final
 assert final.usage.output_tokens == 12, final.usage
-assert final.usage.input_tokens == msg.usage.input_tokens, final.usage
+assert prompt_tokens(final.usage) == prompt_tokens(msg.usage), final.usage
 assert final.stop_reason == "max_tokens", final
 
 word = text.split()[1]
@@ -62,9 +69,9 @@ told = client.messages.create(
 # The same conversation through the OpenAI route, the system prompt as a
 # system message, renders the same prompt and so gives the same reply.
 same = openai_chat([{"role": "system", "content": pirate}] + story, 8)
-assert told.usage.input_tokens == same["usage"]["prompt_tokens"], (told.usage, same)
+assert prompt_tokens(told.usage) == same["usage"]["prompt_tokens"], (told.usage, same)
 assert told.content[0].text == same["choices"][0]["message"]["content"], (told, same)
-assert told.usage.input_tokens != msg.usage.input_tokens, (told.usage, msg.usage)
+assert prompt_tokens(told.usage) != prompt_tokens(msg.usage), (told.usage, msg.usage)
 blocks = client.messages.create(
     model=model,
     max_tokens=8,
@@ -72,7 +79,7 @@ blocks = client.messages.create(
     messages=story,
 )
 assert blocks.content[0].text == told.content[0].text, (blocks, told)
-assert blocks.usage.input_tokens == told.usage.input_tokens, (blocks.usage, told.usage)
+assert prompt_tokens(blocks.usage) == prompt_tokens(told.usage), (blocks.usage, told.usage)
 
 weather = {
     "name": "weather",
@@ -95,7 +102,7 @@ tool_turns = [
 answered = client.messages.create(
     model=model, max_tokens=6, tools=[weather], messages=tool_turns
 )
-assert answered.usage.input_tokens > msg.usage.input_tokens and answered.content, answered
+assert prompt_tokens(answered.usage) > prompt_tokens(msg.usage) and answered.content, answered
 
 try:
     anthropic.Anthropic(base_url=base_url, api_key="wrong", max_retries=0).messages.create(

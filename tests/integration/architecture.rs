@@ -32,7 +32,7 @@ const EVERYONE: [&str; 4] = ["interrupt", "stdio", "chrome_trace", "user_file"];
 
 /// The table, row by row (docs/architecture.md, "Rooms and who may import
 /// whom"). The binary's edge, `cli`, may import every room and is not listed.
-const ROOMS: [Room; 13] = [
+const ROOMS: [Room; 14] = [
     Room {
         name: "lab",
         modules: &["lab"],
@@ -42,7 +42,7 @@ const ROOMS: [Room; 13] = [
     Room {
         name: "serve",
         modules: &["serve"],
-        may_import: &["engine", "chat", "generate", "llama"],
+        may_import: &["engine", "chat", "generate", "llama", "prompt_cache"],
         items: &[],
     },
     Room {
@@ -54,7 +54,15 @@ const ROOMS: [Room; 13] = [
     Room {
         name: "engine",
         modules: &["engine"],
-        may_import: &["draft", "generate", "chat", "stream", "layout", "llama"],
+        may_import: &[
+            "draft",
+            "generate",
+            "chat",
+            "stream",
+            "layout",
+            "llama",
+            "prompt_cache",
+        ],
         items: &[],
     },
     Room {
@@ -103,6 +111,12 @@ const ROOMS: [Room; 13] = [
         name: "inspect",
         modules: &["inspect"],
         may_import: &["layout", "llama"],
+        items: &[],
+    },
+    Room {
+        name: "prompt_cache",
+        modules: &["prompt_cache"],
+        may_import: &[],
         items: &[],
     },
     Room {

@@ -18,6 +18,7 @@ mod load;
 mod outputs;
 mod prefetch;
 mod prefill;
+mod prompt_cache;
 mod replay;
 mod rpc;
 mod run;

@@ -274,8 +274,10 @@ fn each_commands_help_lists_only_what_it_takes() {
         assert!(run.contains(flag), "run --help: {flag}");
     }
     let (chat, serve) = (help("chat"), help("serve"));
+    assert!(run.contains("--prompt-cache") && serve.contains("--prompt-cache-mb"));
+    assert!(!chat.contains("--prompt-cache"), "{chat}");
     for flag in [
-        "--prompt",
+        "--prompt ",
         "--file",
         "--chat ",
         "--csv",

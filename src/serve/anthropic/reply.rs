@@ -101,12 +101,20 @@ impl Head {
             "content": content,
             "stop_reason": d.map(|(d, calls)| stop_reason(d, calls)),
             "stop_sequence": d.and_then(|(d, _)| d.stop_sequence.clone()),
-            "usage": self.usage(d.map_or(0, |(d, _)| d.completion_tokens)),
+            "usage": self.usage(d.map(|(d, _)| d)),
         })
     }
 
-    fn usage(&self, output_tokens: usize) -> Value {
-        json!({"input_tokens": self.prompt_tokens, "output_tokens": output_tokens})
+    /// Anthropic's usage: once done, `input_tokens` is the part of the
+    /// prompt decoded and `cache_read_input_tokens` the part found in the KV
+    /// or prompt cache (their sum is the prompt); before, the whole prompt.
+    fn usage(&self, d: Option<&Done>) -> Value {
+        let Some(d) = d else {
+            return json!({"input_tokens": self.prompt_tokens, "output_tokens": 0});
+        };
+        let cached = (d.figures.reused_tokens as usize).min(self.prompt_tokens);
+        json!({"input_tokens": self.prompt_tokens - cached, "output_tokens": d.completion_tokens,
+               "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
     }
 
     /// The whole reply: any thinking block, the text block, then any
@@ -261,7 +269,7 @@ impl Streamer {
             "message_delta",
             json!({"type": "message_delta",
                    "delta": {"stop_reason": stop_reason(d, calls), "stop_sequence": d.stop_sequence},
-                   "usage": self.head.usage(d.completion_tokens)}),
+                   "usage": self.head.usage(Some(d))}),
         ));
         out.push(("message_stop", json!({"type": "message_stop"})));
         out

@@ -23,6 +23,17 @@ fn done(finish_reason: &'static str, stop_sequence: Option<&str>) -> Done {
 }
 
 #[test]
+fn cached_prompt_tokens_are_cache_reads() {
+    let mut d = done("stop", None);
+    d.figures.reused_tokens = 6;
+    let u = &head().whole("Hi", &d)["usage"];
+    assert_eq!(
+        (&u["input_tokens"], &u["cache_read_input_tokens"]),
+        (&json!(3), &json!(6))
+    );
+}
+
+#[test]
 fn a_whole_reply_is_an_anthropic_message() {
     let m = head().whole("Hello", &done("length", None));
     assert_eq!(
@@ -30,7 +41,8 @@ fn a_whole_reply_is_an_anthropic_message() {
         json!({"id": "msg_bmoe1", "type": "message", "role": "assistant", "model": "m",
                "content": [{"type": "text", "text": "Hello"}],
                "stop_reason": "max_tokens", "stop_sequence": null,
-               "usage": {"input_tokens": 9, "output_tokens": 4}})
+               "usage": {"input_tokens": 9, "output_tokens": 4,
+                         "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}})
     );
     let stopped = head().whole("Hi", &done("stop", Some("END")));
     assert_eq!(
@@ -69,7 +81,8 @@ fn a_stream_opens_with_the_message_and_closes_with_the_stop_reason() {
     assert_eq!(
         closing[2].1,
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-               "usage": {"input_tokens": 9, "output_tokens": 4}})
+               "usage": {"input_tokens": 9, "output_tokens": 4,
+                         "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}})
     );
 }
 

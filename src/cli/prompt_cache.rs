@@ -1,0 +1,58 @@
+//! `--prompt-cache` and its sizes for `bmoe serve`: the directory (default
+//! `prompt-cache` in bmoe's cache folder, `off` for none), the disk cap and
+//! the RAM budget.
+
+use std::path::Path;
+
+use clap::Args;
+
+use bmoe::prompt_cache::Config;
+
+use super::checks::UsageError;
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Args)]
+pub struct PromptCacheArgs {
+    /// The most MiB the --prompt-cache directory may hold (every model's
+    /// entries together); the least recently used go first.
+    #[arg(long, value_name = "MIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub prompt_cache_mb: u64,
+    /// MiB of prompt states kept in RAM (0: disk only); --cache-mb auto
+    /// takes it out of what the host can spare before sizing the expert cache.
+    #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    pub prompt_cache_ram_mb: u64,
+}
+
+impl PromptCacheArgs {
+    /// The cache `--prompt-cache FLAG` asks for (None: off).
+    pub fn config(&self, flag: Option<&Path>) -> Result<Option<Config>, UsageError> {
+        let dir = match flag {
+            Some(p) if p.as_os_str() == "off" => return Ok(None),
+            Some(p) if p.as_os_str().is_empty() => {
+                return Err(UsageError(
+                    "--prompt-cache is empty: give a directory, or off".into(),
+                ))
+            }
+            Some(p) => p.to_path_buf(),
+            None => bmoe::fixture::cache_dir()
+                .map_err(|e| {
+                    UsageError(format!(
+                        "--prompt-cache: {e} (or give --prompt-cache DIR|off)"
+                    ))
+                })?
+                .join("prompt-cache"),
+        };
+        if dir.exists() && !dir.is_dir() {
+            return Err(UsageError(format!(
+                "--prompt-cache {} is not a directory: give a directory, or off",
+                dir.display()
+            )));
+        }
+        Ok(Some(Config {
+            dir: Some(dir),
+            disk_cap_bytes: self.prompt_cache_mb * MIB,
+            ram_bytes: self.prompt_cache_ram_mb * MIB,
+        }))
+    }
+}

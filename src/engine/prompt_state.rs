@@ -1,0 +1,91 @@
+//! `bmoe run --prompt-cache FILE` (llama.cpp's habit): the prompt's KV state
+//! restored from FILE when the tokens it holds start the prompt (the rest is
+//! prefilled), and the prompt's state written to FILE after the run. A file
+//! of another model, context or bmoe, or a damaged one, is a warning and a
+//! plain prefill. Also what names a state ([`ident_of`], used by serve).
+
+use std::path::Path;
+
+use super::RunConfig;
+use crate::llama::{Context, Token};
+use crate::prompt_cache::{self, Ident};
+
+/// What names the states this configuration makes: the model file, `-c`,
+/// the settings that change the KV values, the bmoe version.
+pub fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
+    let (model_bytes, model_header_hash) = prompt_cache::model_header_hash(&cfg.model)?;
+    let drop_cold = cfg.mode.stream().map_or(0.0, |s| s.drop_cold);
+    Ok(Ident {
+        bmoe_version: crate::VERSION.to_string(),
+        model_bytes,
+        model_header_hash,
+        n_ctx,
+        settings: format!(
+            "n_expert_used={:?} drop_cold={drop_cold}",
+            cfg.n_expert_used
+        ),
+    })
+}
+
+/// Put the state in `file` into sequence 0 when its tokens share a prefix
+/// with `prompt`; how many prompt tokens it holds (0: none, said why).
+pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) -> usize {
+    if !file.exists() {
+        return 0;
+    }
+    let entry = match prompt_cache::read_entry(file, ident) {
+        Ok(e) => e,
+        Err(e) => {
+            crate::say!("warning: {e}; the prompt is prefilled");
+            return 0;
+        }
+    };
+    let common = prompt_cache::common_prefix(&entry.tokens, prompt).min(prompt.len() - 1);
+    if common == 0 {
+        crate::say!(
+            "prompt cache: {} holds another prompt; the prompt is prefilled",
+            file.display()
+        );
+        return 0;
+    }
+    match ctx.set_seq_state(0, &entry.state) {
+        Ok(()) => {
+            crate::say!(
+                "prompt cache: {common} of {} prompt tokens restored from {}",
+                prompt.len(),
+                file.display()
+            );
+            common
+        }
+        Err(e) => {
+            crate::say!(
+                "warning: prompt cache {}: {e}; the prompt is prefilled",
+                file.display()
+            );
+            0
+        }
+    }
+}
+
+/// Write the prompt's state (sequence 0 cut back to the prompt) to `file`.
+pub(super) fn save(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) {
+    if file.exists() && !prompt_cache::is_cache_file(file) {
+        crate::say!(
+            "warning: --prompt-cache {} is not a bmoe prompt cache file: left as it is, the state not saved",
+            file.display()
+        );
+        return;
+    }
+    ctx.trim(prompt.len() as i32, -1);
+    let written = ctx.seq_state(0).map_err(|e| e.to_string()).and_then(|s| {
+        prompt_cache::write_entry(file, ident, prompt, &s).map_err(|e| e.to_string())
+    });
+    match written {
+        Ok(n) => crate::say!(
+            "prompt cache: the prompt's {} tokens saved to {} ({n} bytes)",
+            prompt.len(),
+            file.display()
+        ),
+        Err(e) => crate::say!("warning: prompt cache {}: {e}; not saved", file.display()),
+    }
+}

@@ -1,0 +1,232 @@
+//! The disk tier: one file per entry under the ident's folder, named by a
+//! hash of its tokens; an index of the files' tokens read from their heads
+//! (refreshed from the directory, which other processes may write too); the
+//! size cap over the whole cache directory, the least recently used file
+//! (oldest mtime: a hit touches it) out first.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use super::{common_prefix, entry, ident::hex, Ident};
+
+/// An entry file's extension.
+const EXT: &str = "bpc";
+/// A temporary file's prefix (written, then renamed into place).
+const TEMP_PREFIX: &str = ".tmp-";
+/// A temporary file this old was left by a process that died mid-write.
+const STALE_TEMP: Duration = Duration::from_secs(600);
+
+/// What the index knows of one file (tokens empty: never a candidate).
+struct Indexed {
+    len: u64,
+    tokens: Vec<i32>,
+}
+
+pub(super) struct DiskIndex {
+    dir: PathBuf,
+    files: HashMap<PathBuf, Indexed>,
+}
+
+impl DiskIndex {
+    pub(super) fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            files: HashMap::new(),
+        }
+    }
+
+    /// The entry file for `tokens`.
+    pub(super) fn path_of(&self, tokens: &[i32]) -> PathBuf {
+        let mut h = Sha256::new();
+        tokens.iter().for_each(|t| h.update(t.to_le_bytes()));
+        self.dir.join(format!("{}.{EXT}", hex(&h.finalize()[..16])))
+    }
+
+    /// Re-read the directory: new or changed files' heads are read (a
+    /// damaged or foreign one is warned about once), gone ones dropped.
+    pub(super) fn refresh(&mut self, want: &Ident) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut seen = HashMap::new();
+        for e in rd.flatten() {
+            let path = e.path();
+            let temp = e.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+            if temp || path.extension().is_none_or(|x| x != EXT) {
+                continue;
+            }
+            let Ok(md) = e.metadata() else { continue };
+            let len = md.len();
+            let known = self.files.remove(&path).filter(|i| i.len == len);
+            let tokens = match known {
+                Some(i) => i.tokens,
+                None => head_tokens(&path, want),
+            };
+            let i = Indexed { len, tokens };
+            seen.insert(path, i);
+        }
+        self.files = seen;
+    }
+
+    /// The file sharing the longest prefix with `prompt`, longer than `floor`.
+    pub(super) fn best(
+        &mut self,
+        prompt: &[i32],
+        want: &Ident,
+        floor: usize,
+    ) -> Option<(PathBuf, usize)> {
+        self.refresh(want);
+        self.files
+            .iter()
+            .map(|(p, i)| (p, common_prefix(&i.tokens, prompt)))
+            .filter(|&(_, c)| c > floor)
+            .max_by_key(|&(_, c)| c)
+            .map(|(p, c)| (p.clone(), c))
+    }
+
+    /// Whether an indexed entry's tokens start with `tokens`.
+    pub(super) fn covers(&self, tokens: &[i32]) -> bool {
+        self.files.values().any(|i| i.tokens.starts_with(tokens))
+    }
+
+    /// Remove the entries whose tokens `tokens` start with (shorter prefixes
+    /// a new entry replaces).
+    pub(super) fn remove_covered_by(&mut self, tokens: &[i32]) {
+        self.files.retain(|p, i| {
+            let covered = !i.tokens.is_empty() && tokens.starts_with(&i.tokens);
+            if covered {
+                let _ = std::fs::remove_file(p);
+            }
+            !covered
+        });
+    }
+
+    /// Never offer `path` again (it was damaged or foreign when read whole).
+    pub(super) fn forget(&mut self, path: &Path) {
+        if let Some(i) = self.files.get_mut(path) {
+            i.tokens.clear();
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn knows(&self, path: &Path) -> bool {
+        self.files.contains_key(path)
+    }
+}
+
+/// The tokens in the head of `path` (empty, with a warning, when the head is
+/// damaged or the file was written for another ident).
+fn head_tokens(path: &Path, want: &Ident) -> Vec<i32> {
+    let read = std::fs::File::open(path)
+        .map_err(|e| e.to_string())
+        .and_then(|f| entry::read_head(&mut BufReader::new(f)));
+    match read {
+        Ok((ident, tokens)) => match want.differs(&ident) {
+            None => tokens,
+            Some(d) => {
+                tracing::warn!(
+                    "prompt cache file {} was written for {d}: ignored",
+                    path.display()
+                );
+                Vec::new()
+            }
+        },
+        Err(d) => {
+            tracing::warn!(
+                "prompt cache file {} is damaged ({d}): ignored",
+                path.display()
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// Mark `path` as just used (its mtime is the LRU order; best effort).
+pub(super) fn touch(path: &Path) {
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// A temporary name beside `path`, unique to this process and moment.
+pub(crate) fn temp_beside(path: &Path) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(
+        "{TEMP_PREFIX}{}-{nanos}-{name}",
+        std::process::id()
+    ))
+}
+
+/// One file under the cache directory.
+struct Held {
+    path: PathBuf,
+    bytes: u64,
+    modified: SystemTime,
+    temp: bool,
+}
+
+/// Every file of every folder under `root` (stale temporary files removed).
+fn held_files(root: &Path) -> Vec<Held> {
+    let now = SystemTime::now();
+    let folders = std::fs::read_dir(root).into_iter().flatten().flatten();
+    let files = folders.flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten());
+    let mut held = Vec::new();
+    for f in files {
+        let Ok(md) = f.metadata() else { continue };
+        let modified = md.modified().unwrap_or(now);
+        let temp = f.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let age = now.duration_since(modified).unwrap_or_default();
+        if temp && age > STALE_TEMP && std::fs::remove_file(f.path()).is_ok() {
+            continue;
+        }
+        held.push(Held {
+            path: f.path(),
+            bytes: md.len(),
+            modified,
+            temp,
+        });
+    }
+    held
+}
+
+/// Make room for `incoming` bytes under `cap_bytes` in `root`, removing the
+/// least recently used entries (any model's) first; false when it cannot
+/// fit (bigger than the cap, or other processes' temporary files in the way).
+pub(super) fn make_room(root: &Path, cap_bytes: u64, incoming: u64) -> bool {
+    if incoming > cap_bytes {
+        return false;
+    }
+    let mut held = held_files(root);
+    let mut total: u64 = held.iter().map(|h| h.bytes).sum();
+    held.retain(|h| !h.temp);
+    held.sort_by_key(|h| h.modified);
+    for h in held {
+        if total + incoming <= cap_bytes {
+            break;
+        }
+        if std::fs::remove_file(&h.path).is_ok() {
+            total = total.saturating_sub(h.bytes);
+        }
+    }
+    total + incoming <= cap_bytes
+}
+
+/// Bytes under a cache directory `root` (every folder).
+pub fn dir_bytes(root: &Path) -> u64 {
+    held_files(root).iter().map(|h| h.bytes).sum()
+}
+
+#[cfg(test)]
+#[path = "disk_tests.rs"]
+mod tests;

@@ -1,0 +1,194 @@
+//! The prompt cache (`bmoe serve --prompt-cache`, `bmoe run --prompt-cache`):
+//! the KV state of recent prompts, keyed by their tokens, kept in RAM within a
+//! byte budget and on disk under a directory with a size cap (least recently
+//! used first out), so a prompt that starts with a cached prefix restores it
+//! and prefills only the rest, also after a restart.
+//!
+//! Pure Rust without FFI: the state bytes come from and go to llama.cpp
+//! through `llama::Context::seq_state`. Every entry names what made it
+//! ([`Ident`]: model file, context size, settings, bmoe version) and carries a
+//! CRC-32 of its bytes; a mismatch or a damaged file is a warning and a miss,
+//! never a restore. Files are written beside their place and renamed into it
+//! (two processes may share a directory), by a background writer with a
+//! bounded queue so that a write never holds up a reply.
+
+mod disk;
+mod entry;
+mod ident;
+mod ram;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use disk::dir_bytes;
+pub use entry::{is_cache_file, read_any_entry, read_entry, write_entry, Entry};
+pub use ident::{model_header_hash, Ident};
+
+/// Damaged files tried, best first, before a lookup gives up on the disk.
+const MAX_DISK_TRIES: usize = 4;
+
+/// Errors of the prompt cache: each is a warning and a plain prefill.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptCacheError {
+    #[error("prompt cache {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("prompt cache file {path} is damaged ({detail}): ignored")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("prompt cache file {path} was written for {detail}: ignored")]
+    Mismatch { path: PathBuf, detail: String },
+}
+
+impl PromptCacheError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Where and how much.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The cache directory (None: RAM only).
+    pub dir: Option<PathBuf>,
+    /// The most bytes the directory may hold (every model's entries together).
+    pub disk_cap_bytes: u64,
+    /// The most bytes of state kept in RAM.
+    pub ram_bytes: u64,
+}
+
+/// Bytes moved by the cache, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub read_bytes: AtomicU64,
+    pub written_bytes: AtomicU64,
+}
+
+/// A cached prefix found for a prompt.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// The tokens the state holds (the prompt shares `common` of them).
+    pub tokens: Arc<[i32]>,
+    pub state: Arc<Vec<u8>>,
+    pub common: usize,
+}
+
+/// The two tiers and the writer.
+pub struct PromptCache {
+    ident: Ident,
+    ram: ram::RamTier,
+    disk: Option<disk::DiskIndex>,
+    writer: Option<writer::Writer>,
+    stats: Arc<Stats>,
+}
+
+impl PromptCache {
+    /// Open the cache for entries of `ident` (the directory is made if
+    /// missing; the writer thread started).
+    pub fn open(cfg: &Config, ident: Ident) -> Result<Self, PromptCacheError> {
+        let stats = Arc::new(Stats::default());
+        let (disk, writer) = match &cfg.dir {
+            Some(root) => {
+                let dir = root.join(ident.folder());
+                std::fs::create_dir_all(&dir).map_err(|e| PromptCacheError::io(&dir, e))?;
+                let w = writer::Writer::start(root.clone(), dir.clone(), cfg.disk_cap_bytes)
+                    .map_err(|e| PromptCacheError::io(root, e))?;
+                (Some(disk::DiskIndex::new(dir)), Some(w))
+            }
+            None => (None, None),
+        };
+        Ok(Self {
+            ident,
+            ram: ram::RamTier::new(cfg.ram_bytes),
+            disk,
+            writer,
+            stats,
+        })
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The entry sharing the longest prefix with `prompt`, when that prefix
+    /// is longer than `held` (what the sequence already holds) and at least
+    /// `min_tokens`; RAM first, then disk (a damaged or foreign file is
+    /// warned about and skipped).
+    pub fn lookup(&mut self, prompt: &[i32], held: usize, min_tokens: usize) -> Option<Hit> {
+        let floor = held.max(min_tokens.saturating_sub(1));
+        let in_ram = self.ram.best(prompt).filter(|h| h.common > floor);
+        let best_ram = in_ram.as_ref().map_or(floor, |h| h.common);
+        // A damaged or foreign file is warned about and the next best tried.
+        for _ in 0..MAX_DISK_TRIES {
+            let ident = &self.ident;
+            let Some((path, common)) = self
+                .disk
+                .as_mut()
+                .and_then(|d| d.best(prompt, ident, best_ram))
+            else {
+                break;
+            };
+            match read_entry(&path, &self.ident) {
+                Ok(e) => return Some(self.promoted(&path, e, common)),
+                Err(e) => {
+                    tracing::warn!("{e}; the prompt is prefilled instead");
+                    if let Some(d) = self.disk.as_mut() {
+                        d.forget(&path);
+                    }
+                }
+            }
+        }
+        in_ram
+    }
+
+    /// A disk entry read for a hit: counted, touched, kept in RAM too.
+    fn promoted(&mut self, path: &Path, e: Entry, common: usize) -> Hit {
+        self.stats
+            .read_bytes
+            .fetch_add(e.state.len() as u64, Ordering::Relaxed);
+        disk::touch(path);
+        let hit = Hit {
+            tokens: e.tokens.into(),
+            state: Arc::new(e.state),
+            common,
+        };
+        self.ram.insert(hit.tokens.clone(), hit.state.clone());
+        hit
+    }
+
+    /// Keep the state of a sequence holding `tokens`: in RAM now, on disk by
+    /// the writer (dropped with a note when its queue is full: never waits).
+    pub fn save(&mut self, tokens: Vec<i32>, state: Vec<u8>) {
+        let tokens: Arc<[i32]> = tokens.into();
+        let state = Arc::new(state);
+        self.ram.insert(tokens.clone(), state.clone());
+        if let Some(w) = &self.writer {
+            let job = writer::WriteJob {
+                ident: self.ident.clone(),
+                tokens,
+                state,
+                stats: self.stats.clone(),
+            };
+            w.submit(job);
+        }
+    }
+
+    /// Stop the writer: the shutdown message, then its join within
+    /// `deadline` (false: it did not end in time and is left detached).
+    pub fn close(self, deadline: Duration) -> bool {
+        self.writer.is_none_or(|w| w.stop(deadline))
+    }
+}
+
+/// How many leading tokens `a` and `b` share.
+pub fn common_prefix(a: &[i32], b: &[i32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,115 @@
+//! The prompt cache's hooks in the engine thread: before a job starts, the
+//! longest cached prefix of its prompt put back into the sequence it will
+//! run in (when longer than what that sequence holds); after it ends and its
+//! reply is sent, the sequence's state kept (RAM now, disk by the writer).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::metrics as m;
+use crate::engine::prompt_state::ident_of;
+use crate::engine::RunConfig;
+use crate::generate::Multi;
+use crate::llama::{Context, Token};
+use crate::prompt_cache::{self, PromptCache};
+
+/// A cached prefix shorter than this is not worth a restore.
+const MIN_RESTORE_TOKENS: usize = 8;
+/// A sequence holding fewer tokens is not saved.
+const MIN_SAVE_TOKENS: usize = 16;
+/// How long the writer gets to finish its queue at shutdown.
+const WRITER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The cache and what each sequence's job restored.
+pub(crate) struct Hook {
+    cache: PromptCache,
+    /// Tokens restored for the job running in each sequence.
+    restored: Vec<usize>,
+}
+
+impl Hook {
+    /// Open the cache (None, with a warning, when it cannot be: serving
+    /// goes on without it).
+    pub(crate) fn open(
+        cfg: &prompt_cache::Config,
+        run: &RunConfig,
+        n_ctx: u32,
+        n_seq: usize,
+    ) -> Option<Self> {
+        let opened = ident_of(run, n_ctx)
+            .map_err(|e| format!("cannot read {}: {e}", run.model.display()))
+            .and_then(|id| PromptCache::open(cfg, id).map_err(|e| e.to_string()));
+        match opened {
+            Ok(cache) => Some(Self {
+                cache,
+                restored: vec![0; n_seq],
+            }),
+            Err(e) => {
+                tracing::warn!("the prompt cache is off: {e}");
+                None
+            }
+        }
+    }
+
+    /// Put the longest cached prefix of `prompt` into the sequence it will
+    /// run in; a state llama.cpp refuses is a warning and a plain prefill.
+    pub(crate) fn restore<S>(&mut self, ctx: &mut Context, multi: &mut Multi<S>, prompt: &[Token])
+    where
+        S: crate::generate::GenerationSink,
+    {
+        let Some((seq, held)) = multi.target(prompt) else {
+            return;
+        };
+        self.restored[seq as usize] = 0;
+        let Some(hit) = self.cache.lookup(prompt, held, MIN_RESTORE_TOKENS) else {
+            return;
+        };
+        match ctx.set_seq_state(seq, &hit.state) {
+            Ok(()) => {
+                multi.set_held(seq, hit.tokens.to_vec());
+                self.restored[seq as usize] = hit.common.min(prompt.len() - 1).saturating_sub(held);
+            }
+            Err(e) => {
+                tracing::warn!("prompt cache: {e}; the prompt is prefilled instead");
+                multi.set_held(seq, Vec::new());
+            }
+        }
+        self.count_bytes();
+    }
+
+    /// The tokens restored for the job that ran in `seq` (it ended).
+    pub(crate) fn take_restored(&mut self, seq: i32) -> usize {
+        std::mem::take(&mut self.restored[seq as usize])
+    }
+
+    /// Keep the state of sequence `seq` (its job ended and its reply was
+    /// sent): in RAM now, on disk by the writer.
+    pub(crate) fn save<S>(&mut self, ctx: &mut Context, multi: &Multi<S>, seq: i32)
+    where
+        S: crate::generate::GenerationSink,
+    {
+        let held = multi.held(seq);
+        if held.len() >= MIN_SAVE_TOKENS {
+            match ctx.seq_state(seq) {
+                Ok(state) => self.cache.save(held.to_vec(), state),
+                Err(e) => tracing::warn!("prompt cache: {e}; this prompt is not kept"),
+            }
+        }
+        self.count_bytes();
+    }
+
+    fn count_bytes(&self) {
+        let s = self.cache.stats();
+        m::prompt_cache_bytes(
+            s.read_bytes.load(Ordering::Relaxed),
+            s.written_bytes.load(Ordering::Relaxed),
+        );
+    }
+
+    /// Stop the writer (its queue written first, within a deadline).
+    pub(crate) fn close(self) {
+        if !self.cache.close(WRITER_DEADLINE) {
+            tracing::warn!("the prompt cache's writer did not end within {WRITER_DEADLINE:?}");
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The prompt cache on the E8K2 fixture: `bmoe serve --prompt-cache DIR`
+//! (a restored prefix answers as a cold prefill, after a restart too; damaged
+//! or foreign files are warnings; the cap; two servers on one directory) and
+//! `bmoe run --prompt-cache FILE`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::common::{self, e8k2};
+use super::serve::Server;
+
+const SYSTEM: &str = "You are a careful assistant for a small weather station. Answer in short, \
+    polite sentences, give temperatures in degrees Celsius and say when you are unsure.";
+
+/// A conversation: the system prompt, then user and assistant turns.
+fn conversation(turns: &[&str]) -> Vec<Value> {
+    let mut m = vec![json!({"role": "system", "content": SYSTEM})];
+    for (i, t) in turns.iter().enumerate() {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        m.push(json!({"role": role, "content": t}));
+    }
+    m
+}
+
+/// The reply's text, its prompt tokens and its cached tokens (OpenAI route).
+fn ask(s: &Server, messages: &[Value]) -> (String, u64, u64) {
+    let body = json!({"messages": messages, "max_tokens": 8});
+    let (status, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    let u = &v["usage"];
+    (
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap(),
+    )
+}
+
+/// The reply's text and its cache_read_input_tokens (Anthropic route).
+fn ask_anthropic(s: &Server, messages: &[Value]) -> (String, u64) {
+    let body = json!({"system": SYSTEM, "messages": &messages[1..], "max_tokens": 8});
+    let (status, v) = s.post("/v1/messages", &body);
+    assert_eq!(status, 200, "{v}");
+    let text = v["content"][0]["text"].as_str().unwrap_or("").to_string();
+    (
+        text,
+        v["usage"]["cache_read_input_tokens"].as_u64().unwrap(),
+    )
+}
+
+fn metric(s: &Server, name: &str) -> u64 {
+    let (_, text) = s.request("GET", "/metrics", "", &[]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Server {
+    let mut args = vec!["--prompt-cache", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// Every file under the cache directory (entries and any temporary ones).
+fn files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .collect()
+}
+
+/// The server's log lines until every one of `wanted` has been seen
+/// (within 30 s: a hang fails).
+fn log_has(s: &Server, wanted: &[&str]) -> Vec<String> {
+    let t0 = Instant::now();
+    let mut lines = Vec::new();
+    let log = s.log.lock().unwrap();
+    while !wanted
+        .iter()
+        .all(|w| lines.iter().any(|l: &String| l.contains(w)))
+    {
+        let left = Duration::from_secs(30).saturating_sub(t0.elapsed());
+        match log.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => panic!("{wanted:?} not all in the log: {lines:#?}"),
+        }
+    }
+    lines
+}
+
+#[test]
+fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = conversation(&["What is the weather like today in Paris?"]);
+    let a = start(dir.path(), &[]);
+    let (reply, p1, cached) = ask(&a, &first);
+    assert_eq!(cached, 0, "nothing cached yet");
+    assert!(a.terminate(30).success());
+    assert!(!files(dir.path()).is_empty(), "the state was written");
+
+    let second = conversation(&[
+        "What is the weather like today in Paris?",
+        &reply,
+        "And tomorrow?",
+    ]);
+    let b = start(dir.path(), &[]);
+    let (warm, p2, restored) = ask(&b, &second);
+    assert!(
+        restored >= p1 - 1 && restored < p2,
+        "{restored} of {p2} (first prompt {p1})"
+    );
+    assert_eq!(metric(&b, "bmoe_prompt_tokens_restored_total"), restored);
+    assert_eq!(
+        metric(&b, "bmoe_prompt_tokens_prefilled_total"),
+        p2 - restored
+    );
+    assert!(metric(&b, "bmoe_prompt_cache_read_bytes_total") > 0);
+    let (warm_a, cache_read) = ask_anthropic(&b, &second);
+    assert!(cache_read > 0);
+
+    let cold = Server::start(&["--prompt-cache", "off"]);
+    assert_eq!(
+        ask(&cold, &second),
+        (warm, p2, 0),
+        "the same text as a cold prefill"
+    );
+    assert_eq!(ask_anthropic(&cold, &second).0, warm_a);
+}
+
+#[test]
+fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
+    use bmoe::prompt_cache::{read_any_entry, write_entry, Ident};
+    let dir = tempfile::tempdir().unwrap();
+    let first = conversation(&["Is it going to rain in Lyon this evening?"]);
+    let a = start(dir.path(), &[]);
+    let (reply, _, _) = ask(&a, &first);
+    assert!(a.terminate(30).success());
+    let [good] = &files(dir.path())[..] else {
+        panic!("one entry: {:?}", files(dir.path()))
+    };
+    let e = read_any_entry(good).unwrap();
+    let folder = good.parent().unwrap();
+    let other_model = Ident {
+        model_header_hash: "f".repeat(64),
+        ..e.ident.clone()
+    };
+    let other_ctx = Ident {
+        n_ctx: e.ident.n_ctx * 2,
+        ..e.ident.clone()
+    };
+    write_entry(&folder.join("model.bpc"), &other_model, &e.tokens, &e.state).unwrap();
+    write_entry(&folder.join("ctx.bpc"), &other_ctx, &e.tokens, &e.state).unwrap();
+    let short = &e.tokens[..e.tokens.len() - 2];
+    write_entry(&folder.join("cut.bpc"), &e.ident, short, &e.state).unwrap();
+    let cut = std::fs::read(folder.join("cut.bpc")).unwrap();
+    std::fs::write(folder.join("cut.bpc"), &cut[..cut.len() / 2]).unwrap();
+    let mut flipped = std::fs::read(good).unwrap();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x10;
+    std::fs::write(folder.join("flip.bpc"), flipped).unwrap();
+    std::fs::remove_file(good).unwrap();
+
+    let b = start(dir.path(), &[]);
+    let (text, _, cached) = ask(&b, &first);
+    assert_eq!((text, cached), (reply, 0), "a plain prefill's reply");
+    log_has(
+        &b,
+        &[
+            "another model",
+            "another context size",
+            "checksum",
+            "truncated",
+        ],
+    );
+}
+
+#[test]
+fn the_directory_never_grows_past_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 3u64 << 20;
+    let s = start(dir.path(), &["--prompt-cache-mb", "3"]);
+    let cities = ["Paris", "Lyon", "Nice", "Lille", "Brest"];
+    for city in cities {
+        ask(
+            &s,
+            &conversation(&[&format!("Will it be sunny in {city} tomorrow?")]),
+        );
+        assert!(bmoe::prompt_cache::dir_bytes(dir.path()) <= cap);
+    }
+    assert!(s.terminate(30).success());
+    let n = files(dir.path()).len();
+    assert!(n >= 1 && n < cities.len(), "{n} files: the oldest went");
+    assert!(bmoe::prompt_cache::dir_bytes(dir.path()) <= cap);
+}
+
+#[test]
+fn two_servers_sharing_a_directory_leave_only_whole_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (start(dir.path(), &[]), start(dir.path(), &[]));
+    let ask_all = |s: &Server, who: &str| {
+        (0..3)
+            .map(|i| {
+                let q = format!("{who} asks: how windy is it on day {i}?");
+                (q.clone(), ask(s, &conversation(&[&q])).0)
+            })
+            .collect::<Vec<_>>()
+    };
+    let (from_a, _) = std::thread::scope(|sc| {
+        let ta = sc.spawn(|| ask_all(&a, "Ann"));
+        let tb = sc.spawn(|| ask_all(&b, "Bob"));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    assert!(a.terminate(30).success() && b.terminate(30).success());
+    let all = files(dir.path());
+    assert!(!all.is_empty());
+    for f in &all {
+        assert_eq!(
+            f.extension().unwrap(),
+            "bpc",
+            "no temporary file left: {f:?}"
+        );
+        bmoe::prompt_cache::read_any_entry(f).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let c = start(dir.path(), &[]);
+    let (q, text) = &from_a[0];
+    let (again, _, cached) = ask(&c, &conversation(&[q]));
+    assert!(cached > 0, "restored from the shared directory");
+    assert_eq!(&again, text);
+}
+
+#[test]
+fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.bpc");
+    let m = e8k2().to_str().unwrap();
+    let f = file.to_str().unwrap();
+    let run = |c: &str| {
+        let args = [
+            "run",
+            "-m",
+            m,
+            "-p",
+            common::PROSE,
+            "-n",
+            "6",
+            "-t",
+            "2",
+            "-c",
+            c,
+        ];
+        let o = common::bmoe(&[&args[..], &["--prompt-cache", f]].concat());
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        (common::stdout(&o), common::stderr(&o))
+    };
+    let (cold, err) = run("256");
+    assert!(err.contains("saved to"), "{err}");
+    let (warm, err) = run("256");
+    assert!(err.contains("prompt tokens restored from"), "{err}");
+    assert_eq!(warm, cold, "the same text as a cold prefill");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&file, bytes).unwrap();
+    let (text, err) = run("256");
+    assert!(
+        err.contains("checksum") && !err.contains("restored from"),
+        "{err}"
+    );
+    assert_eq!(text, cold);
+    let (text, err) = run("512");
+    assert!(err.contains("another context size"), "{err}");
+    assert_eq!(text, cold);
+    std::fs::write(&file, "my notes").unwrap();
+    let (text, err) = run("256");
+    assert!(err.contains("not a bmoe prompt cache file"), "{err}");
+    assert_eq!(
+        (text, std::fs::read_to_string(&file).unwrap()),
+        (cold, "my notes".into())
+    );
+}
+
+#[test]
+fn chat_and_an_input_as_the_cache_file_are_refused_with_exit_2() {
+    let o = common::bmoe(&["chat", "--prompt-cache", "state.bpc"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(common::stderr(&o).contains("no way to load a saved conversation"));
+    let m = e8k2().to_str().unwrap();
+    let o = common::bmoe(&["run", "-m", m, "-p", "hi", "--prompt-cache", m]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("own input"),
+        "{}",
+        common::stderr(&o)
+    );
+}
