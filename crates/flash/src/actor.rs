@@ -144,8 +144,10 @@ impl Actor {
                 self.warm.extend(keys.into_iter().filter(known));
                 let unknown = (n - (self.warm.len() - before)) as u64;
                 let c = &self.counters;
-                c.warm_queued_slots.fetch_sub(unknown, Ordering::Relaxed);
+                // Counted before it leaves the queue: a reader who sees the
+                // queue empty sees every outcome.
                 c.warm_skipped_slots.fetch_add(unknown, Ordering::Relaxed);
+                c.warm_queued_slots.fetch_sub(unknown, Ordering::Relaxed);
             }
             Msg::Release(r) => {
                 let evicted = self.cache.release(r);

@@ -42,34 +42,49 @@ impl Actor {
     /// already resident are skipped; once a slot finds no room, so is the rest.
     pub(super) fn warm_step(&mut self) {
         let c = self.counters.clone();
+        let (keys, mut skipped) = self.warm_chunk();
+        // Slots leave the queue's count only once their outcome is counted
+        // (last, below): a reader who sees the queue empty sees every outcome.
+        let mut settled = keys.len() as u64 + skipped;
+        let (admitted, evicted) = self.cache.admit_replacing(&keys);
+        if admitted.len() < keys.len() {
+            let rest = self.warm.len() as u64;
+            skipped += (keys.len() - admitted.len()) as u64 + rest;
+            settled += rest;
+            self.warm.clear();
+        }
+        c.warm_skipped_slots.fetch_add(skipped, Ordering::Relaxed);
+        if !admitted.is_empty() {
+            self.make_room(&evicted, &admitted);
+            self.warm_read(&admitted);
+        }
+        c.warm_queued_slots.fetch_sub(settled, Ordering::Relaxed);
+    }
+
+    /// The next chunk of the plan not yet resident, and how many resident
+    /// ones were passed over.
+    fn warm_chunk(&mut self) -> (Vec<SlotKey>, u64) {
         let mut keys = Vec::with_capacity(self.prefetch_chunk);
         let mut skipped = 0u64;
         while keys.len() < self.prefetch_chunk {
             let Some(k) = self.warm.pop_front() else {
                 break;
             };
-            c.warm_queued_slots.fetch_sub(1, Ordering::Relaxed);
             if self.cache.contains(k) {
                 skipped += 1;
             } else {
                 keys.push(k);
             }
         }
-        let (admitted, evicted) = self.cache.admit_replacing(&keys);
-        if admitted.len() < keys.len() {
-            let rest = self.warm.len() as u64;
-            skipped += (keys.len() - admitted.len()) as u64 + rest;
-            c.warm_queued_slots.fetch_sub(rest, Ordering::Relaxed);
-            self.warm.clear();
-        }
-        c.warm_skipped_slots.fetch_add(skipped, Ordering::Relaxed);
-        if admitted.is_empty() {
-            return;
-        }
-        self.make_room(&evicted, &admitted);
+        (keys, skipped)
+    }
+
+    /// Read `admitted` (room already made) and count it.
+    fn warm_read(&mut self, admitted: &[SlotKey]) {
+        let c = self.counters.clone();
         let span = tracing::debug_span!("flash.warm", n = admitted.len());
         let _g = span.enter();
-        match self.read_misses(&admitted, &ALL_PROJ) {
+        match self.read_misses(admitted, &ALL_PROJ) {
             Ok(stats) => {
                 c.warm_read_bytes
                     .fetch_add(stats.device_bytes, Ordering::Relaxed);
@@ -79,7 +94,7 @@ impl Actor {
                     .store(self.cache.resident_bytes(), Ordering::Relaxed);
                 c.peak_resident_bytes
                     .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
-                self.warm_unused.extend(admitted);
+                self.warm_unused.extend(admitted.iter().copied());
             }
             Err(e) => {
                 tracing::debug!("warm read failed (dropped, a demand will retry): {e}");
