@@ -21,6 +21,7 @@ mod note;
 mod prefill;
 mod report;
 mod rpc;
+mod rpc_summary;
 mod session;
 mod sink;
 mod startup;
