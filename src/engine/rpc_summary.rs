@@ -67,12 +67,28 @@ impl RunReport {
         let kib = mean(rows().map(|r| r.net_bytes as f64).sum(), n) / KIB;
         let beside = self.payload().map(|p| p.beside(kib)).unwrap_or_default();
         let pre = self.rows.iter().find(|r| r.prefill);
+        let pre_kib = pre.map_or(0.0, |r| r.net_bytes as f64 / KIB);
+        let (part, prefill) = match remote {
+            0.0 => (
+                format!(
+                    "remote part not timed apart ({wall:.1} ms/token in all: a resident run \
+                     watches no node, so ggml reuses the hosts' graph)"
+                ),
+                format!("prefill {pre_kib:.1} KiB"),
+            ),
+            _ => (
+                format!(
+                    "remote part {rem:.1} ms/token ({:.0}% of {wall:.1} ms)",
+                    if wall > 0.0 { rem * 100.0 / wall } else { 0.0 }
+                ),
+                format!(
+                    "prefill {:.1} ms remote, {pre_kib:.1} KiB",
+                    pre.map_or(0.0, |r| r.remote_ms)
+                ),
+            ),
+        };
         Some(format!(
-            "rpc: remote part {rem:.1} ms/token ({:.0}% of {wall:.1} ms), network {kib:.1} \
-             KiB/token{beside}; prefill {:.1} ms remote, {:.1} KiB",
-            if wall > 0.0 { rem * 100.0 / wall } else { 0.0 },
-            pre.map_or(0.0, |r| r.remote_ms),
-            pre.map_or(0.0, |r| r.net_bytes as f64 / KIB)
+            "rpc: {part}, network {kib:.1} KiB/token{beside}; {prefill}"
         ))
     }
 }

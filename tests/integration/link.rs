@@ -54,9 +54,40 @@ fn a_split_over_a_shaped_1_gbit_link_writes_the_resident_text() {
     // at least the decodes' part (several hundred KiB a token).
     let sent = link.sent_bytes() - before;
     assert!(sent > 1 << 20, "{sent} bytes through the link");
-    // The network bytes per token sit beside what must cross: the
-    // activations out and the logits back, and their ratio.
-    let line = rpc_line(&err);
-    assert!(!line.contains("network 0.0 KiB"), "{line}");
-    assert!(line.contains("x the activations out"), "{line}");
+    // The network bytes per token sit beside what must cross (the
+    // activations out, the logits back) and their ratio; a streamed split
+    // watches nodes, so each decode resends ggml's serialized graph.
+    let streamed = rpc_line(&err);
+    assert!(streamed.contains("x the activations out"), "{streamed}");
+    // Resident, nothing watches a node: ggml reuses the hosts' graph and a
+    // decode sends its inputs only (the first after the prompt excepted).
+    let o = run(
+        &model,
+        &["--rpc", &server.addr, "--rpc-layers", "1", "--resident"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}\nserver: {}", server.log());
+    assert_eq!(stdout(&o), stdout(&resident), "{err}");
+    let reused = rpc_line(&err);
+    assert!(reused.contains("not timed apart"), "{reused}");
+    let (s, r) = (kib_per_token(&streamed), kib_per_token(&reused));
+    assert!(s > 0.0 && r < s, "reused {r} KiB/token, streamed {s}");
+    assert!(ratio(&reused) < 1.5, "{reused}");
+}
+
+/// `network X KiB/token` of an `rpc:` line.
+fn kib_per_token(line: &str) -> f64 {
+    let after = line.split_once("network ").map_or("", |(_, r)| r);
+    after
+        .split(' ')
+        .next()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// `= R x the activations out` of an `rpc:` line.
+fn ratio(line: &str) -> f64 {
+    let after = line.split_once("KiB/token = ").map_or("", |(_, r)| r);
+    let r = after.split_once("x the activations").map_or("", |(x, _)| x);
+    r.parse().unwrap_or(f64::INFINITY)
 }
