@@ -22,6 +22,7 @@ mod prefill;
 pub mod prompt_state;
 mod report;
 mod rpc;
+mod rpc_summary;
 mod session;
 mod sink;
 mod startup;

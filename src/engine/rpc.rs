@@ -192,6 +192,9 @@ pub(crate) struct RemoteClock {
     inner: Option<Box<dyn EvalObserver>>,
     /// `l_out-{first remote block - 1}`; empty when every layer is remote.
     boundary: String,
+    /// Whether the remote part is timed apart (false: a resident run with
+    /// local blocks, which watches no node so ggml can reuse its graph).
+    timed: bool,
     inner_wants_boundary: bool,
     local_done: Option<Instant>,
     remote: Duration,
@@ -212,13 +215,21 @@ impl RemoteClock {
         peers: Vec<SocketAddr>,
         waiting: Arc<AtomicBool>,
     ) -> Self {
+        // A resident run sets no node callback when blocks stay here: ggml's
+        // scheduler then computes the hosts' split as one graph whose id
+        // survives from decode to decode, so its RPC client resends only the
+        // inputs, not the graph (docs/scale-out.md); the remote part is not
+        // timed apart then.
+        let timed = inner.is_some() || first_remote == 0;
         let boundary = match first_remote {
+            _ if !timed => String::new(),
             0 => String::new(),
             n => format!("l_out-{}", n - 1),
         };
         Self {
             inner,
             boundary,
+            timed,
             inner_wants_boundary: false,
             local_done: None,
             remote: Duration::ZERO,
@@ -241,6 +252,10 @@ impl RemoteClock {
 }
 
 impl EvalObserver for RemoteClock {
+    fn watches_nodes(&self) -> bool {
+        self.inner.is_some() || !self.boundary.is_empty()
+    }
+
     fn wants(&mut self, node: &NodeView<'_>) -> bool {
         let inner = self.inner.as_mut().is_some_and(|o| o.wants(node));
         if !self.boundary.is_empty() && node.name() == self.boundary {
@@ -277,7 +292,7 @@ impl EvalObserver for RemoteClock {
         if let Some(o) = self.inner.as_mut() {
             o.decode_end();
         }
-        if let Some(t) = self.local_done.take() {
+        if let Some(t) = self.local_done.take().filter(|_| self.timed) {
             self.remote += t.elapsed();
         }
         self.waiting.store(false, Ordering::Relaxed);
@@ -364,18 +379,48 @@ mod tests {
         assert!("-1".parse::<RpcLayers>().unwrap_err().contains("auto"));
     }
 
+    /// A streaming hook that wants no node.
+    struct Blind;
+    impl EvalObserver for Blind {
+        fn wants(&mut self, _: &NodeView<'_>) -> bool {
+            false
+        }
+        fn observe(&mut self, _: &NodeView<'_>) {}
+    }
+
     #[test]
     fn the_clock_times_from_the_last_local_layer_and_keeps_nothing_without_it() {
-        let mut c = RemoteClock::new(None, 5, Vec::new(), Arc::default());
+        let mut c = RemoteClock::new(Some(Box::new(Blind)), 5, Vec::new(), Arc::default());
         assert_eq!(c.boundary, "l_out-4");
+        assert!(c.watches_nodes());
         c.decode_begin();
         c.decode_end();
         // The boundary never ran: nothing is counted as remote.
         assert_eq!(c.take_metrics().remote, Duration::ZERO);
         let mut all = RemoteClock::new(None, 0, Vec::new(), Arc::default());
+        assert!(
+            !all.watches_nodes(),
+            "all remote: the decode is the remote part"
+        );
         all.decode_begin();
         std::thread::sleep(Duration::from_millis(2));
         all.decode_end();
         assert!(all.take_metrics().remote >= Duration::from_millis(2));
+    }
+
+    #[test]
+    fn a_resident_split_watches_no_node_and_times_no_remote_part() {
+        let waiting = Arc::new(AtomicBool::new(false));
+        let mut c = RemoteClock::new(None, 5, Vec::new(), waiting.clone());
+        assert!(!c.watches_nodes(), "no callback: ggml may reuse the graph");
+        c.decode_begin();
+        assert!(
+            waiting.load(Ordering::Relaxed),
+            "the watchdog covers the decode"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        c.decode_end();
+        assert!(!waiting.load(Ordering::Relaxed));
+        assert_eq!(c.take_metrics().remote, Duration::ZERO);
     }
 }

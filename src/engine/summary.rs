@@ -52,29 +52,6 @@ impl RunReport {
         }
     }
 
-    /// `--rpc`: the hosts' share of a token's time and the network bytes
-    /// (per generated token; the prefill's on its own).
-    fn rpc_line(&self) -> Option<String> {
-        let rows = || self.decode_rows();
-        let n = rows().count();
-        let net: u64 = self.rows.iter().map(|r| r.net_bytes).sum();
-        let remote: f64 = self.rows.iter().map(|r| r.remote_ms).sum();
-        if net == 0 && remote == 0.0 {
-            return None;
-        }
-        let wall = mean(rows().map(|r| r.wall_ms).sum(), n);
-        let rem = mean(rows().map(|r| r.remote_ms).sum(), n);
-        let kib = mean(rows().map(|r| r.net_bytes as f64).sum(), n) / 1024.0;
-        let pre = self.rows.iter().find(|r| r.prefill);
-        Some(format!(
-            "rpc: remote part {rem:.1} ms/token ({:.0}% of {wall:.1} ms), network {kib:.1} KiB/token; \
-             prefill {:.1} ms remote, {:.1} KiB",
-            if wall > 0.0 { rem * 100.0 / wall } else { 0.0 },
-            pre.map_or(0.0, |r| r.remote_ms),
-            pre.map_or(0.0, |r| r.net_bytes as f64 / 1024.0)
-        ))
-    }
-
     /// `generation:` and `compute:`.
     fn generation_lines(&self, t: &PerToken) -> Vec<String> {
         let g = &self.generation;

@@ -188,7 +188,7 @@ impl Context {
             .observer
             .take()
             .map(|o| Box::new(ObserverCell::new(o, abort.clone())));
-        if let Some(cell) = observer.as_mut() {
+        if let Some(cell) = observer.as_mut().filter(|c| c.observer.watches_nodes()) {
             cp.cb_eval = Some(trampoline);
             cp.cb_eval_user_data = (&mut **cell) as *mut ObserverCell as *mut c_void;
         }

@@ -247,6 +247,12 @@ pub trait EvalObserver {
     fn wants(&mut self, node: &NodeView<'_>) -> bool;
     /// The node has been computed. Blocking here stalls the decode at this point.
     fn observe(&mut self, node: &NodeView<'_>);
+    /// Whether [`wants`](EvalObserver::wants) is to be asked at all: false
+    /// sets no eval callback on the context (only `decode_begin`/`decode_end`
+    /// are called), so ggml's scheduler computes each split as one graph.
+    fn watches_nodes(&self) -> bool {
+        true
+    }
     /// A decode is about to start (called by [`Context::decode`](super::Context::decode)).
     fn decode_begin(&mut self) {}
     /// The decode returned (successfully or not).
