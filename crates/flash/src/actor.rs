@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
+use super::fast_hits::Touch;
 use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
+use super::residency::Residency;
 use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader};
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
@@ -48,6 +50,12 @@ pub(super) struct Actor {
     /// The model file's identity at start, checked before demands.
     /// The model's files, watched for replacement or truncation.
     pub(super) watch: Vec<FileWatch>,
+    /// Which slots are read, shared with the clients' fast path: set once a
+    /// slot's reads completed, cleared (waiting for its readers) before its
+    /// pages are released, moved or overwritten.
+    pub(super) residency: Arc<Residency>,
+    /// Demands the clients answered themselves, folded in before anything else.
+    pub(super) touches: Receiver<Touch>,
 }
 
 impl Actor {
@@ -57,6 +65,7 @@ impl Actor {
     /// once the actor's state is dropped) or when every sender is gone.
     pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<Sender<()>> {
         let done = loop {
+            self.drain_touches();
             let idle_work =
                 !self.queue.is_empty() || !self.background.is_empty() || !self.warm.is_empty();
             let msg = if !idle_work {
@@ -80,6 +89,8 @@ impl Actor {
                     Err(TryRecvError::Disconnected) => break None,
                 }
             };
+            // Touches queued while this message was on its way come first.
+            self.drain_touches();
             match msg {
                 Msg::Shutdown { done } => break Some(done),
                 msg => self.handle(msg),
@@ -157,6 +168,8 @@ impl Actor {
                 let evicted = self.cache.set_budget(bytes);
                 self.evict(&evicted);
             }
+            // The touches were folded in before this message.
+            Msg::Drain => {}
             // The run loop ends on Shutdown before handling it.
             Msg::Shutdown { .. } => {}
         }
@@ -278,7 +291,15 @@ impl Actor {
         // resident (a miss): no matmul reads it until we reply, and no other op
         // in the batch overlaps it (distinct experts and projections).
         // SAFETY: as the comment above says.
-        unsafe { self.reader.read_all(&self.ops) }.inspect_err(|_| {
+        let read = unsafe { self.reader.read_all(&self.ops) };
+        if read.is_ok() && projs.contains(&DOWN) {
+            // Every projection is read now (gate/up came first when split):
+            // the clients' fast path may answer these slots.
+            for &k in misses {
+                self.residency.publish(k);
+            }
+        }
+        read.inspect_err(|_| {
             // Whatever was partially read must not be taken for resident.
             for k in misses {
                 for p in Proj::ALL {

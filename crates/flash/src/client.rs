@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::actor::Actor;
+use super::fast_hits::{FastHits, Touch, TOUCH_CAPACITY};
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
+use super::residency::Residency;
 use super::{
     open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ReaderNote,
     ShardFile, SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
@@ -29,19 +31,27 @@ pub struct Flash {
     /// Whether the reader bypasses the page cache (O_DIRECT).
     o_direct: bool,
     notes: Vec<ReaderNote>,
+    residency: Arc<Residency>,
+    touch_tx: Sender<Touch>,
+    /// Whether clients may answer all-hit demands themselves: not with
+    /// temporal prefetch, whose queue follows each demand as it is served.
+    fast_hits: bool,
+    single_max: u32,
 }
 
 /// A requester's connection to the flash actor (one per thread).
 pub struct FlashClient {
-    tx: Sender<Msg>,
+    pub(super) tx: Sender<Msg>,
     /// Replies to the last demand. Each demand gets a fresh channel whose only
     /// sender travels with the message, so if the actor dies the sender is
     /// dropped and the wait ends with an error instead of hanging.
     reply_rx: Receiver<Result<DemandReply, FlashError>>,
-    requester: Requester,
+    pub(super) requester: Requester,
     /// A split demand whose down slices have not been waited for yet.
     down_pending: bool,
-    counters: Arc<FlashCounters>,
+    pub(super) counters: Arc<FlashCounters>,
+    /// All-hit demands answered without the actor ([`FlashClient::try_hits`]).
+    pub(super) fast: Option<FastHits>,
 }
 
 impl FlashClient {
@@ -52,6 +62,8 @@ impl FlashClient {
         droppable: &[u32],
         split: bool,
     ) -> Result<(), FlashError> {
+        // The actor may be waiting for these pins to evict a slot.
+        self.unpin_held();
         let (reply, reply_rx) = bounded(REPLY_CAPACITY);
         self.reply_rx = reply_rx;
         self.tx
@@ -164,6 +176,7 @@ impl FlashClient {
         if !std::mem::take(&mut self.down_pending) {
             return Ok(DemandReply::default());
         }
+        self.unpin_held();
         self.recv()
     }
 
@@ -173,7 +186,8 @@ impl FlashClient {
     }
 
     /// Drop this requester's pins (its decode is over).
-    pub fn release(&self) {
+    pub fn release(&mut self) {
+        self.unpin_held();
         let _ = self.tx.send(Msg::Release(self.requester));
     }
 }
@@ -231,6 +245,8 @@ impl Flash {
         let widest = n_expert.iter().copied().max().unwrap_or(0) as usize;
         let counters = Arc::new(FlashCounters::with_slots(n_layer, widest));
         let (tx, rx) = bounded::<Msg>(cfg.request_capacity.max(1));
+        let (touch_tx, touches) = bounded::<Touch>(TOUCH_CAPACITY);
+        let residency = Arc::new(Residency::new(n_layer, widest));
         let reader_desc = reader.describe();
         let o_direct = reader.direct();
         let mut state = Actor {
@@ -253,6 +269,8 @@ impl Flash {
             warm: VecDeque::new(),
             warm_unused: HashSet::new(),
             watch,
+            residency: residency.clone(),
+            touches,
         };
         let max_slot = state.slot_bytes.iter().copied().max().unwrap_or(0).max(1);
         // A prompt's batch evicts a whole layer while the next one is read
@@ -278,6 +296,10 @@ impl Flash {
             reader_desc,
             o_direct,
             notes,
+            residency,
+            touch_tx,
+            fast_hits: cfg.prefetch_layers == 0,
+            single_max: cfg.prefetch_max_experts,
         })
     }
 
@@ -290,6 +312,12 @@ impl Flash {
             requester,
             down_pending: false,
             counters: self.counters.clone(),
+            fast: self.fast_hits.then(|| FastHits {
+                residency: self.residency.clone(),
+                touches: self.touch_tx.clone(),
+                single_max: self.single_max,
+                held: Vec::new(),
+            }),
         }
     }
 

@@ -18,6 +18,11 @@ impl Actor {
         if single {
             self.counters.count_decode_uses(layer, experts);
         }
+        self.note_warm_used(hits);
+    }
+
+    /// A verify demand hit `hits`: the warm slots among them are used.
+    pub(super) fn note_warm_used(&mut self, hits: &[SlotKey]) {
         if self.warm_unused.is_empty() {
             return;
         }

@@ -54,6 +54,9 @@ pub(super) enum Msg {
     Release(Requester),
     /// A new byte budget for the cache.
     SetBudget(u64),
+    /// Nothing but a wake-up: fold in the touches queued by clients'
+    /// fast answers (the actor does before every message).
+    Drain,
     /// Stop now (outstanding clients get "stopped" on their next call); the
     /// actor says it is done on `done` before its thread ends.
     Shutdown {

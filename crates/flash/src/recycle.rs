@@ -16,6 +16,8 @@ pub const SPARE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 impl Actor {
     pub(super) fn evict(&mut self, keys: &[SlotKey]) {
+        // No reader may hold a slot whose pages are released or moved.
+        self.residency.retract_all(keys);
         self.note_evicted(keys);
         self.forget_warm(keys);
         // Keep the pages for the next misses; release what exceeds the cap.
@@ -41,6 +43,7 @@ impl Actor {
     /// Give the evicted slots' pages to the misses (mremap: no faults, no
     /// zeroing) and release the rest, so RSS stays within the budget while reading.
     pub(super) fn make_room(&mut self, evict: &[SlotKey], misses: &[SlotKey]) {
+        self.residency.retract_all(evict);
         // Each recycled slot can become its own memory mapping: past this many
         // resident slots, fall back to plain release to stay far below the
         // kernel's map count limit (65530 by default).

@@ -75,6 +75,10 @@ pub(crate) struct HookOptions {
     /// `--rpc`: the first block on an RPC host; from there on every node is
     /// left alone (its tensors live in the host's memory).
     pub(crate) remote_from: Option<u32>,
+    /// Answer a demand whose experts are all resident without the round trip
+    /// to the flash actor (`FlashClient::try_hits`); not with prediction or
+    /// drops, whose hints and replies need the actor.
+    pub(crate) fast_hits: bool,
 }
 
 /// The block of a node named `NAME-N` (llama.cpp's per-layer names).
@@ -243,6 +247,8 @@ impl EvalObserver for StreamHook {
 
     fn decode_end(&mut self) {
         self.segment = None;
+        // The last layer's matmuls have run: its fast-path pins go.
+        self.client.end_pass();
         self.trace_decode_end();
         if let Some(c) = &self.opts.counters {
             let total = c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use bmoe_flash::cache::reads_whole_layer;
+use bmoe_flash::DemandReply;
 
 use super::{StreamHook, TOPK_PREFIX};
 use crate::layout::Proj;
@@ -142,6 +143,16 @@ impl StreamHook {
             false => self.whole_next_layer(layer),
         }
         .filter(|_| self.is_local(layer + 1));
+        if self.opts.fast_hits && droppable.is_empty() && hint.is_none() {
+            let span = tracing::debug_span!("hook.fast", layer, experts = self.union.len());
+            let _g = span.enter();
+            let t0 = Instant::now();
+            if let Some(r) = self.client.try_hits(layer, &self.union) {
+                drop(_g);
+                self.served(node, layer, r, t0);
+                return;
+            }
+        }
         let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
@@ -158,28 +169,32 @@ impl StreamHook {
             self.predicted.insert(layer + 1, g);
         }
         match res {
-            Ok(r) => {
-                if !r.dropped.is_empty() && !self.apply_drop(node, layer, &r.dropped) {
-                    return;
-                }
-                let s = &mut self.metrics;
-                s.stall += t0.elapsed();
-                s.io += r.io_time;
-                s.read_bytes += r.read_bytes;
-                s.hits += r.hits as u64;
-                s.misses += r.misses as u64;
-                s.evictions += r.evictions as u64;
-                s.demands += 1;
-                if self.opts.route_log {
-                    s.routed.push((layer, self.union.clone()));
-                }
-                self.current = Some(layer);
-                self.trace_demand(layer);
-            }
+            Ok(r) => self.served(node, layer, r, t0),
             Err(e) => {
                 self.current = None;
                 self.fail(format!("expert read for layer {layer} failed: {e}"));
             }
         }
+    }
+
+    /// Layer `layer`'s experts are resident (`r`, waited for since `t0`):
+    /// apply its drops, count it, and let its matmuls bind.
+    fn served(&mut self, node: &NodeView<'_>, layer: u32, r: DemandReply, t0: Instant) {
+        if !r.dropped.is_empty() && !self.apply_drop(node, layer, &r.dropped) {
+            return;
+        }
+        let s = &mut self.metrics;
+        s.stall += t0.elapsed();
+        s.io += r.io_time;
+        s.read_bytes += r.read_bytes;
+        s.hits += r.hits as u64;
+        s.misses += r.misses as u64;
+        s.evictions += r.evictions as u64;
+        s.demands += 1;
+        if self.opts.route_log {
+            s.routed.push((layer, self.union.clone()));
+        }
+        self.current = Some(layer);
+        self.trace_demand(layer);
     }
 }

@@ -40,6 +40,7 @@ impl Streamer {
             anon,
             route_trace: self.route_trace.lock().ok().and_then(|mut w| w.take()),
             remote_from: self.layout.remote.as_ref().map(|r| r.first_block),
+            fast_hits: self.predictor.is_none() && self.drop_cold == 0.0,
         };
         StreamHook::new(
             self.flash.client(Requester::Verify),

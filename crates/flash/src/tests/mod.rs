@@ -3,6 +3,7 @@
 
 mod background;
 mod demand;
+mod fast;
 mod faults;
 mod reader;
 

@@ -1,0 +1,180 @@
+//! All-hit demands without the round trip: a client whose demanded experts
+//! are all resident pins them in the shared [`Residency`] and answers itself;
+//! what the actor would have done with the demand (the policy's recency and
+//! frequency, its pins, the warm-start and prefetch bookkeeping) is queued as
+//! a [`Touch`] on a bounded queue the actor folds in, in order, before any
+//! other message or idle step, so every eviction decision sees the same cache
+//! state as with the round trip. Hit counters are the client's (atomics).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use super::actor::Actor;
+use super::protocol::{Msg, ALL_PROJ};
+use super::residency::Residency;
+use super::{DemandReply, FlashClient};
+use crate::cache::{Requester, SlotKey};
+
+/// Touches the queue holds; when full the client takes the round trip (the
+/// actor then folds the queue in before serving it).
+pub(super) const TOUCH_CAPACITY: usize = 1024;
+
+/// A demand answered by its client: to be folded into the cache's state.
+pub(super) struct Touch {
+    pub(super) requester: Requester,
+    pub(super) layer: u32,
+    pub(super) experts: Vec<u32>,
+}
+
+/// A client's side of the fast path.
+pub(super) struct FastHits {
+    pub(super) residency: Arc<Residency>,
+    pub(super) touches: Sender<Touch>,
+    /// A verify demand of at most this many experts is one token's routing,
+    /// counted for the warm-start profile (0: none is), as the actor counts it.
+    pub(super) single_max: u32,
+    /// Slots pinned by the last fast answer, held until the next demand.
+    pub(super) held: Vec<SlotKey>,
+}
+
+impl FastHits {
+    fn unpin_held(&mut self) {
+        for k in self.held.drain(..) {
+            self.residency.unpin(k);
+        }
+    }
+
+    /// Pin every one of `experts`, or none.
+    fn pin_all(&mut self, layer: u32, experts: &[u32]) -> bool {
+        debug_assert!(self.held.is_empty(), "pins left from an earlier answer");
+        for &expert in experts {
+            let k = SlotKey { layer, expert };
+            if !self.residency.pin(k) {
+                self.unpin_held();
+                return false;
+            }
+            self.held.push(k);
+        }
+        true
+    }
+}
+
+impl Drop for FastHits {
+    fn drop(&mut self) {
+        self.unpin_held();
+    }
+}
+
+impl FlashClient {
+    /// Answer a demand of `experts` at `layer` without the flash actor when
+    /// every one is resident: they are pinned (never evicted or overwritten)
+    /// until this client's next demand, [`end_pass`](Self::end_pass) or drop.
+    /// `None` (nothing held) when one is not resident, a split demand's down
+    /// slices are pending, the touch queue is full, or this client has no
+    /// fast path (read-ahead on: its bookkeeping is time-critical): then take
+    /// the round trip ([`demand_with`](Self::demand_with)).
+    pub fn try_hits(&mut self, layer: u32, experts: &[u32]) -> Option<DemandReply> {
+        if self.down_pending() || experts.is_empty() {
+            return None;
+        }
+        let requester = self.requester;
+        let fast = self.fast.as_mut()?;
+        fast.unpin_held();
+        if !fast.pin_all(layer, experts) {
+            return None;
+        }
+        let touch = Touch {
+            requester,
+            layer,
+            experts: experts.to_vec(),
+        };
+        if fast.touches.try_send(touch).is_err() {
+            fast.unpin_held();
+            return None;
+        }
+        let (c, r, n) = (&self.counters, requester.index(), experts.len());
+        c.hits[r].fetch_add(n as u64, Ordering::Relaxed);
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        if requester == Requester::Verify && fast.single_max > 0 && n <= fast.single_max as usize {
+            c.count_decode_uses(layer, experts);
+        }
+        Some(DemandReply {
+            hits: n as u32,
+            ..DemandReply::default()
+        })
+    }
+
+    /// Drop the pins of the last fast answer (before any wait on the actor:
+    /// the actor may be waiting for them to evict a slot).
+    pub(super) fn unpin_held(&mut self) {
+        if let Some(f) = self.fast.as_mut() {
+            f.unpin_held();
+        }
+    }
+
+    /// The requester's pass (a decode) ended: drop the fast answer's pins,
+    /// and wake the actor when touches pile up, so it folds them in while
+    /// nobody waits on it.
+    pub fn end_pass(&mut self) {
+        self.unpin_held();
+        if self
+            .fast
+            .as_ref()
+            .is_some_and(|f| f.touches.len() >= TOUCH_CAPACITY / 4)
+        {
+            let _ = self.tx.try_send(Msg::Drain);
+        }
+    }
+}
+
+impl Actor {
+    /// Fold in every demand the clients answered themselves, in order.
+    pub(super) fn drain_touches(&mut self) {
+        while let Ok(t) = self.touches.try_recv() {
+            self.touched(t);
+        }
+    }
+
+    /// What [`Actor::demand`] does with a demand, less the reply and the
+    /// counters the client kept: the cache's request (recency, frequency,
+    /// pins), the warm slots used, the prefetch bookkeeping.
+    fn touched(&mut self, t: Touch) {
+        let span = tracing::debug_span!("flash.touch", layer = t.layer, n = t.experts.len());
+        let _g = span.enter();
+        let keys: Vec<SlotKey> = t
+            .experts
+            .iter()
+            .map(|&expert| SlotKey {
+                layer: t.layer,
+                expert,
+            })
+            .collect();
+        let plan = self.cache.request(t.requester, &keys);
+        if t.requester == Requester::Verify {
+            self.note_warm_used(&plan.hits);
+        }
+        self.make_room(&plan.evict, &plan.misses);
+        // Idle work may have evicted a slot between the client's pin and
+        // this fold (it waited for the pin): read it back, so what the cache
+        // calls resident is.
+        if !plan.misses.is_empty() {
+            match self.read_misses(&plan.misses, &ALL_PROJ) {
+                Ok(stats) => {
+                    self.counters.read_bytes[t.requester.index()]
+                        .fetch_add(stats.device_bytes, Ordering::Relaxed);
+                }
+                Err(e) => tracing::debug!("re-reading a touched slot failed (dropped): {e}"),
+            }
+        }
+        let c = &self.counters;
+        c.resident_bytes
+            .store(self.cache.resident_bytes(), Ordering::Relaxed);
+        c.peak_resident_bytes
+            .fetch_max(self.cache.peak_resident_bytes(), Ordering::Relaxed);
+        if t.requester == Requester::Verify {
+            self.after_verify_demand(t.layer, &t.experts);
+        }
+    }
+}
