@@ -1,9 +1,31 @@
 //! A multi-turn conversation: an optional system prompt and the turns so
 //! far, with the oldest turns dropped when the context fills.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Message;
+
+/// A transcript that [`Conversation::from_json`] cannot take back.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    #[error("not a bmoe chat transcript ({0}): /save FILE writes one")]
+    Format(#[from] serde_json::Error),
+    #[error("message {index} has the role {role:?}: a transcript holds a system prompt first, then user and assistant messages, a user message first")]
+    Role { index: usize, role: String },
+}
+
+/// A transcript as read back.
+#[derive(Deserialize)]
+struct Loaded {
+    model: String,
+    messages: Vec<LoadedMessage>,
+}
+
+#[derive(Deserialize)]
+struct LoadedMessage {
+    role: String,
+    content: String,
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Conversation {
@@ -69,6 +91,33 @@ impl Conversation {
         self.turns.iter().filter(|m| m.role == "user").count()
     }
 
+    /// A transcript [`Self::to_json`] wrote: the model it names and the
+    /// conversation.
+    pub fn from_json(json: &str) -> Result<(String, Self), TranscriptError> {
+        let loaded: Loaded = serde_json::from_str(json)?;
+        let mut messages = loaded.messages.into_iter().enumerate().peekable();
+        let system = messages
+            .next_if(|(_, m)| m.role == "system")
+            .map(|(_, m)| m.content);
+        let mut conversation = Self::new(system);
+        for (index, m) in messages {
+            let expected_user = conversation.turns.is_empty();
+            let ok = match m.role.as_str() {
+                "user" => true,
+                "assistant" => !expected_user,
+                _ => false,
+            };
+            if !ok {
+                return Err(TranscriptError::Role {
+                    index,
+                    role: m.role,
+                });
+            }
+            conversation.push(&m.role, &m.content);
+        }
+        Ok((loaded.model, conversation))
+    }
+
     /// The transcript as JSON: `{"model": ..., "messages": [{role, content}]}`.
     pub fn to_json(&self, model: &str) -> String {
         let messages = self.messages();
@@ -109,5 +158,29 @@ mod tests {
         assert_eq!(json["messages"][1]["content"], "c");
         c.reset();
         assert_eq!(c.messages().len(), 1);
+    }
+
+    #[test]
+    fn a_saved_transcript_reads_back_and_a_wrong_one_is_refused() {
+        let mut c = Conversation::new(Some("be brief".into()));
+        c.push("user", "a");
+        c.push("assistant", "1");
+        c.push("user", "b");
+        let (model, back) = Conversation::from_json(&c.to_json("m.gguf")).unwrap();
+        assert_eq!(model, "m.gguf");
+        assert_eq!(back.messages(), c.messages());
+        assert_eq!(back.turns(), 2);
+        let no_system = r#"{"model": "m", "messages": [{"role": "user", "content": "x"}]}"#;
+        assert_eq!(Conversation::from_json(no_system).unwrap().1.turns(), 1);
+        let reply_first = r#"{"model": "m", "messages": [{"role": "assistant", "content": "x"}]}"#;
+        let e = Conversation::from_json(reply_first)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("message 0 has the role \"assistant\""), "{e}");
+        let tool = r#"{"model": "m", "messages": [{"role": "user", "content": "x"},
+            {"role": "tool", "content": "y"}]}"#;
+        assert!(Conversation::from_json(tool).is_err());
+        let e = Conversation::from_json("{}").unwrap_err().to_string();
+        assert!(e.contains("not a bmoe chat transcript"), "{e}");
     }
 }

@@ -13,7 +13,7 @@ pub mod tool_calls;
 pub mod tool_grammar;
 mod tool_prompt;
 
-pub use conversation::Conversation;
+pub use conversation::{Conversation, TranscriptError};
 pub use message::Message;
 
 pub use template::{

@@ -12,6 +12,7 @@ use bmoe::chat::{ChatInput, ChatTemplate, Conversation, TemplateError, TemplateO
 use bmoe::engine::{Session, TurnFigures};
 use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
+use bmoe::prompt_cache::Ident;
 
 use super::checks;
 use super::RunArgs;
@@ -21,11 +22,17 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// A system prompt that opens the conversation.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", conflicts_with = "resume")]
     pub system: Option<String>,
+    /// Continue the conversation `/save FILE` wrote: its messages from FILE,
+    /// and its KV state from FILE.kv beside it, so the next turn prefills
+    /// only its new message (without FILE.kv, or with one of another model
+    /// or context, a warning and the conversation is prefilled again).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
 }
 
-const HELP: &str = "/reset forgets the conversation, /stats shows the last turn's and the session's figures, /save FILE writes the transcript as JSON, /quit (or Ctrl-D) exits; Ctrl-C stops a reply";
+const HELP: &str = "/reset forgets the conversation, /stats shows the last turn's and the session's figures, /save FILE writes the transcript as JSON and its KV state to FILE.kv (bmoe chat --resume FILE continues it), /quit (or Ctrl-D) exits; Ctrl-C stops a reply";
 
 /// `bmoe chat`: load once, then one turn per line until Ctrl-D or /quit.
 pub fn chat(args: ChatArgs) -> Result<()> {
@@ -37,26 +44,50 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     )?;
     if args.run.prompt_cache.is_some() {
         return Err(checks::UsageError(
-            "bmoe chat does not take --prompt-cache: it has no way to load a saved conversation \
-             (/save writes a transcript only); bmoe serve's prompt cache keeps conversations \
-             across restarts"
+            "bmoe chat does not take --prompt-cache: /save FILE keeps the conversation and its KV \
+             state, and bmoe chat --resume FILE continues it without prefilling it again"
                 .into(),
         )
         .into());
     }
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
+    let resumed = args.resume.as_deref().map(read_transcript).transpose()?;
     let model = super::commands::model_or_default(&args.run.model)?;
     let cfg = super::run::run_config(&args.run, model, String::new())?;
     let mut session = Session::open(&cfg)?;
     for note in &session.notes {
         bmoe::say!("{note}");
     }
+    let ident = session
+        .state_ident(&cfg)
+        .inspect_err(|e| {
+            bmoe::say!(
+                "warning: cannot read {} ({e}): /save writes no KV state",
+                cfg.model.display()
+            )
+        })
+        .ok();
 
     bmoe::say!("bmoe chat: {HELP}");
+    let conversation = match (resumed, &args.resume) {
+        (Some((saved_model, c)), Some(file)) => {
+            resume(
+                &mut session,
+                ident.as_ref(),
+                file,
+                &saved_model,
+                &cfg.model,
+                &c,
+            );
+            c
+        }
+        _ => Conversation::new(args.system.clone()),
+    };
     let mut chat = Chat {
         template: session.chat_template(),
-        conversation: Conversation::new(args.system.clone()),
+        conversation,
+        ident,
         last: None,
         opts: Options {
             limit: Limit::from(cfg.n_predict),
@@ -103,6 +134,8 @@ struct Chat {
     opts: Options,
     /// The model file (named in a saved transcript; never overwritten by /save).
     model: PathBuf,
+    /// What names the KV state /save writes (None: the model was unreadable).
+    ident: Option<Ident>,
 }
 
 impl Chat {
@@ -120,7 +153,7 @@ impl Chat {
             }
             ("/stats", _) => self.stats(session),
             ("/save", "") => bmoe::say!("/save needs a file name: /save chat.json"),
-            ("/save", file) => self.save(Path::new(file)),
+            ("/save", file) => self.save(Path::new(file), session),
             ("/help", _) => bmoe::say!("{HELP}"),
             (c, _) if c.starts_with('/') => bmoe::say!("unknown command {c}: {HELP}"),
             _ => self.turn(line, session)?,
@@ -219,24 +252,112 @@ impl Chat {
         );
     }
 
-    fn save(&self, file: &Path) {
-        if let Err(e) = checks::output_file("/save", file, &[self.model.as_path()]) {
-            bmoe::say!("({e})");
-            return;
+    fn save(&self, file: &Path, session: &mut Session) {
+        let state = state_file(file);
+        for f in [file, state.as_path()] {
+            if let Err(e) = checks::output_file("/save", f, &[self.model.as_path()]) {
+                bmoe::say!("({e})");
+                return;
+            }
         }
         let json = self.conversation.to_json(&self.model.display().to_string());
         let tmp = file.with_extension("json.partial");
         match std::fs::write(&tmp, json + "\n").and_then(|_| std::fs::rename(&tmp, file)) {
             Ok(()) => bmoe::say!(
-                "(saved {} to {})",
+                "(saved {} to {}; {})",
                 plural(self.conversation.turns(), "turn"),
-                file.display()
+                file.display(),
+                self.save_state(&state, session)
             ),
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
                 bmoe::say!("(could not save to {}: {e})", file.display())
             }
         }
+    }
+}
+
+impl Chat {
+    /// Write the session's KV state to `state`: what happened, for /save's line.
+    fn save_state(&self, state: &Path, session: &mut Session) -> String {
+        if state.exists() && !bmoe::prompt_cache::is_cache_file(state) {
+            return format!(
+                "{} is not a KV state file: left as it is, no state saved",
+                state.display()
+            );
+        }
+        let Some(ident) = &self.ident else {
+            return "no KV state saved (the model file was unreadable)".into();
+        };
+        match session.save_state(state, ident) {
+            Ok((tokens, bytes)) => format!(
+                "the KV state of its {tokens} tokens to {} ({:.1} MiB)",
+                state.display(),
+                bytes as f64 / (1u64 << 20) as f64
+            ),
+            Err(e) => format!("no KV state saved: {e}"),
+        }
+    }
+}
+
+/// Where /save FILE puts the KV state: FILE.kv.
+fn state_file(transcript: &Path) -> PathBuf {
+    let mut name = transcript.as_os_str().to_owned();
+    name.push(".kv");
+    PathBuf::from(name)
+}
+
+/// `--resume FILE`'s transcript: the model it names and the conversation;
+/// a missing or malformed one is a usage error.
+fn read_transcript(file: &Path) -> Result<(String, Conversation)> {
+    let json = std::fs::read_to_string(file).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::InvalidData => "not a bmoe chat transcript (not text)".into(),
+            _ => e.to_string(),
+        };
+        checks::UsageError(format!(
+            "--resume {}: {why} (give a file /save wrote)",
+            file.display()
+        ))
+    })?;
+    Conversation::from_json(&json)
+        .map_err(|e| checks::UsageError(format!("--resume {}: {e}", file.display())).into())
+}
+
+/// Continue the conversation `c` saved in `file`: its KV state restored from
+/// FILE.kv when there is one for this model and context.
+fn resume(
+    session: &mut Session,
+    ident: Option<&Ident>,
+    file: &Path,
+    saved_model: &str,
+    model: &Path,
+    c: &Conversation,
+) {
+    if Path::new(saved_model) != model {
+        bmoe::say!(
+            "note: {} was saved with {saved_model}; it continues with {}",
+            file.display(),
+            model.display()
+        );
+    }
+    let turns = plural(c.turns(), "turn");
+    let state = state_file(file);
+    let restored = match ident {
+        _ if !state.exists() => Err(format!("no KV state beside it ({})", state.display())),
+        None => Err("the model file was unreadable".into()),
+        Some(id) => session.restore_state(&state, id).map_err(|e| e.to_string()),
+    };
+    match restored {
+        Ok(n) => bmoe::say!(
+            "(resumed {turns} from {}; {n} tokens of KV state restored from {}: the next turn prefills only its new message)",
+            file.display(),
+            state.display()
+        ),
+        Err(why) => bmoe::say!(
+            "(resumed {turns} from {}; {why}: the next turn prefills the conversation)",
+            file.display()
+        ),
     }
 }
 

@@ -55,6 +55,8 @@ pub enum EngineError {
     Streaming(String),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+    #[error(transparent)]
+    PromptCache(#[from] crate::prompt_cache::PromptCacheError),
     #[error("{0}")]
     Config(String),
     #[error(

@@ -2,6 +2,7 @@
 //! context whose KV cache keeps the previous turn's tokens, so a prompt that
 //! shares their prefix decodes only the rest, and whose expert cache stays warm.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use super::{EngineError, Note, RunConfig, Speculation};
 use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::llama::{Context, Model, Target, Token};
+use crate::prompt_cache::{self, Ident};
 
 /// The loaded model and its one context. Fields drop in order: the context
 /// (and the verify hook with it) before the model and the streamer.
@@ -175,6 +177,37 @@ impl Session {
             .and_then(|s| s.finish_warm())
             .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
             .unwrap_or_default()
+    }
+
+    /// What names the KV states this session writes and accepts (`cfg` is
+    /// the one it was opened with): the model file, `-c`, the settings that
+    /// change the KV values, the bmoe version.
+    pub fn state_ident(&self, cfg: &RunConfig) -> std::io::Result<Ident> {
+        super::prompt_state::ident_of(cfg, self.n_ctx())
+    }
+
+    /// Write the KV entries of the tokens the context holds to `file` (a
+    /// prompt cache entry named by `ident`, written beside it and renamed into
+    /// place): the tokens saved and the bytes written.
+    pub fn save_state(&mut self, file: &Path, ident: &Ident) -> Result<(usize, u64), EngineError> {
+        // Positions past the known tokens (a last token decoded after an end
+        // of text) are not part of the state.
+        self.ctx.trim(self.kv.len() as i32, -1);
+        let state = self.ctx.seq_state(0)?;
+        let bytes = prompt_cache::write_entry(file, ident, &self.kv, &state)?;
+        Ok((self.kv.len(), bytes))
+    }
+
+    /// Put the KV state saved in `file` into the context (what
+    /// [`Self::save_state`] wrote with the same `ident`): the tokens it holds,
+    /// which the next turn's prompt reuses as far as it starts with them. On
+    /// an error the context is left empty.
+    pub fn restore_state(&mut self, file: &Path, ident: &Ident) -> Result<usize, EngineError> {
+        self.reset();
+        let entry = prompt_cache::read_entry(file, ident)?;
+        self.ctx.set_seq_state(0, &entry.state)?;
+        self.kv = entry.tokens;
+        Ok(self.kv.len())
     }
 
     /// Forget the KV cache (the next turn prefills its whole prompt).

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use rexpect::session::{spawn_command, PtySession};
 
-use super::common::{e8k2, sha256, smollm2, stderr};
+use super::common::{e8k2, sha256, smollm2, stderr, stdout};
 
 /// The prompt's tokens, those reused from the KV cache and those prefilled,
 /// from the `last turn:` line of /stats.
@@ -256,4 +256,103 @@ fn a_chat_survives_bad_lines_and_never_saves_over_its_model() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
     assert_eq!(json["messages"][0]["content"], "Hi.");
+}
+
+/// `bmoe chat` on E8K2 (`-n 8 -t 2` and `args`) fed `input` on a pipe.
+fn chat_piped(args: &[&str], input: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["chat", "-m", e8k2().to_str().unwrap(), "-n", "8", "-t", "2"])
+        .args(args)
+        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `/save FILE` keeps the KV state beside the transcript and `--resume FILE`
+/// continues the conversation prefilling only the new message, with the text
+/// of a chat that never stopped; a damaged state is a warning and a prefill
+/// of the same text; a missing or malformed transcript is a usage error.
+#[test]
+fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("chat.json");
+    let state = dir.path().join("chat.json.kv");
+    let sys = ["--system", "You are a storyteller."];
+    let whole = chat_piped(&sys, "Hi.\nTell me more.\n/quit\n");
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let first = chat_piped(&sys, &format!("Hi.\n/save {}\n/quit\n", saved.display()));
+    let err = stderr(&first);
+    assert!(err.contains("(saved 1 turn to"), "{err}");
+    assert!(err.contains("the KV state of its"), "{err}");
+    assert!(state.exists(), "{err}");
+
+    let resume = ["--resume", saved.to_str().unwrap()];
+    let second = chat_piped(&resume, "Tell me more.\n/stats\n/quit\n");
+    let err = stderr(&second);
+    assert!(second.status.success(), "{err}");
+    assert!(err.contains("(resumed 1 turn from"), "{err}");
+    assert!(err.contains("tokens of KV state restored"), "{err}");
+    let stats = err
+        .lines()
+        .find(|l| l.starts_with("last turn: prompt"))
+        .expect("a /stats line");
+    let n: Vec<u64> = stats
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (prompt, reused, prefilled) = (n[0], n[1], n[2]);
+    assert!(reused > 0 && prefilled < 24, "{stats}");
+    assert_eq!(reused + prefilled, prompt, "{stats}");
+    let joined = format!("{}{}", stdout(&first), stdout(&second));
+    assert_eq!(
+        joined,
+        stdout(&whole),
+        "the resumed reply is the unbroken chat's"
+    );
+
+    // A damaged state: a warning, the conversation prefilled, the same text.
+    let mut bytes = std::fs::read(&state).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&state, &bytes).unwrap();
+    let damaged = chat_piped(&resume, "Tell me more.\n/quit\n");
+    let err = stderr(&damaged);
+    assert!(damaged.status.success(), "{err}");
+    assert!(err.contains("damaged"), "{err}");
+    assert!(
+        err.contains("the next turn prefills the conversation"),
+        "{err}"
+    );
+    assert_eq!(stdout(&damaged), stdout(&second));
+
+    // No transcript, or not one: exit 2 naming the fix; --system with it too.
+    let missing = dir.path().join("none.json");
+    let o = chat_piped(&["--resume", missing.to_str().unwrap()], "/quit\n");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("give a file /save wrote"),
+        "{}",
+        stderr(&o)
+    );
+    let o = chat_piped(&["--resume", state.to_str().unwrap()], "/quit\n");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a bmoe chat transcript"),
+        "{}",
+        stderr(&o)
+    );
+    let o = chat_piped(&[&resume[..], &sys[..]].concat(), "/quit\n");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -294,7 +294,7 @@ fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
 fn chat_and_an_input_as_the_cache_file_are_refused_with_exit_2() {
     let o = common::bmoe(&["chat", "--prompt-cache", "state.bpc"]);
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
-    assert!(common::stderr(&o).contains("no way to load a saved conversation"));
+    assert!(common::stderr(&o).contains("bmoe chat --resume FILE continues it"));
     let m = e8k2().to_str().unwrap();
     let o = common::bmoe(&["run", "-m", m, "-p", "hi", "--prompt-cache", m]);
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
