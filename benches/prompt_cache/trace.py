@@ -7,11 +7,16 @@ cache on (a fresh directory per round) and off, interleaved (the order
 rotated per round), --rounds rounds. Per turn: prompt tokens, tokens restored
 or reused (usage.prompt_tokens_details.cached_tokens), tokens prefilled, the
 turn's new tokens (its prompt less the conversation's previous prompt and
-reply) and the time to the first streamed token. Raw rows go to
+reply), the time to the first streamed token and the expert bytes read
+from flash during the turn (/metrics). Raw rows go to
 OUT/turns.csv, the table (medians over rounds) to stdout and OUT/summary.md.
 
 Usage: benches/prompt_cache/trace.py BIN MODEL OUT [--rounds 2] [--turns 6]
                                      [--system-tokens 4000] [--ctx 8192] [--tokens 8]
+                                     [--cache-warm]
+--cache-warm adds a third mode, "warm": the prompt cache with `--cache-warm`'s
+profile of the expert cache (the turn after the restart finds its experts
+read already or being read).
 Run it under the shared CPU lock (flock /tmp/bmoe-cpu.lock ...).
 """
 import argparse
@@ -39,9 +44,9 @@ def system_prompt(tokens):
     return " ".join(SENTENCES[i % len(SENTENCES)].format(i=i) for i in range(n))
 
 
-def start(binary, model, args, cache):
+def start(binary, model, args, cache, warm=None):
     cmd = [binary, "serve", "-m", model, "--port", "0", "-c", str(args.ctx), "-t", "2",
-           "--prompt-cache", cache]
+           "--prompt-cache", cache] + (["--cache-warm", warm] if warm else [])
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in p.stderr:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
@@ -79,28 +84,43 @@ def turn(port, messages, tokens):
     return text, usage, ttft or time.time() - t0
 
 
+def counter(port, name):
+    """A counter's value from /metrics (0 before it is first counted)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
 def trace(binary, model, args, mode, rnd, out):
-    cache = os.path.join(out, f"cache-{rnd}") if mode == "on" else "off"
+    cache = os.path.join(out, f"cache-{rnd}-{mode}") if mode != "off" else "off"
+    # "warm": the prompt cache and a warm-start profile of the expert cache,
+    # so the turn after the restart finds its experts being read already.
+    warm = os.path.join(out, f"warm-{rnd}.bwp") if mode == "warm" else None
     system = {"role": "system", "content": system_prompt(args.system_tokens)}
     convs = {"A": [system], "B": [system]}
     last = {"A": 0, "B": 0}
     plan = [c for _ in range(args.turns) for c in "AB"] + ["restart", "A"]
-    p, port = start(binary, model, args, cache)
+    p, port = start(binary, model, args, cache, warm)
     rows, step = [], 0
     for who in plan:
         if who == "restart":
             stop(p)
-            p, port = start(binary, model, args, cache)
+            p, port = start(binary, model, args, cache, warm)
             continue
         step += 1
         convs[who].append({"role": "user", "content": f"Step {step}: what should {who} do next?"})
+        flash0 = counter(port, "bmoe_flash_read_bytes_total")
         text, u, ttft = turn(port, convs[who], args.tokens)
+        flash = counter(port, "bmoe_flash_read_bytes_total") - flash0
         convs[who].append({"role": "assistant", "content": text})
         cached = u["prompt_tokens_details"]["cached_tokens"]
         rows.append({"round": rnd, "mode": mode, "step": step, "conv": who,
                      "prompt_tokens": u["prompt_tokens"], "cached_tokens": cached,
                      "prefilled": u["prompt_tokens"] - cached,
-                     "new_tokens": u["prompt_tokens"] - last[who], "ttft_s": round(ttft, 3)})
+                     "new_tokens": u["prompt_tokens"] - last[who], "ttft_s": round(ttft, 3),
+                     "flash_mib": round(flash / 2**20, 1)})
         last[who] = u["prompt_tokens"] + u["completion_tokens"]
         print(rows[-1], flush=True)
     stop(p)
@@ -117,25 +137,33 @@ def main():
     ap.add_argument("--system-tokens", type=int, default=4000)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--cache-warm", action="store_true",
+                    help="a third mode: the prompt cache with a warm-start profile of the expert cache")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for rnd in range(args.rounds):
-        for mode in (["on", "off"] if rnd % 2 == 0 else ["off", "on"]):
+        modes = ["on", "off"] + (["warm"] if args.cache_warm else [])
+        # The order rotates by round, so no mode always runs first.
+        k = rnd % len(modes)
+        for mode in modes[k:] + modes[:k]:
             rows += trace(args.binary, args.model, args, mode, rnd, args.out)
     with open(os.path.join(args.out, "turns.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     med = lambda xs: statistics.median(xs)
-    lines = ["| step | conv | new tokens | prefilled (on) | TTFT s (on) | prefilled (off) | TTFT s (off) |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+    modes = [m for m in ("on", "warm", "off") if any(r["mode"] == m for r in rows)]
+    head = "| step | conv | new tokens | " + " | ".join(
+        f"prefilled ({m}) | TTFT s ({m}) | flash MiB ({m})" for m in modes) + " |"
+    lines = [head, "|---:|---|---:|" + "---:|---:|---:|" * len(modes)]
     for step in sorted({r["step"] for r in rows}):
-        on = [r for r in rows if r["step"] == step and r["mode"] == "on"]
-        off = [r for r in rows if r["step"] == step and r["mode"] == "off"]
-        lines.append(f"| {step} | {on[0]['conv']} | {med([r['new_tokens'] for r in on]):.0f} | "
-                     f"{med([r['prefilled'] for r in on]):.0f} | {med([r['ttft_s'] for r in on]):.2f} | "
-                     f"{med([r['prefilled'] for r in off]):.0f} | {med([r['ttft_s'] for r in off]):.2f} |")
+        at = {m: [r for r in rows if r["step"] == step and r["mode"] == m] for m in modes}
+        first = at[modes[0]][0]
+        cells = [f"{med([r['prefilled'] for r in at[m]]):.0f} | {med([r['ttft_s'] for r in at[m]]):.2f} | "
+                 f"{med([r['flash_mib'] for r in at[m]]):.1f}" for m in modes]
+        lines.append(f"| {step} | {first['conv']} | {med([r['new_tokens'] for r in at[modes[0]]]):.0f} | "
+                     + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(args.out, "summary.md"), "w") as f:

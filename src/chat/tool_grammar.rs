@@ -317,21 +317,10 @@ fn around(head: &str, mid: &str, tail: &str) -> String {
         .join(" ")
 }
 
-/// `s` as a GBNF literal (empty: the empty literal).
+/// `s` as a GBNF literal (empty: the empty literal): GBNF's string literals
+/// take JSON's escapes (`\"`, `\\`, `\n`, `\u00XX`).
 fn lit(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    bmoe_decode::telemetry::json_string(s)
 }
 
 #[cfg(test)]

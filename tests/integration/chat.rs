@@ -229,20 +229,10 @@ fn a_chat_survives_bad_lines_and_never_saves_over_its_model() {
     let saved = dir.path().join("chat.json");
     let model = e8k2();
     let before = sha256(model);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(["chat", "-m", model.to_str().unwrap(), "-n", "2", "-t", "2"])
-        .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start bmoe chat");
     let mut input = b"\xff\xfe not text\nHi.\n".to_vec();
     input.extend(format!("/save {}\n", model.display()).as_bytes());
     input.extend(format!("/save {}\n/quit\n", saved.display()).as_bytes());
-    child.stdin.take().unwrap().write_all(&input).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = chat_piped(&["-n", "2"], &input);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
@@ -258,10 +248,10 @@ fn a_chat_survives_bad_lines_and_never_saves_over_its_model() {
     assert_eq!(json["messages"][0]["content"], "Hi.");
 }
 
-/// `bmoe chat` on E8K2 (`-n 8 -t 2` and `args`) fed `input` on a pipe.
-fn chat_piped(args: &[&str], input: &str) -> std::process::Output {
+/// `bmoe chat` on E8K2 (`-t 2` and `args`) fed `input` on a pipe.
+fn chat_piped(args: &[&str], input: &[u8]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(["chat", "-m", e8k2().to_str().unwrap(), "-n", "8", "-t", "2"])
+        .args(["chat", "-m", e8k2().to_str().unwrap(), "-t", "2"])
         .args(args)
         .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
         .env_remove("RUST_LOG")
@@ -270,12 +260,7 @@ fn chat_piped(args: &[&str], input: &str) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start bmoe chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -288,17 +273,18 @@ fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("chat.json");
     let state = dir.path().join("chat.json.kv");
-    let sys = ["--system", "You are a storyteller."];
-    let whole = chat_piped(&sys, "Hi.\nTell me more.\n/quit\n");
+    let sys = ["-n", "8", "--system", "You are a storyteller."];
+    let whole = chat_piped(&sys, b"Hi.\nTell me more.\n/quit\n");
     assert!(whole.status.success(), "{}", stderr(&whole));
-    let first = chat_piped(&sys, &format!("Hi.\n/save {}\n/quit\n", saved.display()));
+    let save = format!("Hi.\n/save {}\n/quit\n", saved.display());
+    let first = chat_piped(&sys, save.as_bytes());
     let err = stderr(&first);
     assert!(err.contains("(saved 1 turn to"), "{err}");
     assert!(err.contains("the KV state of its"), "{err}");
     assert!(state.exists(), "{err}");
 
-    let resume = ["--resume", saved.to_str().unwrap()];
-    let second = chat_piped(&resume, "Tell me more.\n/stats\n/quit\n");
+    let resume = ["-n", "8", "--resume", saved.to_str().unwrap()];
+    let second = chat_piped(&resume, b"Tell me more.\n/stats\n/quit\n");
     let err = stderr(&second);
     assert!(second.status.success(), "{err}");
     assert!(err.contains("(resumed 1 turn from"), "{err}");
@@ -327,7 +313,7 @@ fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&state, &bytes).unwrap();
-    let damaged = chat_piped(&resume, "Tell me more.\n/quit\n");
+    let damaged = chat_piped(&resume, b"Tell me more.\n/quit\n");
     let err = stderr(&damaged);
     assert!(damaged.status.success(), "{err}");
     assert!(err.contains("damaged"), "{err}");
@@ -339,20 +325,22 @@ fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
 
     // No transcript, or not one: exit 2 naming the fix; --system with it too.
     let missing = dir.path().join("none.json");
-    let o = chat_piped(&["--resume", missing.to_str().unwrap()], "/quit\n");
+    let o = chat_piped(&["--resume", missing.to_str().unwrap()], b"/quit\n");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("give a file /save wrote"),
         "{}",
         stderr(&o)
     );
-    let o = chat_piped(&["--resume", state.to_str().unwrap()], "/quit\n");
+    let o = chat_piped(&["--resume", state.to_str().unwrap()], b"/quit\n");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("not a bmoe chat transcript"),
         "{}",
         stderr(&o)
     );
-    let o = chat_piped(&[&resume[..], &sys[..]].concat(), "/quit\n");
+    let both = ["--resume", saved.to_str().unwrap(), "--system", "Be brief."];
+    let o = chat_piped(&both, b"/quit\n");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
 }

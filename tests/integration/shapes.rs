@@ -17,23 +17,9 @@ fn shape_model(shape: &str, layers: u32) -> String {
     path.to_str().unwrap().to_string()
 }
 
-/// 16 greedy tokens of `model` with `flags`: the text, and stderr.
+/// 16 greedy tokens of `model` with `flags` on two threads (the zoo's run).
 fn run16(model: &str, flags: &[&str]) -> (String, String) {
-    let base = [
-        "run",
-        "-m",
-        model,
-        "-p",
-        "Hello world",
-        "-n",
-        "16",
-        "--ignore-eos",
-        "-t",
-        "2",
-    ];
-    let o = bmoe(&[&base[..], flags].concat());
-    assert!(o.status.success(), "{model} {flags:?}: {}", stderr(&o));
-    (stdout(&o), stderr(&o))
+    crate::zoo::run16(model, &[&["-t", "2"][..], flags].concat())
 }
 
 /// The shape's `inspect` names its widths (`lines`), and its text streamed

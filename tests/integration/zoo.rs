@@ -18,7 +18,7 @@ fn zoo_model(arch: &str, quant: &str) -> String {
 /// when its expert computation does (top-1 instead of top-2, or cold experts
 /// dropped; qwen35moe's only from the 16th token), and a cache of 25% of the
 /// experts evicts dozens of times.
-fn run16(model: &str, flags: &[&str]) -> (String, String) {
+pub(crate) fn run16(model: &str, flags: &[&str]) -> (String, String) {
     let mut args = vec![
         "run",
         "-m",
