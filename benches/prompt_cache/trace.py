@@ -13,7 +13,7 @@ OUT/turns.csv, the table (medians over rounds) to stdout and OUT/summary.md.
 
 Usage: benches/prompt_cache/trace.py BIN MODEL OUT [--rounds 2] [--turns 6]
                                      [--system-tokens 4000] [--ctx 8192] [--tokens 8]
-                                     [--cache-warm]
+                                     [--cache-warm] [--restart-pause 0]
 --cache-warm adds a third mode, "warm": the prompt cache with `--cache-warm`'s
 profile of the expert cache (the turn after the restart finds its experts
 read already or being read).
@@ -108,6 +108,9 @@ def trace(binary, model, args, mode, rnd, out):
         if who == "restart":
             stop(p)
             p, port = start(binary, model, args, cache, warm)
+            # A user's next message comes some time after a restart: the
+            # warm start reads its experts meanwhile.
+            time.sleep(args.restart_pause)
             continue
         step += 1
         convs[who].append({"role": "user", "content": f"Step {step}: what should {who} do next?"})
@@ -137,6 +140,8 @@ def main():
     ap.add_argument("--system-tokens", type=int, default=4000)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--restart-pause", type=float, default=0.0,
+                    help="seconds between the restart and the next turn")
     ap.add_argument("--cache-warm", action="store_true",
                     help="a third mode: the prompt cache with a warm-start profile of the expert cache")
     args = ap.parse_args()
