@@ -7,6 +7,7 @@ mod api;
 mod chat_in;
 mod constraint;
 mod job_prompt;
+mod job_request;
 mod json_in;
 mod metrics;
 mod prompt_cache;

@@ -8,23 +8,21 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use tokio::sync::mpsc;
 
 use bmoe_decode::metrics::DecodeMetrics;
 
 use super::api::{ApiError, JobSpec};
-use super::constraint::Constraint;
-use super::job_prompt::{prompt_of, server_error};
+use super::job_prompt::server_error;
+use super::job_request::request_of;
 use super::metrics as m;
 use super::prompt_cache::Hook;
 use super::sink::JobSink;
-use super::tools::ReplySplit;
 use super::ServeError;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{Finished, Generation, Limit, Multi, Options, Request, StopReason};
+use crate::generate::{Finished, Generation, Multi, StopReason};
 use crate::llama::Model;
 
 /// Events a job sends back to its request before it is done.
@@ -304,94 +302,6 @@ fn admit_jobs(
         }
     }
     Ok(())
-}
-
-/// Tokenize and bound one job (None: a job that only counts its prompt's
-/// tokens, answered); its events sender back when it cannot run.
-fn request_of(
-    session: &Session,
-    template: &ChatTemplate,
-    job: Job,
-    runtime: &tokio::runtime::Handle,
-) -> Result<Option<Request<JobSink>>, (ApiError, mpsc::Sender<Event>)> {
-    // A client that went away, or a signal, stops its template's render.
-    let events = &job.events;
-    let cancelled = || {
-        if events.is_closed() {
-            Some("the client went away")
-        } else {
-            crate::interrupt::requested().map(|_| "the server is stopping")
-        }
-    };
-    let (prompt, mut notes, reasoning_open) =
-        match prompt_of(session, template, &job.spec.prompt, &cancelled) {
-            Ok(p) => p,
-            Err(e) => return Err((e, job.events)),
-        };
-    if job.spec.count_only {
-        let _ = job.events.blocking_send(Event::Started {
-            prompt_tokens: prompt.len(),
-            max_tokens: 0,
-            reasoning_open,
-        });
-        return Ok(None);
-    }
-    let n_ctx = session.n_ctx() as usize;
-    if prompt.len() >= n_ctx {
-        let e = ApiError::invalid(
-            Some("messages"),
-            format!(
-                "the prompt has {} tokens but the context holds {n_ctx} (prompt and reply together): shorten it, or restart the server with a larger -c",
-                prompt.len()
-            ),
-        );
-        return Err((e, job.events));
-    }
-    let grammar = match Constraint::grammar(&job.spec, template.call_format()) {
-        Ok(g) if reasoning_open => g.map(crate::chat::tool_grammar::after_open_reasoning),
-        Ok(g) => g,
-        Err(e) => return Err((e, job.events)),
-    };
-    let room = (n_ctx - prompt.len()) as u32;
-    let n_predict = match job.spec.max_tokens {
-        Some(n) if n > room => {
-            notes.push(format!(
-                "max_tokens {n} capped to {room}: the context holds {n_ctx} tokens and the prompt takes {}",
-                prompt.len()
-            ));
-            room
-        }
-        Some(n) => n,
-        None => room,
-    };
-    if job
-        .events
-        .blocking_send(Event::Started {
-            prompt_tokens: prompt.len(),
-            max_tokens: n_predict,
-            reasoning_open,
-        })
-        .is_err()
-    {
-        m::cancelled();
-        let e = ApiError::new(StatusCode::BAD_REQUEST, "cancelled", "the client went away");
-        return Err((e, job.events));
-    }
-    let opts = Options {
-        grammar,
-        limit: Limit {
-            n_predict,
-            ignore_eos: false,
-        },
-        sampling: job.spec.sampling.clone(),
-        stop: job.spec.stop.clone(),
-        special_text: ReplySplit::of(&job.spec, template.call_format()).special_text(),
-        ..Options::default()
-    };
-    let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
-    sink.span = job.span;
-    sink.stop = job.spec.stop;
-    Ok(Some(Request { prompt, opts, sink }))
 }
 
 /// A generation ended: its figures to the session and the metrics, its
