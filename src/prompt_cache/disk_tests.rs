@@ -4,15 +4,7 @@ use std::time::{Duration, SystemTime};
 use super::*;
 use crate::prompt_cache::entry::write_entry;
 
-fn ident() -> Ident {
-    Ident {
-        bmoe_version: "0.1.0".into(),
-        model_bytes: 7,
-        model_header_hash: "00".into(),
-        n_ctx: 64,
-        settings: String::new(),
-    }
-}
+use crate::prompt_cache::entry::tests::ident;
 
 fn put(idx: &DiskIndex, tokens: &[i32], bytes: usize) -> PathBuf {
     let p = idx.path_of(tokens);

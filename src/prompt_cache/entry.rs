@@ -170,10 +170,11 @@ fn read_u64(r: &mut impl Read) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn ident() -> Ident {
+    /// An ident for the store's tests (the disk store's too).
+    pub(in crate::prompt_cache) fn ident() -> Ident {
         Ident {
             bmoe_version: "0.1.0".into(),
             model_bytes: 7,
