@@ -169,6 +169,9 @@ fn cause_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
     if let Some(bmoe::serve::ServeError::Engine(e)) = cause.downcast_ref() {
         return engine_code(e);
     }
+    if let Some(e) = cause.downcast_ref::<bmoe::serve::supervisor::SupervisorError>() {
+        return e.engine_code();
+    }
     match cause.downcast_ref::<FixtureError>() {
         Some(FixtureError::Llama(l)) => return llama_code(l),
         Some(FixtureError::Invalid(_)) => return Some(exit::USAGE),

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use anyhow::Result;
 use clap::Args;
 
-use bmoe::serve::{self, ServeConfig};
+use bmoe::serve::{self, supervisor, ServeConfig};
 
 use super::checks::{self, UsageError};
 use super::RunArgs;
@@ -57,7 +57,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         check_api_key(key)?;
     }
     check_served_names(&args.served_name)?;
-    if !args.host.is_loopback() && args.api_key.is_none() {
+    let engine_child = supervisor::is_engine_child();
+    if !args.host.is_loopback() && args.api_key.is_none() && !engine_child {
         bmoe::say!(
             "warning: --host {} is not a loopback address and no --api-key is set: anyone who \
              reaches port {} can use this server; give --api-key KEY (or BMOE_API_KEY), or \
@@ -68,6 +69,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let prompt_cache = args.prompt_cache.config(args.run.prompt_cache.as_deref())?;
     let model = super::commands::model_or_default(&args.run.model)?;
+    if !args.run.rpc.rpc.is_empty() && !engine_child {
+        return supervise(&args);
+    }
     let mut engine = super::run::run_config(&args.run, model, String::new())?;
     if let (bmoe::engine::Mode::Stream(sc), Some(pc)) = (&mut engine.mode, &prompt_cache) {
         sc.reserved_bytes = pc.ram_bytes;
@@ -75,7 +79,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let cfg = ServeConfig {
         defaults: engine.sampling.clone(),
         engine,
-        addr: SocketAddr::new(args.host, args.port),
+        // A supervised engine process serves its supervisor alone.
+        addr: if engine_child {
+            SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0)
+        } else {
+            SocketAddr::new(args.host, args.port)
+        },
         queue: args.queue as usize,
         parallel: args.parallel as usize,
         api_key: args.api_key.clone(),
@@ -93,10 +102,38 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         } else {
             "resident"
         };
+        if engine_child {
+            supervisor::announce_ready(addr);
+            bmoe::say!(
+                "bmoe serve: engine process {} ready ({how}, context {} tokens)",
+                std::process::id(),
+                loaded.n_ctx
+            );
+            return;
+        }
         bmoe::say!(
             "bmoe serve: listening on http://{addr}/v1 ({how}, context {} tokens, {} request(s) at a time); Ctrl-C stops",
             loaded.n_ctx,
             parallel
+        );
+    })?;
+    bmoe::say!("bmoe serve: stopped");
+    Ok(())
+}
+
+/// `serve --rpc`: the same command again as a supervised engine process,
+/// restarted when it loses an RPC host (docs/scale-out.md).
+fn supervise(args: &ServeArgs) -> Result<()> {
+    let cfg = supervisor::SupervisorConfig {
+        addr: SocketAddr::new(args.host, args.port),
+        program: std::env::current_exe()?,
+        args: std::env::args_os().skip(1).collect(),
+        restart_delay: std::time::Duration::from_secs(1),
+    };
+    supervisor::supervise(cfg, |addr, pid| {
+        bmoe::say!(
+            "bmoe serve: listening on http://{addr}/v1 (the engine in process {pid}, started \
+             again should an RPC host be lost); Ctrl-C stops"
         );
     })?;
     bmoe::say!("bmoe serve: stopped");

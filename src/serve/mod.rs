@@ -14,6 +14,7 @@ mod prompt_cache;
 mod responses;
 mod routes;
 mod sink;
+pub mod supervisor;
 mod tool_names;
 mod tools;
 mod worker;
