@@ -2,7 +2,8 @@
 # A model file larger than the host's memory: --resident (llama.cpp's mmap)
 # against two streamed recipes, the file dropped from the page cache before
 # every run, optionally with a balloon holding BALLOON_GIB of memory.
-# Usage: benches/bigger_than_ram.sh MODEL OUT [BALLOON_GIB] (BIN, N_RESIDENT=16, N=64)
+# Usage: benches/bigger_than_ram.sh MODEL OUT [BALLOON_GIB] (BIN, N_RESIDENT=16, N=64;
+# ALL_CELLS=1 adds cache 0 serial and 25% with overlap and prediction)
 # Writes OUT/<cell>.{csv,err,txt}; prints each cell's summary lines.
 set -uo pipefail
 M=${1:?model}; OUT=${2:?out dir}; BAL=${3:-0}
@@ -37,7 +38,9 @@ cell() { # name tokens flags...
     grep -E "^(generation|load|moe-cache|moe-stream):" "$OUT/$name.err"
 }
 cell resident "${N_RESIDENT:-16}" --resident
+[ -n "${ALL_CELLS:-}" ] && cell c0-serial "${N:-64}" --cache-mb 0
 cell c0-overlap-predict "${N:-64}" --cache-mb 0 --overlap --predict-prefetch
+[ -n "${ALL_CELLS:-}" ] && cell p25-overlap-predict "${N:-64}" --cache-mb 25% --overlap --predict-prefetch
 cell auto-overlap-predict "${N:-64}" --cache-mb auto --overlap --predict-prefetch
 [ -n "$BPID" ] && kill "$BPID"
 rm -f "$OUT/.balloon-ready"

@@ -150,6 +150,46 @@ impl Session {
         self.backend.streamer().is_some()
     }
 
+    /// The expert slots resident now and the model identity they belong to
+    /// (None when experts do not stream), for a later start to read back.
+    pub(crate) fn expert_set(&self) -> Option<Result<prompt_cache::ExpertSet, EngineError>> {
+        let s = self.backend.streamer()?;
+        Some(
+            s.resident_slots()
+                .map_err(EngineError::from)
+                .map(|(identity, keys)| prompt_cache::ExpertSet {
+                    identity,
+                    slots: keys.iter().map(|k| (k.layer, k.expert)).collect(),
+                }),
+        )
+    }
+
+    /// The identity [`Self::expert_set`] names this model by (None when
+    /// experts do not stream).
+    pub(crate) fn expert_identity(&self) -> Option<Result<u64, EngineError>> {
+        let s = self.backend.streamer()?;
+        Some(
+            s.resident_slots()
+                .map_err(EngineError::from)
+                .map(|(id, _)| id),
+        )
+    }
+
+    /// Queue `set`'s slots for the flash actor to read in the background,
+    /// into free budget only; how many were queued (0: another model's set,
+    /// resident experts, or the actor busy).
+    pub(crate) fn warm_experts(&self, set: &prompt_cache::ExpertSet) -> Result<usize, EngineError> {
+        let Some(s) = self.backend.streamer() else {
+            return Ok(0);
+        };
+        let keys = set
+            .slots
+            .iter()
+            .map(|&(layer, expert)| bmoe_flash::cache::SlotKey { layer, expert })
+            .collect();
+        Ok(s.warm_slots(set.identity, keys)?)
+    }
+
     /// The context and its micro-batch, for generations side by side
     /// ([`generate::Multi`]); record their figures with [`Self::record`].
     pub(crate) fn context(&mut self) -> (&mut Context, usize) {

@@ -14,6 +14,7 @@
 
 mod disk;
 mod entry;
+mod experts;
 mod ident;
 mod ram;
 mod writer;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 pub use disk::dir_bytes;
 pub use entry::{is_cache_file, read_any_entry, read_entry, write_entry, Entry};
+pub use experts::ExpertSet;
 pub use ident::{model_header_hash, Ident};
 
 /// Damaged files tried, best first, before a lookup gives up on the disk.

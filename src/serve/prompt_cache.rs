@@ -9,9 +9,10 @@ use std::time::Duration;
 use super::metrics as m;
 use crate::engine::prompt_state::ident_of;
 use crate::engine::RunConfig;
+use crate::engine::Session;
 use crate::generate::Multi;
 use crate::llama::{Context, Token};
-use crate::prompt_cache::{self, PromptCache};
+use crate::prompt_cache::{self, ExpertSet, PromptCache};
 
 /// A cached prefix shorter than this is not worth a restore.
 const MIN_RESTORE_TOKENS: usize = 8;
@@ -23,6 +24,8 @@ const WRITER_DEADLINE: Duration = Duration::from_secs(10);
 /// The cache and what each sequence's job restored.
 pub(crate) struct Hook {
     cache: PromptCache,
+    /// The cache directory (None: RAM only), where the expert set is kept.
+    root: Option<std::path::PathBuf>,
     /// Tokens restored for the job running in each sequence.
     restored: Vec<usize>,
 }
@@ -42,6 +45,7 @@ impl Hook {
         match opened {
             Ok(cache) => Some(Self {
                 cache,
+                root: cfg.dir.clone(),
                 restored: vec![0; n_seq],
             }),
             Err(e) => {
@@ -104,6 +108,45 @@ impl Hook {
             s.read_bytes.load(Ordering::Relaxed),
             s.written_bytes.load(Ordering::Relaxed),
         );
+    }
+
+    /// Start reading back, in the background, the expert slots the last
+    /// server on this directory held when it stopped (streamed experts and
+    /// a cache directory only); what happened is logged.
+    pub(crate) fn warm_experts(&self, session: &Session) {
+        let (Some(root), Some(identity)) = (&self.root, session.expert_identity()) else {
+            return;
+        };
+        let read = identity
+            .map_err(|e| e.to_string())
+            .and_then(|id| ExpertSet::read(root, id).map_err(|e| e.to_string()));
+        let set = match read {
+            Ok(Some(set)) => set,
+            Ok(None) => return,
+            Err(e) => return tracing::warn!("the expert cache starts cold: {e}"),
+        };
+        match session.warm_experts(&set) {
+            Ok(n) => tracing::info!(
+                "prompt cache: {n} of the {} expert slots held at the last stop queued to read",
+                set.slots.len()
+            ),
+            Err(e) => tracing::warn!("the expert cache starts cold: {e}"),
+        }
+    }
+
+    /// Keep the expert slots resident now beside the cache, for the next
+    /// start ([`Self::warm_experts`]); a failure is a warning.
+    pub(crate) fn keep_experts(&self, session: &Session) {
+        let (Some(root), Some(set)) = (&self.root, session.expert_set()) else {
+            return;
+        };
+        match set
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.write(root).map_err(|e| e.to_string()))
+        {
+            Ok(path) => tracing::info!("prompt cache: the expert set kept in {}", path.display()),
+            Err(e) => tracing::warn!("the expert set was not kept: {e}"),
+        }
     }
 
     /// Stop the writer (its queue written first, within a deadline).

@@ -131,8 +131,12 @@ impl Worker {
                 let hook = prompt_cache
                     .as_ref()
                     .and_then(|c| Hook::open(c, &cfg, session.n_ctx(), parallel));
+                if let Some(h) = &hook {
+                    h.warm_experts(&session);
+                }
                 let (session, hook, done) = serve_jobs(session, &queue, parallel, &runtime, hook);
                 if let Some(h) = hook {
+                    h.keep_experts(&session);
                     h.close();
                 }
                 for line in session.close() {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bmoe_decode::output::PendingFile;
+use bmoe_flash::cache::SlotKey;
 use bmoe_flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
 
 use super::files::{shard_files, specs};
@@ -149,6 +150,45 @@ impl Streamer {
             self.warm = Some(session);
         }
         Ok(())
+    }
+
+    /// The expert slots resident now and the model's identity they belong
+    /// to (`cache_warm::model_shape`'s: the files' sizes and first bytes,
+    /// the expert map), for a later start to read back ([`Self::warm_slots`]).
+    pub(crate) fn resident_slots(&self) -> Result<(u64, Vec<SlotKey>), StreamError> {
+        let shape = cache_warm::model_shape(&self.layout, self.k)?;
+        Ok((shape.identity, self.flash.resident_slots()))
+    }
+
+    /// Queue `slots` of the model named `identity` for the flash actor to
+    /// read when idle, into free budget only; the number queued (0: another
+    /// model's slots, or the actor's queue full). Slots outside the model's
+    /// expert map are left out.
+    pub(crate) fn warm_slots(
+        &self,
+        identity: u64,
+        slots: Vec<SlotKey>,
+    ) -> Result<usize, StreamError> {
+        let shape = cache_warm::model_shape(&self.layout, self.k)?;
+        if shape.identity != identity {
+            return Ok(0);
+        }
+        let keys: Vec<SlotKey> = slots
+            .into_iter()
+            .filter(|k| {
+                (k.expert < shape.n_expert)
+                    && shape
+                        .slot_bytes
+                        .get(k.layer as usize)
+                        .is_some_and(|&b| b > 0)
+            })
+            .collect();
+        let n = keys.len();
+        Ok(if n > 0 && self.flash.warm(keys, Vec::new()) {
+            n
+        } else {
+            0
+        })
     }
 
     /// `--cache-warm`: the summary line, and the profile saved with this

@@ -70,13 +70,25 @@ fn start(dir: &Path, extra: &[&str]) -> Server {
     Server::start(&args)
 }
 
-/// Every file under the cache directory (entries and any temporary ones).
+/// Every file in the cache directory's folders (entries and any temporary
+/// ones; the expert sets at its top are not entries).
 fn files(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
+        .filter(|d| d.path().is_dir())
         .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
         .map(|f| f.path())
+        .collect()
+}
+
+/// The expert sets at the cache directory's top.
+fn expert_sets(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slots"))
         .collect()
 }
 
@@ -108,13 +120,16 @@ fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
     assert_eq!(cached, 0, "nothing cached yet");
     assert!(a.terminate(30).success());
     assert!(!files(dir.path()).is_empty(), "the state was written");
+    assert_eq!(expert_sets(dir.path()).len(), 1, "the expert set was kept");
 
     let second = conversation(&[
         "What is the weather like today in Paris?",
         &reply,
         "And tomorrow?",
     ]);
-    let b = start(dir.path(), &[]);
+    let b = start(dir.path(), &["-v"]);
+    // The expert slots the first server held are read back in the background.
+    log_has(&b, &["expert slots held at the last stop queued to read"]);
     let (warm, p2, restored) = ask(&b, &second);
     assert!(
         restored >= p1 - 1 && restored < p2,
@@ -303,4 +318,73 @@ fn chat_and_an_input_as_the_cache_file_are_refused_with_exit_2() {
         "{}",
         common::stderr(&o)
     );
+}
+
+/// A tmpfs of `kib` KiB mounted at `dir` for the test's life (None, with the
+/// reason printed, where this host cannot mount one: not root, no tmpfs).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, kib: u32) -> Option<Self> {
+        let size = format!("size={kib}k");
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "bmoe-small-disk"])
+            .arg(dir)
+            .stderr(std::process::Stdio::piped())
+            .output();
+        match st {
+            Ok(o) if o.status.success() => Some(Self(dir.to_path_buf())),
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr);
+                eprintln!(
+                    "skipped: cannot mount a {kib} KiB tmpfs here ({})",
+                    why.trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount ({e})");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A disk too small for one state (a 64 KiB tmpfs, where a state of this
+/// conversation is over 1 MiB): each write fails with a warning, the replies
+/// are the cold server's, the RAM tier still restores, and nothing
+/// half-written is left in the directory.
+#[test]
+fn a_full_disk_is_a_warning_and_the_replies_stay_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_disk) = SmallDisk::mount(dir.path(), 64) else {
+        return;
+    };
+    let first = conversation(&["What is the weather like today in Paris?"]);
+    let s = start(dir.path(), &[]);
+    let (reply, p1, cached) = ask(&s, &first);
+    assert_eq!(cached, 0);
+    let lines = log_has(&s, &["kept in RAM only"]);
+    assert!(
+        lines.iter().any(|l| l.contains("No space left")),
+        "the warning names the full disk: {lines:#?}"
+    );
+    let (again, _, restored) = ask(&s, &first);
+    assert_eq!(again, reply, "the RAM tier's restore writes the same text");
+    assert!(restored + 1 >= p1, "restored {restored} of {p1} from RAM");
+    assert_eq!(metric(&s, "bmoe_prompt_cache_written_bytes_total"), 0);
+    assert!(s.terminate(30).success());
+    let left: Vec<_> = files(dir.path());
+    assert!(left.is_empty(), "nothing half-written is left: {left:?}");
+    let cold = Server::start(&["--prompt-cache", "off"]);
+    assert_eq!(ask(&cold, &first).0, reply, "the cold server's text");
 }

@@ -351,6 +351,12 @@ impl Flash {
         sent
     }
 
+    /// The slots resident now, layer-major (what a restart may read back:
+    /// [`FlashClient::warm`]).
+    pub fn resident_slots(&self) -> Vec<SlotKey> {
+        self.residency.resident_keys()
+    }
+
     pub fn arena(&self) -> &Arc<Arena> {
         &self.arena
     }

@@ -65,6 +65,21 @@ impl Residency {
             .is_some_and(|w| w.load(Ordering::Acquire) & RESIDENT != 0)
     }
 
+    /// Every slot resident now, layer-major (a snapshot: the actor may
+    /// change any of them at once).
+    pub fn resident_keys(&self) -> Vec<SlotKey> {
+        let stride = self.stride.max(1);
+        self.words
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.load(Ordering::Acquire) & RESIDENT != 0)
+            .map(|(i, _)| SlotKey {
+                layer: (i / stride) as u32,
+                expert: (i % stride) as u32,
+            })
+            .collect()
+    }
+
     /// Readers holding `k` now.
     pub fn pins(&self, k: SlotKey) -> u32 {
         self.word(k).map_or(0, |w| w.load(Ordering::Acquire) & PINS)

@@ -35,6 +35,18 @@ fn a_slot_is_pinned_only_while_resident() {
 }
 
 #[test]
+fn the_resident_keys_are_the_published_ones_layer_major() {
+    let r = Residency::new(3, 4);
+    assert!(r.resident_keys().is_empty());
+    for k in [key(2, 3), key(0, 1), key(1, 0)] {
+        r.publish(k);
+    }
+    r.publish(key(0, 2));
+    r.retract(key(0, 2));
+    assert_eq!(r.resident_keys(), [key(0, 1), key(1, 0), key(2, 3)]);
+}
+
+#[test]
 fn a_retraction_waits_for_the_reader_to_unpin() {
     let r = Arc::new(Residency::new(1, 2));
     let k = key(0, 0);
