@@ -55,16 +55,15 @@ pub enum SupervisorError {
     FirstStart { code: Option<i32>, how: String },
     #[error("the engine process stopped ({how}; its reason is above); bmoe serve stops with it")]
     Ended { code: Option<i32>, how: String },
-    #[error(
-        "cannot listen on {addr}: {source} (is another server on that port? pick one with --port)"
-    )]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the server failed: {0}")]
-    Io(#[from] std::io::Error),
+    /// The port or the HTTP side (serve's own errors: `Bind`, `Io`).
+    #[error(transparent)]
+    Serve(#[from] super::ServeError),
+}
+
+impl From<std::io::Error> for SupervisorError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Serve(super::ServeError::Io(e))
+    }
 }
 
 impl SupervisorError {
@@ -87,7 +86,7 @@ pub fn supervise(
     on_ready: impl FnOnce(SocketAddr, u32),
 ) -> Result<(), SupervisorError> {
     let listener =
-        std::net::TcpListener::bind(cfg.addr).map_err(|source| SupervisorError::Bind {
+        std::net::TcpListener::bind(cfg.addr).map_err(|source| super::ServeError::Bind {
             addr: cfg.addr,
             source,
         })?;
