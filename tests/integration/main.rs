@@ -23,6 +23,7 @@ mod prefill;
 mod prompt_cache;
 mod replay;
 mod rpc;
+mod rpc_serve;
 mod run;
 mod sampling;
 mod serve;
