@@ -150,34 +150,36 @@ impl Session {
         self.backend.streamer().is_some()
     }
 
-    /// The expert slots resident now and the model identity they belong to
-    /// (None when experts do not stream), for a later start to read back.
-    pub(crate) fn expert_set(&self) -> Option<Result<prompt_cache::ExpertSet, EngineError>> {
-        let s = self.backend.streamer()?;
-        Some(
-            s.resident_slots()
-                .map_err(EngineError::from)
-                .map(|(identity, keys)| prompt_cache::ExpertSet {
-                    identity,
-                    slots: keys.iter().map(|k| (k.layer, k.expert)).collect(),
-                }),
-        )
-    }
-
-    /// The identity [`Self::expert_set`] names this model by (None when
-    /// experts do not stream).
+    /// The identity the expert slots of this model are kept under (None
+    /// when experts do not stream).
     pub(crate) fn expert_identity(&self) -> Option<Result<u64, EngineError>> {
         let s = self.backend.streamer()?;
         Some(
-            s.resident_slots()
-                .map_err(EngineError::from)
-                .map(|(id, _)| id),
+            s.shape()
+                .map(|shape| shape.identity)
+                .map_err(EngineError::from),
         )
     }
 
-    /// Queue `set`'s slots for the flash actor to read in the background,
-    /// into free budget only; how many were queued (0: another model's set,
-    /// resident experts, or the actor busy).
+    /// The expert slots resident now, named by [`Self::expert_identity`]
+    /// (None when experts do not stream), for a later start to read back.
+    pub(crate) fn expert_set(&self) -> Option<Result<prompt_cache::ExpertSet, EngineError>> {
+        let s = self.backend.streamer()?;
+        Some(self.expert_identity()?.map(|identity| {
+            prompt_cache::ExpertSet {
+                identity,
+                slots: s
+                    .resident_slots()
+                    .iter()
+                    .map(|k| (k.layer, k.expert))
+                    .collect(),
+            }
+        }))
+    }
+
+    /// Queue `set`'s slots (this model's: read by [`Self::expert_identity`])
+    /// for the flash actor to read in the background, into free budget
+    /// only; how many were queued (0: resident experts, or the actor busy).
     pub(crate) fn warm_experts(&self, set: &prompt_cache::ExpertSet) -> Result<usize, EngineError> {
         let Some(s) = self.backend.streamer() else {
             return Ok(0);
@@ -187,7 +189,7 @@ impl Session {
             .iter()
             .map(|&(layer, expert)| bmoe_flash::cache::SlotKey { layer, expert })
             .collect();
-        Ok(s.warm_slots(set.identity, keys)?)
+        Ok(s.warm_slots(keys)?)
     }
 
     /// The context and its micro-batch, for generations side by side

@@ -152,8 +152,29 @@ pub(super) fn touch(path: &Path) {
     }
 }
 
+/// Write `path` whole or not at all: `write` fills a file beside it, which
+/// is synced and renamed into place (a failure removes it), so a reader, or
+/// another server on the same directory, never sees half a file.
+pub(crate) fn write_beside<T>(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let tmp = temp_beside(path);
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        let out = write(&mut f)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(out)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// A temporary name beside `path`, unique to this process and moment.
-pub(crate) fn temp_beside(path: &Path) -> PathBuf {
+fn temp_beside(path: &Path) -> PathBuf {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos())

@@ -62,19 +62,13 @@ pub fn write_entry(
     tokens: &[i32],
     state: &[u8],
 ) -> Result<u64, PromptCacheError> {
-    let tmp = super::disk::temp_beside(path);
-    let io = |e| PromptCacheError::io(path, e);
-    let written = (|| {
-        let mut f = BufWriter::new(std::fs::File::create(&tmp)?);
-        let n = write_to(&mut f, ident, tokens, state)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_data()?;
-        std::fs::rename(&tmp, path)?;
+    super::disk::write_beside(path, |f| {
+        let mut w = BufWriter::new(f);
+        let n = write_to(&mut w, ident, tokens, state)?;
+        w.flush()?;
         Ok(n)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.map_err(io)
+    })
+    .map_err(|e| PromptCacheError::io(path, e))
 }
 
 /// Read and check the entry at `path`: damaged (short, bad magic or CRC) or

@@ -73,17 +73,8 @@ impl ExpertSet {
     /// Write the set under `root` (beside its place, then renamed into it).
     pub fn write(&self, root: &Path) -> Result<PathBuf, PromptCacheError> {
         let path = Self::path_in(root, self.identity);
-        let tmp = super::disk::temp_beside(&path);
-        let written = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&self.to_bytes())?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(PromptCacheError::io(&path, e));
-        }
+        super::disk::write_beside(&path, |f| f.write_all(&self.to_bytes()))
+            .map_err(|e| PromptCacheError::io(&path, e))?;
         Ok(path)
     }
 

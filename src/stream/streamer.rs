@@ -7,10 +7,11 @@ mod mapping;
 pub(crate) use hooks::DraftHookParts;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bmoe_decode::output::PendingFile;
 use bmoe_flash::cache::SlotKey;
+use bmoe_flash::warm_profile::ModelShape;
 use bmoe_flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
 
 use super::files::{shard_files, specs};
@@ -44,6 +45,8 @@ pub(crate) struct Streamer {
     /// `--cache-warm` (None when off), from [`Streamer::start_warm`].
     warm: Option<WarmSession>,
     model_path: PathBuf,
+    /// The model's shape and identity (read from its files once, on first use).
+    shape: OnceLock<ModelShape>,
 }
 
 impl Streamer {
@@ -129,6 +132,7 @@ impl Streamer {
             route_trace_file: Mutex::new(route_trace_file),
             warm: None,
             model_path: model_path.to_path_buf(),
+            shape: OnceLock::new(),
         })
     }
 
@@ -139,7 +143,7 @@ impl Streamer {
         if cfg.warm == WarmSource::Off {
             return Ok(());
         }
-        let shape = cache_warm::model_shape(&self.layout, self.k)?;
+        let shape = self.shape()?.clone();
         if let Some((session, plan)) =
             WarmSession::open(&cfg.warm, &self.model_path, shape, self.budget_bytes)?
         {
@@ -152,27 +156,28 @@ impl Streamer {
         Ok(())
     }
 
-    /// The expert slots resident now and the model's identity they belong
-    /// to (`cache_warm::model_shape`'s: the files' sizes and first bytes,
-    /// the expert map), for a later start to read back ([`Self::warm_slots`]).
-    pub(crate) fn resident_slots(&self) -> Result<(u64, Vec<SlotKey>), StreamError> {
-        let shape = cache_warm::model_shape(&self.layout, self.k)?;
-        Ok((shape.identity, self.flash.resident_slots()))
+    /// The model's shape as the flash actor counts it, and its identity
+    /// (`cache_warm::model_shape`: the files' sizes and first bytes, the
+    /// expert map), read once.
+    pub(crate) fn shape(&self) -> Result<&ModelShape, StreamError> {
+        if let Some(s) = self.shape.get() {
+            return Ok(s);
+        }
+        let s = cache_warm::model_shape(&self.layout, self.k)?;
+        Ok(self.shape.get_or_init(|| s))
     }
 
-    /// Queue `slots` of the model named `identity` for the flash actor to
-    /// read when idle, into free budget only; the number queued (0: another
-    /// model's slots, or the actor's queue full). Slots outside the model's
-    /// expert map are left out.
-    pub(crate) fn warm_slots(
-        &self,
-        identity: u64,
-        slots: Vec<SlotKey>,
-    ) -> Result<usize, StreamError> {
-        let shape = cache_warm::model_shape(&self.layout, self.k)?;
-        if shape.identity != identity {
-            return Ok(0);
-        }
+    /// The expert slots resident now, layer-major (for a later start of
+    /// this model to read back, [`Self::warm_slots`]).
+    pub(crate) fn resident_slots(&self) -> Vec<SlotKey> {
+        self.flash.resident_slots()
+    }
+
+    /// Queue `slots` of this model for the flash actor to read when idle,
+    /// into free budget only; the number queued (0: the actor's queue full).
+    /// Slots outside the model's expert map are left out.
+    pub(crate) fn warm_slots(&self, slots: Vec<SlotKey>) -> Result<usize, StreamError> {
+        let shape = self.shape()?;
         let keys: Vec<SlotKey> = slots
             .into_iter()
             .filter(|k| {

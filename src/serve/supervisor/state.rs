@@ -50,10 +50,11 @@ impl Supervised {
     }
 
     pub(super) fn set_phase(&self, phase: Phase) {
-        if matches!(phase, Phase::Ready(_)) && matches!(self.phase(), Phase::Reconnecting { .. }) {
+        let mut now = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(phase, Phase::Ready(_)) && matches!(*now, Phase::Reconnecting { .. }) {
             self.restarts.fetch_add(1, Ordering::Relaxed);
         }
-        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+        *now = phase;
     }
 
     pub(super) fn set_pid(&self, pid: u32) {
