@@ -56,6 +56,7 @@
 mod harmony;
 mod invoke;
 mod mistral;
+mod partial;
 mod pythonic;
 mod sections;
 mod stream;
@@ -69,7 +70,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
-pub use stream::CallStream;
+pub use stream::{CallPart, CallStream};
 
 /// How a template asks the model to write tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -284,17 +285,21 @@ fn framed(frame: Frame, text: &str, block_calls: impl Fn(&str) -> Option<Vec<Too
 /// A parameter's value: text when the schema says string (or it is not
 /// JSON), else the JSON it reads as.
 pub(crate) fn param_value(tools: Option<&Value>, function: &str, key: &str, value: &str) -> Value {
-    let string_typed = tools
+    if string_typed(tools, function, key) {
+        return Value::String(value.into());
+    }
+    serde_json::from_str(value.trim()).unwrap_or_else(|_| Value::String(value.into()))
+}
+
+/// Whether the request's tool `function` calls its parameter `key` a string.
+pub(crate) fn string_typed(tools: Option<&Value>, function: &str, key: &str) -> bool {
+    tools
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .find(|t| t["function"]["name"] == function)
         .map(|t| &t["function"]["parameters"]["properties"][key]["type"])
-        .is_some_and(|ty| ty == "string");
-    if string_typed {
-        return Value::String(value.into());
-    }
-    serde_json::from_str(value.trim()).unwrap_or_else(|_| Value::String(value.into()))
+        .is_some_and(|ty| ty == "string")
 }
 
 /// A call's arguments given as a JSON text: a call when they are an object

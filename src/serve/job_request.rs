@@ -43,6 +43,7 @@ pub(super) fn request_of(
             prompt_tokens: prompt.len(),
             max_tokens: 0,
             reasoning_open,
+            calls_held: false,
         });
         return Ok(None);
     }
@@ -80,6 +81,7 @@ pub(super) fn request_of(
             prompt_tokens: prompt.len(),
             max_tokens: n_predict,
             reasoning_open,
+            calls_held: grammar.is_some() && matches!(job.spec.constraint, Constraint::Calls(_)),
         })
         .is_err()
     {

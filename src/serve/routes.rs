@@ -253,7 +253,7 @@ async fn run(app: &App, route: &'static str, spec: JobSpec) -> Result<Response, 
     let calls = ReplySplit::of(&spec, app.call_format);
     let thinks = app.thinks && chat;
     let (rx, started) = start_job(app, spec).await?;
-    let calls = calls.thinking(thinks, started.reasoning_open);
+    let calls = calls.started(thinks, &started);
     let reply = Reply {
         id: reply_id(app, if chat { "chatcmpl-" } else { "cmpl-" }),
         created: super::now_s(),
@@ -284,6 +284,8 @@ pub(super) struct Started {
     pub(super) max_tokens: u32,
     /// The rendered prompt ends inside a reasoning block.
     pub(super) reasoning_open: bool,
+    /// A grammar holds the reply's tool calls to the template's format.
+    pub(super) calls_held: bool,
 }
 
 /// Queue the job and wait for it to start: its events and what it said, or
@@ -313,12 +315,14 @@ pub(super) async fn start_job(
             prompt_tokens,
             max_tokens,
             reasoning_open,
+            calls_held,
         }) => Ok((
             rx,
             Started {
                 prompt_tokens,
                 max_tokens,
                 reasoning_open,
+                calls_held,
             },
         )),
         Some(Event::Failed(e)) => Err(e),

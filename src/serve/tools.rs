@@ -1,10 +1,12 @@
 //! A chat reply split for every route: its reasoning (a `<think>` block,
 //! [`crate::chat::reasoning`], under a template that writes them), its
 //! content and its tool calls, whole ([`ReplySplit::parse`]) or as it
-//! streams ([`ReplyStream`]: each piece's reasoning, content and the calls
-//! it decided); and the OpenAI chat shapes of the calls: `message.tool_calls`
-//! whole, `delta.tool_calls` chunks as each call is decided, `finish_reason`
-//! "tool_calls" when the model made any. Calls are parsed
+//! streams ([`ReplyStream`]: each piece's reasoning, content and the calls'
+//! pieces it made known); and the OpenAI chat shapes of the calls:
+//! `message.tool_calls` whole, `delta.tool_calls` chunks as each call goes
+//! out (a reply held to the format by a grammar: its name first, then its
+//! arguments as they are written), `finish_reason` "tool_calls" when the
+//! model made any. Calls are parsed
 //! ([`crate::chat::tool_calls`]) when the request offered tools and the
 //! template's format is known; gpt-oss's harmony framing is always split
 //! (its analysis channel goes to `reasoning_content`, out of the content).
@@ -13,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::api::{JobSpec, PromptSpec};
 use crate::chat::reasoning::{self, ThinkStream};
-use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallStream, Parsed, ToolCall};
+use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallPart, CallStream, Parsed};
 
 /// How one request's reply is split.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +26,9 @@ pub(crate) struct ReplySplit {
     /// `Some(open)`: the template writes `<think>` blocks, and `open` says
     /// the prompt opened one (the reply starts with reasoning).
     think: Option<bool>,
+    /// A grammar holds the reply's calls to the format: they go out as they
+    /// are written.
+    live: bool,
 }
 
 /// A streaming reply's split: its reasoning block first, then its calls.
@@ -33,8 +38,6 @@ pub(crate) struct ReplyStream {
     calls: CallStream,
     /// The reasoning handed out so far.
     reasoning: String,
-    /// The calls handed out so far.
-    calls_taken: usize,
 }
 
 /// What a piece of a streaming reply made known.
@@ -42,9 +45,8 @@ pub(crate) struct ReplyStream {
 pub(crate) struct Shown {
     pub(crate) reasoning: String,
     pub(crate) content: String,
-    /// The calls it decided, the first being the reply's `calls_from`th.
-    pub(crate) calls: Vec<ToolCall>,
-    pub(crate) calls_from: usize,
+    /// The calls' pieces it made known.
+    pub(crate) parts: Vec<CallPart>,
 }
 
 impl ReplyStream {
@@ -72,14 +74,10 @@ impl ReplyStream {
         };
         let reasoning = self.calls.take_reasoning();
         self.reasoning.push_str(&reasoning);
-        let calls = self.calls.take_calls();
-        let calls_from = self.calls_taken;
-        self.calls_taken += calls.len();
         Shown {
             reasoning,
             content,
-            calls,
-            calls_from,
+            parts: self.calls.take_parts(),
         }
     }
 }
@@ -93,7 +91,7 @@ impl ReplySplit {
             } => Self {
                 format,
                 tools: Some(tools.clone()),
-                think: None,
+                ..Self::default()
             },
             PromptSpec::Chat { .. } if format == CallFormat::Harmony => Self {
                 format,
@@ -112,6 +110,21 @@ impl ReplySplit {
         self
     }
 
+    /// The same split, its calls streamed as they are written when `held`
+    /// (a grammar holds them to the format).
+    pub(crate) fn held(mut self, held: bool) -> Self {
+        self.live = held && self.tools.is_some();
+        self
+    }
+
+    /// The split for a job as it started: `thinks` (the template writes
+    /// reasoning blocks and this is a chat), the prompt's open block, the
+    /// grammar on its calls.
+    pub(crate) fn started(self, thinks: bool, started: &super::routes::Started) -> Self {
+        self.thinking(thinks, started.reasoning_open)
+            .held(started.calls_held)
+    }
+
     /// Whether the reply must be detokenized with its special tokens as
     /// text: the format's call markers are control tokens.
     pub(crate) fn special_text(&self) -> bool {
@@ -124,7 +137,7 @@ impl ReplySplit {
         Self {
             format,
             tools,
-            think: None,
+            ..Self::default()
         }
     }
 
@@ -159,12 +172,9 @@ impl ReplySplit {
             rest = split.answer(&d.answer);
             rest.reasoning.insert_str(0, &d.reasoning);
         }
-        let (content, calls, mut p) = split.calls.finish();
+        let (content, parts, mut p) = split.calls.finish();
         rest.content.push_str(&content);
-        if rest.calls.is_empty() {
-            rest.calls_from = split.calls_taken;
-        }
-        rest.calls.extend(calls);
+        rest.parts.extend(parts);
         if self.think.is_some() {
             p.reasoning = Some(split.reasoning);
         }
@@ -175,7 +185,7 @@ impl ReplySplit {
     pub(crate) fn stream(&self) -> ReplyStream {
         ReplyStream {
             think: self.think.map(ThinkStream::new),
-            calls: CallStream::with_tools(self.format, self.tools.clone()),
+            calls: CallStream::with_tools(self.format, self.tools.clone()).live(self.live),
             ..ReplyStream::default()
         }
     }
@@ -206,17 +216,22 @@ impl ReplySplit {
     }
 }
 
-/// The `delta`s of a streamed piece's calls: each call's index, id and
-/// name (its arguments empty), then its arguments.
+/// The `delta`s of a streamed piece's calls: a call's index, id and name
+/// (its arguments empty) when it starts, then each piece of its arguments.
 pub(crate) fn call_deltas(shown: &Shown) -> Vec<Value> {
-    let mut out = Vec::with_capacity(2 * shown.calls.len());
-    for (i, c) in shown.calls.iter().enumerate() {
-        let index = shown.calls_from + i;
-        out.push(
-            json!({"tool_calls": [{"index": index, "id": c.id, "type": "function",
-            "function": {"name": c.name, "arguments": ""}}]}),
-        );
-        out.push(json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}));
+    let mut out = Vec::with_capacity(2 * shown.parts.len());
+    for p in &shown.parts {
+        if let Some(name) = &p.name {
+            out.push(
+                json!({"tool_calls": [{"index": p.index, "id": p.id, "type": "function",
+                "function": {"name": name, "arguments": ""}}]}),
+            );
+        }
+        if !p.arguments.is_empty() {
+            out.push(
+                json!({"tool_calls": [{"index": p.index, "function": {"arguments": p.arguments}}]}),
+            );
+        }
     }
     out
 }
@@ -310,7 +325,7 @@ mod tests {
         assert_eq!(deltas.len(), 4, "both calls before the end");
         let (rest, finish) = split.end(s, "stop");
         assert_eq!(shown + &rest.content, "Two.");
-        assert!(rest.calls.is_empty());
+        assert!(rest.parts.is_empty());
         assert_eq!(finish, "tool_calls");
         let first = &deltas[2]["tool_calls"][0];
         assert_eq!(
@@ -331,7 +346,7 @@ mod tests {
         let shown = s.push(broken).content;
         let (rest, finish) = split.end(s, "length");
         assert_eq!(shown + &rest.content, broken);
-        assert!(rest.calls.is_empty());
+        assert!(rest.parts.is_empty());
         assert_eq!(finish, "length");
     }
 
@@ -353,7 +368,7 @@ mod tests {
             assert!(p.reasoning.is_empty() || content.is_empty());
             reasoning.push_str(&p.reasoning);
             content.push_str(&p.content);
-            calls += p.calls.len();
+            calls += p.parts.iter().filter(|c| c.name.is_some()).count();
         }
         let (rest, finish) = split.end(s, "stop");
         assert_eq!(
@@ -379,17 +394,17 @@ mod tests {
             let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
             reasoning.push_str(&p.reasoning);
             content.push_str(&p.content);
-            calls.extend(p.calls);
+            calls.extend(p.parts);
         }
         assert_eq!(reasoning, "Look it up.");
         assert_eq!(content, "");
         assert_eq!(calls.len(), 1, "the call before the end");
         assert_eq!(
-            (calls[0].name.as_str(), calls[0].arguments.as_str()),
-            ("lookup", "{\"n\":2}")
+            (calls[0].name.as_deref(), calls[0].arguments.as_str()),
+            (Some("lookup"), "{\"n\":2}")
         );
         let (rest, finish) = split.end(s, "stop");
-        assert!(rest.calls.is_empty() && rest.content.is_empty());
+        assert!(rest.parts.is_empty() && rest.content.is_empty());
         assert_eq!(finish, "tool_calls");
     }
 }

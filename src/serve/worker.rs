@@ -48,6 +48,8 @@ pub(crate) enum Event {
         max_tokens: u32,
         /// The prompt ends inside a reasoning block (`<think>`).
         reasoning_open: bool,
+        /// A grammar holds the reply's tool calls to the template's format.
+        calls_held: bool,
     },
     Text(String),
     Done(Box<Done>),

@@ -5,6 +5,7 @@
 //! A reply with no framing at all (its control tokens not rendered as text)
 //! is content as it is.
 
+use super::partial::{json_args_so_far, Open};
 use super::{partial_marker, Parsed, ToolCall};
 
 const CHANNEL: &str = "<|channel|>";
@@ -59,6 +60,27 @@ pub(super) fn parse(text: &str, partial: bool) -> Parsed {
         out.content.truncate(out.content.trim_end().len());
     }
     out
+}
+
+/// The call being written at the end of a reply still coming: where its
+/// message starts, and the call so far (its name from the header, its
+/// arguments from the body).
+pub(super) fn open_call(text: &str) -> Option<(usize, Open)> {
+    let mut at = match addressed(text) {
+        true => 0,
+        false => [START, CHANNEL, MESSAGE]
+            .iter()
+            .filter_map(|m| text.find(m))
+            .min()?,
+    };
+    loop {
+        let m = next_message(&text[at..])?;
+        if m.closed {
+            at += m.raw.len();
+            continue;
+        }
+        return Some((at, Open::new(m.recipient?, json_args_so_far(m.body))));
+    }
 }
 
 /// What opens a reply whose first message the prompt's

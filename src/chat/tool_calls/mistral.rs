@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::partial::{self, json_args_so_far, whole_args, Open};
 use super::{json_args, json_call, ToolCall};
 
 const MARK: &str = "[TOOL_CALLS]";
@@ -48,4 +49,36 @@ fn named(segment: &str) -> Option<Vec<ToolCall>> {
         rest = after[end..].trim_start();
     }
     Some(calls)
+}
+
+/// The calls after `[TOOL_CALLS]` so far: a list's items, or a named call's
+/// name once its `[ARGS]` came.
+pub(super) fn open_calls(block: &str) -> Vec<Open> {
+    let mut out = Vec::new();
+    for segment in block.split(MARK) {
+        let segment = segment.trim_start();
+        if segment.starts_with('[') {
+            out.extend(partial::list(segment));
+            continue;
+        }
+        let mut rest = segment;
+        while let Some((head, after)) = rest.split_once(ARGS) {
+            let name = head.split_once(CALL_ID).map_or(head, |(n, _)| n).trim();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return out;
+            }
+            let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+            match values.next() {
+                Some(Ok(v)) if values.byte_offset() < after.len() => {
+                    out.push(Open::new(name, whole_args(&v)));
+                    rest = after[values.byte_offset()..].trim_start();
+                }
+                _ => {
+                    out.push(Open::new(name, json_args_so_far(after)));
+                    return out;
+                }
+            }
+        }
+    }
+    out
 }

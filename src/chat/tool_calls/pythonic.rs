@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Number, Value};
 
+use super::partial::{whole_args, Args, Open};
 use super::ToolCall;
 
 /// The calls of a `[...]` list (the brackets may be left out).
@@ -30,6 +31,38 @@ pub(super) fn calls(block: &str) -> Option<Vec<ToolCall>> {
     }
     p.skip_ws();
     p.done().then_some(calls)
+}
+
+/// The calls of a list so far: the whole ones, then one whose name and `(`
+/// came (its arguments go out whole, with the block).
+pub(super) fn open_calls(block: &str) -> Vec<Open> {
+    let mut p = Reader {
+        s: block.trim_start(),
+        at: 0,
+    };
+    p.eat('[');
+    let mut out = Vec::new();
+    loop {
+        let at = p.at;
+        match p.call() {
+            Some(c) if !p.done() => {
+                let args = serde_json::from_str(&c.arguments).unwrap_or_default();
+                out.push(Open::new(&c.name, whole_args(&args)));
+            }
+            _ => {
+                p.at = at;
+                if let Some(name) = p.ident().map(str::to_string) {
+                    if p.eat('(') {
+                        out.push(Open::new(&name, Args::default()));
+                    }
+                }
+                return out;
+            }
+        }
+        if !p.eat(',') {
+            return out;
+        }
+    }
 }
 
 /// A cursor over the text.

@@ -1,6 +1,7 @@
 //! The formats of a section of calls framed by special tokens: DeepSeek
 //! V3/V3.1/R1 and Kimi-K2. Each call's arguments are a JSON object.
 
+use super::partial::{json_args_so_far, whole_args, Open};
 use super::{json_args, ToolCall};
 
 const DS_BEGIN: &str = "<｜tool▁call▁begin｜>";
@@ -25,18 +26,80 @@ pub(super) fn deepseek(block: &str) -> Option<Vec<ToolCall>> {
     })
 }
 
+/// DeepSeek's calls so far: a call's name once its separator came (R1's,
+/// once its ```json fence opened).
+pub(super) fn deepseek_open(block: &str) -> Vec<Open> {
+    each_open(block, DS_BEGIN, DS_END, deepseek, |call| {
+        let (head, tail) = call.split_once(DS_SEP)?;
+        if tail.trim_start().starts_with('{') {
+            return open(head, tail);
+        }
+        let (name, args) = tail.split_once("```json")?;
+        (head.trim() == "function").then_some(())?;
+        open(name, args)
+    })
+}
+
+/// Kimi's calls so far: a call's name once its arguments began.
+pub(super) fn kimi_open(block: &str) -> Vec<Open> {
+    each_open(block, KIMI_BEGIN, KIMI_END, kimi, |call| {
+        let (id, args) = call.split_once(KIMI_ARGS)?;
+        open(kimi_name(id), args)
+    })
+}
+
+/// A call named `name` (as [`json_args`] takes it) whose arguments so far
+/// are the raw JSON `args`.
+fn open(name: &str, args: &str) -> Option<Open> {
+    let name = name.trim();
+    (!name.is_empty() && !name.contains(char::is_whitespace))
+        .then(|| Open::new(name, json_args_so_far(args)))
+}
+
+/// The whole calls of a block so far (each read back by `whole`), then the
+/// one being written (read by `open_one`).
+fn each_open(
+    block: &str,
+    begin: &str,
+    end: &str,
+    whole: fn(&str) -> Option<Vec<ToolCall>>,
+    open_one: impl Fn(&str) -> Option<Open>,
+) -> Vec<Open> {
+    let mut out = Vec::new();
+    let mut rest = block.trim_start();
+    while let Some(call) = rest.strip_prefix(begin) {
+        let Some((body, p)) = call.split_once(end) else {
+            out.extend(open_one(call));
+            break;
+        };
+        let Some(c) = whole(&rest[..begin.len() + body.len() + end.len()]) else {
+            break;
+        };
+        out.extend(c.iter().map(|c| {
+            let args = serde_json::from_str(&c.arguments).unwrap_or_default();
+            Open::new(&c.name, whole_args(&args))
+        }));
+        rest = p.trim_start();
+    }
+    out
+}
+
 /// `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{args}<|tool_call_end|>` calls.
 pub(super) fn kimi(block: &str) -> Option<Vec<ToolCall>> {
     each(block, KIMI_BEGIN, KIMI_END, |call| {
         let (id, args) = call.split_once(KIMI_ARGS)?;
-        let id = id.trim();
-        let id = id.strip_prefix("functions.").unwrap_or(id);
-        let name = match id.rsplit_once(':') {
-            Some((name, n)) if n.bytes().all(|b| b.is_ascii_digit()) => name,
-            _ => id,
-        };
-        json_args(name, args)
+        json_args(kimi_name(id), args)
     })
+}
+
+/// The function's name in Kimi's call id `functions.NAME:N`.
+fn kimi_name(id: &str) -> &str {
+    let id = id.trim();
+    let id = id.strip_prefix("functions.").unwrap_or(id);
+    match id.rsplit_once(':') {
+        Some((name, n)) if n.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => id,
+    }
 }
 
 /// Every `begin ... end` call in `block` (only whitespace between them).

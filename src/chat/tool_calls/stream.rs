@@ -6,10 +6,45 @@
 //! parse is content. After the first call the content is held to the end
 //! (the whole split trims it there), and a block that runs to the end of
 //! the reply (Mistral's) is decided at the end.
+//!
+//! Under a grammar that holds the reply to the format ([`CallStream::live`])
+//! a call goes out as it is written instead: its name as soon as the block
+//! shows it, then its arguments as they grow ([`super::partial`]: each
+//! whole member, and a string value as it is written), the rest once the
+//! block closes. A block under a grammar cannot turn out malformed, so
+//! nothing that went out is taken back.
 
 use serde_json::Value;
 
-use super::{calls_in, harmony, parse_with_tools, partial_marker, CallFormat, Parsed, ToolCall};
+use super::partial::{self, Open};
+use super::{
+    call_id, calls_in, harmony, parse_with_tools, partial_marker, CallFormat, Parsed, ToolCall,
+};
+
+/// A piece of a call as it goes out: the first piece of each call names it
+/// (with its id), and its pieces' `arguments` joined are its whole
+/// arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallPart {
+    /// The call's place among the reply's calls.
+    pub index: usize,
+    pub id: String,
+    /// The call's name, in its first piece only.
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+/// A call handed out (or being handed out).
+#[derive(Debug)]
+struct Sent {
+    id: String,
+    name: String,
+    /// Its arguments so far, and what would close them into an object.
+    args: String,
+    closing: &'static str,
+    /// Where the block (harmony: the message) holding it starts in the reply.
+    block_at: usize,
+}
 
 /// One streaming reply's split.
 #[derive(Debug, Default)]
@@ -17,6 +52,10 @@ pub struct CallStream {
     format: CallFormat,
     /// The request's tools (their schemas type XML parameters).
     tools: Option<Value>,
+    /// Calls go out as they are written (the reply is held to the format by
+    /// a grammar, so a block that opens closes well-formed): the name as
+    /// soon as it is known, then the arguments as they come.
+    live: bool,
     /// The reply so far.
     text: String,
     /// The content already handed out.
@@ -25,11 +64,13 @@ pub struct CallStream {
     scan: usize,
     /// The content of the decided bytes.
     content: String,
-    /// `content`'s length when the first call was decided.
+    /// The content's length before the first call (once there is one).
     before_calls: Option<usize>,
-    /// The calls decided, and how many of them were handed out.
-    calls: Vec<ToolCall>,
-    taken: usize,
+    /// The calls handed out, and how many of them are whole (their block
+    /// closed); the pieces not yet taken.
+    calls: Vec<Sent>,
+    decided: usize,
+    parts: Vec<CallPart>,
     /// Harmony's reasoning (its analysis channel) already handed out, and
     /// what the last piece added to it.
     reasoning_sent: String,
@@ -50,8 +91,17 @@ impl CallStream {
         }
     }
 
+    /// The same split with calls handed out as they are written (see
+    /// [`CallPart`]): only for a reply held to the format by a grammar, in
+    /// which a call that opens closes well-formed (a call cut by the reply's
+    /// end is closed with the arguments it had).
+    pub fn live(mut self, on: bool) -> Self {
+        self.live = on;
+        self
+    }
+
     /// Take the next piece of the reply; the content that can go out now
-    /// (the calls it decided: [`CallStream::take_calls`]).
+    /// (the calls' pieces: [`CallStream::take_parts`]).
     pub fn push(&mut self, piece: &str) -> String {
         if self.format == CallFormat::None {
             self.sent.push_str(piece);
@@ -65,11 +115,9 @@ impl CallStream {
         self.advance(ready.trim_end())
     }
 
-    /// The calls decided since the last take, in order.
-    pub fn take_calls(&mut self) -> Vec<ToolCall> {
-        let new = self.calls[self.taken..].to_vec();
-        self.taken = self.calls.len();
-        new
+    /// The calls' pieces made known since the last take, in order.
+    pub fn take_parts(&mut self) -> Vec<CallPart> {
+        std::mem::take(&mut self.parts)
     }
 
     /// The reasoning the pieces since the last call made known (harmony's
@@ -78,10 +126,12 @@ impl CallStream {
         std::mem::take(&mut self.reasoning_new)
     }
 
-    /// The reply ended: the content not yet handed out, the calls not yet
-    /// taken, and the whole split (its content is what went out plus that
-    /// rest; its calls, those taken first, keep their ids).
-    pub fn finish(self) -> (String, Vec<ToolCall>, Parsed) {
+    /// The reply ended: the content not yet handed out, the calls' pieces
+    /// not yet taken, and the whole split (its content is what went out plus
+    /// that rest; its calls keep the ids they went out with). A call being
+    /// written when the reply ended (cut by its length) is closed with the
+    /// arguments it had.
+    pub fn finish(mut self) -> (String, Vec<CallPart>, Parsed) {
         let mut parsed = match self.format {
             CallFormat::None => Parsed {
                 content: self.sent.clone(),
@@ -89,42 +139,66 @@ impl CallStream {
             },
             f => parse_with_tools(f, &self.text, self.tools.as_ref()),
         };
-        for (whole, sent) in parsed.calls.iter_mut().zip(&self.calls) {
-            debug_assert_eq!(
-                (&whole.name, &whole.arguments),
-                (&sent.name, &sent.arguments),
-                "a call decided while streaming is the whole parse's"
-            );
-            whole.id.clone_from(&sent.id);
+        if parsed.calls.len() < self.calls.len() {
+            parsed = self.with_cut_calls();
+        }
+        for (i, whole) in parsed.calls.iter_mut().enumerate() {
+            self.decide(i, whole);
         }
         let rest = parsed
             .content
             .strip_prefix(self.sent.as_str())
             .unwrap_or("")
             .to_string();
-        let new = parsed.calls.get(self.taken..).unwrap_or_default().to_vec();
-        (rest, new, parsed)
+        (rest, std::mem::take(&mut self.parts), parsed)
+    }
+
+    /// The whole split of a reply that ended inside a block whose calls had
+    /// gone out: the reply before that block, then those calls closed.
+    fn with_cut_calls(&self) -> Parsed {
+        let at = self.calls[self.decided].block_at;
+        let mut p = parse_with_tools(self.format, &self.text[..at], self.tools.as_ref());
+        debug_assert_eq!(
+            p.calls.len(),
+            self.decided,
+            "the calls before the cut block"
+        );
+        for s in &self.calls[p.calls.len()..] {
+            p.calls.push(ToolCall {
+                id: s.id.clone(),
+                name: s.name.clone(),
+                arguments: format!("{}{}", s.args, s.closing),
+            });
+        }
+        p.content.truncate(p.content.trim_end().len());
+        p
     }
 
     /// Harmony: the content so far (none more once a call came), the
-    /// closed calls and the reasoning.
+    /// closed calls, the call being written, and the reasoning.
     fn harmony(&mut self) -> String {
         let p = harmony::parse(&self.text, true);
         self.reasoning_advance(p.reasoning.as_deref().unwrap_or(""));
-        if self.calls.is_empty() && !p.calls.is_empty() {
-            self.before_calls = Some(0);
+        if !p.calls.is_empty() {
+            self.before_calls.get_or_insert(0);
         }
-        let known = self.calls.len();
-        self.calls.extend(p.calls.into_iter().skip(known));
+        for (i, mut c) in p.calls.into_iter().enumerate().skip(self.decided) {
+            self.decide(i, &mut c);
+        }
+        if self.live {
+            if let Some((at, open)) = harmony::open_call(&self.text) {
+                self.show(vec![open], at, 0);
+            }
+        }
         match self.before_calls {
             Some(_) => self.sent.clone(),
             None => p.content,
         }
     }
 
-    /// The framed formats: decide the blocks that closed; the content
-    /// before the first call, or all of it less a possible partial opening
-    /// marker while there is none.
+    /// The framed formats: decide the blocks that closed, show the calls of
+    /// one still open; the content before the first call, or all of it
+    /// less a possible partial opening marker while there is none.
     fn framed(&mut self) -> String {
         let Some(frame) = self.format.frame() else {
             return self.text.clone();
@@ -132,14 +206,20 @@ impl CallStream {
         while let Some(n) = self.decide_block(frame.open, frame.close) {
             self.scan += n;
         }
-        if let Some(end) = self.before_calls {
-            return self.content[..end].to_string();
+        let open_at = self.text[self.scan..].find(frame.open);
+        if let Some(at) = open_at.filter(|_| self.live) {
+            let block_at = self.scan + at;
+            let body = &self.text[block_at + frame.open.len()..];
+            let opens = partial::open_calls(self.format, body, self.tools.as_ref());
+            self.show(opens, block_at, self.content.len() + at);
         }
         let rest = &self.text[self.scan..];
-        let end = rest
-            .find(frame.open)
-            .unwrap_or(rest.len() - partial_marker(rest, frame.open));
-        format!("{}{}", self.content, &rest[..end])
+        let end = open_at.unwrap_or(rest.len() - partial_marker(rest, frame.open));
+        let shown = format!("{}{}", self.content, &rest[..end]);
+        match self.before_calls {
+            Some(n) => shown[..n.min(shown.len())].to_string(),
+            None => shown,
+        }
     }
 
     /// The next block after `scan`, when it closed: its text before it and
@@ -154,14 +234,103 @@ impl CallStream {
         let calls = calls_in(self.format, &rest[after..after + end], self.tools.as_ref())
             .filter(|c| !c.is_empty());
         match calls {
-            Some(calls) => {
+            Some(mut calls) => {
                 self.content.push_str(&rest[..at]);
                 self.before_calls.get_or_insert(self.content.len());
-                self.calls.extend(calls);
+                for c in &mut calls {
+                    self.decide(self.decided, c);
+                }
             }
-            None => self.content.push_str(&rest[..taken]),
+            None => {
+                if self.calls.len() > self.decided {
+                    tracing::warn!("a call that went out as it was written did not close well-formed: it stays as it went out");
+                }
+                self.content.push_str(&rest[..taken]);
+            }
         }
         Some(taken)
+    }
+
+    /// The reply's `i`th call is whole: the rest of it goes out (all of it
+    /// when none went out yet), and it takes the id it went out with.
+    fn decide(&mut self, i: usize, whole: &mut ToolCall) {
+        self.decided = self.decided.max(i + 1);
+        let Some(s) = self.calls.get_mut(i) else {
+            self.parts.push(CallPart {
+                index: i,
+                id: whole.id.clone(),
+                name: Some(whole.name.clone()),
+                arguments: whole.arguments.clone(),
+            });
+            self.calls.push(Sent {
+                id: whole.id.clone(),
+                name: whole.name.clone(),
+                args: whole.arguments.clone(),
+                closing: "",
+                block_at: self.text.len(),
+            });
+            return;
+        };
+        whole.id.clone_from(&s.id);
+        match whole.arguments.strip_prefix(s.args.as_str()) {
+            Some("") => {}
+            Some(more) => self.parts.push(CallPart {
+                index: i,
+                id: s.id.clone(),
+                name: None,
+                arguments: more.to_string(),
+            }),
+            None => tracing::warn!(
+                "call {i}'s arguments as streamed differ from its whole parse ({:?} then {:?})",
+                s.args,
+                whole.arguments
+            ),
+        }
+        debug_assert_eq!(
+            s.name, whole.name,
+            "a call's name as it went out is its whole parse's"
+        );
+        s.args.clone_from(&whole.arguments);
+        s.closing = "";
+    }
+
+    /// The calls of the block at `block_at` as written so far (numbered
+    /// from the first not yet whole): the name of each new one, then what
+    /// its arguments grew by. `hold`: the content's length before that block.
+    fn show(&mut self, opens: Vec<Open>, block_at: usize, hold: usize) {
+        for (k, open) in opens.into_iter().enumerate() {
+            let index = self.decided + k;
+            let Some(s) = self.calls.get_mut(index) else {
+                self.before_calls.get_or_insert(hold);
+                let id = call_id();
+                self.parts.push(CallPart {
+                    index,
+                    id: id.clone(),
+                    name: Some(open.name.clone()),
+                    arguments: open.args.text.clone(),
+                });
+                self.calls.push(Sent {
+                    id,
+                    name: open.name,
+                    args: open.args.text,
+                    closing: open.args.closing,
+                    block_at,
+                });
+                continue;
+            };
+            let more = match open.args.text.strip_prefix(s.args.as_str()) {
+                Some(more) if !more.is_empty() => more.to_string(),
+                _ => continue,
+            };
+            self.parts.push(CallPart {
+                index,
+                id: s.id.clone(),
+                name: None,
+                arguments: more,
+            });
+            s.args = open.args.text;
+            s.closing = open.args.closing;
+        }
     }
 
     /// Hand out what `ready` has beyond what went out.

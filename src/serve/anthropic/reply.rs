@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::MessagesRequest;
-use crate::chat::tool_calls::{Parsed, ToolCall};
+use crate::chat::tool_calls::{CallPart, Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
 use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
@@ -38,7 +38,7 @@ pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, Api
     let stream = req.spec.stream;
     let calls = ReplySplit::of(&req.spec, app.call_format);
     let (rx, started) = routes::start_job(app, req.spec).await?;
-    let calls = calls.thinking(app.thinks, started.reasoning_open);
+    let calls = calls.started(app.thinks, &started);
     let prompt_tokens = started.prompt_tokens;
     let head = Head {
         id: routes::reply_id(app, "msg_"),
@@ -151,6 +151,7 @@ impl Head {
 enum Kind {
     Thinking,
     Text,
+    Tool,
 }
 
 /// One stream's state: the split (None once ended), the open block and its
@@ -201,27 +202,26 @@ impl Streamer {
                 json!({"type": "text_delta", "text": shown.content}),
             ));
         }
-        for call in &shown.calls {
-            out.extend(self.tool_use(call));
+        for part in &shown.parts {
+            out.extend(self.tool_use(part));
         }
         out
     }
 
-    /// A call as a `tool_use` block: its start (id, name, empty input), its
-    /// input as an `input_json_delta`, its end.
-    fn tool_use(&mut self, call: &ToolCall) -> Vec<(&'static str, Value)> {
-        let mut out: Vec<_> = self.close_block().into_iter().collect();
-        let whole = tool_use(call);
-        let mut start = whole.clone();
-        start["input"] = json!({});
-        out.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": self.index, "content_block": start}),
-        ));
-        let json = json!({"type": "input_json_delta", "partial_json": whole["input"].to_string()});
-        out.push(delta(self.index, json));
-        out.push(block_stop(self.index));
-        self.index += 1;
+    /// A piece of a call: its first opens a `tool_use` block (id, name,
+    /// empty input); its arguments go out as `input_json_delta`s. The block
+    /// ends when the next one opens or the message ends.
+    fn tool_use(&mut self, part: &CallPart) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        if let Some(name) = &part.name {
+            let id = part.id.replacen("call_", "toolu_", 1);
+            let start = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+            out.extend(self.open_block(Kind::Tool, start));
+        }
+        if !part.arguments.is_empty() && self.open == Some(Kind::Tool) {
+            let json = json!({"type": "input_json_delta", "partial_json": part.arguments});
+            out.push(delta(self.index, json));
+        }
         out
     }
 
@@ -230,13 +230,18 @@ impl Streamer {
         if self.open == Some(kind) {
             return Vec::new();
         }
+        let block = match kind {
+            Kind::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            Kind::Text | Kind::Tool => json!({"type": "text", "text": ""}),
+        };
+        self.open_block(kind, block)
+    }
+
+    /// Close the open block and open `block`, of `kind`.
+    fn open_block(&mut self, kind: Kind, block: Value) -> Vec<(&'static str, Value)> {
         let mut out: Vec<_> = self.close_block().into_iter().collect();
         self.open = Some(kind);
         self.texted |= kind == Kind::Text;
-        let block = match kind {
-            Kind::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
-            Kind::Text => json!({"type": "text", "text": ""}),
-        };
         out.push((
             "content_block_start",
             json!({"type": "content_block_start", "index": self.index, "content_block": block}),

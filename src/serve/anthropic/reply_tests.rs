@@ -135,7 +135,8 @@ fn texts(events: &[(&str, Value)]) -> String {
 }
 
 /// The call goes out as a `tool_use` block as soon as its closing tag
-/// comes, after the text block closes; its text never streams as text.
+/// comes, after the text block closes (the block ends with the message);
+/// its text never streams as text.
 #[test]
 fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
     let mut s = Streamer::new(hermes());
@@ -153,7 +154,6 @@ fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
             "content_block_stop",
             "content_block_start",
             "content_block_delta",
-            "content_block_stop",
         ]
     );
     let start = &events[at_call + 1].1;
@@ -167,8 +167,48 @@ fn a_streamed_call_is_held_back_and_sent_as_a_tool_use_block() {
         json!({"type": "input_json_delta", "partial_json": "{\"city\":\"Paris\"}"})
     );
     let names: Vec<&str> = closing.iter().map(|e| e.0).collect();
-    assert_eq!(names, ["message_delta", "message_stop"]);
-    assert_eq!(closing[0].1["delta"]["stop_reason"], "tool_use");
+    assert_eq!(
+        names,
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    assert_eq!(closing[1].1["delta"]["stop_reason"], "tool_use");
+}
+
+/// Under a call grammar the `tool_use` block opens as soon as the call's
+/// name is written and its input streams as it is written: the deltas
+/// joined are the whole call's input.
+#[test]
+fn a_held_call_streams_its_input_as_it_is_written() {
+    let mut s = Streamer::new(Head {
+        calls: hermes().calls.held(true),
+        ..head()
+    });
+    let mut events = Vec::new();
+    let at_name = CALLED.find("\"arguments\"").unwrap();
+    for (i, c) in CALLED.char_indices() {
+        events.extend(s.push(&c.to_string()));
+        if i == at_name {
+            let started = events
+                .iter()
+                .find(|e| e.0 == "content_block_start" && e.1["index"] == 1);
+            assert_eq!(
+                started.unwrap().1["content_block"]["name"],
+                "weather",
+                "{events:?}"
+            );
+        }
+    }
+    events.extend(s.closing(&done("stop", None)));
+    let input: String = events
+        .iter()
+        .filter_map(|e| e.1["delta"]["partial_json"].as_str())
+        .collect();
+    assert_eq!(input, "{\"city\":\"Paris\"}");
+    let pieces = events
+        .iter()
+        .filter(|e| e.1["delta"]["type"] == "input_json_delta");
+    assert!(pieces.count() > 2, "{events:?}");
+    assert_eq!(texts(&events), "Let me check.");
 }
 
 /// A reply that starts inside `<think>` (the prompt opened it).

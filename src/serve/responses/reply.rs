@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::request::ResponsesRequest;
-use crate::chat::tool_calls::{Parsed, ToolCall};
+use crate::chat::tool_calls::{CallPart, Parsed, ToolCall};
 use crate::serve::api::ApiError;
 use crate::serve::routes;
 use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
@@ -56,7 +56,7 @@ pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, Ap
     };
     let (rx, started) = routes::start_job(app, req.spec).await?;
     let head = Head {
-        calls: head.calls.thinking(app.thinks, started.reasoning_open),
+        calls: head.calls.started(app.thinks, &started),
         ..head
     };
     if stream {
@@ -129,9 +129,13 @@ impl Head {
 
     /// The reply's `i`th call as a `function_call` item.
     fn call(&self, i: usize, c: &ToolCall) -> Value {
+        self.call_item(i, &c.id, &c.name, &c.arguments, "completed")
+    }
+
+    /// The reply's `i`th call's item, `status` and the arguments so far.
+    fn call_item(&self, i: usize, call_id: &str, name: &str, args: &str, status: &str) -> Value {
         json!({"id": format!("fc_{}_{i}", self.id), "type": "function_call",
-               "status": "completed", "call_id": c.id, "name": c.name,
-               "arguments": c.arguments})
+               "status": status, "call_id": call_id, "name": name, "arguments": args})
     }
 
     /// The reasoning item, when the reply's reasoning was split from it.
@@ -193,6 +197,9 @@ pub(super) struct Streamer {
     /// Reasoning that came after the message opened (harmony's channels
     /// may interleave): its own item at the end.
     late_reasoning: String,
+    /// The call item being written: its index in `output`, the item and its
+    /// arguments so far.
+    call: Option<(usize, Value, String)>,
 }
 
 impl Streamer {
@@ -206,6 +213,7 @@ impl Streamer {
             split,
             reasoning: None,
             late_reasoning: String::new(),
+            call: None,
         }
     }
 
@@ -320,49 +328,72 @@ impl Streamer {
     }
 
     fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
-        let mut out = self.reasoning(&shown.reasoning);
+        let mut out = Vec::new();
+        if !shown.reasoning.is_empty() || !shown.content.is_empty() {
+            out.extend(self.close_call());
+        }
+        out.extend(self.reasoning(&shown.reasoning));
         if !shown.content.is_empty() {
             out.extend(self.text(&shown.content));
         }
-        if !shown.calls.is_empty() {
+        if !shown.parts.is_empty() {
             out.extend(self.close_reasoning());
             out.extend(self.close_message(true));
         }
-        for (k, c) in shown.calls.iter().enumerate() {
-            let call = self.head.call(shown.calls_from + k, c);
-            out.extend(self.call_item(call));
+        for part in &shown.parts {
+            out.extend(self.call_part(part));
         }
         out
     }
 
-    /// A call's item: added (in progress, no arguments), its arguments as a
-    /// delta, done.
-    fn call_item(&mut self, call: Value) -> Vec<(&'static str, Value)> {
-        let index = self.done.len();
-        let mut open = call.clone();
-        open["status"] = "in_progress".into();
-        open["arguments"] = "".into();
-        let (id, args) = (call["id"].clone(), call["arguments"].clone());
+    /// A piece of a call: its first adds its item (in progress, no
+    /// arguments); its arguments go out as deltas. The item is done when
+    /// the next item starts or the response ends.
+    fn call_part(&mut self, part: &CallPart) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        if let Some(name) = &part.name {
+            out.extend(self.close_call());
+            let index = self.done.len();
+            let item = self
+                .head
+                .call_item(part.index, &part.id, name, "", "in_progress");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            self.call = Some((index, item, String::new()));
+        }
+        let Some((index, item, args)) = self.call.as_mut() else {
+            return out;
+        };
+        if !part.arguments.is_empty() {
+            args.push_str(&part.arguments);
+            let data =
+                json!({"output_index": *index, "item_id": item["id"], "delta": part.arguments});
+            out.push(self.event("response.function_call_arguments.delta", data));
+        }
+        out
+    }
+
+    /// The call item being written is done.
+    fn close_call(&mut self) -> Vec<(&'static str, Value)> {
+        let Some((index, mut item, args)) = self.call.take() else {
+            return Vec::new();
+        };
+        item["status"] = "completed".into();
+        item["arguments"] = args.as_str().into();
         let out = vec![
             self.event(
-                "response.output_item.added",
-                json!({"output_index": index, "item": open}),
-            ),
-            self.event(
-                "response.function_call_arguments.delta",
-                json!({"output_index": index, "item_id": id, "delta": args}),
-            ),
-            self.event(
                 "response.function_call_arguments.done",
-                json!({"output_index": index, "item_id": id, "arguments": args,
-                       "name": call["name"]}),
+                json!({"output_index": index, "item_id": item["id"], "arguments": args,
+                       "name": item["name"]}),
             ),
             self.event(
                 "response.output_item.done",
-                json!({"output_index": index, "item": call.clone()}),
+                json!({"output_index": index, "item": item}),
             ),
         ];
-        self.done.push(call);
+        self.done.push(item);
         out
     }
 
@@ -406,6 +437,7 @@ impl Streamer {
         };
         let (rest, parsed) = self.head.calls.finish(split);
         let mut out = self.shown(&rest);
+        out.extend(self.close_call());
         out.extend(self.close_reasoning());
         out.extend(self.close_message(!parsed.calls.is_empty()));
         let late = std::mem::take(&mut self.late_reasoning);
