@@ -45,12 +45,10 @@ fn forced_calls(file: &str) {
     let t = template(file);
     let server = Server::start_on(model(), &["-c", "2048", "--chat-template-file", &t]);
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
-    let (status, body) = server.post(
-        "/v1/chat/completions",
-        &json!({"messages": user, "max_tokens": 320, "tool_choice": "required",
-            "tools": [{"type": "function", "function": {"name": "get_weather",
-                "description": "The weather", "parameters": weather()}}]}),
-    );
+    let chat = json!({"messages": user, "max_tokens": 320, "tool_choice": "required",
+        "temperature": 0, "tools": [{"type": "function", "function": {"name": "get_weather",
+            "description": "The weather", "parameters": weather()}}]});
+    let (status, body) = server.post("/v1/chat/completions", &chat);
     assert_eq!(status, 200, "{file}: {body}");
     let choice = &body["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{file}: {body}");
@@ -59,13 +57,21 @@ fn forced_calls(file: &str) {
     let args: Value = serde_json::from_str(call["arguments"].as_str().expect("text"))
         .unwrap_or_else(|e| panic!("{file}: arguments are JSON: {e}: {body}"));
     assert_valid(&weather(), &args, &format!("{file} chat"));
-
-    let (status, body) = server.post(
-        "/v1/messages",
-        &json!({"messages": user, "max_tokens": 320, "tool_choice": {"type": "any"},
-            "tools": [{"name": "get_weather", "description": "The weather",
-                "input_schema": weather()}]}),
+    // Python-style calls' arguments go out whole; every other format's as written.
+    let pieces_at_least = if file.starts_with("LFM") { 1 } else { 2 };
+    let (name, pieces) = streamed_chat_call(&server, &chat, file);
+    assert_eq!(name, "get_weather", "{file}");
+    assert_eq!(
+        pieces.concat(),
+        call["arguments"].as_str().unwrap(),
+        "{file}: {pieces:?}"
     );
+    assert!(pieces.len() >= pieces_at_least, "{file}: {pieces:?}");
+
+    let messages = json!({"messages": user, "max_tokens": 320, "tool_choice": {"type": "any"},
+        "temperature": 0, "tools": [{"name": "get_weather", "description": "The weather",
+            "input_schema": weather()}]});
+    let (status, body) = server.post("/v1/messages", &messages);
     assert_eq!(status, 200, "{file}: {body}");
     assert_eq!(body["stop_reason"], "tool_use", "{file}: {body}");
     let used = body["content"]
@@ -74,6 +80,72 @@ fn forced_calls(file: &str) {
         .unwrap_or_else(|| panic!("{file}: a tool_use block: {body}"));
     assert_eq!(used["name"], "get_weather", "{file}: {body}");
     assert_valid(&weather(), &used["input"], &format!("{file} anthropic"));
+    let (name, pieces) = streamed_tool_use(&server, &messages, file);
+    assert_eq!(name, "get_weather", "{file}");
+    let input: Value = serde_json::from_str(&pieces.concat()).expect("the input is JSON");
+    assert_eq!(input, used["input"], "{file}: {pieces:?}");
+    assert!(pieces.len() >= pieces_at_least, "{file}: {pieces:?}");
+}
+
+/// `body` streamed on the chat route: the call's name (in the chunk that
+/// starts it) and its arguments' pieces, each in a chunk of its own after it.
+fn streamed_chat_call(server: &Server, body: &Value, file: &str) -> (String, Vec<String>) {
+    let mut body = body.clone();
+    body["stream"] = true.into();
+    let (status, text) = server.request("POST", "/v1/chat/completions", &body.to_string(), &[]);
+    assert_eq!(status, 200, "{file}: {text}");
+    let (mut name, mut pieces) = (None, Vec::new());
+    for d in sse_data(&text) {
+        let Ok(chunk) = serde_json::from_str::<Value>(&d) else {
+            continue;
+        };
+        let Some(call) = chunk["choices"][0]["delta"]["tool_calls"].get(0) else {
+            continue;
+        };
+        assert_eq!(call["index"], 0, "{file}: one call: {text}");
+        if let Some(n) = call["function"]["name"].as_str() {
+            assert!(name.is_none(), "{file}: named once: {text}");
+            name = Some(n.to_string());
+        }
+        let args = call["function"]["arguments"].as_str().unwrap_or("");
+        assert!(name.is_some(), "{file}: the name first: {text}");
+        if !args.is_empty() {
+            pieces.push(args.to_string());
+        }
+    }
+    (
+        name.unwrap_or_else(|| panic!("{file}: a streamed call: {text}")),
+        pieces,
+    )
+}
+
+/// `body` streamed on the Anthropic route: the `tool_use` block's name and
+/// its `input_json_delta` pieces.
+fn streamed_tool_use(server: &Server, body: &Value, file: &str) -> (String, Vec<String>) {
+    let mut body = body.clone();
+    body["stream"] = true.into();
+    let (status, text) = server.request("POST", "/v1/messages", &body.to_string(), &[]);
+    assert_eq!(status, 200, "{file}: {text}");
+    let events: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "content_block_start" && e["content_block"]["type"] == "tool_use")
+        .unwrap_or_else(|| panic!("{file}: a tool_use block: {text}"));
+    let pieces = events
+        .iter()
+        .filter(|e| e["index"] == start["index"] && e["delta"]["type"] == "input_json_delta")
+        .map(|e| {
+            e["delta"]["partial_json"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    let name = start["content_block"]["name"].as_str().unwrap_or("");
+    (name.to_string(), pieces)
 }
 
 macro_rules! forced_call_tests {
@@ -246,11 +318,10 @@ fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
         .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
         .unwrap_or_else(|| panic!("a streamed call: {text}"));
     assert_eq!(call["function"]["name"], "get_weather", "{call}");
-    let (status, body) = server.post(
-        "/v1/responses",
-        &json!({"input": "Weather?", "max_output_tokens": 200, "tool_choice": "required",
-            "tools": [{"type": "function", "name": "get_weather", "parameters": weather()}]}),
-    );
+    let mut responses = json!({"input": "Weather?", "max_output_tokens": 200, "temperature": 0,
+        "tool_choice": "required",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": weather()}]});
+    let (status, body) = server.post("/v1/responses", &responses);
     assert_eq!(status, 200, "{body}");
     let call = body["output"]
         .as_array()
@@ -258,4 +329,29 @@ fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
         .unwrap_or_else(|| panic!("a function_call item: {body}"));
     let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
     assert_valid(&weather(), &args, "agent responses");
+    // Streamed: the item is added (named) first, its arguments come in pieces.
+    responses["stream"] = true.into();
+    let (_, text) = server.request("POST", "/v1/responses", &responses.to_string(), &[]);
+    let events: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let added = events
+        .iter()
+        .position(|e| {
+            e["type"] == "response.output_item.added" && e["item"]["type"] == "function_call"
+        })
+        .unwrap_or_else(|| panic!("a function_call item added: {text}"));
+    assert_eq!(events[added]["item"]["name"], "get_weather", "{text}");
+    let pieces: Vec<&str> = events[added..]
+        .iter()
+        .filter(|e| e["type"] == "response.function_call_arguments.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert!(pieces.len() >= 2, "{text}");
+    assert_eq!(
+        pieces.concat(),
+        call["arguments"].as_str().unwrap(),
+        "{text}"
+    );
 }
