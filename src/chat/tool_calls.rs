@@ -211,6 +211,10 @@ pub struct Parsed {
     /// Harmony's `analysis` channel, when the reply had one.
     pub reasoning: Option<String>,
     pub calls: Vec<ToolCall>,
+    /// The reply ended inside its last call (streamed under a call grammar,
+    /// which sent it as it was written): that call holds the arguments it
+    /// had, closed.
+    pub cut: bool,
 }
 
 /// `text` split into content and calls, the format's way.

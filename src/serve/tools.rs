@@ -257,9 +257,10 @@ fn join(a: Option<String>, b: Option<String>) -> Option<String> {
     }
 }
 
-/// "tool_calls" when the model made calls, else the generation's own.
+/// "tool_calls" when the model made calls (and ended after the last), else
+/// the generation's own.
 fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
-    if p.calls.is_empty() {
+    if p.calls.is_empty() || p.cut {
         finish
     } else {
         "tool_calls"

@@ -104,6 +104,27 @@ answered = client.messages.create(
 )
 assert prompt_tokens(answered.usage) > prompt_tokens(msg.usage) and answered.content, answered
 
+# A forced call (tool_choice any) streams as it is written: the tool_use
+# block opens with its name, its input comes as input_json_delta pieces that
+# the client's own stream puts together into the whole reply's input.
+short = dict(weather, input_schema={
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+    "required": ["city"]})
+forced = dict(model=model, max_tokens=64, tools=[short],
+              tool_choice={"type": "any"}, messages=tool_turns[:1])
+whole = client.messages.create(**forced)
+assert whole.stop_reason == "tool_use", whole
+input_pieces = 0
+with client.messages.stream(**forced) as s:
+    for event in s:
+        input_pieces += event.type == "input_json"
+    final = s.get_final_message()
+assert input_pieces >= 2, input_pieces
+used = [b for b in final.content if b.type == "tool_use"]
+want = [b for b in whole.content if b.type == "tool_use"]
+assert [(b.name, b.input) for b in used] == [(b.name, b.input) for b in want], (used, want)
+assert final.stop_reason == "tool_use", final
+
 try:
     anthropic.Anthropic(base_url=base_url, api_key="wrong", max_retries=0).messages.create(
         model=model, max_tokens=2, messages=story

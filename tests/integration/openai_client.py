@@ -126,6 +126,26 @@ assert len(calls) == len(reply.message.tool_calls or []), calls
 assert finish == reply.finish_reason, finish
 assert usage is not None and usage.prompt_tokens == with_tools.usage.prompt_tokens, usage
 
+# A forced call streams as it is written (a grammar holds it to the format):
+# its name first, then its arguments in pieces, which the client's own
+# stream helper puts together into the whole reply's call.
+short = [dict(tools[0], function=dict(tools[0]["function"], parameters={
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+    "required": ["city"]}))]
+forced = dict(model=model, messages=asked, tools=short, tool_choice="required",
+              max_tokens=64, temperature=0)
+whole = client.chat.completions.create(**forced).choices[0]
+assert whole.finish_reason == "tool_calls", whole
+argument_pieces = 0
+with client.chat.completions.stream(**forced) as s:
+    for event in s:
+        argument_pieces += event.type == "tool_calls.function.arguments.delta"
+    final = s.get_final_completion().choices[0]
+assert argument_pieces >= 2, argument_pieces
+got, want = final.message.tool_calls[0].function, whole.message.tool_calls[0].function
+assert (got.name, got.arguments) == (want.name, want.arguments), (got, want)
+assert final.finish_reason == "tool_calls", final
+
 try:
     client.chat.completions.create(
         model=model, messages=asked, tools=[{"type": "function"}], max_tokens=2

@@ -171,6 +171,7 @@ impl CallStream {
             });
         }
         p.content.truncate(p.content.trim_end().len());
+        p.cut = true;
         p
     }
 

@@ -412,6 +412,7 @@ fn a_live_call_cut_by_the_end_is_closed_with_what_it_had() {
         let sent = assemble(&parts);
         assert_eq!(sent, p.calls, "{file}");
         assert_eq!(sent.len(), 1, "{file}: {sent:?}");
+        assert!(p.cut, "{file}");
         let args: Value = serde_json::from_str(&sent[0].arguments).expect("closed JSON");
         if format != CallFormat::Pythonic {
             assert_eq!(args, json!({"city": "Pari"}), "{file}");

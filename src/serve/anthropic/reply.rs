@@ -273,7 +273,7 @@ impl Streamer {
         out.push((
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": stop_reason(d, calls), "stop_sequence": d.stop_sequence},
+                   "delta": {"stop_reason": stop_reason(d, calls && !parsed.cut), "stop_sequence": d.stop_sequence},
                    "usage": self.head.usage(Some(d))}),
         ));
         out.push(("message_stop", json!({"type": "message_stop"})));
