@@ -157,6 +157,37 @@ fn recorded() -> Vec<(String, CallFormat, String)> {
         .collect()
 }
 
+/// The recorded replies as a file, `tests/data/templates/recorded_calls.json`,
+/// for the parsers' comparison outside the tests (benches/chat_parser: the
+/// Rust parsers and llama.cpp's own on the same replies): each family's
+/// template, format, reply and the calls it holds. It is what [`recorded`]
+/// renders now; `BMOE_BLESS=1` writes it again.
+#[test]
+fn the_recorded_replies_file_is_what_the_templates_render() {
+    let path = data().join("recorded_calls.json");
+    let replies: Vec<Value> = recorded()
+        .into_iter()
+        .map(|(file, format, reply)| {
+            let n = if format == CallFormat::Harmony { 1 } else { 2 };
+            let calls: Vec<Value> = want(n)
+                .into_iter()
+                .map(|(name, args)| json!({"name": name, "arguments": args}))
+                .collect();
+            json!({"file": file, "format": format.name(), "reply": reply, "calls": calls})
+        })
+        .collect();
+    let now = serde_json::to_string_pretty(&json!({"replies": replies})).expect("JSON") + "\n";
+    if std::env::var_os("BMOE_BLESS").is_some() {
+        std::fs::write(&path, &now).expect("write the recorded replies");
+    }
+    let kept = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        kept == now,
+        "{} is not what the templates render now: `BMOE_BLESS=1 cargo test --lib recorded_replies_file` writes it again",
+        path.display()
+    );
+}
+
 /// The calls as names and argument values.
 fn calls_of(p: &Parsed) -> Vec<(String, Value)> {
     p.calls
