@@ -51,7 +51,10 @@ fn main() {
         } else {
             format!("differs: {}", Value::Array(calls))
         };
-        println!("{file:<52} {:<22} {us:8.1} us  {verdict:.160}", format.name());
+        println!(
+            "{file:<52} {:<22} {us:8.1} us  {verdict:.160}",
+            format.name()
+        );
     }
     println!(
         "bmoe chat::tool_calls: {ok} of {} families' calls parsed back",
