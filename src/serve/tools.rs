@@ -49,6 +49,20 @@ pub(crate) struct Shown {
     pub(crate) parts: Vec<CallPart>,
 }
 
+impl Shown {
+    /// The calls' pieces split where the first new call starts: the rest of
+    /// the call already going out (which comes before this piece's reasoning
+    /// and content), then the new calls.
+    pub(crate) fn continued(&self) -> (&[CallPart], &[CallPart]) {
+        let first_new = self
+            .parts
+            .iter()
+            .position(|p| p.name.is_some())
+            .unwrap_or(self.parts.len());
+        self.parts.split_at(first_new)
+    }
+}
+
 impl ReplyStream {
     /// Take the next piece of the reply.
     pub(crate) fn push(&mut self, piece: &str) -> Shown {

@@ -139,7 +139,7 @@ impl CallStream {
             },
             f => parse_with_tools(f, &self.text, self.tools.as_ref()),
         };
-        if parsed.calls.len() < self.calls.len() {
+        if parsed.calls.len() < self.calls.len() && self.decided < self.calls.len() {
             parsed = self.with_cut_calls();
         }
         for (i, whole) in parsed.calls.iter_mut().enumerate() {

@@ -187,7 +187,9 @@ impl Streamer {
     }
 
     fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
-        let mut out = Vec::new();
+        // The rest of the call being written comes before what follows it.
+        let (more, parts) = shown.continued();
+        let mut out: Vec<_> = more.iter().flat_map(|p| self.tool_use(p)).collect();
         if !shown.reasoning.is_empty() {
             out.extend(self.block(Kind::Thinking));
             out.push(delta(
@@ -202,7 +204,7 @@ impl Streamer {
                 json!({"type": "text_delta", "text": shown.content}),
             ));
         }
-        for part in &shown.parts {
+        for part in parts {
             out.extend(self.tool_use(part));
         }
         out

@@ -328,7 +328,9 @@ impl Streamer {
     }
 
     fn shown(&mut self, shown: &Shown) -> Vec<(&'static str, Value)> {
-        let mut out = Vec::new();
+        // The rest of the call being written comes before what follows it.
+        let (more, parts) = shown.continued();
+        let mut out: Vec<_> = more.iter().flat_map(|p| self.call_part(p)).collect();
         if !shown.reasoning.is_empty() || !shown.content.is_empty() {
             out.extend(self.close_call());
         }
@@ -336,11 +338,11 @@ impl Streamer {
         if !shown.content.is_empty() {
             out.extend(self.text(&shown.content));
         }
-        if !shown.parts.is_empty() {
+        if !parts.is_empty() {
             out.extend(self.close_reasoning());
             out.extend(self.close_message(true));
         }
-        for part in &shown.parts {
+        for part in parts {
             out.extend(self.call_part(part));
         }
         out

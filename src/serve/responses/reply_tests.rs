@@ -158,6 +158,39 @@ fn a_streamed_call_is_held_back_and_sent_as_a_function_call_item() {
     assert_eq!(end[1]["status"], "completed");
 }
 
+/// Under a call grammar the item is added as soon as the call's name is
+/// written and its arguments stream as deltas, whose join is the done
+/// item's arguments; text the model writes after the call stays after it.
+#[test]
+fn a_held_call_is_added_at_its_name_and_its_arguments_stream() {
+    let mut s = Streamer::new(head(hermes().calls.held(true)));
+    let mut all = s.opening();
+    let reply = format!("{CALLED}\nDone.");
+    let at_name = reply.find("\"arguments\"").unwrap();
+    for (i, c) in reply.char_indices() {
+        all.extend(s.push(&c.to_string()));
+        if i == at_name {
+            assert!(names(&all).contains(&"response.output_item.added"));
+        }
+    }
+    all.extend(s.closing(&done("stop")));
+    let deltas: Vec<&str> = all
+        .iter()
+        .filter(|e| e.0 == "response.function_call_arguments.delta")
+        .map(|e| e.1["delta"].as_str().unwrap())
+        .collect();
+    assert!(deltas.len() > 2, "{deltas:?}");
+    let done_args = all
+        .iter()
+        .find(|e| e.0 == "response.function_call_arguments.done")
+        .map(|e| e.1["arguments"].clone());
+    assert_eq!(done_args, Some(json!("{\"city\":\"Paris\"}")));
+    assert_eq!(deltas.concat(), "{\"city\":\"Paris\"}");
+    let end = &all.last().unwrap().1["response"]["output"];
+    assert_eq!(end[1]["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(end[1]["status"], "completed");
+}
+
 #[test]
 fn an_empty_reply_still_has_a_message_and_a_cut_one_ends_incomplete() {
     let mut s = Streamer::new(head(ReplySplit::default()));
