@@ -3,7 +3,10 @@
 # against two streamed recipes, the file dropped from the page cache before
 # every run, optionally with a balloon holding BALLOON_GIB of memory.
 # Usage: benches/bigger_than_ram.sh MODEL OUT [BALLOON_GIB] (BIN, N_RESIDENT=16, N=64;
-# ALL_CELLS=1 adds cache 0 serial and 25% with overlap and prediction)
+# ALL_CELLS=1 adds cache 0 serial and 25% with overlap and prediction;
+# SAMPLING="--temp 1 --seed 7" draws every cell's tokens the same way: on a
+# random-weight file greedy decoding repeats a few tokens, so its routing stays
+# in a few experts, while drawn tokens spread it as a real model's does)
 # Writes OUT/<cell>.{csv,err,txt}; prints each cell's summary lines.
 set -uo pipefail
 M=${1:?model}; OUT=${2:?out dir}; BAL=${3:-0}
@@ -32,7 +35,7 @@ cell() { # name tokens flags...
     local name=$1 n=$2; shift 2
     evict
     /usr/bin/time -f "%e s wall, %M KB maxrss, %I fs-in blocks" timeout 900 \
-        "$B" run -m "$M" -f "$P" -n "$n" --ignore-eos "$@" --csv "$OUT/$name.csv" \
+        "$B" run -m "$M" -f "$P" -n "$n" --ignore-eos ${SAMPLING:-} "$@" --csv "$OUT/$name.csv" \
         > "$OUT/$name.txt" 2> "$OUT/$name.err"
     echo "$name rc=$? $(tail -1 "$OUT/$name.err")"
     grep -E "^(generation|load|moe-cache|moe-stream):" "$OUT/$name.err"
