@@ -87,18 +87,26 @@ fn forced_calls(file: &str) {
     assert!(pieces.len() >= pieces_at_least, "{file}: {pieces:?}");
 }
 
+/// `body` with `stream: true` sent to `path`: the status, each event's
+/// data as JSON, and the raw text.
+fn stream_of(server: &Server, path: &str, body: &Value) -> (u16, Vec<Value>, String) {
+    let mut body = body.clone();
+    body["stream"] = true.into();
+    let (status, text) = server.request("POST", path, &body.to_string(), &[]);
+    let events = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    (status, events, text)
+}
+
 /// `body` streamed on the chat route: the call's name (in the chunk that
 /// starts it) and its arguments' pieces, each in a chunk of its own after it.
 fn streamed_chat_call(server: &Server, body: &Value, file: &str) -> (String, Vec<String>) {
-    let mut body = body.clone();
-    body["stream"] = true.into();
-    let (status, text) = server.request("POST", "/v1/chat/completions", &body.to_string(), &[]);
+    let (status, events, text) = stream_of(server, "/v1/chat/completions", body);
     assert_eq!(status, 200, "{file}: {text}");
     let (mut name, mut pieces) = (None, Vec::new());
-    for d in sse_data(&text) {
-        let Ok(chunk) = serde_json::from_str::<Value>(&d) else {
-            continue;
-        };
+    for chunk in &events {
         let Some(call) = chunk["choices"][0]["delta"]["tool_calls"].get(0) else {
             continue;
         };
@@ -122,14 +130,8 @@ fn streamed_chat_call(server: &Server, body: &Value, file: &str) -> (String, Vec
 /// `body` streamed on the Anthropic route: the `tool_use` block's name and
 /// its `input_json_delta` pieces.
 fn streamed_tool_use(server: &Server, body: &Value, file: &str) -> (String, Vec<String>) {
-    let mut body = body.clone();
-    body["stream"] = true.into();
-    let (status, text) = server.request("POST", "/v1/messages", &body.to_string(), &[]);
+    let (status, events, text) = stream_of(server, "/v1/messages", body);
     assert_eq!(status, 200, "{file}: {text}");
-    let events: Vec<Value> = sse_data(&text)
-        .iter()
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .collect();
     let start = events
         .iter()
         .find(|e| e["type"] == "content_block_start" && e["content_block"]["type"] == "tool_use")
@@ -318,7 +320,7 @@ fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
         .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
         .unwrap_or_else(|| panic!("a streamed call: {text}"));
     assert_eq!(call["function"]["name"], "get_weather", "{call}");
-    let mut responses = json!({"input": "Weather?", "max_output_tokens": 200, "temperature": 0,
+    let responses = json!({"input": "Weather?", "max_output_tokens": 200, "temperature": 0,
         "tool_choice": "required",
         "tools": [{"type": "function", "name": "get_weather", "parameters": weather()}]});
     let (status, body) = server.post("/v1/responses", &responses);
@@ -330,12 +332,7 @@ fn auto_leaves_text_possible_and_a_forced_call_overrides_the_weights() {
     let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
     assert_valid(&weather(), &args, "agent responses");
     // Streamed: the item is added (named) first, its arguments come in pieces.
-    responses["stream"] = true.into();
-    let (_, text) = server.request("POST", "/v1/responses", &responses.to_string(), &[]);
-    let events: Vec<Value> = sse_data(&text)
-        .iter()
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .collect();
+    let (_, events, text) = stream_of(&server, "/v1/responses", &responses);
     let added = events
         .iter()
         .position(|e| {

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::partial::{held, whole_args, ArgsSoFar, Open};
+use super::partial::{held, ArgsSoFar, Open};
 use super::{param_value, string_typed, tagged::plain_name, ToolCall};
 
 /// Every invoke in a block (nothing else but whitespace between them).
@@ -73,10 +73,7 @@ pub(super) fn open_calls(block: &str, prefix: &str, tools: Option<&Value>) -> Ve
             break;
         };
         match invoke(name, body, prefix, tools) {
-            Some(c) => out.push(Open::new(
-                name,
-                whole_args(&serde_json::from_str(&c.arguments).unwrap_or_default()),
-            )),
+            Some(c) => out.push(Open::whole(&c)),
             None => break,
         }
         rest = p.trim_start();

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{json_call, CallFormat};
+use super::{json_call, CallFormat, ToolCall};
 
 /// A call whose name is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,15 @@ impl Open {
             name: name.into(),
             args,
         }
+    }
+
+    /// A call already whole (its arguments are the whole parse's text).
+    pub(crate) fn whole(c: &ToolCall) -> Self {
+        let args = Args {
+            text: c.arguments.clone(),
+            closing: "",
+        };
+        Self::new(&c.name, args)
     }
 }
 
@@ -249,8 +258,7 @@ pub(crate) fn list(block: &str) -> Vec<Open> {
         match whole_value(rest) {
             Some((v, after)) => match json_call(&v) {
                 Some(c) => {
-                    let args = serde_json::from_str(&c.arguments).unwrap_or_default();
-                    out.push(Open::new(&c.name, whole_args(&args)));
+                    out.push(Open::whole(&c));
                     rest = after.trim_start();
                 }
                 None => return out,

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::partial::{whole_args, Args, Open};
+use super::partial::{Args, Open};
 use super::ToolCall;
 
 /// The calls of a `[...]` list (the brackets may be left out).
@@ -45,10 +45,7 @@ pub(super) fn open_calls(block: &str) -> Vec<Open> {
     loop {
         let at = p.at;
         match p.call() {
-            Some(c) if !p.done() => {
-                let args = serde_json::from_str(&c.arguments).unwrap_or_default();
-                out.push(Open::new(&c.name, whole_args(&args)));
-            }
+            Some(c) if !p.done() => out.push(Open::whole(&c)),
             _ => {
                 p.at = at;
                 if let Some(name) = p.ident().map(str::to_string) {

@@ -1,7 +1,7 @@
 //! The formats of a section of calls framed by special tokens: DeepSeek
 //! V3/V3.1/R1 and Kimi-K2. Each call's arguments are a JSON object.
 
-use super::partial::{json_args_so_far, whole_args, Open};
+use super::partial::{json_args_so_far, Open};
 use super::{json_args, ToolCall};
 
 const DS_BEGIN: &str = "<｜tool▁call▁begin｜>";
@@ -75,10 +75,7 @@ fn each_open(
         let Some(c) = whole(&rest[..begin.len() + body.len() + end.len()]) else {
             break;
         };
-        out.extend(c.iter().map(|c| {
-            let args = serde_json::from_str(&c.arguments).unwrap_or_default();
-            Open::new(&c.name, whole_args(&args))
-        }));
+        out.extend(c.iter().map(Open::whole));
         rest = p.trim_start();
     }
     out

@@ -128,9 +128,14 @@ fn calls_become_tool_use_blocks_and_malformed_ones_stay_text() {
 
 /// The text deltas among `events`, joined.
 fn texts(events: &[(&str, Value)]) -> String {
+    joined(events, "text")
+}
+
+/// The deltas' `field` among `events` (`text`, `thinking`, `partial_json`), joined.
+fn joined(events: &[(&str, Value)], field: &str) -> String {
     events
         .iter()
-        .filter_map(|e| e.1["delta"]["text"].as_str())
+        .filter_map(|e| e.1["delta"][field].as_str())
         .collect()
 }
 
@@ -199,11 +204,7 @@ fn a_held_call_streams_its_input_as_it_is_written() {
         }
     }
     events.extend(s.closing(&done("stop", None)));
-    let input: String = events
-        .iter()
-        .filter_map(|e| e.1["delta"]["partial_json"].as_str())
-        .collect();
-    assert_eq!(input, "{\"city\":\"Paris\"}");
+    assert_eq!(joined(&events, "partial_json"), "{\"city\":\"Paris\"}");
     let pieces = events
         .iter()
         .filter(|e| e.1["delta"]["type"] == "input_json_delta");
@@ -231,11 +232,10 @@ fn reasoning_streams_in_a_thinking_block_before_the_text() {
         events.extend(s.push(std::str::from_utf8(piece).expect("ASCII")));
     }
     events.extend(s.closing(&done("stop", None)));
-    let thinking: String = events
-        .iter()
-        .filter_map(|e| e.1["delta"]["thinking"].as_str())
-        .collect();
-    assert_eq!(thinking, "The user greets me.\nI greet back.");
+    assert_eq!(
+        joined(&events, "thinking"),
+        "The user greets me.\nI greet back."
+    );
     assert_eq!(texts(&events), "Hello there");
     let kinds: Vec<(&str, &Value)> = events
         .iter()
