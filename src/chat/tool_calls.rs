@@ -66,6 +66,8 @@ mod tagged;
 mod tests;
 #[cfg(test)]
 mod tests_families;
+#[cfg(test)]
+mod tests_live;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
