@@ -19,7 +19,7 @@ use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
 use crate::llama::rpc::net::{self, NetBytes};
 use crate::llama::rpc::{self, RpcHosts};
-use crate::llama::{EvalObserver, NodeView};
+use crate::llama::{BatchShape, EvalObserver, NodeView};
 
 /// `--rpc-timeout`'s default: a decode that hears nothing from the hosts for
 /// this long has lost one.
@@ -277,14 +277,14 @@ impl EvalObserver for RemoteClock {
         }
     }
 
-    fn decode_begin(&mut self) {
+    fn decode_begin(&mut self, batch: BatchShape) {
         let now = Instant::now();
         self.local_done = None;
         if self.boundary.is_empty() {
             self.remote_begins(now);
         }
         if let Some(o) = self.inner.as_mut() {
-            o.decode_begin();
+            o.decode_begin(batch);
         }
     }
 
@@ -393,7 +393,7 @@ mod tests {
         let mut c = RemoteClock::new(Some(Box::new(Blind)), 5, Vec::new(), Arc::default());
         assert_eq!(c.boundary, "l_out-4");
         assert!(c.watches_nodes());
-        c.decode_begin();
+        c.decode_begin(BatchShape::default());
         c.decode_end();
         // The boundary never ran: nothing is counted as remote.
         assert_eq!(c.take_metrics().remote, Duration::ZERO);
@@ -402,7 +402,7 @@ mod tests {
             !all.watches_nodes(),
             "all remote: the decode is the remote part"
         );
-        all.decode_begin();
+        all.decode_begin(BatchShape::default());
         std::thread::sleep(Duration::from_millis(2));
         all.decode_end();
         assert!(all.take_metrics().remote >= Duration::from_millis(2));
@@ -413,7 +413,7 @@ mod tests {
         let waiting = Arc::new(AtomicBool::new(false));
         let mut c = RemoteClock::new(None, 5, Vec::new(), waiting.clone());
         assert!(!c.watches_nodes(), "no callback: ggml may reuse the graph");
-        c.decode_begin();
+        c.decode_begin(BatchShape::default());
         assert!(
             waiting.load(Ordering::Relaxed),
             "the watchdog covers the decode"

@@ -95,6 +95,17 @@ impl Batch {
         Some(seq)
     }
 
+    /// Its rows and the rows that ask for logits.
+    pub(crate) fn shape(&self) -> super::BatchShape {
+        let outputs = (0..self.len())
+            .filter(|&i| self.get(i).is_some_and(|(_, _, logits)| logits))
+            .count();
+        super::BatchShape {
+            rows: self.len() as u32,
+            outputs: outputs as u32,
+        }
+    }
+
     pub(crate) fn raw(&self) -> sys::llama_batch {
         self.raw
     }

@@ -253,7 +253,7 @@ impl Context {
         let _turn = self.model.decode_turn()?;
         super::backend::clear_stop();
         if let Some(o) = self._observer.as_mut() {
-            o.observer.decode_begin();
+            o.observer.decode_begin(batch.shape());
         }
         // SAFETY: the batch's arrays are valid for `n_tokens` entries and outlive
         // the call; the context is used only from this thread (`&mut self`).

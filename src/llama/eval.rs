@@ -238,6 +238,14 @@ const SRC_LEN: usize = {
     len(|t: &sys::ggml_tensor| &t.src)
 };
 
+/// A decode's batch as an observer sees it: its rows (tokens) and how many of
+/// them ask for logits (all of a verify's, one of a prompt's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchShape {
+    pub rows: u32,
+    pub outputs: u32,
+}
+
 /// Watches a decode node by node. Lives on the thread that owns the context.
 pub trait EvalObserver {
     /// Ask phase (node not computed yet): return true to have [`observe`]
@@ -253,8 +261,9 @@ pub trait EvalObserver {
     fn watches_nodes(&self) -> bool {
         true
     }
-    /// A decode is about to start (called by [`Context::decode`](super::Context::decode)).
-    fn decode_begin(&mut self) {}
+    /// A decode of `batch` is about to start (called by
+    /// [`Context::decode`](super::Context::decode)).
+    fn decode_begin(&mut self, _batch: BatchShape) {}
     /// The decode returned (successfully or not).
     fn decode_end(&mut self) {}
     /// What the decodes since the last call cost (handed out by

@@ -26,7 +26,7 @@ pub(crate) use backend::init_backend;
 pub use batch::Batch;
 pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
-pub use eval::{llama_max_src, EvalObserver, NodeView};
+pub use eval::{llama_max_src, BatchShape, EvalObserver, NodeView};
 pub use grammar::{Grammar, GrammarError};
 pub use model::{ChatMessage, Model, ModelParams, RpcPlacement};
 pub use mtp::MtpHead;

@@ -5,7 +5,7 @@
 
 use bmoe_decode::metrics::DecodeMetrics;
 
-use crate::llama::{EvalObserver, NodeView};
+use crate::llama::{BatchShape, EvalObserver, NodeView};
 
 pub(crate) struct PanicAt {
     inner: Box<dyn EvalObserver>,
@@ -40,8 +40,8 @@ impl EvalObserver for PanicAt {
         self.inner.observe(node);
     }
 
-    fn decode_begin(&mut self) {
-        self.inner.decode_begin();
+    fn decode_begin(&mut self, batch: BatchShape) {
+        self.inner.decode_begin(batch);
     }
 
     fn decode_end(&mut self) {

@@ -80,6 +80,47 @@ fn a_trace_replays_to_the_runs_own_hit_rate_under_each_policy() {
     assert_eq!(texts[0], texts[1], "the policy never changes the text");
 }
 
+/// gpt-oss's graph keeps every prompt row through its last layer: the trace
+/// still tells the prompt from the generation (by the batch's logits, not by
+/// the last layer's rows), so the replay's generation hit is the run's own.
+#[test]
+fn a_prompt_whose_last_layer_keeps_every_row_is_still_a_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = crate::common::zoo_model("gpt-oss", "f32");
+    let trace = dir.path().join("gpt-oss.trace");
+    let t = trace.to_str().unwrap();
+    let prompt = "The capital of France is Paris, and the capital of Italy is";
+    let flags = ["-n", "12", "--ignore-eos", "--cache-mb", "40%"];
+    let o = bmoe(
+        &[
+            &["run", "-m", &model, "-p", prompt][..],
+            &flags,
+            &["--route-trace", t],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = bmoe(&["replay", t, "--cache-mb", "40%", "--policy", "cycle"]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let replay = stdout(&r);
+    assert!(
+        replay.contains(", 11 generated,"),
+        "one prompt decode, 11 generated:\n{replay}"
+    );
+    let (_, generation) = replayed_hits(&replay, "cycle");
+    let decode = pct(live_hits(&stderr(&o), "decode hit "));
+    assert!(
+        decode < 100.0,
+        "a cache that misses in decode: {}",
+        stderr(&o)
+    );
+    assert!(
+        (generation - decode).abs() <= 2.0,
+        "{replay}\n{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn what_is_not_a_whole_trace_is_refused_or_replayed_to_its_cut() {
     let dir = tempfile::tempdir().unwrap();

@@ -20,7 +20,7 @@ use bmoe_flash::{Arena, FlashClient, FlashCounters};
 
 use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};
-use crate::llama::{EvalObserver, NodeView};
+use crate::llama::{BatchShape, EvalObserver, NodeView};
 
 const TOPK_PREFIX: &str = "ffn_moe_topk-";
 const WEIGHTS_PREFIX: &str = "ffn_moe_weights-";
@@ -126,10 +126,10 @@ pub(crate) struct StreamHook {
     /// The (layer, expert) slices batches demanded since the last
     /// single-token decode (a prompt's distinct routed slices).
     seen: HashSet<(u32, u32)>,
-    /// The decode running now: its widest demand's rows (0 before its first
-    /// demand), and its last demand's (the rows whose logits it computes).
+    /// The decode running now: its batch, and its widest demand's rows (0
+    /// before its first demand).
+    batch: BatchShape,
     rows: u32,
-    last_rows: u32,
 }
 
 impl StreamHook {
@@ -176,8 +176,8 @@ impl StreamHook {
                 .collect(),
             n_layer: layout.n_layer,
             seen: HashSet::new(),
+            batch: BatchShape::default(),
             rows: 0,
-            last_rows: 0,
         }
     }
 
@@ -240,7 +240,8 @@ impl EvalObserver for StreamHook {
         self.open_segment(name);
     }
 
-    fn decode_begin(&mut self) {
+    fn decode_begin(&mut self, batch: BatchShape) {
+        self.batch = batch;
         self.segments = 0;
         self.open_segment("decode start");
     }
@@ -271,8 +272,7 @@ impl EvalObserver for StreamHook {
 impl StreamHook {
     /// `--route-trace`: the routed ids of every row of the demand just served.
     fn trace_demand(&mut self, layer: u32) {
-        self.last_rows = (self.ids.len() / self.k) as u32;
-        self.rows = self.rows.max(self.last_rows);
+        self.rows = self.rows.max((self.ids.len() / self.k) as u32);
         let Some(w) = self.opts.route_trace.as_mut() else {
             return;
         };
@@ -287,7 +287,11 @@ impl StreamHook {
         let Some(w) = self.opts.route_trace.as_mut().filter(|_| rows > 0) else {
             return;
         };
-        if let Err(e) = w.decode_end(rows, self.last_rows) {
+        // The batch's own count of rows with logits: a family whose graph
+        // keeps every row through the last layer (gpt-oss) would otherwise
+        // look like a verify, and its prompt count as generation.
+        let outputs = self.batch.outputs.min(rows);
+        if let Err(e) = w.decode_end(rows, outputs) {
             self.fail(format!("writing the route trace: {e}"));
         }
     }
