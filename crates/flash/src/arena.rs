@@ -123,6 +123,16 @@ impl Arena {
         Some((dst, r.file_offset + off, r.slice_bytes))
     }
 
+    /// The whole pages inside a slot at `start` of `len` bytes: [begin, end).
+    /// Only these belong to the slot alone (its first and last pages may be
+    /// shared with its neighbours when slices are not page multiples).
+    fn inner_pages(&self, start: *mut u8, len: u64) -> (usize, usize) {
+        let start = start as usize;
+        let begin = start.div_ceil(self.page) * self.page;
+        let end = (start + len as usize) / self.page * self.page;
+        (begin, end.max(begin))
+    }
+
     /// Give the pages of one expert slot back to the kernel. Only whole pages
     /// inside the slot are released (a neighbour's bytes are never touched).
     /// Crate-private: only the flash actor may call it, and only for a slot the
@@ -131,24 +141,20 @@ impl Arena {
         let Some((dst, _, len)) = self.slot(layer, proj, expert) else {
             return;
         };
-        let start = dst as usize;
-        let begin = start.div_ceil(self.page) * self.page;
-        let end = (start + len as usize) / self.page * self.page;
-        if end > begin {
-            // [begin, end) lies inside this region (it is within the slot);
-            // the caller guarantees no matmul reads this slot (it is unpinned), and
-            // MADV_DONTNEED on private anonymous memory only zero-fills those pages.
-            // SAFETY: as the comment above says.
-            unsafe {
-                libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED);
-            }
-        }
+        let (begin, end) = self.inner_pages(dst, len);
+        // SAFETY: [begin, end) is whole pages inside this slot (inner_pages),
+        // which the caller guarantees no matmul reads (it is unpinned).
+        unsafe { dont_need(begin, end - begin) };
     }
 
-    /// Recycle the committed pages of slot `from` as slot `to` (same projection,
-    /// same size, both page-aligned): `mremap` moves the physical pages, so the
-    /// read into `to` needs no page faults and no zeroing, and `from` becomes an
-    /// empty reservation again. `MREMAP_DONTUNMAP` keeps `from` mapped
+    /// Recycle the committed pages of slot `from` as slot `to` (same
+    /// projection, same size): `mremap` moves the physical pages under `to`'s
+    /// whole inner pages, so the read into `to` needs no page faults and no
+    /// zeroing, and `from` becomes an empty reservation again. Slices need not
+    /// be page multiples (gpt-oss's MXFP4 experts are not): the two slots' inner
+    /// pages are counted apart, the smaller count moves, and a page of `from`
+    /// left over goes back to the kernel; the edge pages a slot shares with
+    /// its neighbours are never touched. `MREMAP_DONTUNMAP` keeps `from` mapped
     /// throughout: unmapping it and mapping it again would leave a moment in
     /// which another thread's `mmap` (an allocation, a dense weight's anonymous
     /// copy) could be placed in the hole and then be replaced by the refill.
@@ -162,32 +168,50 @@ impl Arena {
         else {
             return false;
         };
-        let page = self.page;
-        if len != dlen
-            || len as usize % page != 0
-            || src as usize % page != 0
-            || dst as usize % page != 0
-        {
+        let ((s_begin, s_end), (d_begin, d_end)) =
+            (self.inner_pages(src, len), self.inner_pages(dst, dlen));
+        let n = (s_end - s_begin).min(d_end - d_begin);
+        if len != dlen || n == 0 || from == to {
             return false;
         }
-        let len = len as usize;
         let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
-        // MREMAP_FIXED replaces the `to` range with `from`'s pages; DONTUNMAP leaves
-        // `from` mapped and empty (it reads as zeros until loaded again). Both are
-        // whole pages inside our own private anonymous reservations; `from` is
-        // evicted (unpinned) and `to` is a miss being loaded, so no matmul reads
-        // either while they move, and no other mapping is touched.
+        // MREMAP_FIXED replaces n bytes of `to`'s inner pages with `from`'s;
+        // DONTUNMAP leaves `from` mapped and empty (it reads as zeros until
+        // loaded again). Both ranges are whole pages inside their own slots
+        // (inner_pages) in our private anonymous reservations, and distinct
+        // slots never share an inner page; `from` is evicted (unpinned) and `to`
+        // a miss being loaded, so no matmul reads either while they move, and
+        // no other mapping is touched.
         // SAFETY: as the comment above says.
         let moved = unsafe {
             libc::mremap(
-                src as *mut libc::c_void,
-                len,
-                len,
+                s_begin as *mut libc::c_void,
+                n,
+                n,
                 flags,
-                dst as *mut libc::c_void,
+                d_begin as *mut libc::c_void,
             )
         };
-        moved != libc::MAP_FAILED
+        if moved == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: what is left of `from`'s inner pages (at most one page), an
+        // evicted slot's own.
+        unsafe { dont_need(s_begin + n, s_end - s_begin - n) };
+        true
+    }
+}
+
+/// `madvise(MADV_DONTNEED)` of `len` bytes at `begin` (nothing when 0): on
+/// private anonymous memory the pages go back to the kernel and read as zeros.
+///
+/// # Safety
+/// The range is whole pages of a private anonymous mapping that nothing reads
+/// or writes meanwhile.
+unsafe fn dont_need(begin: usize, len: usize) {
+    if len > 0 {
+        // SAFETY: the caller's contract above.
+        unsafe { libc::madvise(begin as *mut libc::c_void, len, libc::MADV_DONTNEED) };
     }
 }
 
@@ -277,5 +301,81 @@ impl Drop for AnonBuffer {
         unsafe {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether each page of [begin, end) is resident (`mincore`).
+    fn resident(begin: usize, end: usize, page: usize) -> Vec<bool> {
+        let mut v = vec![0u8; (end - begin) / page];
+        // SAFETY: [begin, end) is whole pages of the arena's live mapping and
+        // `v` has a byte per page.
+        let rc = unsafe { libc::mincore(begin as *mut libc::c_void, end - begin, v.as_mut_ptr()) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        v.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    /// Slot `e`'s bytes.
+    fn bytes(a: &Arena, e: u32) -> &[u8] {
+        let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
+        // SAFETY: the slot is inside the arena's live mapping.
+        unsafe { std::slice::from_raw_parts(dst, len as usize) }
+    }
+
+    #[test]
+    fn a_slot_that_is_not_a_page_multiple_moves_its_own_pages_and_spares_its_neighbours() {
+        let page = Arena::new(&[]).unwrap().page;
+        let slice = 3 * page as u64 + 1000;
+        let spec = TensorSpec {
+            layer: 0,
+            proj: Proj::Gate,
+            file_offset: 0,
+            slice_bytes: slice,
+            n_expert: 4,
+        };
+        let a = Arena::new(&[spec]).unwrap();
+        for e in 0..3u32 {
+            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
+            // SAFETY: the slot is inside the arena's live mapping, nothing reads it.
+            unsafe { std::ptr::write_bytes(dst, e as u8 + 1, len as usize) };
+        }
+        let inner = |e: u32| {
+            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
+            a.inner_pages(dst, len)
+        };
+        let (to_begin, to_end) = inner(3);
+        assert!(
+            resident(to_begin, to_end, page).iter().all(|r| !r),
+            "never written"
+        );
+        assert!(a.move_slot(Proj::Gate, (0, 1), (0, 3)));
+        let (from_begin, from_end) = inner(1);
+        assert!(
+            resident(from_begin, from_end, page).iter().all(|r| !r),
+            "the moved slot keeps no page of its own"
+        );
+        let moved = ((from_end - from_begin) / page).min((to_end - to_begin) / page);
+        assert!(moved >= 2, "{moved}");
+        let now = resident(to_begin, to_end, page);
+        assert!(now[..moved].iter().all(|r| *r), "the miss's pages: {now:?}");
+        for e in [0u32, 2] {
+            assert!(
+                bytes(&a, e).iter().all(|&b| b == e as u8 + 1),
+                "neighbour {e}"
+            );
+        }
+        // The moved slot's edge pages are shared, so they stay; its own read zero.
+        let one = bytes(&a, 1);
+        let (start, _, _) = a.slot(0, Proj::Gate, 1).unwrap();
+        let head = from_begin - start as usize;
+        assert!(one[..head].iter().all(|&b| b == 2));
+        assert!(one[head..head + moved * page].iter().all(|&b| b == 0));
+        assert!(
+            !a.move_slot(Proj::Gate, (0, 2), (0, 2)),
+            "a slot onto itself"
+        );
     }
 }
