@@ -1,8 +1,10 @@
 //! The decode rate to expect before a run (`bmoe inspect MODEL --forecast`):
 //! from the header's bytes, this host's measured read bandwidth and kernel
-//! rate, MemAvailable, and a hit-rate curve (a route trace of the model
-//! replayed through the cache, or the published real routing of
-//! docs/cache.md). Pure functions of those facts; the CLI measures them.
+//! rate (or, better, a short streamed decode of the model itself at cache 0:
+//! its compute outside flash waits and its own read rate), MemAvailable, and
+//! a hit-rate curve (a route trace of the model replayed through the cache,
+//! or the published real routing of docs/cache.md). Pure functions of those
+//! facts; the CLI measures them.
 
 use crate::layout::MoeLayout;
 use crate::stream::compute_estimate_bytes;
@@ -23,6 +25,38 @@ pub struct HostFacts {
     /// (a streamed decode runs one per routed layer).
     pub segment_s: f64,
     pub mem_available_bytes: u64,
+    /// A short streamed decode of the model at cache 0, when it was run:
+    /// it replaces the kernel model's compute and the probe's read rate.
+    pub decode: Option<DecodeProbe>,
+}
+
+/// What a short streamed decode of the model at cache 0 measured, per token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeProbe {
+    pub tokens: u32,
+    /// Time outside flash waits: every layer's compute with the streaming
+    /// engine's own costs (graph splits, the cache), which the kernel model
+    /// (one product, one segment a layer) puts at half or less on real shapes.
+    pub compute_s: f64,
+    /// The decode's reads at their own rate (its batches, its queue depth).
+    pub read_bytes_per_s: f64,
+}
+
+impl HostFacts {
+    /// Reads into recycled memory: the decode's own rate when it read.
+    fn read_rate(&self) -> f64 {
+        match self.decode {
+            Some(d) if d.read_bytes_per_s > 0.0 => d.read_bytes_per_s,
+            _ => self.read_bytes_per_s,
+        }
+    }
+
+    /// Reads into fresh memory: the probe's fresh rate, scaled as the recycled
+    /// rate was (the probe's ratio of the two is what fresh memory costs).
+    fn fresh_rate(&self) -> f64 {
+        let scale = self.read_rate() / self.read_bytes_per_s.max(1.0);
+        self.fresh_read_bytes_per_s * scale
+    }
 }
 
 /// What the cache does at one budget: the share of routed slices it finds,
@@ -78,9 +112,15 @@ pub fn weight_bytes_per_token(l: &MoeLayout) -> u64 {
     l.dense_bytes().saturating_sub(embd) + l.routed_bytes_per_token()
 }
 
-/// Compute seconds of one token: its weights through the kernel, and one
-/// graph segment per routed layer.
+/// Compute seconds of one token: the decode probe's when it ran, else its
+/// weights through the kernel and one graph segment per routed layer.
 pub fn compute_s(l: &MoeLayout, host: &HostFacts) -> f64 {
+    host.decode
+        .map_or_else(|| kernel_compute_s(l, host), |d| d.compute_s)
+}
+
+/// The kernel model of a token's compute (what the decode probe replaces).
+pub fn kernel_compute_s(l: &MoeLayout, host: &HostFacts) -> f64 {
     let layers = l.expert_layers().len() as f64;
     weight_bytes_per_token(l) as f64 / host.weight_bytes_per_s.max(1.0) + layers * host.segment_s
 }
@@ -96,8 +136,7 @@ pub fn cell(
     let compute_s = compute_s(l, host);
     let read = l.routed_bytes_per_token() as f64 * (1.0 - o.hit.clamp(0.0, 1.0));
     let fresh = read * o.fill_share.clamp(0.0, 1.0);
-    let read_s = (read - fresh) / host.read_bytes_per_s.max(1.0)
-        + fresh / host.fresh_read_bytes_per_s.max(1.0);
+    let read_s = (read - fresh) / host.read_rate().max(1.0) + fresh / host.fresh_rate().max(1.0);
     Cell {
         label: label.to_string(),
         budget_bytes,
@@ -133,11 +172,20 @@ pub fn table(cells: &[Cell], l: &MoeLayout, host: &HostFacts, curve: &str) -> St
         host.fresh_read_bytes_per_s / MIB,
         host.weight_bytes_per_s / MIB,
         host.segment_s * 1e6,
-        compute_s(l, host) * 1e3,
+        kernel_compute_s(l, host) * 1e3,
         weight_bytes_per_token(l) as f64 / MIB,
         l.expert_layers().len(),
         host.mem_available_bytes as f64 / MIB
     );
+    if let Some(d) = host.decode {
+        s += &format!(
+            "  decode probe:   {} tokens streamed at cache 0: compute {:.1} ms/token outside flash \
+             waits, reads {:.0} MiB/s: the cells below use these\n",
+            d.tokens,
+            d.compute_s * 1e3,
+            d.read_bytes_per_s / MIB
+        );
+    }
     s += &format!("  hit rates from: {curve}\n");
     s += "  cache      budget MiB   hit %   read MiB/token   fresh %   tok/s serial   tok/s overlap bound\n";
     for c in cells {
@@ -179,6 +227,7 @@ mod tests {
             fresh_read_bytes_per_s: 200.0,
             segment_s: 0.01,
             mem_available_bytes: 0,
+            decode: None,
         };
         let none = |hit| CacheOutcome {
             hit,
@@ -211,6 +260,45 @@ mod tests {
             &host,
         );
         assert!((filling.serial_tok_s - 1.0 / (compute + 300.0 / 200.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_decode_probe_replaces_the_kernel_model_and_the_read_probe() {
+        let l = crate::layout::two_blocks();
+        let mut host = HostFacts {
+            read_bytes_per_s: 600.0,
+            weight_bytes_per_s: 1e9,
+            fresh_read_bytes_per_s: 300.0,
+            segment_s: 0.0,
+            mem_available_bytes: 0,
+            decode: None,
+        };
+        let o = |fill_share| CacheOutcome {
+            hit: 0.0,
+            fill_share,
+        };
+        let before = cell("0", 0, o(0.0), &l, &host);
+        host.decode = Some(DecodeProbe {
+            tokens: 3,
+            compute_s: 0.5,
+            read_bytes_per_s: 1200.0,
+        });
+        assert_eq!(compute_s(&l, &host), 0.5);
+        assert!(kernel_compute_s(&l, &host) < 1e-5);
+        // Routed 600 bytes/token at the decode's 1200 B/s, then 0.5 s of compute.
+        let c = cell("0", 0, o(0.0), &l, &host);
+        assert!((c.serial_tok_s - 1.0).abs() < 1e-9, "{c:?}");
+        assert!((c.overlap_bound_tok_s - 2.0).abs() < 1e-9, "{c:?}");
+        assert!(
+            (before.overlap_bound_tok_s - 1.0).abs() < 1e-3,
+            "{before:?}"
+        );
+        // Fresh memory keeps the probe's ratio: half the recycled rate.
+        let f = cell("auto", 600, o(1.0), &l, &host);
+        assert!((f.serial_tok_s - 1.0 / (0.5 + 1.0)).abs() < 1e-9, "{f:?}");
+        let t = table(&[c], &l, &host, "a curve");
+        assert!(t.contains("decode probe:   3 tokens"), "{t}");
+        assert!(t.contains("compute 500.0 ms/token"), "{t}");
     }
 
     #[test]

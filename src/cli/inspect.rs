@@ -25,7 +25,8 @@ pub struct InspectArgs {
     pub rpc_layers: Option<RpcLayers>,
     /// Also forecast the decode rate on this host at cache 0, 10%, 25%, 50%
     /// and auto: probes the read bandwidth of this file's expert slices and
-    /// ggml's product kernel (a few seconds; the model is not loaded).
+    /// ggml's product kernel, then streams a few tokens of the model at cache
+    /// 0 to measure its compute and reads (seconds; see --probe-tokens).
     #[arg(long)]
     pub forecast: bool,
     /// With --forecast: hit rates from this route trace of the model
@@ -36,6 +37,11 @@ pub struct InspectArgs {
     /// With --forecast: seconds the read probe runs.
     #[arg(long, value_name = "S", default_value_t = 2.0, requires = "forecast")]
     pub probe_seconds: f64,
+    /// With --forecast: tokens the decode probe generates (the model streamed
+    /// at cache 0; its compute outside flash waits and its own read rate
+    /// replace the kernel model and the read probe). 0: no decode probe.
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "forecast")]
+    pub probe_tokens: u32,
 }
 
 /// `bmoe inspect MODEL [--rpc-layers N] [--forecast [--route-trace FILE]]`.
@@ -79,7 +85,16 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         Some(p) => Curve::Trace(load_trace(p, &args.model, l)?),
         None => Curve::Published,
     };
-    let host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
+    if args.probe_tokens > MAX_PROBE_TOKENS {
+        return Err(UsageError(format!(
+            "--probe-tokens: give 0..={MAX_PROBE_TOKENS} (0: no decode probe)"
+        ))
+        .into());
+    }
+    let mut host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
+    if args.probe_tokens > 0 {
+        host.decode = Some(decode_probe(&args.model, args.probe_tokens)?);
+    }
     let experts = l.expert_bytes();
     let mut cells = Vec::new();
     for (label, share) in [("0", 0.0), ("10%", 0.10), ("25%", 0.25), ("50%", 0.50)] {
@@ -101,6 +116,35 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         &host,
         &curve.describe(args.route_trace.as_deref()),
     ))
+}
+
+/// The longest decode probe (`--probe-tokens`).
+const MAX_PROBE_TOKENS: u32 = 64;
+
+/// The decode probe: the model streamed at cache 0 (every routed expert read,
+/// so a file bigger than RAM runs too) for `tokens` generated tokens after a
+/// one-word prompt; per token, its time outside flash waits and its reads'
+/// own rate.
+fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
+    use bmoe::engine::{Mode, RunConfig};
+    use bmoe::stream::{CacheSize, StreamConfig};
+    let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
+    cfg.n_predict = tokens + 1;
+    cfg.ignore_eos = true;
+    cfg.n_ctx = 256;
+    cfg.mode = Mode::Stream(StreamConfig {
+        cache: CacheSize::Mib(0),
+        ..StreamConfig::default()
+    });
+    let report = bmoe::engine::run(&cfg, |_| {}).context("decode probe")?;
+    let split = report
+        .decode_split()
+        .context("decode probe: the model generated no token to time")?;
+    Ok(forecast::DecodeProbe {
+        tokens: split.tokens,
+        compute_s: split.compute_s(),
+        read_bytes_per_s: split.read_bytes_per_s(),
+    })
 }
 
 /// What the fresh-memory read probe reads.
@@ -136,6 +180,7 @@ fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
         fresh_read_bytes_per_s: fresh.bytes_per_s(),
         segment_s: segment.as_secs_f64(),
         mem_available_bytes: bmoe::stream::memory::mem_available_bytes().unwrap_or(0),
+        decode: None,
     })
 }
 

@@ -36,6 +36,7 @@ pub use config::{
 pub use mode::Mode;
 pub use note::{Note, RpcSplit};
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, UBATCH_MAX};
+pub use report::DecodeSplit;
 pub use rpc::{RpcConfig, RpcLayers, DEFAULT_RPC_TIMEOUT};
 pub use session::{Session, Turn, TurnFigures};
 use sink::Sink;

@@ -194,6 +194,21 @@ impl RunReport {
         self.rows.iter().filter(|r| !r.prefill)
     }
 
+    /// Per generated token, over the single-token decodes: the wall time, the
+    /// flash wait in it, the reads' own time and bytes (None without a
+    /// decode). What `inspect --forecast`'s decode probe calibrates with.
+    pub fn decode_split(&self) -> Option<DecodeSplit> {
+        let n = self.decode_rows().count();
+        let mean = |f: fn(&TokenRow) -> f64| self.decode_rows().map(f).sum::<f64>() / n as f64;
+        (n > 0).then(|| DecodeSplit {
+            tokens: n as u32,
+            wall_s: mean(|r| r.wall_ms) / 1e3,
+            flash_wait_s: mean(|r| r.stall_ms) / 1e3,
+            io_s: mean(|r| r.io_ms) / 1e3,
+            read_bytes: self.decode_bytes_per_token(),
+        })
+    }
+
     /// Streamed bytes per generated token, over the single-token decodes.
     pub(crate) fn decode_bytes_per_token(&self) -> f64 {
         let (n, b) = self
@@ -203,6 +218,32 @@ impl RunReport {
             0.0
         } else {
             b as f64 / n as f64
+        }
+    }
+}
+
+/// A run's decodes per generated token (see [`RunReport::decode_split`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeSplit {
+    pub tokens: u32,
+    pub wall_s: f64,
+    pub flash_wait_s: f64,
+    pub io_s: f64,
+    pub read_bytes: f64,
+}
+
+impl DecodeSplit {
+    /// The decode's time outside flash waits (compute and cache management).
+    pub fn compute_s(&self) -> f64 {
+        (self.wall_s - self.flash_wait_s).max(0.0)
+    }
+
+    /// The reads' own rate (0 when nothing was read).
+    pub fn read_bytes_per_s(&self) -> f64 {
+        if self.io_s > 0.0 {
+            self.read_bytes / self.io_s
+        } else {
+            0.0
         }
     }
 }

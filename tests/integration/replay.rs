@@ -295,11 +295,41 @@ fn inspect_forecasts_from_a_route_trace_of_the_model_or_the_published_curve() {
     for label in ["10%", "50%", "auto"] {
         assert_eq!(row(label).len(), 6, "{out}");
     }
-    let o = bmoe(&["inspect", m, "--forecast", "--probe-seconds", "0.5"]);
+    // The decode probe streamed the model: its compute replaces the kernel's.
+    let probe = out.lines().find(|l| l.contains("decode probe:"));
+    let probe = probe.unwrap_or_else(|| panic!("no decode probe in\n{out}"));
+    assert!(probe.contains("4 tokens streamed at cache 0"), "{probe}");
+    let ms: f64 = probe
+        .split("compute ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ms > 0.0, "{probe}");
+    let o = bmoe(&[
+        "inspect",
+        m,
+        "--forecast",
+        "--probe-seconds",
+        "0.5",
+        "--probe-tokens",
+        "0",
+    ]);
     assert!(
         stdout(&o).contains("gpt-oss-20b's published routing"),
         "{}",
         stdout(&o)
+    );
+    assert!(!stdout(&o).contains("decode probe"), "{}", stdout(&o));
+    let o = bmoe(&["inspect", m, "--forecast", "--probe-tokens", "65"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--probe-tokens: give 0..=64"),
+        "{}",
+        stderr(&o)
     );
     let o = bmoe(&["inspect", m, "--route-trace", t]);
     assert_eq!(o.status.code(), Some(2), "--route-trace needs --forecast");
