@@ -31,6 +31,8 @@ def forecast(model, trace):
         sys.exit(p.stderr)
     rows = {}
     for line in p.stdout.splitlines():
+        if "forecast:" in line or "decode probe:" in line:
+            print(line.strip(), file=sys.stderr)
         # cache, budget MiB, hit %, read MiB/token, fresh %, tok/s serial, overlap bound
         m = re.match(r"\s+(0|10%|25%|50%|auto)" + r"\s+(\S+)" * 6 + "$", line)
         if m:
