@@ -136,7 +136,8 @@ fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
         cache: CacheSize::Mib(0),
         ..StreamConfig::default()
     });
-    let report = bmoe::engine::run(&cfg, |_| {}).context("decode probe")?;
+    let report = bmoe::engine::run(&cfg, |_| {})
+        .context("decode probe (the model streamed at cache 0; --probe-tokens 0 skips it)")?;
     let split = report
         .decode_split()
         .context("decode probe: the model generated no token to time")?;
