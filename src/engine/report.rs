@@ -199,12 +199,12 @@ impl RunReport {
     /// decode). What `inspect --forecast`'s decode probe calibrates with.
     pub fn decode_split(&self) -> Option<DecodeSplit> {
         let n = self.decode_rows().count();
-        let mean = |f: fn(&TokenRow) -> f64| self.decode_rows().map(f).sum::<f64>() / n as f64;
+        let t = self.per_token();
         (n > 0).then(|| DecodeSplit {
             tokens: n as u32,
-            wall_s: mean(|r| r.wall_ms) / 1e3,
-            flash_wait_s: mean(|r| r.stall_ms) / 1e3,
-            io_s: mean(|r| r.io_ms) / 1e3,
+            wall_s: t.wall / 1e3,
+            flash_wait_s: t.stall / 1e3,
+            io_s: t.io / 1e3,
             read_bytes: self.decode_bytes_per_token(),
         })
     }

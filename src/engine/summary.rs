@@ -7,11 +7,12 @@ use crate::generate::{SpecStats, StopReason};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// Per generated token, over the single-token decodes (the prefill excluded).
-struct PerToken {
-    wall: f64,
-    stall: f64,
-    io: f64,
+/// Per generated token, over the single-token decodes (the prefill excluded);
+/// times in ms.
+pub(super) struct PerToken {
+    pub(super) wall: f64,
+    pub(super) stall: f64,
+    pub(super) io: f64,
     cpu: f64,
     majflt: f64,
     minflt: f64,
@@ -39,7 +40,7 @@ impl RunReport {
         v
     }
 
-    fn per_token(&self) -> PerToken {
+    pub(super) fn per_token(&self) -> PerToken {
         let n = self.decode_rows().count();
         let per_token = |f: fn(&TokenRow) -> f64| mean(self.decode_rows().map(f).sum(), n);
         PerToken {
