@@ -2,8 +2,7 @@
 //! the n-gram matcher, the expert cache's request/evict, one channel hop
 //! between two threads, and expert-slice reads at several queue depths.
 //!
-//! `cargo bench -p bmoe-actors` runs them; CI only builds them
-//! (`cargo bench -p bmoe-actors --no-run`).
+//! `cargo bench -p bmoe-flash --bench micro` runs them; CI only builds them.
 
 use std::alloc::Layout;
 use std::hint::black_box;
@@ -73,6 +72,39 @@ fn cache(c: &mut Criterion) {
             layer = (layer + 1) % layers;
             black_box(cache.request(Requester::Verify, &keys))
         })
+    });
+}
+
+/// Qwen3-30B-A3B's expert grid (48 layers x 128 experts, top-8, Q8_0 slots
+/// of 4.78 MiB) at half its experts, the `cycle` policy: every request of a
+/// full cache ranks the ~3,000 resident slots to pick its victims.
+fn cache_big_cycle(c: &mut Criterion) {
+    let (layers, experts) = (48u32, 128u32);
+    let slot = 3 * 1_671_168u64;
+    let budget = slot * (layers * experts) as u64 / 2;
+    let mut cache = ExpertCache::with_policy(
+        budget,
+        vec![slot; layers as usize],
+        bmoe_flash::cache::CachePolicy::Cycle,
+    );
+    let mut rng = Rng(0x9e37);
+    let mut layer = 0u32;
+    let mut request = |cache: &mut ExpertCache| {
+        let keys: Vec<SlotKey> = (0..8)
+            .map(|_| SlotKey {
+                layer,
+                expert: (rng.next() % experts as u64) as u32,
+            })
+            .collect();
+        layer = (layer + 1) % layers;
+        cache.request(Requester::Verify, &keys)
+    };
+    // Fill it first: the measured requests each evict.
+    while cache.resident_bytes() + 8 * slot <= budget {
+        request(&mut cache);
+    }
+    c.bench_function("cache_request_qwen3_q8_half_cycle", |b| {
+        b.iter(|| black_box(request(&mut cache)))
     });
 }
 
@@ -154,5 +186,12 @@ fn slice_reads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ngram, cache, channel_hop, slice_reads);
+criterion_group!(
+    benches,
+    ngram,
+    cache,
+    cache_big_cycle,
+    channel_hop,
+    slice_reads
+);
 criterion_main!(benches);

@@ -5,7 +5,9 @@
 
 mod policy;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use fnv::FnvHashMap;
 
 pub use policy::{reads_whole_layer, CachePolicy, UseCounts, AGE_PASSES};
 
@@ -67,7 +69,9 @@ pub struct ExpertCache {
     counts: UseCounts,
     /// Bytes of one slot, per layer.
     slot_bytes: Vec<u64>,
-    entries: HashMap<SlotKey, Entry>,
+    /// FNV: the eviction scan hashes every resident slot (thousands on a
+    /// real model), and SipHash made that scan the flash actor's main cost.
+    entries: FnvHashMap<SlotKey, Entry>,
     lru: BTreeMap<u64, SlotKey>,
     pinned: [Vec<SlotKey>; Requester::COUNT],
     resident_bytes: u64,
@@ -93,7 +97,7 @@ impl ExpertCache {
             policy,
             counts: UseCounts::default(),
             slot_bytes,
-            entries: HashMap::new(),
+            entries: FnvHashMap::default(),
             lru: BTreeMap::new(),
             pinned: Default::default(),
             resident_bytes: 0,
@@ -383,13 +387,20 @@ impl ExpertCache {
     /// demotion first), then the policy's order (least recently used first
     /// among equals).
     fn eviction_order(&self, need_bytes: u64) -> Vec<SlotKey> {
-        let unpinned = self
-            .lru
-            .iter()
-            .filter(|(_, k)| self.entries.get(k).is_some_and(|e| e.pins == 0));
-        let (demoted, normal): (Vec<_>, Vec<_>) = unpinned.partition(|(t, _)| **t < TICK_BASE);
-        let mut order: Vec<SlotKey> = demoted.into_iter().map(|(_, k)| *k).collect();
-        let rest = normal.into_iter().map(|(t, k)| (*t, *k));
+        // One walk in tick order: demoted slots (ticks below TICK_BASE, the
+        // latest demotion lowest) come before every normally used one.
+        let mut order = Vec::new();
+        let mut rest = Vec::with_capacity(self.lru.len());
+        for (&t, &k) in &self.lru {
+            if self.entries.get(&k).is_none_or(|e| e.pins > 0) {
+                continue;
+            }
+            match t < TICK_BASE {
+                true => order.push(k),
+                false => rest.push((t, k)),
+            }
+        }
+        let rest = rest.into_iter();
         let n = self.slot_bytes.len() as u32;
         // Smaller rank goes first; the tick breaks ties (least recent first).
         let mut ranked: Vec<(f64, u64, SlotKey)> = match self.policy {

@@ -1,7 +1,7 @@
 //! Which unpinned slot the cache gives up first ([`CachePolicy`]), and the
 //! per-slot use counts the frequency-aware policies rank by ([`UseCounts`]).
 
-use std::collections::HashMap;
+use fnv::FnvHashMap;
 use std::str::FromStr;
 
 use super::SlotKey;
@@ -62,7 +62,7 @@ pub const AGE_PASSES: u32 = 64;
 /// whether or not it is resident, with the passes that saw them.
 #[derive(Debug, Default, Clone)]
 pub struct UseCounts {
-    uses: HashMap<SlotKey, u32>,
+    uses: FnvHashMap<SlotKey, u32>,
     passes: u32,
     /// The layer of the last verify demand (the pass's position).
     layer: Option<u32>,
