@@ -4,10 +4,11 @@
 //! returns; `bmoe replay` drives the same code from a route trace.
 
 mod policy;
+mod slot_map;
 
 use std::collections::BTreeMap;
 
-use fnv::FnvHashMap;
+use slot_map::SlotMap;
 
 pub use policy::{reads_whole_layer, CachePolicy, UseCounts, AGE_PASSES};
 
@@ -69,9 +70,8 @@ pub struct ExpertCache {
     counts: UseCounts,
     /// Bytes of one slot, per layer.
     slot_bytes: Vec<u64>,
-    /// FNV: the eviction scan hashes every resident slot (thousands on a
-    /// real model), and SipHash made that scan the flash actor's main cost.
-    entries: FnvHashMap<SlotKey, Entry>,
+    /// Dense, not hashed: the eviction scan looks up every resident slot.
+    entries: SlotMap<Entry>,
     lru: BTreeMap<u64, SlotKey>,
     pinned: [Vec<SlotKey>; Requester::COUNT],
     resident_bytes: u64,
@@ -97,7 +97,7 @@ impl ExpertCache {
             policy,
             counts: UseCounts::default(),
             slot_bytes,
-            entries: FnvHashMap::default(),
+            entries: SlotMap::default(),
             lru: BTreeMap::new(),
             pinned: Default::default(),
             resident_bytes: 0,
@@ -142,7 +142,7 @@ impl ExpertCache {
         self.entries
             .iter()
             .filter(|(_, e)| e.pins > 0)
-            .map(|(k, _)| self.bytes(*k))
+            .map(|(k, _)| self.bytes(k))
             .sum()
     }
 
@@ -187,14 +187,14 @@ impl ExpertCache {
             }
             self.pinned[requester.index()].push(k);
             let bytes = self.bytes(k);
-            match self.entries.entry(k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
+            match self.entries.get_mut(&k) {
+                Some(e) => {
                     plan.hits.push(k);
-                    e.get_mut().pins += 1;
+                    e.pins += 1;
                 }
-                std::collections::hash_map::Entry::Vacant(v) => {
+                None => {
                     plan.misses.push(k);
-                    v.insert(Entry { tick: 0, pins: 1 });
+                    self.entries.insert(k, Entry { tick: 0, pins: 1 });
                     self.resident_bytes += bytes;
                 }
             }
@@ -348,14 +348,14 @@ impl ExpertCache {
         if self.entries.len() > 64 && self.tick % 64 != 0 {
             return true;
         }
-        let bytes: u64 = self.entries.keys().map(|k| self.bytes(*k)).sum();
+        let bytes: u64 = self.entries.iter().map(|(k, _)| self.bytes(k)).sum();
         let lru = self
             .lru
             .iter()
             .all(|(t, k)| self.entries.get(k).is_some_and(|e| e.tick == *t));
         let pins =
             self.entries.iter().all(|(k, e)| {
-                e.pins as usize == self.pinned.iter().filter(|p| p.contains(k)).count()
+                e.pins as usize == self.pinned.iter().filter(|p| p.contains(&k)).count()
             }) && self
                 .pinned
                 .iter()

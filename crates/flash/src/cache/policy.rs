@@ -1,9 +1,9 @@
 //! Which unpinned slot the cache gives up first ([`CachePolicy`]), and the
 //! per-slot use counts the frequency-aware policies rank by ([`UseCounts`]).
 
-use fnv::FnvHashMap;
 use std::str::FromStr;
 
+use super::slot_map::SlotMap;
 use super::SlotKey;
 
 /// The eviction order of the expert cache. Slots demoted by prefetch (guessed,
@@ -62,7 +62,7 @@ pub const AGE_PASSES: u32 = 64;
 /// whether or not it is resident, with the passes that saw them.
 #[derive(Debug, Default, Clone)]
 pub struct UseCounts {
-    uses: FnvHashMap<SlotKey, u32>,
+    uses: SlotMap<u32>,
     passes: u32,
     /// The layer of the last verify demand (the pass's position).
     layer: Option<u32>,
@@ -88,17 +88,17 @@ impl UseCounts {
         for &(k, r) in rates {
             let n = (f64::from(r.clamp(0.0, 1.0)) * f64::from(passes)).round() as u32;
             if n > 0 {
-                *self.uses.entry(k).or_insert(0) += n;
+                *self.uses.get_or_insert_with(k, || 0) += n;
             }
         }
     }
 
     pub fn used(&mut self, key: SlotKey) {
-        *self.uses.entry(key).or_insert(0) += 1;
+        *self.uses.get_or_insert_with(key, || 0) += 1;
     }
 
     fn age(&mut self) {
-        self.uses.retain(|_, n| {
+        self.uses.retain(|n| {
             *n /= 2;
             *n > 0
         });

@@ -164,7 +164,7 @@ fn never_exceeds_budget_over_random_sequences() {
                     assert!(!keys.contains(e), "never evict what was just asked for");
                 }
             }
-            let sum: u64 = c.entries.keys().map(|k| sizes[k.layer as usize]).sum();
+            let sum: u64 = c.entries.iter().map(|(k, _)| sizes[k.layer as usize]).sum();
             assert_eq!(sum, c.resident_bytes(), "trial {trial}");
             assert!(
                 c.resident_bytes() <= c.limit_bytes(),
