@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use super::fast_hits::Touch;
 use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
 use super::residency::Residency;
-use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader};
+use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader, N_PROJ};
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
 /// Passes a warm-start profile counts as in the cache's use counts: half an
@@ -39,9 +39,10 @@ pub(super) struct Actor {
     pub(super) background: VecDeque<(Requester, SlotKey)>,
     /// Read by prefetch, not yet judged by a demand of their layer: bytes.
     pub(super) prefetched: HashMap<SlotKey, u64>,
-    /// Evicted slots whose pages are kept (oldest first) to be moved under the
-    /// next misses, so a read never lands on fresh pages (a fault per page).
-    pub(super) spares: VecDeque<SlotKey>,
+    /// Per projection: evicted slots whose pages of it are kept (oldest
+    /// first) to be moved under the next misses, so a read never lands on
+    /// fresh pages (a fault per page).
+    pub(super) spares: [VecDeque<SlotKey>; N_PROJ],
     pub(super) spare_cap: usize,
     /// Warm-start work, hottest first (after every other read).
     pub(super) warm: VecDeque<SlotKey>,
@@ -290,8 +291,13 @@ impl Actor {
         // Every op targets a slot of a key that this plan just marked
         // resident (a miss): no matmul reads it until we reply, and no other op
         // in the batch overlaps it (distinct experts and projections).
+        let faults = thread_minor_faults();
         // SAFETY: as the comment above says.
         let read = unsafe { self.reader.read_all(&self.ops) };
+        self.counters.read_faults.fetch_add(
+            thread_minor_faults().saturating_sub(faults),
+            Ordering::Relaxed,
+        );
         if read.is_ok() && projs.contains(&DOWN) {
             // Every projection is read now (gate/up came first when split):
             // the clients' fast path may answer these slots.
@@ -309,4 +315,16 @@ impl Actor {
             self.cache.forget(misses);
         })
     }
+}
+
+/// Minor page faults the calling thread has taken so far (0 where the
+/// kernel does not say).
+fn thread_minor_faults() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage for the call to fill.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_minflt as u64
 }

@@ -264,7 +264,7 @@ impl Flash {
             queue: VecDeque::new(),
             background: VecDeque::new(),
             prefetched: HashMap::new(),
-            spares: VecDeque::new(),
+            spares: Default::default(),
             spare_cap: 0,
             warm: VecDeque::new(),
             warm_unused: HashSet::new(),

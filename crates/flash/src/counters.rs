@@ -13,6 +13,9 @@ pub struct FlashCounters {
     pub evictions: AtomicU64,
     pub requests: AtomicU64,
     pub io_ns: AtomicU64,
+    /// Page faults the flash thread took in its reads (a read landing on
+    /// pages no evicted slot gave it: each one allocated and zeroed).
+    pub read_faults: AtomicU64,
     pub resident_bytes: AtomicU64,
     pub peak_resident_bytes: AtomicU64,
     /// Prefetched bytes that the next demand of their layer used.

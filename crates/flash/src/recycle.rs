@@ -1,6 +1,11 @@
 //! Page recycling in the flash actor: evicted slots' pages are moved under
 //! the next misses (or kept as spares, up to a cap) instead of being released
 //! and faulted in again.
+//!
+//! Spares are kept per projection, and a miss takes pages of its own size:
+//! a quant mix gives one projection different sizes in different layers
+//! (Q4_K_M's `ffn_down` is Q6_K in some layers and Q4_K in the others), so
+//! pages of one evicted slot may fit one projection of a miss and not another.
 
 use std::sync::atomic::Ordering;
 
@@ -15,21 +20,42 @@ const MAX_RECYCLED_SLOTS: usize = 12_000;
 pub const SPARE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 impl Actor {
+    /// Slots the cache has evicted: no reader may hold them any more; their
+    /// pages are kept as spares (the oldest released past the cap).
     pub(super) fn evict(&mut self, keys: &[SlotKey]) {
-        // No reader may hold a slot whose pages are released or moved.
+        self.let_go(keys);
+        self.trim_spares();
+    }
+
+    /// Give the evicted slots' pages to the misses (mremap: no faults, no
+    /// zeroing) and release what exceeds the cap, so RSS stays within the
+    /// budget while reading.
+    pub(super) fn make_room(&mut self, evict: &[SlotKey], misses: &[SlotKey]) {
+        self.let_go(evict);
+        // Each recycled slot can become its own memory mapping: past this many
+        // resident slots, fall back to plain release to stay far below the
+        // kernel's map count limit (65530 by default).
+        if self.cache.resident_slots() < MAX_RECYCLED_SLOTS {
+            for &m in misses {
+                for p in Proj::ALL {
+                    self.give_pages(p, m);
+                }
+            }
+        }
+        self.trim_spares();
+    }
+
+    /// Retract, judge and count evicted `keys`, and keep their pages as the
+    /// newest spares of every projection.
+    fn let_go(&mut self, keys: &[SlotKey]) {
         self.residency.retract_all(keys);
         self.note_evicted(keys);
         self.forget_warm(keys);
-        // Keep the pages for the next misses; release what exceeds the cap.
-        for k in keys {
-            if !self.spares.contains(k) {
-                self.spares.push_back(*k);
-            }
-        }
-        while self.spares.len() > self.spare_cap {
-            let k = self.spares.pop_front().expect("non-empty");
-            for p in Proj::ALL {
-                self.arena.release(k.layer, p, k.expert);
+        for spares in &mut self.spares {
+            for k in keys {
+                if !spares.contains(k) {
+                    spares.push_back(*k);
+                }
             }
         }
         self.counters
@@ -40,54 +66,34 @@ impl Actor {
             .store(self.cache.resident_bytes(), Ordering::Relaxed);
     }
 
-    /// Give the evicted slots' pages to the misses (mremap: no faults, no
-    /// zeroing) and release the rest, so RSS stays within the budget while reading.
-    pub(super) fn make_room(&mut self, evict: &[SlotKey], misses: &[SlotKey]) {
-        self.residency.retract_all(evict);
-        // Each recycled slot can become its own memory mapping: past this many
-        // resident slots, fall back to plain release to stay far below the
-        // kernel's map count limit (65530 by default).
-        let recycle = self.cache.resident_slots() < MAX_RECYCLED_SLOTS;
-        let pairs = if recycle {
-            evict.len().min(misses.len())
-        } else {
-            0
+    /// Pages for projection `p` of miss `m`: its own, still in place, or the
+    /// newest spare's of the same size (moved).
+    fn give_pages(&mut self, p: Proj, m: SlotKey) {
+        let spares = &mut self.spares[p.index()];
+        if let Some(i) = spares.iter().position(|s| *s == m) {
+            spares.remove(i);
+            return;
+        }
+        let len = |k: &SlotKey| self.arena.slot(k.layer, p, k.expert).map(|s| s.2);
+        let want = len(&m);
+        let Some(i) = spares.iter().rposition(|s| len(s) == want) else {
+            return;
         };
-        self.note_evicted(&evict[..pairs]);
-        self.forget_warm(&evict[..pairs]);
-        for (e, m) in evict.iter().zip(misses).take(pairs) {
-            self.spares.retain(|s| s != e && s != m);
-            self.move_pages(*e, *m);
+        let s = spares.remove(i).expect("a position inside the list");
+        if !self
+            .arena
+            .move_slot(p, (s.layer, s.expert), (m.layer, m.expert))
+        {
+            self.arena.release(s.layer, p, s.expert);
         }
-        self.counters
-            .evictions
-            .fetch_add(pairs as u64, Ordering::Relaxed);
-        // Misses left without an evicted partner take kept pages.
-        for m in &misses[pairs..] {
-            if let Some(i) = self.spares.iter().position(|s| s == m) {
-                // Its own old pages are still in place.
-                self.spares.remove(i);
-                continue;
-            }
-            if !recycle {
-                continue;
-            }
-            if let Some(s) = self.spares.pop_back() {
-                self.move_pages(s, *m);
-            }
-        }
-        self.evict(&evict[pairs..]);
     }
 
-    /// Move the pages of slot `from` (no longer cached) under slot `to` (a miss
-    /// about to be read); a projection that cannot move is released instead.
-    fn move_pages(&self, from: SlotKey, to: SlotKey) {
+    /// Release the oldest spares of each projection past the cap.
+    fn trim_spares(&mut self) {
         for p in Proj::ALL {
-            if !self
-                .arena
-                .move_slot(p, (from.layer, from.expert), (to.layer, to.expert))
-            {
-                self.arena.release(from.layer, p, from.expert);
+            while self.spares[p.index()].len() > self.spare_cap {
+                let k = self.spares[p.index()].pop_front().expect("non-empty");
+                self.arena.release(k.layer, p, k.expert);
             }
         }
     }

@@ -6,6 +6,7 @@ mod demand;
 mod fast;
 mod faults;
 mod reader;
+mod recycle;
 
 pub(super) use faults::served_bytes_are_exact_after_failures;
 
