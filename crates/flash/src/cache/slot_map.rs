@@ -3,8 +3,9 @@
 //! eviction scan looks up every resident slot (thousands on a real model),
 //! so its cost is this map's lookup.
 //!
-//! Keys are a model's (layer, expert) pairs, which the flash actor checks
-//! against the model's expert counts before they reach the cache; a row grows
+//! Keys are a model's (layer, expert) pairs: the flash actor checks them
+//! against the model's expert counts before they reach the cache, and a
+//! route trace's reader against its header (at most 2^24 slots). A row grows
 //! to the largest expert id seen in its layer.
 
 use super::SlotKey;
