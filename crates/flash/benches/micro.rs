@@ -26,6 +26,29 @@ impl Rng {
     }
 }
 
+/// One token's routing, layer after layer: `k` uniformly drawn experts of
+/// the next layer (repeats allowed) each call.
+struct Routing {
+    rng: Rng,
+    layer: u32,
+    layers: u32,
+    experts: u32,
+    k: usize,
+}
+
+impl Routing {
+    fn next_layer(&mut self) -> Vec<SlotKey> {
+        let layer = self.layer;
+        self.layer = (self.layer + 1) % self.layers;
+        (0..self.k)
+            .map(|_| SlotKey {
+                layer,
+                expert: (self.rng.next() % u64::from(self.experts)) as u32,
+            })
+            .collect()
+    }
+}
+
 fn ngram(c: &mut Criterion) {
     let mut g = c.benchmark_group("ngram_draft");
     let mut rng = Rng(0x9e37);
@@ -59,19 +82,15 @@ fn cache(c: &mut Criterion) {
     let slot = 3 * 552_960u64;
     let budget = slot * (layers * experts) as u64 / 4;
     let mut cache = ExpertCache::new(budget, vec![slot; layers as usize]);
-    let mut rng = Rng(0x51ed);
+    let mut routing = Routing {
+        rng: Rng(0x51ed),
+        layer: 0,
+        layers,
+        experts,
+        k: 4,
+    };
     c.bench_function("cache_request_layer_top4", |b| {
-        let mut layer = 0u32;
-        b.iter(|| {
-            let keys: Vec<SlotKey> = (0..4)
-                .map(|_| SlotKey {
-                    layer,
-                    expert: (rng.next() % experts as u64) as u32,
-                })
-                .collect();
-            layer = (layer + 1) % layers;
-            black_box(cache.request(Requester::Verify, &keys))
-        })
+        b.iter(|| black_box(cache.request(Requester::Verify, &routing.next_layer())))
     });
 }
 
@@ -87,18 +106,15 @@ fn cache_big_cycle(c: &mut Criterion) {
         vec![slot; layers as usize],
         bmoe_flash::cache::CachePolicy::Cycle,
     );
-    let mut rng = Rng(0x9e37);
-    let mut layer = 0u32;
-    let mut request = |cache: &mut ExpertCache| {
-        let keys: Vec<SlotKey> = (0..8)
-            .map(|_| SlotKey {
-                layer,
-                expert: (rng.next() % experts as u64) as u32,
-            })
-            .collect();
-        layer = (layer + 1) % layers;
-        cache.request(Requester::Verify, &keys)
+    let mut routing = Routing {
+        rng: Rng(0x9e37),
+        layer: 0,
+        layers,
+        experts,
+        k: 8,
     };
+    let mut request =
+        |cache: &mut ExpertCache| cache.request(Requester::Verify, &routing.next_layer());
     // Fill it first: the measured requests each evict.
     while cache.resident_bytes() + 8 * slot <= budget {
         request(&mut cache);
