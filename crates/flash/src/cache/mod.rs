@@ -387,34 +387,31 @@ impl ExpertCache {
     /// demotion first), then the policy's order (least recently used first
     /// among equals).
     fn eviction_order(&self, need_bytes: u64) -> Vec<SlotKey> {
+        let n = self.slot_bytes.len() as u32;
+        // Smaller rank goes first; the tick breaks ties (least recent first).
+        let rank = |k: SlotKey| match self.policy {
+            CachePolicy::Lru => 0.0,
+            CachePolicy::Lfu => f64::from(self.counts.uses(k)),
+            CachePolicy::Cycle => -self.counts.steps_to_next_use(k, n),
+        };
         // One walk in tick order: demoted slots (ticks below TICK_BASE, the
         // latest demotion lowest) come before every normally used one.
         let mut order = Vec::new();
-        let mut rest = Vec::with_capacity(self.lru.len());
+        let mut ranked: Vec<(f64, u64, SlotKey)> = Vec::with_capacity(self.lru.len());
         for (&t, &k) in &self.lru {
             if self.entries.get(&k).is_none_or(|e| e.pins > 0) {
                 continue;
             }
             match t < TICK_BASE {
                 true => order.push(k),
-                false => rest.push((t, k)),
+                false => ranked.push((rank(k), t, k)),
             }
         }
-        let rest = rest.into_iter();
-        let n = self.slot_bytes.len() as u32;
-        // Smaller rank goes first; the tick breaks ties (least recent first).
-        let mut ranked: Vec<(f64, u64, SlotKey)> = match self.policy {
-            CachePolicy::Lru => {
-                order.extend(rest.map(|(_, k)| k));
-                return order;
-            }
-            CachePolicy::Lfu => rest
-                .map(|(t, k)| (f64::from(self.counts.uses(k)), t, k))
-                .collect(),
-            CachePolicy::Cycle => rest
-                .map(|(t, k)| (-self.counts.steps_to_next_use(k, n), t, k))
-                .collect(),
-        };
+        if self.policy == CachePolicy::Lru {
+            // Already in tick order: least recently used first.
+            order.extend(ranked.into_iter().map(|(_, _, k)| k));
+            return order;
+        }
         let cmp = |a: &(f64, u64, SlotKey), b: &(f64, u64, SlotKey)| {
             a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
         };
