@@ -40,7 +40,7 @@ pub struct InspectArgs {
     /// With --forecast: tokens the decode probe generates (the model streamed
     /// at cache 0; its compute outside flash waits and its own read rate
     /// replace the kernel model and the read probe). 0: no decode probe.
-    #[arg(long, value_name = "N", default_value_t = 4, requires = "forecast")]
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "forecast")]
     pub probe_tokens: u32,
 }
 
@@ -124,14 +124,15 @@ const MAX_PROBE_TOKENS: u32 = 64;
 /// The decode probe: the model streamed at cache 0 (every routed expert read,
 /// so a file bigger than RAM runs too) for `tokens` generated tokens after a
 /// one-word prompt; per token, its time outside flash waits and its reads'
-/// own rate.
+/// own rate. Everything else is `bmoe run`'s default, the context included: on
+/// this project's VM the same reads ran 15-30% slower into the buffers of a
+/// 256-token context than a 2,048-token one (docs/benchmarks.md).
 fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
     use bmoe::engine::{Mode, RunConfig};
     use bmoe::stream::{CacheSize, StreamConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
     cfg.n_predict = tokens + 1;
     cfg.ignore_eos = true;
-    cfg.n_ctx = 256;
     cfg.mode = Mode::Stream(StreamConfig {
         cache: CacheSize::Mib(0),
         ..StreamConfig::default()
