@@ -125,8 +125,9 @@ const MAX_PROBE_TOKENS: u32 = 64;
 /// so a file bigger than RAM runs too) for `tokens` generated tokens after a
 /// one-word prompt; per token, its time outside flash waits and its reads'
 /// own rate. Everything else is `bmoe run`'s default, the context included: on
-/// this project's VM the same reads ran 15-30% slower into the buffers of a
-/// 256-token context than a 2,048-token one (docs/benchmarks.md).
+/// this project's VM the same reads (the same requests, in the same order) took
+/// 15-30% longer at the disk in a process with a 256-token context than with a
+/// 2,048-token one (docs/benchmarks.md, "The forecast's decode probe").
 fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
     use bmoe::engine::{Mode, RunConfig};
     use bmoe::stream::{CacheSize, StreamConfig};

@@ -303,7 +303,7 @@ fn inspect_forecasts_from_a_route_trace_of_the_model_or_the_published_curve() {
     // The decode probe streamed the model: its compute replaces the kernel's.
     let probe = out.lines().find(|l| l.contains("decode probe:"));
     let probe = probe.unwrap_or_else(|| panic!("no decode probe in\n{out}"));
-    assert!(probe.contains("4 tokens streamed at cache 0"), "{probe}");
+    assert!(probe.contains("8 tokens streamed at cache 0"), "{probe}");
     let ms: f64 = probe
         .split("compute ")
         .nth(1)
