@@ -93,7 +93,7 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
     }
     let mut host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
     if args.probe_tokens > 0 {
-        host.decode = Some(decode_probe(&args.model, args.probe_tokens)?);
+        host.decode = Some(decode_probe(&args.model, l, args.probe_tokens)?);
     }
     let experts = l.expert_bytes();
     let mut cells = Vec::new();
@@ -124,14 +124,16 @@ const MAX_PROBE_TOKENS: u32 = 64;
 /// The decode probe: the model streamed at cache 0 (every routed expert read,
 /// so a file bigger than RAM runs too) for `tokens` generated tokens after a
 /// one-word prompt; per token, its time outside flash waits and its reads'
-/// own rate. Everything else is `bmoe run`'s default, the context included: on
+/// own rate. Everything else is `bmoe run`'s default, the context included
+/// (capped by the training context, which `bmoe run` would refuse to pass): on
 /// this project's VM the same reads (the same requests, in the same order) took
 /// 15-30% longer at the disk in a process with a 256-token context than with a
 /// 2,048-token one (docs/benchmarks.md, "The forecast's decode probe").
-fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
+fn decode_probe(model: &Path, l: &MoeLayout, tokens: u32) -> Result<forecast::DecodeProbe> {
     use bmoe::engine::{Mode, RunConfig};
     use bmoe::stream::{CacheSize, StreamConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
+    cfg.n_ctx = probe_ctx(l.n_ctx_train());
     cfg.n_predict = tokens + 1;
     cfg.ignore_eos = true;
     cfg.mode = Mode::Stream(StreamConfig {
@@ -148,6 +150,13 @@ fn decode_probe(model: &Path, tokens: u32) -> Result<forecast::DecodeProbe> {
         compute_s: split.compute_s(),
         read_bytes_per_s: split.read_bytes_per_s(),
     })
+}
+
+/// The decode probe's context: `bmoe run`'s default, or the training context
+/// where that is shorter (0 or absent: not known, the default).
+fn probe_ctx(n_ctx_train: Option<u64>) -> u32 {
+    let train = n_ctx_train.filter(|&t| t > 0).unwrap_or(u64::MAX);
+    bmoe::engine::DEFAULT_N_CTX.min(u32::try_from(train).unwrap_or(u32::MAX))
 }
 
 /// What the fresh-memory read probe reads.
@@ -256,4 +265,19 @@ fn load_trace(
         .into());
     }
     Ok((header, demands))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_ctx;
+    use bmoe::engine::DEFAULT_N_CTX;
+
+    #[test]
+    fn the_decode_probe_takes_the_runs_context_within_the_training_one() {
+        assert_eq!(probe_ctx(None), DEFAULT_N_CTX);
+        assert_eq!(probe_ctx(Some(0)), DEFAULT_N_CTX);
+        assert_eq!(probe_ctx(Some(40_960)), DEFAULT_N_CTX);
+        assert_eq!(probe_ctx(Some(1024)), 1024);
+        assert_eq!(probe_ctx(Some(u64::MAX)), DEFAULT_N_CTX);
+    }
 }

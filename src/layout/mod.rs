@@ -278,6 +278,11 @@ impl MoeLayout {
         self.ctx.as_ref().map(|c| c.n_embd)
     }
 
+    /// The context the model was trained at (None where the header lacks it).
+    pub fn n_ctx_train(&self) -> Option<u64> {
+        self.ctx.as_ref().and_then(|c| c.n_ctx_train)
+    }
+
     pub fn is_moe(&self) -> bool {
         self.n_expert > 0 && !self.experts.is_empty()
     }

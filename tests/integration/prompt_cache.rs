@@ -222,7 +222,10 @@ fn the_directory_never_grows_past_its_cap() {
 #[test]
 fn two_servers_sharing_a_directory_leave_only_whole_entries() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (start(dir.path(), &[]), start(dir.path(), &[]));
+    // One thread each: two servers of two threads computing at once on a
+    // 2-core host spent 22-63 s here, their thread pools fighting for the cores.
+    let one = ["-t", "1"];
+    let (a, b) = (start(dir.path(), &one), start(dir.path(), &one));
     let ask_all = |s: &Server, who: &str| {
         (0..3)
             .map(|i| {

@@ -27,9 +27,10 @@ impl Server {
         Self::start_on(e8k2(), &[&["-c", "512"], extra].concat())
     }
 
-    /// `bmoe serve -m MODEL --port 0 -t 2 EXTRA...`, once it listens; the
-    /// prompt cache only where a test asks for it (tests/prompt_cache.rs): a
-    /// state another test left would change the figures of this one.
+    /// `bmoe serve -m MODEL --port 0 -t 2 EXTRA...`, once it listens (`-t 2`
+    /// unless EXTRA gives `-t`); the prompt cache only where a test asks for it
+    /// (tests/prompt_cache.rs): a state another test left would change the
+    /// figures of this one.
     pub fn start_on(model: impl AsRef<std::path::Path>, extra: &[&str]) -> Server {
         let m = model.as_ref().to_str().unwrap();
         let pc: &[&str] = if extra.contains(&"--prompt-cache") {
@@ -37,8 +38,14 @@ impl Server {
         } else {
             &["--prompt-cache", "off"]
         };
+        let threads: &[&str] = if extra.contains(&"-t") {
+            &[]
+        } else {
+            &["-t", "2"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["serve", "-m", m, "--port", "0", "-t", "2"])
+            .args(["serve", "-m", m, "--port", "0"])
+            .args(threads)
             .args(pc)
             .args(extra)
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
