@@ -33,20 +33,14 @@ impl Server {
     /// figures of this one.
     pub fn start_on(model: impl AsRef<std::path::Path>, extra: &[&str]) -> Server {
         let m = model.as_ref().to_str().unwrap();
-        let pc: &[&str] = if extra.contains(&"--prompt-cache") {
-            &[]
-        } else {
-            &["--prompt-cache", "off"]
-        };
-        let threads: &[&str] = if extra.contains(&"-t") {
-            &[]
-        } else {
-            &["-t", "2"]
+        // A default flag and its value, unless EXTRA gives that flag itself.
+        let default = |flag: &'static str, value: &'static str| {
+            (!extra.contains(&flag)).then_some([flag, value])
         };
         let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "-m", m, "--port", "0"])
-            .args(threads)
-            .args(pc)
+            .args(default("-t", "2").into_iter().flatten())
+            .args(default("--prompt-cache", "off").into_iter().flatten())
             .args(extra)
             .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
             .env_remove("RUST_LOG")
