@@ -2,6 +2,7 @@
 //! (rustyline). Each turn decodes only what the KV cache does not hold yet;
 //! Ctrl-C stops the reply, Ctrl-D exits; /reset, /stats, /save FILE, /quit.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -96,6 +97,10 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             ..Options::default()
         },
         model: cfg.model.clone(),
+        inputs: [Some(cfg.model.clone()), args.run.chat_template_file.clone()]
+            .into_iter()
+            .flatten()
+            .collect(),
     };
     let mut editor = rustyline::DefaultEditor::new()?;
     loop {
@@ -134,6 +139,9 @@ struct Chat {
     opts: Options,
     /// The model file (named in a saved transcript; never overwritten by /save).
     model: PathBuf,
+    /// The command's input files (the model, `--chat-template-file`): /save
+    /// never writes over one.
+    inputs: Vec<PathBuf>,
     /// What names the KV state /save writes (None: the model was unreadable).
     ident: Option<Ident>,
 }
@@ -254,11 +262,20 @@ impl Chat {
 
     fn save(&self, file: &Path, session: &mut Session) {
         let state = state_file(file);
+        let inputs: Vec<&Path> = self.inputs.iter().map(PathBuf::as_path).collect();
         for f in [file, state.as_path()] {
-            if let Err(e) = checks::output_file("/save", f, &[self.model.as_path()]) {
+            if let Err(e) = checks::output_file("/save", f, &inputs) {
                 bmoe::say!("({e})");
                 return;
             }
+        }
+        if file.exists() && read_transcript(file).is_err() {
+            bmoe::say!(
+                "(/save {}: that file exists and is not a bmoe chat transcript: left as it is; \
+                 choose another name)",
+                file.display()
+            );
+            return;
         }
         let json = self.conversation.to_json(&self.model.display().to_string());
         let tmp = file.with_extension("json.partial");
@@ -307,19 +324,33 @@ fn state_file(transcript: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The largest transcript `--resume` reads (a longer file is refused, not
+/// read until memory runs out).
+const MAX_TRANSCRIPT_BYTES: u64 = 64 << 20;
+
 /// `--resume FILE`'s transcript: the model it names and the conversation;
-/// a missing or malformed one is a usage error.
+/// a missing, malformed, oversized or non-regular one (a FIFO, a device) is
+/// a usage error, found without blocking.
 fn read_transcript(file: &Path) -> Result<(String, Conversation)> {
-    let json = std::fs::read_to_string(file).map_err(|e| {
-        let why = match e.kind() {
-            std::io::ErrorKind::InvalidData => "not a bmoe chat transcript (not text)".into(),
-            _ => e.to_string(),
-        };
+    let refused = |why: String| {
         checks::UsageError(format!(
             "--resume {}: {why} (give a file /save wrote)",
             file.display()
         ))
-    })?;
+    };
+    let mut bytes = Vec::new();
+    bmoe::user_file::open_regular(file)
+        .and_then(|f| f.take(MAX_TRANSCRIPT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| refused(e.to_string()))?;
+    if bytes.len() as u64 > MAX_TRANSCRIPT_BYTES {
+        return Err(refused(format!(
+            "longer than {} MiB, not a bmoe chat transcript",
+            MAX_TRANSCRIPT_BYTES >> 20
+        ))
+        .into());
+    }
+    let json = String::from_utf8(bytes)
+        .map_err(|_| refused("not a bmoe chat transcript (not text)".into()))?;
     Conversation::from_json(&json)
         .map_err(|e| checks::UsageError(format!("--resume {}: {e}", file.display())).into())
 }

@@ -132,6 +132,7 @@ pub(super) fn run_config(
     cfg.sampling = sampling;
     cfg.stop = args.sampling.stop.clone();
     cfg.rpc = args.rpc.config();
+    cfg.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
     Ok(cfg)
 }
 

@@ -178,6 +178,9 @@ pub struct RunConfig {
     pub rpc: Option<super::rpc::RpcConfig>,
     /// `bmoe run --prompt-cache FILE`: the prompt's state restored and saved.
     pub prompt_cache: Option<PathBuf>,
+    /// Where a model file's whole-file hash (what names its prompt-cache
+    /// states) is remembered once computed (None: hashed at each use).
+    pub model_id_memo: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -209,6 +212,7 @@ impl RunConfig {
             stop: Vec::new(),
             rpc: None,
             prompt_cache: None,
+            model_id_memo: None,
         }
     }
 }

@@ -13,17 +13,18 @@ use crate::prompt_cache::{self, Ident};
 /// What names the states this configuration makes: the model file, `-c`,
 /// the settings that change the KV values, the bmoe version.
 pub fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
-    let (model_bytes, model_header_hash) = prompt_cache::model_header_hash(&cfg.model)?;
+    let memo = cfg.model_id_memo.as_deref();
+    let (model_bytes, model_hash) = prompt_cache::model_id(&cfg.model, memo)?;
     let drop_cold = cfg.mode.stream().map_or(0.0, |s| s.drop_cold);
+    let k = cfg
+        .n_expert_used
+        .map_or("the model's".to_string(), |k| k.to_string());
     Ok(Ident {
         bmoe_version: crate::VERSION.to_string(),
         model_bytes,
-        model_header_hash,
+        model_hash,
         n_ctx,
-        settings: format!(
-            "n_expert_used={:?} drop_cold={drop_cold}",
-            cfg.n_expert_used
-        ),
+        settings: format!("--n-expert-used {k}, --drop-cold-experts {drop_cold}"),
     })
 }
 

@@ -1,8 +1,9 @@
 //! The disk tier: one file per entry under the ident's folder, named by a
 //! hash of its tokens; an index of the files' tokens read from their heads
 //! (refreshed from the directory, which other processes may write too); the
-//! size cap over the whole cache directory, the least recently used file
-//! (oldest mtime: a hit touches it) out first.
+//! size cap over the cache's own entries in the directory (the folders it
+//! marked, [`owned`]), the least recently used file (oldest mtime: a hit
+//! touches it) out first. Nothing else in the directory is counted or removed.
 
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -11,12 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use super::owned::{self, Kind, EXT, TEMP_PREFIX};
 use super::{common_prefix, entry, ident::hex, Ident};
-
-/// An entry file's extension.
-const EXT: &str = "bpc";
-/// A temporary file's prefix (written, then renamed into place).
-const TEMP_PREFIX: &str = ".tmp-";
 /// A temporary file this old was left by a process that died mid-write.
 const STALE_TEMP: Duration = Duration::from_secs(600);
 
@@ -54,11 +51,10 @@ impl DiskIndex {
         };
         let mut seen = HashMap::new();
         for e in rd.flatten() {
-            let path = e.path();
-            let temp = e.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-            if temp || path.extension().is_none_or(|x| x != EXT) {
+            if owned::kind_of(&e) != Some(Kind::Entry) {
                 continue;
             }
+            let path = e.path();
             let Ok(md) = e.metadata() else { continue };
             let len = md.len();
             let known = self.files.remove(&path).filter(|i| i.len == len);
@@ -121,7 +117,7 @@ impl DiskIndex {
 /// The tokens in the head of `path` (empty, with a warning, when the head is
 /// damaged or the file was written for another ident).
 fn head_tokens(path: &Path, want: &Ident) -> Vec<i32> {
-    let read = std::fs::File::open(path)
+    let read = crate::user_file::open_regular(path)
         .map_err(|e| e.to_string())
         .and_then(|f| entry::read_head(&mut BufReader::new(f)));
     match read {
@@ -161,7 +157,7 @@ pub(crate) fn write_beside<T>(
 ) -> std::io::Result<T> {
     let tmp = temp_beside(path);
     let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = private_file(&tmp)?;
         let out = write(&mut f)?;
         f.sync_data()?;
         std::fs::rename(&tmp, path)?;
@@ -171,6 +167,18 @@ pub(crate) fn write_beside<T>(
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// A new file readable by its owner only (0600: entries hold prompts),
+/// never through a symlink planted at its name.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// A temporary name beside `path`, unique to this process and moment.
@@ -197,16 +205,22 @@ struct Held {
     temp: bool,
 }
 
-/// Every file of every folder under `root` (stale temporary files removed).
+/// The cache's own files in the folders it marked under `root` (stale
+/// temporary files removed); nothing else is listed.
 fn held_files(root: &Path) -> Vec<Held> {
     let now = SystemTime::now();
-    let folders = std::fs::read_dir(root).into_iter().flatten().flatten();
-    let files = folders.flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten());
+    let folders = owned::folders(root);
+    let files = folders
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten());
     let mut held = Vec::new();
     for f in files {
+        let Some(kind) = owned::kind_of(&f) else {
+            continue;
+        };
         let Ok(md) = f.metadata() else { continue };
         let modified = md.modified().unwrap_or(now);
-        let temp = f.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let temp = kind == Kind::Temp;
         let age = now.duration_since(modified).unwrap_or_default();
         if temp && age > STALE_TEMP && std::fs::remove_file(f.path()).is_ok() {
             continue;
@@ -222,7 +236,7 @@ fn held_files(root: &Path) -> Vec<Held> {
 }
 
 /// Make room for `incoming` bytes under `cap_bytes` in `root`, removing the
-/// least recently used entries (any model's) first; false when it cannot
+/// least recently used entries (any model's, never another file) first; false when it cannot
 /// fit (bigger than the cap, or other processes' temporary files in the way).
 pub(super) fn make_room(root: &Path, cap_bytes: u64, incoming: u64) -> bool {
     if incoming > cap_bytes {
@@ -243,7 +257,7 @@ pub(super) fn make_room(root: &Path, cap_bytes: u64, incoming: u64) -> bool {
     total + incoming <= cap_bytes
 }
 
-/// Bytes under a cache directory `root` (every folder).
+/// Bytes of the cache's own files under a cache directory `root`.
 pub fn dir_bytes(root: &Path) -> u64 {
     held_files(root).iter().map(|h| h.bytes).sum()
 }

@@ -87,15 +87,12 @@ pub fn read_entry(path: &Path, want: &Ident) -> Result<Entry, PromptCacheError> 
 /// Whether `path` starts with the prompt cache's magic (a file that does
 /// not is never written over: it is someone else's).
 pub fn is_cache_file(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == MAGIC)
+    super::owned::has_magic(path)
 }
 
 /// Read the entry at `path`, checked against its CRC but of any ident.
 pub fn read_any_entry(path: &Path) -> Result<Entry, PromptCacheError> {
-    let bytes = std::fs::read(path).map_err(|e| PromptCacheError::io(path, e))?;
+    let bytes = crate::user_file::read_regular(path).map_err(|e| PromptCacheError::io(path, e))?;
     decode(&bytes).map_err(|detail| PromptCacheError::Corrupt {
         path: path.to_path_buf(),
         detail,
@@ -172,7 +169,7 @@ pub(super) mod tests {
         Ident {
             bmoe_version: "0.1.0".into(),
             model_bytes: 7,
-            model_header_hash: "00".into(),
+            model_hash: "00".into(),
             n_ctx: 64,
             settings: String::new(),
         }

@@ -82,7 +82,7 @@ impl ExpertSet {
     /// is none.
     pub fn read(root: &Path, identity: u64) -> Result<Option<Self>, PromptCacheError> {
         let path = Self::path_in(root, identity);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match crate::user_file::read_regular(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(PromptCacheError::io(&path, e)),

@@ -1,22 +1,18 @@
-//! What made a cached state: the model file, the context settings that shape
-//! the state, the settings that change its values, and the bmoe version.
-
-use std::io::Read;
-use std::path::Path;
+//! What made a cached state: the model file (its size and a BLAKE3 hash of
+//! all its bytes, [`super::model_id`]), the context settings that shape the
+//! state, the settings that change its values, and the bmoe version.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-
-/// Bytes of the model file hashed to name it (its header and first tensors).
-pub const HEADER_HASH_BYTES: u64 = 4 << 20;
 
 /// An entry is restored only into a context with the same `Ident`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ident {
     pub bmoe_version: String,
     pub model_bytes: u64,
-    /// SHA-256 of the model file's first [`HEADER_HASH_BYTES`], in hex.
-    pub model_header_hash: String,
+    /// BLAKE3 of the whole model file, in hex: two files that differ
+    /// anywhere never share states.
+    pub model_hash: String,
     /// Positions per sequence (`-c`).
     pub n_ctx: u32,
     /// Other settings that change the state's values (e.g. `--n-expert-used`).
@@ -34,15 +30,13 @@ impl Ident {
 
     /// What differs from `other`, in words (None: nothing).
     pub fn differs(&self, other: &Ident) -> Option<String> {
-        if self.model_bytes != other.model_bytes
-            || self.model_header_hash != other.model_header_hash
-        {
+        if self.model_bytes != other.model_bytes || self.model_hash != other.model_hash {
             return Some(format!(
-                "another model ({} bytes, header {}; this one {} bytes, header {})",
+                "another model ({} bytes, hash {}; this one {} bytes, hash {})",
                 other.model_bytes,
-                short(&other.model_header_hash),
+                short(&other.model_hash),
                 self.model_bytes,
-                short(&self.model_header_hash)
+                short(&self.model_hash)
             ));
         }
         if self.n_ctx != other.n_ctx {
@@ -53,7 +47,7 @@ impl Ident {
         }
         if self.settings != other.settings {
             return Some(format!(
-                "other settings ({:?}; these {:?})",
+                "other settings ({}; these: {})",
                 other.settings, self.settings
             ));
         }
@@ -74,15 +68,6 @@ pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The model file's size and the hash of its first [`HEADER_HASH_BYTES`].
-pub fn model_header_hash(path: &Path) -> std::io::Result<(u64, String)> {
-    let f = std::fs::File::open(path)?;
-    let size = f.metadata()?.len();
-    let mut h = Sha256::new();
-    std::io::copy(&mut f.take(HEADER_HASH_BYTES), &mut h)?;
-    Ok((size, hex(&h.finalize())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,7 +76,7 @@ mod tests {
         Ident {
             bmoe_version: "0.1.0".into(),
             model_bytes: 1000,
-            model_header_hash: "ab".repeat(32),
+            model_hash: "ab".repeat(32),
             n_ctx: 512,
             settings: String::new(),
         }

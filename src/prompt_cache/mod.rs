@@ -16,6 +16,8 @@ mod disk;
 mod entry;
 mod experts;
 mod ident;
+mod model_id;
+mod owned;
 mod ram;
 mod writer;
 
@@ -27,7 +29,8 @@ use std::time::Duration;
 pub use disk::dir_bytes;
 pub use entry::{is_cache_file, read_any_entry, read_entry, write_entry, Entry};
 pub use experts::ExpertSet;
-pub use ident::{model_header_hash, Ident};
+pub use ident::Ident;
+pub use model_id::model_id;
 
 /// Damaged files tried, best first, before a lookup gives up on the disk.
 const MAX_DISK_TRIES: usize = 4;
@@ -100,7 +103,7 @@ impl PromptCache {
         let (disk, writer) = match &cfg.dir {
             Some(root) => {
                 let dir = root.join(ident.folder());
-                std::fs::create_dir_all(&dir).map_err(|e| PromptCacheError::io(&dir, e))?;
+                owned::make_folder(&dir).map_err(|e| PromptCacheError::io(&dir, e))?;
                 let w = writer::Writer::start(root.clone(), dir.clone(), cfg.disk_cap_bytes)
                     .map_err(|e| PromptCacheError::io(root, e))?;
                 (Some(disk::DiskIndex::new(dir)), Some(w))

@@ -344,3 +344,71 @@ fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
 }
+
+/// Issue 64, finding 6: `/save` onto a file that is not a transcript (notes,
+/// another model, the chat's own `--chat-template-file`) leaves it as it is.
+#[test]
+fn save_never_writes_over_a_file_that_is_not_a_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    let other = dir.path().join("other-model.gguf");
+    std::fs::write(&notes, "my notes").unwrap();
+    std::fs::write(&other, "GGUF and weights").unwrap();
+    let source = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
+                  {% if add_generation_prompt %}<|assistant|>{% endif %}";
+    let template = template_file(dir.path(), "template", source);
+    let mut input = b"Hi.\n".to_vec();
+    for f in [notes.to_str().unwrap(), other.to_str().unwrap(), &template] {
+        input.extend(format!("/save {f}\n").as_bytes());
+    }
+    input.extend(b"/quit\n");
+    let o = chat_piped(&["-n", "2", "--chat-template-file", &template], &input);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.matches("is not a bmoe chat transcript").count(),
+        2,
+        "{err}"
+    );
+    assert!(err.contains("own input"), "{err}");
+    assert!(!err.contains("(saved"), "{err}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes");
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "GGUF and weights");
+    assert_eq!(std::fs::read_to_string(&template).unwrap(), source);
+}
+
+/// Issue 64, finding 4: `--resume` of a FIFO or of /dev/zero is refused at
+/// once with exit 2 (it blocked past SIGTERM, or read until memory ran out).
+#[test]
+fn resume_refuses_a_fifo_or_a_device_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("chat.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for file in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["chat", "-m", e8k2().to_str().unwrap(), "--resume", file])
+            .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start bmoe chat");
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("--resume {file} still running after 20 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{file}: {err}");
+        assert!(err.contains("not a regular file"), "{file}: {err}");
+    }
+}

@@ -70,8 +70,9 @@ fn start(dir: &Path, extra: &[&str]) -> Server {
     Server::start(&args)
 }
 
-/// Every file in the cache directory's folders (entries and any temporary
-/// ones; the expert sets at its top are not entries).
+/// Every entry file in the cache directory's folders (entries and any
+/// temporary ones, `*.bpc`; not the folders' markers, nor the expert sets at
+/// its top).
 fn files(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -79,6 +80,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
         .filter(|d| d.path().is_dir())
         .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
         .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bpc"))
         .collect()
 }
 
@@ -167,7 +169,7 @@ fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
     let e = read_any_entry(good).unwrap();
     let folder = good.parent().unwrap();
     let other_model = Ident {
-        model_header_hash: "f".repeat(64),
+        model_hash: "f".repeat(64),
         ..e.ident.clone()
     };
     let other_ctx = Ident {
@@ -217,6 +219,52 @@ fn the_directory_never_grows_past_its_cap() {
     let n = files(dir.path()).len();
     assert!(n >= 1 && n < cities.len(), "{n} files: the oldest went");
     assert!(bmoe::prompt_cache::dir_bytes(dir.path()) <= cap);
+}
+
+/// Issue 64, finding 1: a cache directory that also holds the served model,
+/// another tool's folder, documents and a symlinked folder: eviction under a
+/// small cap removes only the cache's own entries, and every reply is a 200.
+#[test]
+fn eviction_in_a_shared_directory_leaves_the_model_and_the_users_files() {
+    let d = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let model = d.path().join("bmoe/model.gguf");
+    std::fs::create_dir_all(model.parent().unwrap()).unwrap();
+    std::fs::copy(e8k2(), &model).unwrap();
+    let decoys = [
+        d.path().join("pip/x.json"),
+        d.path().join("Documents/letter.docx"),
+        d.path().join("notes.txt"),
+        outside.path().join("thesis.docx"),
+    ];
+    for f in &decoys {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b"{}").unwrap();
+    }
+    std::os::unix::fs::symlink(outside.path(), d.path().join("linked")).unwrap();
+    let model_bytes = std::fs::read(&model).unwrap();
+    let dir = d.path().to_str().unwrap();
+    let cache = [
+        "--prompt-cache",
+        dir,
+        "--prompt-cache-mb",
+        "3",
+        "--prompt-cache-ram-mb",
+        "0",
+    ];
+    let s = Server::start_on(&model, &cache);
+    for city in ["Paris", "Lyon", "Nice", "Lille"] {
+        ask(
+            &s,
+            &conversation(&[&format!("Is it windy in {city} today?")]),
+        );
+    }
+    assert!(s.terminate(30).success());
+    assert!(!files(d.path()).is_empty(), "the cache did write entries");
+    assert_eq!(std::fs::read(&model).unwrap(), model_bytes, "the model");
+    for f in &decoys {
+        assert_eq!(std::fs::read(f).unwrap(), b"{}", "{}", f.display());
+    }
 }
 
 #[test]
@@ -306,6 +354,32 @@ fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
         (text, std::fs::read_to_string(&file).unwrap()),
         (cold, "my notes".into())
     );
+}
+
+/// Issue 64, finding 5: a model file of the same size and the same first
+/// megabytes, differing only near its end, does not restore the other's
+/// state (it did: the identity hashed only the first 4 MiB).
+#[test]
+fn a_model_differing_only_near_its_end_restores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let twin = dir.path().join("twin.gguf");
+    let mut bytes = std::fs::read(e8k2()).unwrap();
+    assert!(bytes.len() > 8 << 20, "a fixture past the old 4 MiB hash");
+    let at = (bytes.len() - 4096) & !3;
+    bytes[at] ^= 0x01;
+    std::fs::write(&twin, &bytes).unwrap();
+    let file = dir.path().join("prompt.bpc");
+    let run = |m: &Path| {
+        let args = ["run", "-m", m.to_str().unwrap(), "-p", common::PROSE];
+        let rest = ["-n", "4", "-t", "2", "-c", "256", "--prompt-cache"];
+        let o = common::bmoe(&[&args[..], &rest, &[file.to_str().unwrap()]].concat());
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        common::stderr(&o)
+    };
+    assert!(run(e8k2()).contains("saved to"));
+    let err = run(&twin);
+    assert!(err.contains("another model"), "{err}");
+    assert!(!err.contains("restored from"), "{err}");
 }
 
 #[test]
