@@ -22,6 +22,11 @@ pub struct PromptCacheArgs {
     /// takes it out of what the host can spare before sizing the expert cache.
     #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     pub prompt_cache_ram_mb: u64,
+    /// Who reuses whose prompts: `key`, each --api-key's clients their own
+    /// (everyone, without a key); `user`, also each request's `user` label
+    /// within a key (docs/serving.md, "What a shared server reveals").
+    #[arg(long, value_enum, value_name = "SCOPE", default_value_t = bmoe::serve::CacheScope::Key)]
+    pub prompt_cache_scope: bmoe::serve::CacheScope,
 }
 
 impl PromptCacheArgs {

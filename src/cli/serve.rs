@@ -28,9 +28,11 @@ pub struct ServeArgs {
     /// Requests that may wait while every --parallel slot is busy; more get 429.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub queue: u32,
-    /// Require `Authorization: Bearer KEY` on every route but /health.
+    /// Require `Authorization: Bearer KEY` on every route but /health;
+    /// repeat it for several clients: each key's prompts are reused (KV
+    /// sequences, prompt cache) by requests with that key only.
     #[arg(long, value_name = "KEY", env = "BMOE_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    pub api_key: Vec<String>,
     /// Largest request body in KiB; larger ones get 413.
     #[arg(long, value_name = "KIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub body_limit_kb: u64,
@@ -53,12 +55,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     )?;
     checks::warn_threads_above_cores(args.run.threads);
     checks::run_args(&args.run)?;
-    if let Some(key) = args.api_key.as_deref() {
+    for key in &args.api_key {
         check_api_key(key)?;
     }
     check_served_names(&args.served_name)?;
     let engine_child = supervisor::is_engine_child();
-    if !args.host.is_loopback() && args.api_key.is_none() && !engine_child {
+    if !args.host.is_loopback() && args.api_key.is_empty() && !engine_child {
         bmoe::say!(
             "warning: --host {} is not a loopback address and no --api-key is set: anyone who \
              reaches port {} can use this server; give --api-key KEY (or BMOE_API_KEY), or \
@@ -87,7 +89,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         },
         queue: args.queue as usize,
         parallel: args.parallel as usize,
-        api_key: args.api_key.clone(),
+        api_keys: args.api_key.clone(),
+        cache_scope: args.prompt_cache.prompt_cache_scope,
         body_limit_bytes: (args.body_limit_kb * 1024) as usize,
         served_names: args.served_name.clone(),
         prompt_cache,

@@ -18,6 +18,9 @@ pub(crate) struct Request<S> {
     pub(crate) prompt: Vec<Token>,
     pub(crate) opts: Options,
     pub(crate) sink: S,
+    /// Who may reuse what it leaves in its sequence: a later request reuses
+    /// a sequence's tokens only under the same scope (serve's tenants).
+    pub(crate) scope: u64,
 }
 
 /// A request [`Multi::admit`] could not start, with why (boxed: a request
@@ -61,7 +64,21 @@ struct Slot<S> {
     seq: i32,
     /// The tokens whose KV entries the sequence holds, from position 0.
     kv: Vec<Token>,
+    /// The scope of the request that left them ([`Request::scope`]).
+    scope: u64,
     job: Option<Active<S>>,
+}
+
+impl<S> Slot<S> {
+    /// How many of `prompt`'s first tokens a request of `scope` may reuse
+    /// from this sequence (none of another scope's).
+    fn reusable(&self, prompt: &[Token], scope: u64) -> usize {
+        if self.scope == scope {
+            common_prefix(&self.kv, prompt)
+        } else {
+            0
+        }
+    }
 }
 
 /// A generation in progress.
@@ -84,6 +101,7 @@ impl<S: GenerationSink> Multi<S> {
             .map(|i| Slot {
                 seq: i as i32,
                 kv: Vec::new(),
+                scope: 0,
                 job: None,
             })
             .collect();
@@ -105,12 +123,17 @@ impl<S: GenerationSink> Multi<S> {
 
     /// The free sequence [`Self::admit`] would start `prompt` in, and how
     /// many of its first tokens it holds (None: no sequence is free).
-    pub(crate) fn target(&self, prompt: &[Token]) -> Option<(i32, usize)> {
+    pub(crate) fn target(&self, prompt: &[Token], scope: u64) -> Option<(i32, usize)> {
         self.slots
             .iter()
             .filter(|s| s.job.is_none())
-            .map(|s| (s.seq, common_prefix(&s.kv, prompt)))
+            .map(|s| (s.seq, s.reusable(prompt, scope)))
             .max_by_key(|&(_, c)| c)
+    }
+
+    /// The scope of what sequence `seq` holds.
+    pub(crate) fn scope(&self, seq: i32) -> u64 {
+        self.slots.get(seq as usize).map_or(0, |s| s.scope)
     }
 
     /// The tokens whose KV entries sequence `seq` holds.
@@ -120,11 +143,12 @@ impl<S: GenerationSink> Multi<S> {
 
     /// Say that free sequence `seq` now holds `tokens` (its state was put
     /// back from the prompt cache; empty after a failed restore).
-    pub(crate) fn set_held(&mut self, seq: i32, tokens: Vec<Token>) {
+    pub(crate) fn set_held(&mut self, seq: i32, tokens: Vec<Token>, scope: u64) {
         let slot = self.slots.get_mut(seq as usize);
         debug_assert!(slot.as_ref().is_some_and(|s| s.job.is_none()));
         if let Some(s) = slot.filter(|s| s.job.is_none()) {
             s.kv = tokens;
+            s.scope = scope;
         }
     }
 
@@ -139,11 +163,13 @@ impl<S: GenerationSink> Multi<S> {
             .slots
             .iter_mut()
             .filter(|s| s.job.is_none())
-            .max_by_key(|s| common_prefix(&s.kv, &req.prompt));
+            .max_by_key(|s| s.reusable(&req.prompt, req.scope));
         let Some(slot) = best else {
             return Err(Box::new((GenerateError::NoFreeSequence, req)));
         };
-        let reused = common_prefix(&slot.kv, &req.prompt).min(req.prompt.len() - 1);
+        let reused = slot
+            .reusable(&req.prompt, req.scope)
+            .min(req.prompt.len() - 1);
         if !ctx.trim_seq(slot.seq, reused as i32, -1) {
             return Err(Box::new((
                 GenerateError::Rollback { pos: reused as i32 },
@@ -151,6 +177,7 @@ impl<S: GenerationSink> Multi<S> {
             )));
         }
         slot.kv.truncate(reused);
+        slot.scope = req.scope;
         let opts = &req.opts;
         let picker = match Picker::new(
             ctx.model(),

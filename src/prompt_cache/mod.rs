@@ -21,6 +21,7 @@ mod owned;
 mod ram;
 mod writer;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,66 +87,95 @@ pub struct Hit {
     pub common: usize,
 }
 
-/// The two tiers and the writer.
+/// The two tiers and the writer. Entries are kept per scope (serve's
+/// tenants: 0 when everyone shares): a lookup never sees another scope's.
 pub struct PromptCache {
     ident: Ident,
     ram: ram::RamTier,
-    disk: Option<disk::DiskIndex>,
+    /// The cache directory (None: RAM only).
+    root: Option<PathBuf>,
+    /// Each scope's disk index, made on its first use.
+    disks: HashMap<u64, disk::DiskIndex>,
     writer: Option<writer::Writer>,
     stats: Arc<Stats>,
 }
 
+/// The folder of `ident`'s entries of `scope` under the cache directory.
+fn folder_of(ident: &Ident, scope: u64) -> String {
+    match scope {
+        0 => ident.folder(),
+        s => format!("{}-{s:016x}", ident.folder()),
+    }
+}
+
 impl PromptCache {
-    /// Open the cache for entries of `ident` (the directory is made if
-    /// missing; the writer thread started).
+    /// Open the cache for entries of `ident` (the shared scope's folder is
+    /// made and marked if missing; the writer thread started).
     pub fn open(cfg: &Config, ident: Ident) -> Result<Self, PromptCacheError> {
         let stats = Arc::new(Stats::default());
-        let (disk, writer) = match &cfg.dir {
+        let writer = match &cfg.dir {
             Some(root) => {
-                let dir = root.join(ident.folder());
+                let dir = root.join(folder_of(&ident, 0));
                 owned::make_folder(&dir).map_err(|e| PromptCacheError::io(&dir, e))?;
-                let w = writer::Writer::start(root.clone(), dir.clone(), cfg.disk_cap_bytes)
+                let w = writer::Writer::start(root.clone(), cfg.disk_cap_bytes)
                     .map_err(|e| PromptCacheError::io(root, e))?;
-                (Some(disk::DiskIndex::new(dir)), Some(w))
+                Some(w)
             }
-            None => (None, None),
+            None => None,
         };
         Ok(Self {
             ident,
             ram: ram::RamTier::new(cfg.ram_bytes),
-            disk,
+            root: cfg.dir.clone(),
+            disks: HashMap::new(),
             writer,
             stats,
         })
+    }
+
+    /// The disk index of `scope` (None: RAM only).
+    fn disk(&mut self, scope: u64) -> Option<&mut disk::DiskIndex> {
+        let dir = self.root.as_ref()?.join(folder_of(&self.ident, scope));
+        Some(
+            self.disks
+                .entry(scope)
+                .or_insert_with(|| disk::DiskIndex::new(dir)),
+        )
     }
 
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
 
-    /// The entry sharing the longest prefix with `prompt`, when that prefix
-    /// is longer than `held` (what the sequence already holds) and at least
-    /// `min_tokens`; RAM first, then disk (a damaged or foreign file is
-    /// warned about and skipped).
-    pub fn lookup(&mut self, prompt: &[i32], held: usize, min_tokens: usize) -> Option<Hit> {
+    /// The entry of `scope` sharing the longest prefix with `prompt`, when
+    /// that prefix is longer than `held` (what the sequence already holds)
+    /// and at least `min_tokens`; RAM first, then disk (a damaged or foreign
+    /// file is warned about and skipped). Another scope's entries are never
+    /// looked at.
+    pub fn lookup(
+        &mut self,
+        scope: u64,
+        prompt: &[i32],
+        held: usize,
+        min_tokens: usize,
+    ) -> Option<Hit> {
         let floor = held.max(min_tokens.saturating_sub(1));
-        let in_ram = self.ram.best(prompt).filter(|h| h.common > floor);
+        let in_ram = self.ram.best(scope, prompt).filter(|h| h.common > floor);
         let best_ram = in_ram.as_ref().map_or(floor, |h| h.common);
         // A damaged or foreign file is warned about and the next best tried.
         for _ in 0..MAX_DISK_TRIES {
-            let ident = &self.ident;
+            let ident = self.ident.clone();
             let Some((path, common)) = self
-                .disk
-                .as_mut()
-                .and_then(|d| d.best(prompt, ident, best_ram))
+                .disk(scope)
+                .and_then(|d| d.best(prompt, &ident, best_ram))
             else {
                 break;
             };
             match read_entry(&path, &self.ident) {
-                Ok(e) => return Some(self.promoted(&path, e, common)),
+                Ok(e) => return Some(self.promoted(scope, &path, e, common)),
                 Err(e) => {
                     tracing::warn!("{e}; the prompt is prefilled instead");
-                    if let Some(d) = self.disk.as_mut() {
+                    if let Some(d) = self.disk(scope) {
                         d.forget(&path);
                     }
                 }
@@ -155,7 +185,7 @@ impl PromptCache {
     }
 
     /// A disk entry read for a hit: counted, touched, kept in RAM too.
-    fn promoted(&mut self, path: &Path, e: Entry, common: usize) -> Hit {
+    fn promoted(&mut self, scope: u64, path: &Path, e: Entry, common: usize) -> Hit {
         self.stats
             .read_bytes
             .fetch_add(e.state.len() as u64, Ordering::Relaxed);
@@ -165,19 +195,26 @@ impl PromptCache {
             state: Arc::new(e.state),
             common,
         };
-        self.ram.insert(hit.tokens.clone(), hit.state.clone());
+        self.ram
+            .insert(scope, hit.tokens.clone(), hit.state.clone());
         hit
     }
 
-    /// Keep the state of a sequence holding `tokens`: in RAM now, on disk by
-    /// the writer (dropped with a note when its queue is full: never waits).
-    pub fn save(&mut self, tokens: Vec<i32>, state: Vec<u8>) {
+    /// Keep the state of a sequence holding `tokens`, for `scope`: in RAM
+    /// now, on disk by the writer (dropped with a note when its queue is
+    /// full: never waits).
+    pub fn save(&mut self, scope: u64, tokens: Vec<i32>, state: Vec<u8>) {
         let tokens: Arc<[i32]> = tokens.into();
         let state = Arc::new(state);
-        self.ram.insert(tokens.clone(), state.clone());
-        if let Some(w) = &self.writer {
+        self.ram.insert(scope, tokens.clone(), state.clone());
+        let dir = self
+            .root
+            .as_ref()
+            .map(|r| r.join(folder_of(&self.ident, scope)));
+        if let (Some(w), Some(dir)) = (&self.writer, dir) {
             let job = writer::WriteJob {
                 ident: self.ident.clone(),
+                dir,
                 tokens,
                 state,
                 stats: self.stats.clone(),

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use super::{common_prefix, Hit};
 
 struct RamEntry {
+    /// Who may restore it ([`super::PromptCache::lookup`]'s scope).
+    scope: u64,
     tokens: Arc<[i32]>,
     state: Arc<Vec<u8>>,
     last_use: u64,
@@ -39,12 +41,14 @@ impl RamTier {
         }
     }
 
-    /// The entry sharing the longest prefix with `prompt` (marked used).
-    pub(super) fn best(&mut self, prompt: &[i32]) -> Option<Hit> {
+    /// The entry of `scope` sharing the longest prefix with `prompt`
+    /// (marked used); another scope's entries are never looked at.
+    pub(super) fn best(&mut self, scope: u64, prompt: &[i32]) -> Option<Hit> {
         self.clock += 1;
         let e = self
             .entries
             .iter_mut()
+            .filter(|e| e.scope == scope)
             .max_by_key(|e| common_prefix(&e.tokens, prompt))?;
         e.last_use = self.clock;
         Some(Hit {
@@ -56,13 +60,14 @@ impl RamTier {
 
     /// Keep `state` (false: bigger than the whole budget, or an entry
     /// already covers its tokens). Evicts the least recently used to fit.
-    pub(super) fn insert(&mut self, tokens: Arc<[i32]>, state: Arc<Vec<u8>>) -> bool {
+    pub(super) fn insert(&mut self, scope: u64, tokens: Arc<[i32]>, state: Arc<Vec<u8>>) -> bool {
         let bytes = entry_bytes(&tokens, &state);
-        let covered = |e: &RamEntry| e.tokens.starts_with(&tokens);
+        let covered = |e: &RamEntry| e.scope == scope && e.tokens.starts_with(&tokens);
         if bytes > self.budget_bytes || self.entries.iter().any(covered) {
             return false;
         }
-        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        self.entries
+            .retain(|e| e.scope != scope || !tokens.starts_with(&e.tokens));
         self.used_bytes = self.entries.iter().map(RamEntry::bytes).sum();
         while self.used_bytes + bytes > self.budget_bytes {
             let Some(oldest) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_use)
@@ -73,6 +78,7 @@ impl RamTier {
         }
         self.clock += 1;
         self.entries.push(RamEntry {
+            scope,
             tokens,
             state,
             last_use: self.clock,
@@ -93,7 +99,7 @@ mod tests {
     use super::*;
 
     fn put(t: &mut RamTier, tokens: &[i32], bytes: usize) -> bool {
-        t.insert(tokens.into(), Arc::new(vec![0; bytes]))
+        t.insert(0, tokens.into(), Arc::new(vec![0; bytes]))
     }
 
     #[test]
@@ -101,9 +107,9 @@ mod tests {
         let mut t = RamTier::new(1 << 20);
         put(&mut t, &[1, 2, 3], 10);
         put(&mut t, &[1, 5, 6, 7], 10);
-        let h = t.best(&[1, 2, 3, 4]).unwrap();
+        let h = t.best(0, &[1, 2, 3, 4]).unwrap();
         assert_eq!((&*h.tokens, h.common), (&[1, 2, 3][..], 3));
-        assert_eq!(t.best(&[1, 5, 9]).unwrap().common, 2);
+        assert_eq!(t.best(0, &[1, 5, 9]).unwrap().common, 2);
     }
 
     #[test]
@@ -113,7 +119,7 @@ mod tests {
         put(&mut t, &[1], 100);
         put(&mut t, &[2], 100);
         put(&mut t, &[3], 100);
-        t.best(&[1]);
+        t.best(0, &[1]);
         put(&mut t, &[4], 100);
         assert_eq!(t.held(), vec![vec![1], vec![3], vec![4]]);
         assert!(!put(&mut t, &[5], 400), "bigger than the budget");
@@ -127,5 +133,22 @@ mod tests {
         put(&mut t, &[1, 2, 3], 10);
         assert_eq!(t.held(), vec![vec![1, 2, 3]]);
         assert!(!put(&mut t, &[1, 2], 10));
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    /// Issue 64, finding 8: another scope's entry is never a hit, and one
+    /// scope's longer entry does not replace another's shorter one.
+    #[test]
+    fn a_scope_sees_only_its_own_entries() {
+        let mut t = RamTier::new(1 << 20);
+        assert!(t.insert(1, [1, 2, 3].into(), Arc::new(vec![0; 10])));
+        assert!(t.best(2, &[1, 2, 3, 4]).is_none());
+        assert!(t.insert(2, [1, 2, 3, 4].into(), Arc::new(vec![0; 10])));
+        assert_eq!(t.best(1, &[1, 2, 3, 4]).unwrap().common, 3);
+        assert_eq!(t.best(2, &[1, 2, 3, 4]).unwrap().common, 4);
     }
 }

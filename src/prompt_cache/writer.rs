@@ -3,7 +3,8 @@
 //! each written beside its place and renamed into it after making room under
 //! the cap; stopped by a message, then joined within a deadline.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +20,8 @@ pub(super) const WRITE_QUEUE_CAPACITY: usize = 2;
 
 pub(super) struct WriteJob {
     pub(super) ident: Ident,
+    /// The folder of its scope (made and marked on first use).
+    pub(super) dir: PathBuf,
     pub(super) tokens: Arc<[i32]>,
     pub(super) state: Arc<Vec<u8>>,
     pub(super) stats: Arc<Stats>,
@@ -36,12 +39,12 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Start the thread writing into `dir` under `root`'s cap.
-    pub(super) fn start(root: PathBuf, dir: PathBuf, cap_bytes: u64) -> std::io::Result<Self> {
+    /// Start the thread writing into folders under `root`, within its cap.
+    pub(super) fn start(root: PathBuf, cap_bytes: u64) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded(WRITE_QUEUE_CAPACITY);
         let handle = std::thread::Builder::new()
             .name("bmoe-pcache-writer".into())
-            .spawn(move || run(&rx, root, DiskIndex::new(dir), cap_bytes))?;
+            .spawn(move || run(&rx, root, cap_bytes))?;
         Ok(Self { tx, handle })
     }
 
@@ -74,10 +77,23 @@ impl Writer {
     }
 }
 
-fn run(rx: &Receiver<Msg>, root: PathBuf, mut index: DiskIndex, cap_bytes: u64) {
+fn run(rx: &Receiver<Msg>, root: PathBuf, cap_bytes: u64) {
+    let mut indexes: HashMap<PathBuf, DiskIndex> = HashMap::new();
     while let Ok(msg) = rx.recv() {
         match msg {
-            Msg::Write(job) => write(&root, &mut index, cap_bytes, &job),
+            Msg::Write(job) => {
+                if let Err(e) = super::owned::make_folder(&job.dir) {
+                    tracing::warn!(
+                        "prompt cache {}: {e}: this state is kept in RAM only",
+                        job.dir.display()
+                    );
+                    continue;
+                }
+                let index = indexes
+                    .entry(job.dir.clone())
+                    .or_insert_with(|| DiskIndex::new(job.dir.clone()));
+                write(&root, index, cap_bytes, &job)
+            }
             Msg::Stop(done) => {
                 let _ = done.send(());
                 return;
@@ -89,7 +105,7 @@ fn run(rx: &Receiver<Msg>, root: PathBuf, mut index: DiskIndex, cap_bytes: u64) 
 /// One entry to disk: skipped when a file already covers its tokens, the
 /// shorter prefixes it covers removed, room made under the cap; a failure
 /// (a full disk) is a warning.
-fn write(root: &std::path::Path, index: &mut DiskIndex, cap_bytes: u64, job: &WriteJob) {
+fn write(root: &Path, index: &mut DiskIndex, cap_bytes: u64, job: &WriteJob) {
     index.refresh(&job.ident);
     if index.covers(&job.tokens) {
         return;

@@ -100,8 +100,14 @@ pub(super) fn request_of(
         special_text: ReplySplit::of(&job.spec, template.call_format()).special_text(),
         ..Options::default()
     };
+    let scope = job.scope;
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
     sink.span = job.span;
     sink.stop = job.spec.stop;
-    Ok(Some(Request { prompt, opts, sink }))
+    Ok(Some(Request {
+        prompt,
+        opts,
+        sink,
+        scope,
+    }))
 }

@@ -15,6 +15,7 @@ mod responses;
 mod routes;
 mod sink;
 pub mod supervisor;
+mod tenant;
 mod tool_names;
 mod tools;
 mod worker;
@@ -28,6 +29,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::engine::{EngineError, RunConfig};
+pub use tenant::CacheScope;
 pub(crate) use worker::ModelReady;
 
 /// How long in-flight requests get to finish after SIGINT/SIGTERM.
@@ -64,7 +66,10 @@ pub struct ServeConfig {
     pub queue: usize,
     /// Requests decoded together.
     pub parallel: usize,
-    pub api_key: Option<String>,
+    /// `--api-key`s (none: no key asked); each is a tenant of its own.
+    pub api_keys: Vec<String>,
+    /// `--prompt-cache-scope`: tenants within a key.
+    pub cache_scope: CacheScope,
     pub body_limit_bytes: usize,
     /// The sampler settings requests start from (`bmoe serve --temp ...`).
     pub defaults: SamplingParams,
@@ -102,7 +107,8 @@ pub fn serve(
         model_id: served_names[0].clone(),
         served_names,
         defaults: cfg.defaults.clone(),
-        api_key: cfg.api_key.clone(),
+        api_keys: cfg.api_keys.clone(),
+        cache_scope: cfg.cache_scope,
         body_limit_bytes: cfg.body_limit_bytes,
         next_id: Default::default(),
         run_id: run_id(),

@@ -55,27 +55,33 @@ impl Hook {
         }
     }
 
-    /// Put the longest cached prefix of `prompt` into the sequence it will
-    /// run in; a state llama.cpp refuses is a warning and a plain prefill.
-    pub(crate) fn restore<S>(&mut self, ctx: &mut Context, multi: &mut Multi<S>, prompt: &[Token])
-    where
+    /// Put the longest cached prefix of `prompt` that `scope` may reuse
+    /// into the sequence it will run in; a state llama.cpp refuses is a
+    /// warning and a plain prefill.
+    pub(crate) fn restore<S>(
+        &mut self,
+        ctx: &mut Context,
+        multi: &mut Multi<S>,
+        prompt: &[Token],
+        scope: u64,
+    ) where
         S: crate::generate::GenerationSink,
     {
-        let Some((seq, held)) = multi.target(prompt) else {
+        let Some((seq, held)) = multi.target(prompt, scope) else {
             return;
         };
         self.restored[seq as usize] = 0;
-        let Some(hit) = self.cache.lookup(prompt, held, MIN_RESTORE_TOKENS) else {
+        let Some(hit) = self.cache.lookup(scope, prompt, held, MIN_RESTORE_TOKENS) else {
             return;
         };
         match ctx.set_seq_state(seq, &hit.state) {
             Ok(()) => {
-                multi.set_held(seq, hit.tokens.to_vec());
+                multi.set_held(seq, hit.tokens.to_vec(), scope);
                 self.restored[seq as usize] = hit.common.min(prompt.len() - 1).saturating_sub(held);
             }
             Err(e) => {
                 tracing::warn!("prompt cache: {e}; the prompt is prefilled instead");
-                multi.set_held(seq, Vec::new());
+                multi.set_held(seq, Vec::new(), scope);
             }
         }
         self.count_bytes();
@@ -95,7 +101,7 @@ impl Hook {
         let held = multi.held(seq);
         if held.len() >= MIN_SAVE_TOKENS {
             match ctx.seq_state(seq) {
-                Ok(state) => self.cache.save(held.to_vec(), state),
+                Ok(state) => self.cache.save(multi.scope(seq), held.to_vec(), state),
                 Err(e) => tracing::warn!("prompt cache: {e}; this prompt is not kept"),
             }
         }

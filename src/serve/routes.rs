@@ -23,6 +23,7 @@ use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
 use super::metrics as m;
 use super::responses;
+use super::tenant;
 use super::tools::{chat_deltas, ReplySplit, Shown};
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
 
@@ -141,28 +142,41 @@ fn cors() -> tower_http::cors::CorsLayer {
 }
 
 /// `--api-key`: a bearer token or an `x-api-key` header (Anthropic's) equal
-/// to the key (compared in constant time).
+/// to one of the keys (each compared in constant time); the handler runs as
+/// that key's tenant (`tenant.rs`).
 async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response {
-    if let Some(key) = app.api_key.as_deref() {
-        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-        let bearer = header(header::AUTHORIZATION.as_str()).and_then(bearer_token);
-        let given = [bearer, header(X_API_KEY)];
+    if app.api_keys.is_empty() {
+        return next.run(req).await;
+    }
+    let Some(tenant) = tenant_asking(&app.api_keys, &req) else {
+        m::request("auth", 401);
+        let e = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "missing or wrong API key: send Authorization: Bearer <one of the server's --api-key> (or x-api-key: <it>)",
+        );
+        if req.uri().path().starts_with(anthropic::MESSAGES) {
+            return anthropic::error_response(e);
+        }
+        return e.into_response();
+    };
+    tenant::serve_as(tenant, next.run(req)).await
+}
+
+/// The tenant of the key `req` gives (None: none of `keys`).
+fn tenant_asking(keys: &[String], req: &Request) -> Option<u64> {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let bearer = header(header::AUTHORIZATION.as_str()).and_then(bearer_token);
+    let given = [bearer, header(X_API_KEY)];
+    let mut tenant = None;
+    for key in keys {
         let matches =
             |g: &Option<&str>| bool::from(g.unwrap_or("").as_bytes().ct_eq(key.as_bytes()));
-        if !given.iter().any(matches) {
-            m::request("auth", 401);
-            let e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "missing or wrong API key: send Authorization: Bearer <the server's --api-key> (or x-api-key: <it>)",
-            );
-            if req.uri().path().starts_with(anthropic::MESSAGES) {
-                return anthropic::error_response(e);
-            }
-            return e.into_response();
+        if given.iter().any(matches) {
+            tenant = Some(tenant::tenant_of(key));
         }
     }
-    next.run(req).await
+    tenant
 }
 
 /// The token of an `Authorization: Bearer TOKEN` value (the scheme's case
@@ -298,7 +312,14 @@ pub(super) async fn start_job(
     spec.max_tokens.get_or_insert(app.default_max_tokens);
     let (tx, mut rx) = mpsc::channel(EVENT_CAPACITY);
     let span = tracing::Span::current();
-    app.jobs.try_send(Job { spec, events: tx, span }).map_err(|e| match e {
+    let scope = tenant::scope_of(app.cache_scope, &spec.requester);
+    let job = Job {
+        spec,
+        events: tx,
+        span,
+        scope,
+    };
+    app.jobs.try_send(job).map_err(|e| match e {
         crossbeam_channel::TrySendError::Full(_) => {
             m::rejected();
             ApiError::new(

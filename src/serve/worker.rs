@@ -35,6 +35,9 @@ pub(crate) struct Job {
     /// The request's span (method, path): the engine thread's log of the job
     /// is said inside it.
     pub(crate) span: tracing::Span,
+    /// Whose cached prefixes it may reuse (its tenant, `routes::scope_of`):
+    /// never another scope's, in a KV sequence or in the prompt cache.
+    pub(crate) scope: u64,
 }
 
 /// What a job reports to its request, in order: `Started` or `Failed` first.
@@ -299,7 +302,7 @@ fn admit_jobs(
         };
         let (ctx, _) = session.context();
         if let Some(h) = hook.as_mut() {
-            h.restore(ctx, multi, &request.prompt);
+            h.restore(ctx, multi, &request.prompt, request.scope);
         }
         if let Err(refused) = multi.admit(ctx, request) {
             let (e, req) = *refused;
@@ -397,7 +400,10 @@ pub(crate) struct Shared {
     /// The names `/v1/models` lists (`--served-name`, else the file's stem).
     pub(crate) served_names: Vec<String>,
     pub(crate) defaults: bmoe_decode::sampling::SamplingParams,
-    pub(crate) api_key: Option<String>,
+    /// `--api-key`s (none: no key asked); each is a tenant of its own.
+    pub(crate) api_keys: Vec<String>,
+    /// `--prompt-cache-scope`: tenants within a key.
+    pub(crate) cache_scope: super::tenant::CacheScope,
     pub(crate) body_limit_bytes: usize,
     pub(crate) next_id: std::sync::atomic::AtomicU64,
     /// This run's random part of every response id (ids stay unique across
