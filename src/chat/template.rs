@@ -114,6 +114,19 @@ pub struct ChatTemplate {
     now: Option<Now>,
 }
 
+/// The most bytes of a rendered prompt the debug log shows.
+const PROMPT_LOG_MAX_BYTES: usize = 16 * 1024;
+
+/// The start of `text` the log shows: at most [`PROMPT_LOG_MAX_BYTES`], cut
+/// at a character's boundary.
+fn log_head(text: &str) -> &str {
+    let mut end = text.len().min(PROMPT_LOG_MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 impl ChatTemplate {
     /// The model's template, or `source` instead when given.
     pub fn of(model: &Model, source: Option<&str>) -> Self {
@@ -168,11 +181,19 @@ impl ChatTemplate {
         } else {
             self.render_any(model, input, cancelled)?
         };
-        tracing::debug!(
-            "chat prompt ({}):\n{}",
-            rendered.source.describe(),
-            rendered.text
-        );
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let head = log_head(&rendered.text);
+            tracing::debug!(
+                "chat prompt ({}, {} bytes{}):\n{head}",
+                rendered.source.describe(),
+                rendered.text.len(),
+                if head.len() < rendered.text.len() {
+                    ", its first 16 KiB shown"
+                } else {
+                    ""
+                }
+            );
+        }
         Ok(rendered)
     }
 

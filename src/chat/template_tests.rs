@@ -107,3 +107,14 @@ fn only_a_last_assistant_message_without_calls_is_continued() {
     assert!(!continues_last(&[Message::new("user", "hi"), call]));
     assert!(!continues_last(&[]));
 }
+
+/// Issue 64, finding 9: `-v` shows at most 16 KiB of a rendered prompt,
+/// cut at a character's boundary.
+#[test]
+fn the_log_shows_a_prompts_first_16_kib() {
+    let long = "é".repeat(20_000);
+    let head = super::log_head(&long);
+    assert!(head.len() <= 16 * 1024 && head.len() > 16 * 1024 - 2);
+    assert!(long.starts_with(head));
+    assert_eq!(super::log_head("short"), "short");
+}

@@ -26,6 +26,8 @@ pub(crate) struct ApiError {
     pub(crate) kind: &'static str,
     /// The request field at fault, if one is.
     pub(crate) param: Option<&'static str>,
+    /// OpenAI's machine-readable `code` (None: the status, as text).
+    pub(crate) code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -35,7 +37,36 @@ impl ApiError {
             message: message.into(),
             kind: "invalid_request_error",
             param,
+            code: None,
         }
+    }
+
+    /// A prompt longer than the context: 400 in the words clients act on
+    /// (Anthropic's `prompt is too long: N tokens > M maximum`, OpenAI's
+    /// code `context_length_exceeded`), so an agent compacts its history.
+    pub(crate) fn over_context(prompt_tokens: usize, n_ctx: usize) -> Self {
+        Self {
+            code: Some("context_length_exceeded"),
+            ..Self::invalid(
+                Some("messages"),
+                format!(
+                    "prompt is too long: {prompt_tokens} tokens > {} maximum (the server's -c {n_ctx} \
+                     holds the prompt and at least one reply token): shorten the conversation, or \
+                     restart the server with a larger -c",
+                    n_ctx.saturating_sub(1)
+                ),
+            )
+        }
+    }
+
+    /// This error as the Responses route names its fields (`input` for the
+    /// chat routes' `messages`).
+    pub(crate) fn for_responses(self) -> Self {
+        let param = match self.param {
+            Some("messages") => Some("input"),
+            p => p,
+        };
+        Self { param, ..self }
     }
 
     pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
@@ -44,6 +75,7 @@ impl ApiError {
             message: message.into(),
             kind,
             param: None,
+            code: None,
         }
     }
 
@@ -52,7 +84,7 @@ impl ApiError {
             "message": self.message,
             "type": self.kind,
             "param": self.param,
-            "code": self.status.as_u16().to_string(),
+            "code": self.code.map_or_else(|| self.status.as_u16().to_string(), str::to_string),
         }})
     }
 }

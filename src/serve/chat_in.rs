@@ -226,6 +226,10 @@ fn check_choice(c: &Value, tools: Option<&Value>) -> Result<Option<ToolChoice>, 
         return match word {
             "none" => Ok(None),
             "auto" => Ok(Some(ToolChoice::Auto)),
+            "required" if tools.and_then(Value::as_array).is_none_or(Vec::is_empty) => Err(bad(
+                "tool_choice",
+                "tool_choice \"required\" needs tools to call: give the request's tools, or leave tool_choice out".into(),
+            )),
             "required" => Ok(Some(ToolChoice::Required)),
             _ => Err(bad(
                 "tool_choice",
@@ -319,6 +323,12 @@ mod tests {
         let unknown = json!({"type": "function", "function": {"name": "nope"}});
         assert_eq!(tools_of(unknown), Err(Some("tool_choice")));
         assert_eq!(tools_of(json!("sometimes")), Err(Some("tool_choice")));
+        // Issue 64, finding 9: "required" with no tools is a 400 (OpenAI's).
+        let required = chat(json!({"messages": m, "tool_choice": "required"}));
+        assert_eq!(
+            required.map(drop).map_err(|e| e.param),
+            Err(Some("tool_choice"))
+        );
         assert_eq!(tools_of(json!(3)), Err(Some("tool_choice")));
     }
 

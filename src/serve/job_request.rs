@@ -49,14 +49,7 @@ pub(super) fn request_of(
     }
     let n_ctx = session.n_ctx() as usize;
     if prompt.len() >= n_ctx {
-        let e = ApiError::invalid(
-            Some("messages"),
-            format!(
-                "the prompt has {} tokens but the context holds {n_ctx} (prompt and reply together): shorten it, or restart the server with a larger -c",
-                prompt.len()
-            ),
-        );
-        return Err((e, job.events));
+        return Err((ApiError::over_context(prompt.len(), n_ctx), job.events));
     }
     let grammar = match Constraint::grammar(&job.spec, template.call_format()) {
         Ok(g) if reasoning_open => g.map(crate::chat::tool_grammar::after_open_reasoning),

@@ -22,7 +22,7 @@ use super::sink::JobSink;
 use super::ServeError;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{Finished, Generation, Multi, StopReason};
+use crate::generate::{Finished, GenerateError, Generation, Multi, StopReason};
 use crate::llama::Model;
 
 /// Events a job sends back to its request before it is done.
@@ -306,7 +306,13 @@ fn admit_jobs(
         }
         if let Err(refused) = multi.admit(ctx, request) {
             let (e, req) = *refused;
-            let e = ApiError::invalid(Some("messages"), e.to_string());
+            let e = match e {
+                GenerateError::PromptTooLong {
+                    prompt_tokens,
+                    n_ctx,
+                } => ApiError::over_context(prompt_tokens, n_ctx as usize),
+                e => ApiError::invalid(Some("messages"), e.to_string()),
+            };
             req.sink.finish(Event::Failed(e));
         }
     }
@@ -333,7 +339,8 @@ fn complete(session: &mut Session, f: Finished<JobSink>, restored: usize) {
         metrics: DecodeMetrics::default(),
         ..figures.clone()
     });
-    if sink.gone() {
+    let gone = sink.gone();
+    if gone {
         m::cancelled();
     }
     let finish_reason = match g.stop {
@@ -365,11 +372,22 @@ fn complete(session: &mut Session, f: Finished<JobSink>, restored: usize) {
         generated_tokens = done.completion_tokens,
         first_token_ms = sink.first_text_ms(),
         total_ms = sink.t0.elapsed().as_millis() as u64,
-        finish = done.finish_reason,
+        finish = logged_finish(gone, g.stop, done.finish_reason),
         "request answered"
     );
     drop(_in_request);
     sink.finish(Event::Done(Box::new(done)));
+}
+
+/// What the log says ended a job: the reply's `finish_reason`, unless the
+/// client left ("client_gone") or the server stopped it ("interrupted"),
+/// which the reply itself can only call "length".
+fn logged_finish(gone: bool, stop: StopReason, finish_reason: &'static str) -> &'static str {
+    match (gone, stop) {
+        (true, _) => "client_gone",
+        (false, StopReason::Interrupted) => "interrupted",
+        _ => finish_reason,
+    }
 }
 
 /// The stop string that ended `g`, if one did: the earliest in what its

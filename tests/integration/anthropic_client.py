@@ -5,6 +5,7 @@ a tool conversation, and errors raised as the client's own types (a wrong
 key, bad requests). Exits non-zero on failure."""
 
 import json
+import re
 import sys
 import urllib.request
 
@@ -162,5 +163,15 @@ try:
     raise AssertionError("the batches API answered")
 except anthropic.NotFoundError as e:
     assert e.body["type"] == "error" and e.body["error"]["type"] == "not_found_error", e.body
+
+# A conversation past the server's -c 512: Anthropic's own words for it.
+try:
+    client.messages.create(
+        model=model, max_tokens=2, messages=[{"role": "user", "content": "word " * 700}]
+    )
+    raise AssertionError("a prompt past the context was answered")
+except anthropic.BadRequestError as e:
+    assert e.body["error"]["type"] == "invalid_request_error", e.body
+    assert re.match(r"prompt is too long: \d+ tokens > \d+ maximum", e.body["error"]["message"]), e.body
 
 print("anthropic client: ok")

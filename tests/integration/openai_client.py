@@ -160,4 +160,14 @@ try:
 except openai.BadRequestError as e:
     assert e.status_code == 400 and "messages" in str(e), e
 
+# A conversation past the server's -c 512: the code clients compact on.
+try:
+    client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "word " * 700}], max_tokens=2
+    )
+    raise AssertionError("a prompt past the context was answered")
+except openai.BadRequestError as e:
+    assert e.code == "context_length_exceeded" and e.param == "messages", (e, e.code)
+    assert "prompt is too long" in str(e), e
+
 print("openai client: ok")

@@ -96,7 +96,7 @@ fn expert_sets(dir: &Path) -> Vec<PathBuf> {
 
 /// The server's log lines until every one of `wanted` has been seen
 /// (within 30 s: a hang fails).
-fn log_has(s: &Server, wanted: &[&str]) -> Vec<String> {
+pub(super) fn log_has(s: &Server, wanted: &[&str]) -> Vec<String> {
     let t0 = Instant::now();
     let mut lines = Vec::new();
     let log = s.log.lock().unwrap();

@@ -134,4 +134,11 @@ for bad, param in [
     except openai.BadRequestError as e:
         assert e.status_code == 400 and e.param == param, (e, e.param)
 
+# Input past the server's -c 512: the code clients compact on, naming `input`.
+try:
+    client.responses.create(model=model, input="word " * 700, max_output_tokens=16)
+    raise AssertionError("input past the context was answered")
+except openai.BadRequestError as e:
+    assert e.code == "context_length_exceeded" and e.param == "input", (e, e.code, e.param)
+
 print("responses client: ok")

@@ -309,13 +309,10 @@ fn bad_requests_get_openai_errors_with_their_status() {
     let over_ctx = "word ".repeat(700);
     let (s, v) = server.post("/v1/completions", &completion(&over_ctx, json!({})));
     assert_eq!(s, 400);
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("context holds 512"),
-        "{v}"
-    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("prompt is too long: "), "{v}");
+    assert!(message.contains("-c 512"), "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
     let (s, capped) = server.post(
         "/v1/completions",
         &completion(PROSE, json!({"max_tokens": 100000, "stop": [" "]})),
@@ -586,4 +583,22 @@ fn a_hostile_template_gets_an_error_reply_and_sigterm_ends_its_render() {
     let status = common::wait_within(&mut server.child, 20, "bmoe serve after SIGTERM mid-render");
     assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
     assert_eq!(status.code(), Some(0));
+}
+
+/// Issue 64, finding 9: a client that leaves mid-reply is logged as gone,
+/// not as `finish="length"` (a reply cut by its own limit).
+#[test]
+fn a_client_that_left_is_logged_as_gone() {
+    let server = Server::start(&["-v"]);
+    let body = json!({"prompt": PROSE, "max_tokens": 400, "stream": true}).to_string();
+    let mut leaving = server.send("POST", "/v1/completions", &body, &[]);
+    let mut first = [0u8; 64];
+    leaving.read_exact(&mut first).expect("the reply's head");
+    drop(leaving);
+    let lines = super::prompt_cache::log_has(&server, &["request answered"]);
+    let answered = lines
+        .iter()
+        .find(|l| l.contains("request answered"))
+        .unwrap();
+    assert!(answered.contains("client_gone"), "{answered}");
 }

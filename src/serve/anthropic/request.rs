@@ -407,6 +407,9 @@ fn tool_choice(o: &Obj, names: &[&str]) -> Result<Option<ToolChoice>, ApiError> 
     };
     match string(c, "type", "tool_choice")? {
         "auto" => Ok(Some(ToolChoice::Auto)),
+        "any" if names.is_empty() => Err(bad(
+            "tool_choice.type \"any\" needs tools to call: give the request's tools, or leave tool_choice out",
+        )),
         "any" => Ok(Some(ToolChoice::Required)),
         "none" => Ok(None),
         "tool" => {

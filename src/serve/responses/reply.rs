@@ -55,7 +55,9 @@ pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, Ap
         top_p: req.spec.sampling.top_p,
         calls: ReplySplit::of(&req.spec, app.call_format),
     };
-    let (rx, started) = routes::start_job(app, req.spec).await?;
+    let (rx, started) = routes::start_job(app, req.spec)
+        .await
+        .map_err(ApiError::for_responses)?;
     let head = Head {
         calls: head.calls.started(app.thinks, &started),
         ..head

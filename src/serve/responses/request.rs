@@ -369,6 +369,10 @@ fn tool_choice(o: &Obj, tools: &[Value]) -> Result<Option<ToolChoice>, ApiError>
         Some(Value::String(s)) => match s.as_str() {
             "none" => Ok(None),
             "auto" => Ok(Some(ToolChoice::Auto)),
+            "required" if tools.is_empty() => Err(bad(
+                "tool_choice",
+                "tool_choice \"required\" needs function tools to call: give the request's tools, or leave tool_choice out",
+            )),
             "required" => Ok(Some(ToolChoice::Required)),
             _ => Err(bad("tool_choice", format!("tool_choice {s:?}: {shape}"))),
         },
