@@ -48,6 +48,7 @@ impl PromptCacheArgs {
                 })?
                 .join("prompt-cache"),
         };
+        self.check_ram(bmoe::stream::memory::meminfo_bytes("MemTotal"))?;
         if dir.exists() && !dir.is_dir() {
             return Err(UsageError(format!(
                 "--prompt-cache {} is not a directory: give a directory, or off",
@@ -59,5 +60,43 @@ impl PromptCacheArgs {
             disk_cap_bytes: self.prompt_cache_mb * MIB,
             ram_bytes: self.prompt_cache_ram_mb * MIB,
         }))
+    }
+}
+
+impl PromptCacheArgs {
+    /// `--prompt-cache-ram-mb` within the host's memory (`total_bytes`, if
+    /// known): more would leave the expert cache nothing, silently.
+    fn check_ram(&self, total_bytes: Option<u64>) -> Result<(), UsageError> {
+        match total_bytes {
+            Some(total) if self.prompt_cache_ram_mb * MIB > total / 2 => Err(UsageError(format!(
+                "--prompt-cache-ram-mb {} is more than half of this host's memory ({} MiB): the \
+                 expert cache would be left nothing; give at most {}",
+                self.prompt_cache_ram_mb,
+                total / MIB,
+                total / 2 / MIB
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 64, finding 9: a RAM tier past half the host's memory is a
+    /// usage error (it silently left the expert cache 0 MiB).
+    #[test]
+    fn a_ram_tier_past_half_the_memory_is_refused() {
+        let args = |mb| PromptCacheArgs {
+            prompt_cache_mb: 4096,
+            prompt_cache_ram_mb: mb,
+            prompt_cache_scope: Default::default(),
+        };
+        let total = Some(16 << 30);
+        assert!(args(512).check_ram(total).is_ok());
+        let e = args(100_000_000).check_ram(total).unwrap_err();
+        assert!(e.0.contains("give at most 8192"), "{}", e.0);
+        assert!(args(100_000_000).check_ram(None).is_ok(), "unknown memory");
     }
 }

@@ -14,6 +14,8 @@ use sha2::{Digest, Sha256};
 
 use super::owned::{self, Kind, EXT, TEMP_PREFIX};
 use super::{common_prefix, entry, ident::hex, Ident};
+/// Distinct reasons a warning names, with a file each (the rest counted).
+const WARN_EXAMPLES: usize = 3;
 /// A temporary file this old was left by a process that died mid-write.
 const STALE_TEMP: Duration = Duration::from_secs(600);
 
@@ -26,6 +28,9 @@ struct Indexed {
 pub(super) struct DiskIndex {
     dir: PathBuf,
     files: HashMap<PathBuf, Indexed>,
+    /// Whether this index says when it finds damaged or foreign files (one
+    /// of the two indexes over a folder does: the lookup's, not the writer's).
+    warns: bool,
 }
 
 impl DiskIndex {
@@ -33,6 +38,15 @@ impl DiskIndex {
         Self {
             dir,
             files: HashMap::new(),
+            warns: true,
+        }
+    }
+
+    /// An index that never warns (the writer's: the lookup's says it).
+    pub(super) fn quiet(dir: PathBuf) -> Self {
+        Self {
+            warns: false,
+            ..Self::new(dir)
         }
     }
 
@@ -43,13 +57,15 @@ impl DiskIndex {
         self.dir.join(format!("{}.{EXT}", hex(&h.finalize()[..16])))
     }
 
-    /// Re-read the directory: new or changed files' heads are read (a
-    /// damaged or foreign one is warned about once), gone ones dropped.
+    /// Re-read the directory: new or changed files' heads are read (the
+    /// damaged or foreign ones said in one warning a refresh), gone ones
+    /// dropped.
     pub(super) fn refresh(&mut self, want: &Ident) {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
         let mut seen = HashMap::new();
+        let mut refused: Vec<(PathBuf, String)> = Vec::new();
         for e in rd.flatten() {
             if owned::kind_of(&e) != Some(Kind::Entry) {
                 continue;
@@ -60,12 +76,18 @@ impl DiskIndex {
             let known = self.files.remove(&path).filter(|i| i.len == len);
             let tokens = match known {
                 Some(i) => i.tokens,
-                None => head_tokens(&path, want),
+                None => head_tokens(&path, want).unwrap_or_else(|why| {
+                    refused.push((path.clone(), why));
+                    Vec::new()
+                }),
             };
             let i = Indexed { len, tokens };
             seen.insert(path, i);
         }
         self.files = seen;
+        if self.warns {
+            warn_refused(&self.dir, &refused);
+        }
     }
 
     /// The file sharing the longest prefix with `prompt`, longer than `floor`.
@@ -114,36 +136,51 @@ impl DiskIndex {
     }
 }
 
-/// The tokens in the head of `path` (empty, with a warning, when the head is
-/// damaged or the file was written for another ident).
-fn head_tokens(path: &Path, want: &Ident) -> Vec<i32> {
-    let read = crate::user_file::open_regular(path)
-        .map_err(|e| e.to_string())
-        .and_then(|f| entry::read_head(&mut BufReader::new(f)));
-    match read {
-        Ok((ident, tokens)) => match want.differs(&ident) {
-            None => tokens,
-            Some(d) => {
-                tracing::warn!(
-                    "prompt cache file {} was written for {d}: ignored",
-                    path.display()
-                );
-                Vec::new()
-            }
-        },
-        Err(d) => {
-            tracing::warn!(
-                "prompt cache file {} is damaged ({d}): ignored",
-                path.display()
-            );
-            Vec::new()
+/// One warning for the files of `dir` a refresh refused (a file named for
+/// each distinct reason, the first few; the rest counted).
+fn warn_refused(dir: &Path, refused: &[(PathBuf, String)]) {
+    if refused.is_empty() {
+        return;
+    }
+    // One file for each distinct reason, the first few.
+    let mut shown: Vec<String> = Vec::new();
+    let mut reasons: Vec<&str> = Vec::new();
+    for (p, why) in refused {
+        if reasons.len() < WARN_EXAMPLES && !reasons.contains(&why.as_str()) {
+            reasons.push(why);
+            shown.push(format!("{}: {why}", p.display()));
         }
+    }
+    tracing::warn!(
+        "prompt cache: {} file(s) in {} ignored, damaged or written for another model, \
+             context or bmoe ({}{})",
+        refused.len(),
+        dir.display(),
+        shown.join("; "),
+        if refused.len() > shown.len() {
+            "; ..."
+        } else {
+            ""
+        }
+    );
+}
+
+/// The tokens in the head of `path`, or why it is not one of this ident's
+/// entries (damaged, or written for another ident).
+fn head_tokens(path: &Path, want: &Ident) -> Result<Vec<i32>, String> {
+    let (ident, tokens) = crate::user_file::open_regular(path)
+        .map_err(|e| e.to_string())
+        .and_then(|f| entry::read_head(&mut BufReader::new(f)))
+        .map_err(|d| format!("damaged: {d}"))?;
+    match want.differs(&ident) {
+        None => Ok(tokens),
+        Some(d) => Err(format!("written for {d}")),
     }
 }
 
 /// Mark `path` as just used (its mtime is the LRU order; best effort).
 pub(super) fn touch(path: &Path) {
-    if let Ok(f) = std::fs::File::open(path) {
+    if let Ok(f) = crate::user_file::open_regular(path) {
         let _ = f.set_modified(SystemTime::now());
     }
 }

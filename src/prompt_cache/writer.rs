@@ -91,7 +91,7 @@ fn run(rx: &Receiver<Msg>, root: PathBuf, cap_bytes: u64) {
                 }
                 let index = indexes
                     .entry(job.dir.clone())
-                    .or_insert_with(|| DiskIndex::new(job.dir.clone()));
+                    .or_insert_with(|| DiskIndex::quiet(job.dir.clone()));
                 write(&root, index, cap_bytes, &job)
             }
             Msg::Stop(done) => {

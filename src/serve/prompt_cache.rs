@@ -30,6 +30,28 @@ pub(crate) struct Hook {
     restored: Vec<usize>,
 }
 
+/// The cache on `cfg`'s directory, or in RAM alone (a warning) when the
+/// directory cannot be used (read-only, not a folder): a RAM tier does not
+/// need it. The directory in use comes back beside it.
+fn open_or_ram_only(
+    cfg: &prompt_cache::Config,
+    id: prompt_cache::Ident,
+) -> Result<(PromptCache, Option<std::path::PathBuf>), String> {
+    match PromptCache::open(cfg, id.clone()) {
+        Ok(cache) => Ok((cache, cfg.dir.clone())),
+        Err(e) if cfg.dir.is_some() && cfg.ram_bytes > 0 => {
+            tracing::warn!("{e}: the prompt cache keeps states in RAM only");
+            let ram = prompt_cache::Config {
+                dir: None,
+                ..cfg.clone()
+            };
+            let cache = PromptCache::open(&ram, id).map_err(|e| e.to_string())?;
+            Ok((cache, None))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl Hook {
     /// Open the cache (None, with a warning, when it cannot be: serving
     /// goes on without it).
@@ -41,11 +63,11 @@ impl Hook {
     ) -> Option<Self> {
         let opened = ident_of(run, n_ctx)
             .map_err(|e| format!("cannot read {}: {e}", run.model.display()))
-            .and_then(|id| PromptCache::open(cfg, id).map_err(|e| e.to_string()));
+            .and_then(|id| open_or_ram_only(cfg, id));
         match opened {
-            Ok(cache) => Some(Self {
+            Ok((cache, root)) => Some(Self {
                 cache,
-                root: cfg.dir.clone(),
+                root,
                 restored: vec![0; n_seq],
             }),
             Err(e) => {

@@ -187,11 +187,21 @@ fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
     flipped[mid] ^= 0x10;
     std::fs::write(folder.join("flip.bpc"), flipped).unwrap();
     std::fs::remove_file(good).unwrap();
+    // Finding 9: many foreign files are one warning, not one (or two) each.
+    for i in 0..40 {
+        write_entry(
+            &folder.join(format!("junk{i}.bpc")),
+            &other_model,
+            &[i],
+            &[0],
+        )
+        .unwrap();
+    }
 
     let b = start(dir.path(), &[]);
     let (text, _, cached) = ask(&b, &first);
     assert_eq!((text, cached), (reply, 0), "a plain prefill's reply");
-    log_has(
+    let lines = log_has(
         &b,
         &[
             "another model",
@@ -200,6 +210,13 @@ fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
             "truncated",
         ],
     );
+    assert!(b.terminate(30).success());
+    let summaries = lines
+        .iter()
+        .filter(|l| l.contains("ignored, damaged"))
+        .count();
+    assert_eq!(summaries, 1, "{lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("42 file(s)")), "{lines:#?}");
 }
 
 #[test]
@@ -544,4 +561,22 @@ fn one_keys_prompts_are_never_reused_for_another_key() {
         "ann's, another user"
     );
     assert!(cached_as(&s, "key-of-ann", "ann", &other) > 0);
+}
+
+/// Issue 64, finding 9: a cache directory that cannot be made keeps the RAM
+/// tier (a read-only one turned the whole cache off).
+#[test]
+fn an_unusable_directory_keeps_the_ram_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let s = start(&file.join("cache"), &["-v"]);
+    let a = conversation(&["Will it snow in Grenoble this weekend?"]);
+    let b = conversation(&["How warm is the sea in Marseille in June?"]);
+    ask(&s, &a);
+    ask(&s, &b);
+    let (_, _, cached) = ask(&s, &a);
+    assert!(cached > 0, "restored from RAM");
+    assert!(metric(&s, "bmoe_prompt_tokens_restored_total") > 0);
+    log_has(&s, &["keeps states in RAM only"]);
 }
