@@ -213,6 +213,15 @@ impl ChatTemplate {
                     ..*input
                 }
             }
+            // Earlier calls and results without tools offered: still text
+            // the model reads (such a template drops them).
+            None if !self.reads_tools() && tool_prompt::has_calls(input.messages) => {
+                described = tool_prompt::inline_calls(input.messages);
+                &ChatInput {
+                    messages: &described,
+                    ..*input
+                }
+            }
             _ => input,
         };
         match self.source.as_deref() {

@@ -32,6 +32,20 @@ pub(crate) fn describe(messages: &[Message], tools: &Value) -> Vec<Message> {
     out
 }
 
+/// Whether `messages` hold calls or their results (which a template that
+/// knows no tools would drop).
+pub(crate) fn has_calls(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .any(|m| m.role == "tool" || m.extra.contains_key("tool_calls"))
+}
+
+/// `messages` with calls and results written as text, no tools described
+/// (a conversation that made calls, sent without its tools).
+pub(crate) fn inline_calls(messages: &[Message]) -> Vec<Message> {
+    messages.iter().map(inline).collect()
+}
+
 /// The system message's tool section.
 fn instructions(tools: &Value) -> String {
     let list: Vec<String> = tools
@@ -73,6 +87,23 @@ fn inline(m: &Message) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 64, finding 9: calls sent without tools stay in the prompt.
+    #[test]
+    fn calls_without_tools_are_text_too() {
+        let mut call = Message::new("assistant", "");
+        call.extra.insert(
+            "tool_calls".into(),
+            serde_json::json!([{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]),
+        );
+        let msgs = [Message::new("user", "Hi"), call, Message::new("tool", "18C")];
+        assert!(has_calls(&msgs) && !has_calls(&msgs[..1]));
+        let out = inline_calls(&msgs);
+        assert_eq!(out.len(), 3, "no tool section added");
+        assert!(out[1].content.contains("get_weather"), "{}", out[1].content);
+        assert!(out[2].content.contains("18C") && out[2].role == "user");
+    }
 
     #[test]
     fn tools_calls_and_results_become_text() {

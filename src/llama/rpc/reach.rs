@@ -20,6 +20,26 @@ const CMD_HELLO: u8 = 14;
 const CAPS_BYTES: usize = 24;
 const ANSWER_BYTES: u64 = 4 + CAPS_BYTES as u64;
 
+/// A greeting's answer longer than this is not one: the host is not a ggml
+/// RPC server (its first bytes read as a length would be huge).
+const MAX_PLAUSIBLE_ANSWER_BYTES: u64 = 4096;
+
+/// What a host that answered the greeting with something else said, in
+/// words: its first bytes as text where they are printable.
+fn not_rpc(first: &[u8; 8]) -> String {
+    let shown: String = first
+        .iter()
+        .map(|&b| match b {
+            0x20..=0x7e => b as char,
+            _ => '.',
+        })
+        .collect();
+    format!(
+        "it answered the RPC greeting with something else (its first bytes: {shown:?}): not a \
+         llama.cpp RPC server (bmoe rpc-server or ggml's rpc-server), or another program on that port"
+    )
+}
+
 /// `HOST:PORT` to the IPv4 address ggml's transport would use (it speaks
 /// IPv4 only and splits at the first colon).
 pub fn resolve(endpoint: &str) -> Result<SocketAddrV4, RpcError> {
@@ -73,11 +93,15 @@ pub fn greet(endpoint: &str, addr: SocketAddrV4, timeout: Duration) -> Result<()
     s.write_all(&hello).map_err(silent)?;
     let mut size = [0u8; 8];
     s.read_exact(&mut size).map_err(silent)?;
+    let raw = size;
     let size = u64::from_le_bytes(size);
+    if size > MAX_PLAUSIBLE_ANSWER_BYTES {
+        return Err(unreachable(not_rpc(&raw)));
+    }
     if size != ANSWER_BYTES {
         return Err(RpcError::Version {
             endpoint: endpoint.to_string(),
-            theirs: format!("another (a {size}-byte greeting)"),
+            theirs: format!("another (its greeting's answer is {size} bytes, protocol 7's {ANSWER_BYTES})"),
             ours: PROTOCOL_VERSION,
         });
     }
@@ -121,6 +145,26 @@ mod tests {
         }
         let e = resolve("no-such-host.invalid:80").unwrap_err();
         assert!(matches!(e, RpcError::Unreachable { .. }), "{e}");
+    }
+
+    /// Issue 64, finding 9: garbage is "not an RPC server", not a
+    /// protocol "another" with a 19-digit greeting size.
+    #[test]
+    fn a_host_answering_garbage_is_not_an_rpc_server() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(addr) = l.local_addr().unwrap() else {
+            unreachable!()
+        };
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut hello = [0u8; 33];
+            let _ = c.read_exact(&mut hello);
+            let _ = c.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        });
+        let e = greet("h:1", addr, Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.contains("not a llama.cpp RPC server") && e.contains("HTTP/1.1"), "{e}");
+        assert!(!e.contains("byte greeting"), "{e}");
+        server.join().unwrap();
     }
 
     #[test]

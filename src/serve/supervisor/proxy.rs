@@ -108,8 +108,13 @@ pub(super) fn stream_error_event(path: &str, message: &str) -> String {
     if path.starts_with(anthropic::MESSAGES) {
         format!("event: error\ndata: {}\n\n", anthropic::error_body(&e))
     } else if path.starts_with(crate::serve::responses::RESPONSES) {
+        // An `error`, then `response.failed` as the engine's own streamer
+        // ends a failed reply (the proxy does not know the response's id).
         let v = json!({"type": "error", "code": e.kind, "message": e.message, "param": null});
-        format!("event: error\ndata: {v}\n\n")
+        let failed = json!({"type": "response.failed", "response": {
+            "object": "response", "status": "failed", "output": [],
+            "error": {"code": e.kind, "message": e.message}}});
+        format!("event: error\ndata: {v}\n\nevent: response.failed\ndata: {failed}\n\n")
     } else {
         format!("data: {}\n\n", e.body())
     }
@@ -176,6 +181,10 @@ mod tests {
         let r = stream_error_event("/v1/responses", "gone");
         assert!(r.starts_with("event: error\n"));
         assert_eq!(data(&r)["message"], "gone");
+        // Issue 64, finding 9: a Responses stream also ends response.failed.
+        let (_, last) = r.trim_end().rsplit_once("\n\n").unwrap();
+        assert!(last.starts_with("event: response.failed\n"), "{r}");
+        assert_eq!(data(last)["response"]["error"]["message"], "gone");
         let c = stream_error_event("/v1/chat/completions", "gone");
         assert!(c.starts_with("data: ") && c.ends_with("\n\n"));
         assert_eq!(data(&c)["error"]["message"], "gone");
