@@ -97,7 +97,11 @@ mod tests {
             serde_json::json!([{"id": "c1", "type": "function",
                 "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]),
         );
-        let msgs = [Message::new("user", "Hi"), call, Message::new("tool", "18C")];
+        let msgs = [
+            Message::new("user", "Hi"),
+            call,
+            Message::new("tool", "18C"),
+        ];
         assert!(has_calls(&msgs) && !has_calls(&msgs[..1]));
         let out = inline_calls(&msgs);
         assert_eq!(out.len(), 3, "no tool section added");

@@ -101,7 +101,9 @@ pub fn greet(endpoint: &str, addr: SocketAddrV4, timeout: Duration) -> Result<()
     if size != ANSWER_BYTES {
         return Err(RpcError::Version {
             endpoint: endpoint.to_string(),
-            theirs: format!("another (its greeting's answer is {size} bytes, protocol 7's {ANSWER_BYTES})"),
+            theirs: format!(
+                "another (its greeting's answer is {size} bytes, protocol 7's {ANSWER_BYTES})"
+            ),
             ours: PROTOCOL_VERSION,
         });
     }
@@ -161,8 +163,13 @@ mod tests {
             let _ = c.read_exact(&mut hello);
             let _ = c.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
         });
-        let e = greet("h:1", addr, Duration::from_secs(5)).unwrap_err().to_string();
-        assert!(e.contains("not a llama.cpp RPC server") && e.contains("HTTP/1.1"), "{e}");
+        let e = greet("h:1", addr, Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not a llama.cpp RPC server") && e.contains("HTTP/1.1"),
+            "{e}"
+        );
         assert!(!e.contains("byte greeting"), "{e}");
         server.join().unwrap();
     }
