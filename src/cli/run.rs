@@ -132,6 +132,7 @@ pub(super) fn run_config(
     cfg.sampling = sampling;
     cfg.stop = args.sampling.stop.clone();
     cfg.rpc = args.rpc.config();
+    cfg.route_from = args.route_from.clone();
     Ok(cfg)
 }
 

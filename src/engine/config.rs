@@ -178,6 +178,9 @@ pub struct RunConfig {
     pub rpc: Option<super::rpc::RpcConfig>,
     /// `bmoe run --prompt-cache FILE`: the prompt's state restored and saved.
     pub prompt_cache: Option<PathBuf>,
+    /// `--route-from TRACE`: every row's routing replaced by the trace's
+    /// (the text is meaningless by design).
+    pub route_from: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -209,6 +212,7 @@ impl RunConfig {
             stop: Vec::new(),
             rpc: None,
             prompt_cache: None,
+            route_from: None,
         }
     }
 }
@@ -234,7 +238,7 @@ impl RunConfig {
     /// Whether a knob that changes the output is on.
     pub(crate) fn lossy(&self, layout: &MoeLayout) -> bool {
         let drop = self.mode.stream().is_some_and(|sc| sc.drop_cold > 0.0);
-        drop || self.experts_used(layout) != layout.n_expert_used
+        drop || self.route_from.is_some() || self.experts_used(layout) != layout.n_expert_used
     }
 }
 
