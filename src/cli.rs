@@ -184,6 +184,11 @@ pub struct BenchArgs {
     /// in the order they run), to check that their conditions are flagged.
     #[arg(long, hide = true, value_delimiter = ',', value_name = "RUNS")]
     pub busy_neighbour: Vec<usize>,
+    /// Forced routing in every cell: each run gets `bmoe run --route-from
+    /// TRACE` (the trace's routing, so the reads and cache are a real
+    /// model's; the text is meaningless by design).
+    #[arg(long, value_name = "TRACE")]
+    pub route_from: Option<PathBuf>,
 }
 
 /// `--spec`'s draft source.

@@ -61,13 +61,14 @@ pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
         .collect()
 }
 
-/// What `bench` reads: the model, the cells file, a workload given as a
-/// prompt file.
+/// What `bench` reads: the model, the cells file, the `--route-from`
+/// trace, a workload given as a prompt file.
 pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
     let workload = Path::new(&a.workload);
     a.model
         .iter()
         .chain(a.cells.iter())
+        .chain(a.route_from.iter())
         .map(|p| p.as_path())
         .chain(workload.is_file().then_some(workload))
         .collect()
