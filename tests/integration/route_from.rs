@@ -148,3 +148,28 @@ fn a_trace_of_another_shape_or_beside_speculation_is_refused() {
         stderr(&o)
     );
 }
+
+/// A prompt in several micro-batches: those without the row that wants
+/// logits route no row through the last layer, and the trace still reads
+/// (replay, and a forced run whose own trace is the same).
+#[test]
+fn a_prompt_in_several_micro_batches_is_traced_replayed_and_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let (a, b) = (path("a.trace"), path("b.trace"));
+    let model = zoo_model("qwen3moe", "f32");
+    let prose = crate::common::PROSE;
+    let prompt = format!("{prose} {prose} {prose}");
+    let flags = ["--ubatch", "16", "--cache-mb", "50%"];
+    let err = ok(&run(
+        &model,
+        &prompt,
+        4,
+        &[&flags[..], &["--route-trace", &a]].concat(),
+    ));
+    assert!(err.contains("micro-batches of 16"), "{err}");
+    ok(&bmoe(&["replay", &a, "--cache-mb", "50%"]));
+    let forced = [&flags[..], &["--route-from", &a, "--route-trace", &b]].concat();
+    ok(&run(&model, &prompt, 4, &forced));
+    assert_eq!(records(Path::new(&b)).1, records(Path::new(&a)).1);
+}

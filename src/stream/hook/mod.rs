@@ -288,7 +288,15 @@ impl StreamHook {
     /// `--route-trace`: the routed ids of every row of the demand just served.
     fn trace_demand(&mut self, layer: u32) {
         self.rows = self.rows.max((self.ids.len() / self.k) as u32);
-        let Some(w) = self.opts.route_trace.as_mut() else {
+        // A prompt's micro-batch without the row that wants logits keeps no
+        // row through the last layer: a demand of nothing, which the format
+        // has no record for (a reader refuses 0 ids).
+        let Some(w) = self
+            .opts
+            .route_trace
+            .as_mut()
+            .filter(|_| !self.ids.is_empty())
+        else {
             return;
         };
         if let Err(e) = w.demand(layer, self.ids.iter().map(|&e| e as u32)) {
