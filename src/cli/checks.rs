@@ -340,6 +340,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn route_from_is_refused_beside_speculation_and_rpc_only() {
+        let check = |extra: &[&str]| {
+            let argv = [
+                &["bmoe", "run", "-p", "x", "--route-from", "t.trace"][..],
+                extra,
+            ]
+            .concat();
+            run_args(&crate::cli::parse_run(&argv)).map_err(|e| e.0)
+        };
+        for (flags, named) in [
+            (&["--ngram"][..], "--ngram/--mtp/--spec"),
+            (&["--spec", "ngram"][..], "--ngram/--mtp/--spec"),
+            (&["--rpc", "h:50052"][..], "--rpc"),
+        ] {
+            let e = check(flags).expect_err("refused");
+            assert!(e.contains(named) && e.contains("--route-from"), "{e}");
+        }
+        for fine in [&[][..], &["--spec", "off"][..], &["--resident"][..]] {
+            assert_eq!(check(fine), Ok(()), "{fine:?}");
+        }
+        // chat and serve take run's flags and refuse this one.
+        let a = crate::cli::parse_run(&["bmoe", "run", "--route-from", "t.trace"]);
+        let e = refuse_run_only("chat", &a, &[], "why").unwrap_err().0;
+        assert!(e.contains("--route-from"), "{e}");
+    }
+
+    #[test]
     fn an_output_that_is_an_input_by_name_symlink_or_hard_link_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = |n: &str| dir.path().join(n);
