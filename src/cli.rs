@@ -184,6 +184,11 @@ pub struct BenchArgs {
     /// in the order they run), to check that their conditions are flagged.
     #[arg(long, hide = true, value_delimiter = ',', value_name = "RUNS")]
     pub busy_neighbour: Vec<usize>,
+    /// Forced routing in every cell: each run gets `bmoe run --route-from
+    /// TRACE` (the trace's routing, so the reads and cache are a real
+    /// model's; the text is meaningless by design).
+    #[arg(long, value_name = "TRACE")]
+    pub route_from: Option<PathBuf>,
 }
 
 /// `--spec`'s draft source.
@@ -262,6 +267,13 @@ pub struct RunArgs {
     pub resident: bool,
     #[command(flatten)]
     pub stream: stream::StreamArgs,
+    /// Forced routing: at every MoE layer each row's routed experts are the
+    /// route trace's for that token (`--route-trace` or `bmoe trace import`;
+    /// prompt rows, then decodes, wrapping at its end), so the reads, stalls,
+    /// cache and compute are the traced model's. The text is meaningless by
+    /// design. Streamed or --resident; not with speculation or --rpc.
+    #[arg(long, value_name = "TRACE")]
+    pub route_from: Option<PathBuf>,
     /// Self-speculative decoding with n-gram drafts: the longest earlier match of
     /// the text's suffix proposes what followed it; the model verifies the drafts
     /// in one wider decode and keeps only tokens equal to its own argmax.
@@ -339,13 +351,14 @@ pub struct ProbeArgs {
 
 /// The flags of `run` that `chat` and `serve` take from it but refuse
 /// ([`checks::refuse_run_only`]), by clap id: left out of their `--help`.
-const RUN_ONLY: [&str; 15] = [
+const RUN_ONLY: [&str; 16] = [
     "prompt",
     "file",
     "chat",
     "csv",
     "progress",
     "route_trace",
+    "route_from",
     "ngram",
     "mtp",
     "spec",

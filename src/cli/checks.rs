@@ -44,8 +44,8 @@ pub fn inputs(cmd: &Command) -> Vec<&Path> {
 }
 
 /// What `run` (and `chat`, `serve`) read: the model, the prompt file, the
-/// chat template file and the `--cache-warm` profile (read, then updated:
-/// no other output may replace it).
+/// chat template file, the `--route-from` trace and the `--cache-warm`
+/// profile (read, then updated: no other output may replace it).
 pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
     let warm = match &a.stream.cache_warm {
         bmoe::stream::WarmSource::File(f) => Some(f.as_path()),
@@ -55,18 +55,20 @@ pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
         .iter()
         .chain(a.file.iter())
         .chain(a.chat_template_file.iter())
+        .chain(a.route_from.iter())
         .map(|p| p.as_path())
         .chain(warm)
         .collect()
 }
 
-/// What `bench` reads: the model, the cells file, a workload given as a
-/// prompt file.
+/// What `bench` reads: the model, the cells file, the `--route-from`
+/// trace, a workload given as a prompt file.
 pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
     let workload = Path::new(&a.workload);
     a.model
         .iter()
         .chain(a.cells.iter())
+        .chain(a.route_from.iter())
         .map(|p| p.as_path())
         .chain(workload.is_file().then_some(workload))
         .collect()
@@ -88,6 +90,7 @@ pub fn refuse_run_only(
         ("--csv", a.csv.is_some()),
         ("--progress", a.progress),
         ("--route-trace", a.stream.route_trace.is_some()),
+        ("--route-from", a.route_from.is_some()),
         ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
         ("--ignore-eos", a.ignore_eos),
         ("--show-prompt", a.show_prompt),
@@ -160,6 +163,7 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
                 .into(),
         ));
     }
+    route_from_pairing(args)?;
     if args.head_predemand && args.resident {
         return Err(UsageError(
             "--head-predemand reads the MTP head's streamed experts early; with --resident \
@@ -168,6 +172,27 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
         ));
     }
     Ok(())
+}
+
+/// `--route-from` forces the routing of every row of the verify decodes:
+/// a draft's rows would be routed as other tokens of the trace, and RPC
+/// hosts route their own layers.
+fn route_from_pairing(args: &RunArgs) -> Result<(), UsageError> {
+    if args.route_from.is_none() {
+        return Ok(());
+    }
+    let other = [
+        ("--ngram/--mtp/--spec", args.uses_ngram() || args.uses_mtp()),
+        ("--rpc", args.rpc.config().is_some()),
+    ];
+    match other.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(UsageError(format!(
+            "--route-from forces every row's routing from a trace, which {flag} cannot run \
+             under (speculation's rejected drafts would take the trace's rows out of step; RPC \
+             hosts route their own layers): drop one of them"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The most prompt bytes bmoe reads (far beyond any context bmoe can hold).
@@ -313,6 +338,33 @@ pub fn prompt_text(prompt: &str, chat: bool) -> Result<(), UsageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_from_is_refused_beside_speculation_and_rpc_only() {
+        let check = |extra: &[&str]| {
+            let argv = [
+                &["bmoe", "run", "-p", "x", "--route-from", "t.trace"][..],
+                extra,
+            ]
+            .concat();
+            run_args(&crate::cli::parse_run(&argv)).map_err(|e| e.0)
+        };
+        for (flags, named) in [
+            (&["--ngram"][..], "--ngram/--mtp/--spec"),
+            (&["--spec", "ngram"][..], "--ngram/--mtp/--spec"),
+            (&["--rpc", "h:50052"][..], "--rpc"),
+        ] {
+            let e = check(flags).expect_err("refused");
+            assert!(e.contains(named) && e.contains("--route-from"), "{e}");
+        }
+        for fine in [&[][..], &["--spec", "off"][..], &["--resident"][..]] {
+            assert_eq!(check(fine), Ok(()), "{fine:?}");
+        }
+        // chat and serve take run's flags and refuse this one.
+        let a = crate::cli::parse_run(&["bmoe", "run", "--route-from", "t.trace"]);
+        let e = refuse_run_only("chat", &a, &[], "why").unwrap_err().0;
+        assert!(e.contains("--route-from"), "{e}");
+    }
 
     #[test]
     fn an_output_that_is_an_input_by_name_symlink_or_hard_link_is_refused() {

@@ -17,6 +17,9 @@ use super::{BenchArgs, Cli, Command, ProbeArgs};
 pub fn bench(args: BenchArgs) -> Result<()> {
     use bmoe::lab::bench;
     let (cells, cells_source) = bench_cells(&args)?;
+    if let Some(trace) = &args.route_from {
+        check_route_from(&cells, trace)?;
+    }
     checks::bench_out_dir(&args.out)?;
     for written in bmoe::lab::bench::FILES_IN_OUT_DIR {
         checks::output_file("-o", &args.out.join(written), &checks::bench_inputs(&args))?;
@@ -77,6 +80,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             max_rounds: args.max_repeats,
         }),
         busy_neighbour_runs: args.busy_neighbour.clone(),
+        route_from: args.route_from.clone(),
     };
     let outcome = bench::run_bench(&plan)?;
     bench_outcome(&outcome)
@@ -95,6 +99,26 @@ fn probe_depths(args: &BenchArgs, cells: &[bmoe::lab::bench::Cell]) -> Vec<u32> 
     } else {
         depths
     }
+}
+
+/// `bench --route-from TRACE` gives every run `bmoe run --route-from TRACE`
+/// (the cells', the traced run's and the resident probe's): each cell's
+/// flags checked with it, before anything runs.
+fn check_route_from(cells: &[bmoe::lab::bench::Cell], trace: &Path) -> Result<(), UsageError> {
+    for c in cells {
+        if c.args.iter().any(|a| a == "--route-from") {
+            return Err(UsageError(format!(
+                "cell {:?} has its own --route-from, and bench --route-from gives every run one: \
+                 drop one of them",
+                c.name
+            )));
+        }
+        let mut args = c.args.clone();
+        args.extend(["--route-from".into(), trace.display().to_string()]);
+        settle_cell(&args)
+            .map_err(|e| UsageError(format!("cell {:?} with --route-from: {e}", c.name)))?;
+    }
+    Ok(())
 }
 
 /// The cells (from --cells FILE, else a preset, `cache` by default) and
@@ -318,5 +342,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--drop-cold-experts 5"), "{e}");
+    }
+
+    #[test]
+    fn bench_route_from_is_checked_with_every_cells_flags() {
+        let trace = std::path::Path::new("t.trace");
+        let c = cells("a: --cache-mb 0\nr: --resident\n");
+        super::check_route_from(&c, trace).expect("forced");
+        let c = cells("a: --cache-mb 0\ns: --ngram\n");
+        let e = super::check_route_from(&c, trace).unwrap_err().0;
+        assert!(e.contains("cell \"s\"") && e.contains("--ngram"), "{e}");
+        let c = cells("a: --route-from other.trace\n");
+        let e = super::check_route_from(&c, trace).unwrap_err().0;
+        assert!(e.contains("its own --route-from"), "{e}");
     }
 }

@@ -133,6 +133,7 @@ pub(super) fn run_config(
     cfg.stop = args.sampling.stop.clone();
     cfg.rpc = args.rpc.config();
     cfg.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
+    cfg.route_from = args.route_from.clone();
     Ok(cfg)
 }
 

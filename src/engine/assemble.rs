@@ -14,8 +14,9 @@ use crate::draft::MtpActorConfig;
 use crate::generate;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams, Token};
+use crate::stream::route_from::{self, ForcedRoutes, RouteCursor};
 use crate::stream::{
-    compute_estimate_bytes, memory, SharedAnon, StreamConfig, StreamError, Streamer,
+    compute_estimate_bytes, memory, ForcedRouting, SharedAnon, StreamConfig, StreamError, Streamer,
 };
 
 /// What the prompt's micro-batch is chosen for.
@@ -82,6 +83,7 @@ pub(super) fn assemble(
         mode = Mode::Resident;
     }
     let k = cfg.experts_used(&layout);
+    let force = forced_routes(&cfg, &layout, k, &mut notes)?;
     let backend = Backend::start(&cfg, &layout, mode, k)?;
     let load_start = (Instant::now(), memory::io_read_bytes());
     let watchdog = match &rpc {
@@ -118,7 +120,8 @@ pub(super) fn assemble(
         peers: r.hosts.peers.clone(),
         waiting: r.waiting.clone(),
     });
-    let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes, remote)?;
+    let watch = Watchers { remote, force };
+    let (ctx, anon) = target_context(&cfg, &model, &backend, &abort, shape, &mut notes, watch)?;
     let loaded = Loaded {
         model,
         backend,
@@ -313,9 +316,38 @@ pub(super) struct RemoteBlocks {
     pub(super) waiting: Arc<AtomicBool>,
 }
 
+/// What the target context's observer watches besides streaming: the RPC
+/// hosts' blocks, and `--route-from`'s routing to force.
+pub(super) struct Watchers {
+    pub(super) remote: Option<RemoteBlocks>,
+    pub(super) force: Option<Arc<ForcedRoutes>>,
+}
+
+/// `--route-from`: the trace read and checked against this run's shape (a
+/// refusal when it does not fit), and the note that the text is meaningless.
+fn forced_routes(
+    cfg: &RunConfig,
+    layout: &MoeLayout,
+    k: u32,
+    notes: &mut Vec<Note>,
+) -> Result<Option<Arc<ForcedRoutes>>, EngineError> {
+    let Some(path) = &cfg.route_from else {
+        return Ok(None);
+    };
+    let own = crate::stream::route_trace_header(&cfg.model, layout, k);
+    let routes =
+        route_from::load(path, &cfg.model, &own).map_err(|e| EngineError::Config(e.to_string()))?;
+    notes.push(Note::RouteFrom {
+        path: path.clone(),
+        tokens: routes.tokens(),
+        predicted: cfg.mode.stream().is_some_and(|s| s.predict_prefetch),
+    });
+    Ok(Some(Arc::new(routes)))
+}
+
 /// The target context, its observer the verify hook when streaming (the expert
-/// ranges of the mapping are dropped first), and the hook's dense copies for
-/// the MTP head to share.
+/// ranges of the mapping are dropped first; resident, the forcing of
+/// `--route-from` alone), and the hook's dense copies for the MTP head to share.
 pub(super) fn target_context(
     cfg: &RunConfig,
     model: &Arc<Model>,
@@ -323,8 +355,10 @@ pub(super) fn target_context(
     abort: &Arc<AtomicBool>,
     shape: Batching,
     notes: &mut Vec<Note>,
-    remote: Option<RemoteBlocks>,
+    watch: Watchers,
 ) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
+    let Watchers { remote, force } = watch;
+    let force = force.map(RouteCursor::new);
     let Batching { ubatch, n_seq } = shape;
     let speculating = cfg.speculation.is_on();
     let mut params = ContextParams {
@@ -344,10 +378,19 @@ pub(super) fn target_context(
         ..ContextParams::default()
     };
     let mut anon = None;
-    if let Mode::Stream(Streaming { streamer, cfg: sc }) = backend {
-        anon = streamer.prepare_mapping(sc.dense)?;
-        notes.extend(streamer.notes.iter().cloned().map(Note::Stream));
-        params.observer = Some(streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap));
+    match backend {
+        Mode::Stream(Streaming { streamer, cfg: sc }) => {
+            anon = streamer.prepare_mapping(sc.dense)?;
+            notes.extend(streamer.notes.iter().cloned().map(Note::Stream));
+            let observer = streamer.verify_observer(abort.clone(), anon.clone(), sc.overlap, force);
+            params.observer = Some(observer);
+        }
+        Mode::Resident => {
+            params.observer = force.map(|c| {
+                let forcing = ForcedRouting::new(c, abort.clone());
+                Box::new(forcing) as Box<dyn crate::llama::EvalObserver>
+            });
+        }
     }
     if let Some(r) = remote {
         let inner = params.observer.take();

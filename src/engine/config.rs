@@ -181,6 +181,9 @@ pub struct RunConfig {
     /// Where a model file's whole-file hash (what names its prompt-cache
     /// states) is remembered once computed (None: hashed at each use).
     pub model_id_memo: Option<PathBuf>,
+    /// `--route-from TRACE`: every row's routing replaced by the trace's
+    /// (the text is meaningless by design).
+    pub route_from: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -213,6 +216,7 @@ impl RunConfig {
             rpc: None,
             prompt_cache: None,
             model_id_memo: None,
+            route_from: None,
         }
     }
 }
@@ -238,7 +242,7 @@ impl RunConfig {
     /// Whether a knob that changes the output is on.
     pub(crate) fn lossy(&self, layout: &MoeLayout) -> bool {
         let drop = self.mode.stream().is_some_and(|sc| sc.drop_cold > 0.0);
-        drop || self.experts_used(layout) != layout.n_expert_used
+        drop || self.route_from.is_some() || self.experts_used(layout) != layout.n_expert_used
     }
 }
 

@@ -109,6 +109,8 @@ struct TrailerFacts<'a> {
     head: &'a HeadReport,
     startup: &'a super::Startup,
     closing: &'a Closing,
+    /// `--route-from`: the trace whose routing was forced.
+    route_from: Option<&'a std::path::Path>,
 }
 
 /// The trailer: the rows' totals, the head's streaming, start-up and the
@@ -136,6 +138,9 @@ fn trailer(m: &Metered, t: &TrailerFacts<'_>) -> Vec<(String, String)> {
     let prefill = m.res.as_ref().map(|g| g.prefill).unwrap_or_default();
     pairs.extend(t.startup.trailer_pairs(prefill));
     pairs.extend(t.closing.prefill.pairs());
+    if let Some(p) = t.route_from {
+        pairs.push(("route_from".into(), p.display().to_string()));
+    }
     pairs
 }
 
@@ -211,6 +216,7 @@ pub(super) fn report(
         head: &ended.head,
         startup: &ended.startup,
         closing: &closing,
+        route_from: a.cfg.route_from.as_deref(),
     };
     let trailer = trailer(&m, &facts);
     let done_line = json_object(&trailer);

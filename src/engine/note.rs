@@ -31,6 +31,13 @@ pub enum Note {
     RouteTrace { path: PathBuf },
     /// The model carries no chat template.
     NoChatTemplate { model: PathBuf },
+    /// `--route-from`: the routing forced from a trace of `tokens` tokens
+    /// (`predicted`: with `--predict-prefetch`).
+    RouteFrom {
+        path: PathBuf,
+        tokens: usize,
+        predicted: bool,
+    },
 }
 
 /// What `--rpc` put where, for [`Note::RpcSplit`].
@@ -71,6 +78,26 @@ impl fmt::Display for Note {
                 "route trace: {p} (size the cache from it: bmoe replay {p} --cache-mb 10%,25%,50%)",
                 p = path.display()
             ),
+            Self::RouteFrom {
+                path,
+                tokens,
+                predicted,
+            } => {
+                write!(
+                    f,
+                    "--route-from {}: every row routed as the trace's {tokens} tokens (in order, \
+                     wrapping), so the text is meaningless by design: the reads, stalls, cache \
+                     and compute are those of the trace's routing",
+                    path.display()
+                )?;
+                if *predicted {
+                    f.write_str(
+                        "; --predict-prefetch guessed from hidden states that did not choose \
+                         these experts (compare a run without it)",
+                    )?;
+                }
+                Ok(())
+            }
             Self::NoChatTemplate { model } => write!(
                 f,
                 "{} carries no chat template (tokenizer.chat_template): chats are rendered with \
@@ -117,6 +144,14 @@ mod tests {
             path: "t.bin".into(),
         };
         assert!(trace.to_string().contains("bmoe replay t.bin --cache-mb"));
+        let forced = Note::RouteFrom {
+            path: "a.trace".into(),
+            tokens: 30,
+            predicted: true,
+        };
+        let forced = forced.to_string();
+        assert!(forced.contains("meaningless by design"), "{forced}");
+        assert!(forced.contains("did not choose these experts"), "{forced}");
         let model = PathBuf::from("m.gguf");
         assert!(Note::NgramOnly { model }
             .to_string()

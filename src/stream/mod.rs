@@ -12,6 +12,7 @@ mod hook;
 pub mod memory;
 mod note;
 mod predict;
+pub mod route_from;
 mod streamer;
 mod trace;
 
@@ -21,7 +22,7 @@ pub use cache_warm::{WarmSession, WarmSource};
 pub use config::{resolve_cache_bytes, CacheSize, DenseMode, StreamConfig, MAX_CACHE_MB};
 pub(crate) use error::StreamError;
 pub use files::probe_slices;
-pub(crate) use hook::{DenseAnon, HookOptions, SharedAnon, StreamHook};
+pub(crate) use hook::{DenseAnon, ForcedRouting, HookOptions, SharedAnon, StreamHook};
 pub use note::StreamNote;
 pub(crate) use predict::Predictor;
 pub(crate) use streamer::{DraftHookParts, Streamer};

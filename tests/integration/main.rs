@@ -22,6 +22,7 @@ mod prefetch;
 mod prefill;
 mod prompt_cache;
 mod replay;
+mod route_from;
 mod rpc;
 mod rpc_serve;
 mod run;

@@ -5,7 +5,7 @@
 use crate::common::{bmoe, bmoe_within, e8k2, e8k2_cli, e8k2_clustered, stderr, stdout, PROSE};
 
 /// (hits, total) after `key` on the `moe-cache:` line: `hit 59.4% (3631/6109)`.
-fn live_hits(err: &str, key: &str) -> (u64, u64) {
+pub(crate) fn live_hits(err: &str, key: &str) -> (u64, u64) {
     let line = err
         .lines()
         .find(|l| l.starts_with("moe-cache:"))
@@ -20,7 +20,7 @@ fn live_hits(err: &str, key: &str) -> (u64, u64) {
 }
 
 /// The replay table's hit % over all demands and over generation for `policy`.
-fn replayed_hits(out: &str, policy: &str) -> (String, f64) {
+pub(crate) fn replayed_hits(out: &str, policy: &str) -> (String, f64) {
     let row = out
         .lines()
         .find(|l| l.contains(&format!("| {policy} |")))
@@ -29,7 +29,7 @@ fn replayed_hits(out: &str, policy: &str) -> (String, f64) {
     (cells[4].to_owned(), cells[5].parse().unwrap())
 }
 
-fn pct((hits, total): (u64, u64)) -> f64 {
+pub(crate) fn pct((hits, total): (u64, u64)) -> f64 {
     hits as f64 * 100.0 / total as f64
 }
 

@@ -4,6 +4,7 @@
 //! `oom_score_adj` from before any balloon, so the bench holding a balloon
 //! stays first in the OOM killer's line, before any run being measured.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -113,6 +114,11 @@ pub(super) fn run_child(
         .arg("--csv")
         .arg(&csv)
         .args(args)
+        .args(
+            plan.route_from
+                .iter()
+                .flat_map(|t| [OsStr::new("--route-from"), t.as_os_str()]),
+        )
         .stdin(Stdio::null())
         .stdout(File::create(&out).map_err(io_err("create", &out))?)
         .stderr(File::create(&err).map_err(io_err("create", &err))?)

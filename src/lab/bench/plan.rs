@@ -42,6 +42,9 @@ pub struct BenchPlan {
     /// Self-test of the conditions flags: runs (1-based, in the order they
     /// run) that get a busy neighbour beside them.
     pub busy_neighbour_runs: Vec<usize>,
+    /// `--route-from TRACE`: every run's routing forced by the trace (the
+    /// cells', the traced run's and the resident probe's).
+    pub route_from: Option<PathBuf>,
 }
 
 impl BenchPlan {

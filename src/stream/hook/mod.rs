@@ -5,10 +5,12 @@
 //! llama.cpp's mapping.
 
 mod dense;
+mod force;
 mod router;
 mod serve;
 
 pub(crate) use dense::{DenseAnon, SharedAnon};
+pub(crate) use force::ForcedRouting;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,6 +81,8 @@ pub(crate) struct HookOptions {
     /// to the flash actor (`FlashClient::try_hits`); not with prediction or
     /// drops, whose hints and replies need the actor.
     pub(crate) fast_hits: bool,
+    /// `--route-from`: every row's routed ids replaced by the trace's.
+    pub(crate) force: Option<super::route_from::RouteCursor>,
 }
 
 /// The block of a node named `NAME-N` (llama.cpp's per-layer names).
@@ -130,6 +134,8 @@ pub(crate) struct StreamHook {
     /// before its first demand).
     batch: BatchShape,
     rows: u32,
+    /// `--route-from`'s scratch: the forced ids of a demand.
+    forced: Vec<u16>,
 }
 
 impl StreamHook {
@@ -178,6 +184,7 @@ impl StreamHook {
             seen: HashSet::new(),
             batch: BatchShape::default(),
             rows: 0,
+            forced: Vec::new(),
         }
     }
 
@@ -231,7 +238,9 @@ impl EvalObserver for StreamHook {
         self.segment = None;
         let name = node.name();
         if name.starts_with(TOPK_PREFIX) {
-            self.serve(node);
+            if self.force_routing(node) {
+                self.serve(node);
+            }
         } else if name.starts_with(WEIGHTS_PREFIX) {
             self.zero_dropped_weights(node);
         } else if activation_layer(name).is_some() {
@@ -242,6 +251,9 @@ impl EvalObserver for StreamHook {
 
     fn decode_begin(&mut self, batch: BatchShape) {
         self.batch = batch;
+        if let Some(c) = self.opts.force.as_mut() {
+            c.decode_begin(batch.rows);
+        }
         self.segments = 0;
         self.open_segment("decode start");
     }
@@ -251,6 +263,9 @@ impl EvalObserver for StreamHook {
         // The last layer's matmuls have run: its fast-path pins go.
         self.client.end_pass();
         self.trace_decode_end();
+        if let Some(c) = self.opts.force.as_mut() {
+            c.decode_end();
+        }
         if let Some(c) = &self.opts.counters {
             let total = c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed);
             let delta = total.saturating_sub(self.prefetch_bytes_seen);
@@ -273,7 +288,15 @@ impl StreamHook {
     /// `--route-trace`: the routed ids of every row of the demand just served.
     fn trace_demand(&mut self, layer: u32) {
         self.rows = self.rows.max((self.ids.len() / self.k) as u32);
-        let Some(w) = self.opts.route_trace.as_mut() else {
+        // A prompt's micro-batch without the row that wants logits keeps no
+        // row through the last layer: a demand of nothing, which the format
+        // has no record for (a reader refuses 0 ids).
+        let Some(w) = self
+            .opts
+            .route_trace
+            .as_mut()
+            .filter(|_| !self.ids.is_empty())
+        else {
             return;
         };
         if let Err(e) = w.demand(layer, self.ids.iter().map(|&e| e as u32)) {

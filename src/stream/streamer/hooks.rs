@@ -8,6 +8,7 @@ use bmoe_flash::cache::Requester;
 
 use super::Streamer;
 use crate::layout::MoeLayout;
+use crate::stream::route_from::RouteCursor;
 use crate::stream::{fault, HookOptions, SharedAnon, StreamHook};
 
 impl Streamer {
@@ -18,17 +19,20 @@ impl Streamer {
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,
         overlap: bool,
+        force: Option<RouteCursor>,
     ) -> Box<dyn crate::llama::EvalObserver> {
-        let hook = self.verify_hook(abort, anon, overlap);
+        let hook = self.verify_hook(abort, anon, overlap, force);
         fault::PanicAt::wrap(Box::new(hook), self.observer_panic_at)
     }
 
-    /// A hook for the verify context, demanding as the verify requester.
+    /// A hook for the verify context, demanding as the verify requester
+    /// (with `--route-from`, the trace's routing forced on every row).
     fn verify_hook(
         &self,
         abort: Arc<AtomicBool>,
         anon: Option<SharedAnon>,
         overlap: bool,
+        force: Option<RouteCursor>,
     ) -> StreamHook {
         let opts = HookOptions {
             k: self.k,
@@ -41,6 +45,7 @@ impl Streamer {
             route_trace: self.route_trace.lock().ok().and_then(|mut w| w.take()),
             remote_from: self.layout.remote.as_ref().map(|r| r.first_block),
             fast_hits: self.predictor.is_none() && self.drop_cold == 0.0,
+            force,
         };
         StreamHook::new(
             self.flash.client(Requester::Verify),
