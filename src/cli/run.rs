@@ -267,13 +267,17 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
 #[cfg(test)]
 mod tests {
     /// `bmoe run -p x` with no other flag runs [`RunConfig::new`]'s defaults:
-    /// the numbers `--help` shows are the engine's own.
+    /// the numbers `--help` shows are the engine's own (the one addition,
+    /// where the model's hash is remembered, is bmoe's cache folder).
     #[test]
     fn a_run_without_flags_is_the_engines_default_run() {
         let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
         let model = std::path::PathBuf::from("m.gguf");
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
-        let default = super::RunConfig::new(model, "x".into());
+        let mut default = super::RunConfig::new(model, "x".into());
+        default.model_id_memo = bmoe::fixture::cache_dir()
+            .ok()
+            .map(|d| d.join("model-ids"));
         assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
     }
 }
