@@ -88,20 +88,25 @@ fn inline(m: &Message) -> Message {
 mod tests {
     use super::*;
 
-    /// Issue 64, finding 9: calls sent without tools stay in the prompt.
-    #[test]
-    fn calls_without_tools_are_text_too() {
+    /// A question, the assistant's call of `get_weather`, its result.
+    fn weather_call() -> [Message; 3] {
         let mut call = Message::new("assistant", "");
         call.extra.insert(
             "tool_calls".into(),
             serde_json::json!([{"id": "c1", "type": "function",
                 "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]),
         );
-        let msgs = [
-            Message::new("user", "Hi"),
+        [
+            Message::new("user", "Weather in Paris?"),
             call,
             Message::new("tool", "18C"),
-        ];
+        ]
+    }
+
+    /// Issue 64, finding 9: calls sent without tools stay in the prompt.
+    #[test]
+    fn calls_without_tools_are_text_too() {
+        let msgs = weather_call();
         assert!(has_calls(&msgs) && !has_calls(&msgs[..1]));
         let out = inline_calls(&msgs);
         assert_eq!(out.len(), 3, "no tool section added");
@@ -112,17 +117,7 @@ mod tests {
     #[test]
     fn tools_calls_and_results_become_text() {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather"}}]);
-        let mut call = Message::new("assistant", "");
-        call.extra.insert(
-            "tool_calls".into(),
-            serde_json::json!([{"id": "c1", "type": "function",
-                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]),
-        );
-        let msgs = [
-            Message::new("user", "Weather in Paris?"),
-            call,
-            Message::new("tool", "18C"),
-        ];
+        let msgs = weather_call();
         let out = describe(&msgs, &tools);
         assert_eq!(out.len(), 4);
         assert_eq!(out[0].role, "system");

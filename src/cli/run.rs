@@ -275,9 +275,7 @@ mod tests {
         let model = std::path::PathBuf::from("m.gguf");
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
         let mut default = super::RunConfig::new(model, "x".into());
-        default.model_id_memo = bmoe::fixture::cache_dir()
-            .ok()
-            .map(|d| d.join("model-ids"));
+        default.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
         assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
     }
 }

@@ -383,32 +383,12 @@ fn save_never_writes_over_a_file_that_is_not_a_transcript() {
 fn resume_refuses_a_fifo_or_a_device_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("chat.json");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    super::errors::mkfifo(&fifo);
     for file in [fifo.to_str().unwrap(), "/dev/zero"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["chat", "-m", e8k2().to_str().unwrap(), "--resume", file])
-            .env("BMOE_CACHE_DIR", smollm2().parent().expect("cache dir"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start bmoe chat");
-        let t0 = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if t0.elapsed() > std::time::Duration::from_secs(20) {
-                let _ = child.kill();
-                panic!("--resume {file} still running after 20 s");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-        assert_eq!(status.code(), Some(2), "{file}: {err}");
+        let m = e8k2().to_str().unwrap();
+        let o = super::common::bmoe_within(&["chat", "-m", m, "--resume", file], 20);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{file}: {err}");
         assert!(err.contains("not a regular file"), "{file}: {err}");
     }
 }

@@ -550,7 +550,7 @@ fn a_context_longer_than_the_model_takes_is_refused_before_it_is_allocated() {
 }
 
 /// Make a FIFO at `path`.
-fn mkfifo(path: &std::path::Path) {
+pub(super) fn mkfifo(path: &std::path::Path) {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);

@@ -302,9 +302,7 @@ fn plant_fifos(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .map(|f| {
             let fifo = f.join("fifo.bpc");
-            let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-            // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            super::errors::mkfifo(&fifo);
             fifo
         })
         .collect()
