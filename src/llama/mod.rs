@@ -19,6 +19,7 @@ mod populate;
 pub mod quant;
 pub mod rpc;
 mod sampler;
+pub mod schema_check;
 mod seq_state;
 mod target;
 

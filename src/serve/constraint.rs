@@ -54,13 +54,20 @@ impl Constraint {
             }
             (Self::Calls(choice), Some(tools)) => match call_grammar(format, tools, choice) {
                 Ok(g) => g,
-                Err(e) if *choice == ToolChoice::Auto => {
+                Err(e) if *choice == ToolChoice::Auto && !e.refused_everywhere() => {
                     tracing::info!("tool calls not constrained under auto: {e}");
                     return Ok(None);
                 }
                 Err(e) => return Err(ApiError::invalid(Some("tools"), e.to_string())),
             },
         };
+        if let Err(e) = grammar.bounded() {
+            let param = match &spec.constraint {
+                Self::Json { param, .. } => param,
+                _ => "tools",
+            };
+            return Err(ApiError::invalid(Some(param), e.to_string()));
+        }
         match grammar.check() {
             Ok(()) => Ok(Some(grammar)),
             Err(e) if spec.constraint == Self::Calls(ToolChoice::Auto) => {
