@@ -26,6 +26,10 @@ use kinds::{applies, Applies, Emits};
 /// `MAX_REPETITION_THRESHOLD`): above it a `{m,n}`'s `n` is silently
 /// dropped (unbounded) and a `m` is a parse error.
 pub const MAX_REPEAT: u64 = 2000;
+/// The most items `minItems`/`maxItems` may ask for: an item repeats with
+/// its separator, a group of up to three rules, and llama.cpp bounds rules
+/// times repetitions by 2000 (`maxItems` 1000 of strings failed its parse).
+pub const MAX_ITEMS: u64 = 500;
 /// The most values an `enum` may offer: each is a grammar stack the sampler
 /// walks at every token (100k values decoded at 0.25 tok/s).
 pub const MAX_ENUM_VALUES: usize = 256;
@@ -548,7 +552,8 @@ fn integer(o: &Map<String, Value>, at: &str) -> Result<(), SchemaRefusal> {
 }
 
 /// `o`'s count bounds `min_kw`..`max_kw` (minLength/maxLength,
-/// minItems/maxItems): crossed, or beyond [`MAX_REPEAT`], refused.
+/// minItems/maxItems): crossed, or beyond [`MAX_REPEAT`] ([`MAX_ITEMS`]
+/// for items), refused.
 fn count_bounds(
     o: &Map<String, Value>,
     at: &str,
@@ -557,10 +562,15 @@ fn count_bounds(
 ) -> Result<(u64, Option<u64>), SchemaRefusal> {
     let min = o.get(min_kw).and_then(Value::as_u64).unwrap_or(0);
     let max = o.get(max_kw).and_then(Value::as_u64);
+    let cap = if min_kw == "minItems" {
+        MAX_ITEMS
+    } else {
+        MAX_REPEAT
+    };
     for (kw, n) in [(min_kw, Some(min)), (max_kw, max)] {
-        if n.is_some_and(|n| n > MAX_REPEAT) {
+        if n.is_some_and(|n| n > cap) {
             let why = format!(
-                "{} is above {MAX_REPEAT}, the most repetitions llama.cpp's grammar holds",
+                "{} is above {cap}, the most repetitions llama.cpp's grammar holds here",
                 n.unwrap_or_default()
             );
             return Err(refuse(at, kw, RefusalKind::TooLarge, why));

@@ -46,6 +46,7 @@ fn repetition_beyond_llama_cpps_bound_is_refused_as_too_large() {
         json!({"type": "string", "maxLength": 2001}),
         json!({"type": "array", "items": {"type": "integer"}, "minItems": 1000000}),
         json!({"type": "string", "pattern": "^a{5000}$"}),
+        json!({"type": "array", "items": {"type": "string"}, "maxItems": 1000}),
         json!({"type": "string", "pattern": "^(a{100}){100}$"}),
     ] {
         assert_eq!(refused(s).2, RefusalKind::TooLarge);
@@ -192,7 +193,8 @@ fn what_passes_converts_and_parses() {
     for s in [
         json!({"type": "string", "maxLength": MAX_REPEAT}),
         json!({"type": "string", "minLength": MAX_REPEAT}),
-        json!({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": MAX_REPEAT}),
+        json!({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": MAX_ITEMS}),
+        json!({"type": "array", "items": {"type": "string", "maxLength": MAX_REPEAT}, "maxItems": MAX_ITEMS}),
         json!({"type": "string", "pattern": "^(?:ab|c[d-f])+-[0-9]{3}$"}),
         json!({"type": "string", "pattern": "^(a{10}){100}$"}),
         json!({"type": "integer", "exclusiveMinimum": -5, "maximum": 5}),
@@ -203,4 +205,48 @@ fn what_passes_converts_and_parses() {
         g.check().unwrap_or_else(|e| panic!("{s}: {e}"));
         assert!(t.elapsed().as_secs() < 2, "{s}: {:?}", t.elapsed());
     }
+}
+
+/// The numbers in docs/serving.md ("Schemas"): the converter's output and
+/// llama.cpp's parse as `maxLength` grows, and the check's own time
+/// (`cargo test --lib -- --ignored measure_growth --nocapture`).
+#[test]
+#[ignore]
+fn measure_growth() {
+    use crate::llama::Grammar;
+    for n in [16u64, 100, 500, 1000, 2000] {
+        let s = json!({"type": "string", "maxLength": n});
+        let t = std::time::Instant::now();
+        let g = Grammar::json(&s).unwrap();
+        let conv = t.elapsed();
+        g.check().unwrap();
+        eprintln!(
+            "maxLength {n}: gbnf {} bytes, convert {:?}, parse {:?}",
+            g.gbnf.len(),
+            conv,
+            t.elapsed() - conv
+        );
+    }
+    for n in [1usize, 2] {
+        let s = json!({"type": "array", "items": {"type": "string", "maxLength": 2000}, "maxItems": n * 250});
+        let t = std::time::Instant::now();
+        let g = Grammar::json(&s).unwrap();
+        g.check().unwrap();
+        eprintln!("array of {} strings of 2000: {:?}", n * 250, t.elapsed());
+    }
+    let many: Vec<String> = (0..100_000).map(|i| format!("v{i:06}")).collect();
+    let t = std::time::Instant::now();
+    let e = schema_check(&json!({"type": "string", "enum": many}));
+    eprintln!(
+        "enum 100k check: {:?} {:?}",
+        t.elapsed(),
+        e.map_err(|e| e.keyword)
+    );
+    let t = std::time::Instant::now();
+    let e = schema_check(&json!({"type": "string", "minLength": 10, "maxLength": 2}));
+    eprintln!(
+        "bomb check: {:?} {:?}",
+        t.elapsed(),
+        e.map_err(|e| e.keyword)
+    );
 }
