@@ -28,7 +28,7 @@ use kinds::{applies, Applies, Emits};
 pub const MAX_REPEAT: u64 = 2000;
 /// The most items `minItems`/`maxItems` may ask for: an item repeats with
 /// its separator, a group of up to three rules, and llama.cpp bounds rules
-/// times repetitions by 2000 (`maxItems` 1000 of strings failed its parse).
+/// times repetitions by 2000 (`maxItems` 1000 of strings with a `maxLength` failed its parse).
 pub const MAX_ITEMS: u64 = 500;
 /// The most values an `enum` may offer: each is a grammar stack the sampler
 /// walks at every token (100k values decoded at 0.25 tok/s).
