@@ -234,14 +234,15 @@ fn param_rule(
 }
 
 /// A string parameter written as bare text honours its enum, const and
-/// lengths, not a `pattern` or a `format`: those are refused.
+/// lengths, not a `pattern`: that is refused (a `format` is an annotation).
 fn as_text(key: &str, schema: &Value) -> Result<(), GrammarError> {
-    match ["pattern", "format"].into_iter().find(|k| schema.get(*k).is_some()) {
+    match schema.get("pattern") {
         None => Ok(()),
-        Some(kw) => Err(GrammarError::Refused(SchemaRefusal {
+        Some(_) => Err(GrammarError::Refused(SchemaRefusal {
             pointer: format!("/properties/{key}"),
-            keyword: kw.into(),
-            why: "this template writes the parameter as bare text, whose grammar holds only an enum, a const and lengths".into(),
+            keyword: "pattern".into(),
+            why: "this template writes the parameter as bare text, whose grammar holds only an enum, a const and lengths"
+                .into(),
             kind: RefusalKind::Unsupported,
         })),
     }
