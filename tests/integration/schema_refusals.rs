@@ -163,3 +163,19 @@ fn constrained_strings_are_whole_characters_that_validate() {
         assert!(validator.is_valid(&v), "seed {seed}: {content:?}");
     }
 }
+
+/// A `json_schema` reply cut by `max_tokens` keeps `finish_reason`
+/// `length` and says in its notes that its JSON may not validate.
+#[test]
+fn a_schema_reply_cut_short_says_it_may_not_validate() {
+    let s = server();
+    let schema =
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+    let mut body = chat_format(&schema);
+    body["max_tokens"] = 3.into();
+    let (status, reply) = s.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"][0]["finish_reason"], "length", "{reply}");
+    let notes = reply["bmoe"]["notes"].to_string();
+    assert!(notes.contains("may not parse or validate"), "{reply}");
+}
