@@ -420,6 +420,9 @@ impl Walk<'_> {
         members: &[&Value],
         at: &str,
     ) -> Result<(), SchemaRefusal> {
+        for m in members {
+            enum_size(m["enum"].as_array().map_or(&[], Vec::as_slice), at, "allOf")?;
+        }
         let first = members[0]["enum"].as_array().cloned().unwrap_or_default();
         let common: Vec<Value> = first
             .into_iter()
@@ -446,14 +449,7 @@ impl Walk<'_> {
             // A malformed enum: the converter refuses it by itself.
             _ => return Ok(()),
         };
-        let bytes: usize = values.iter().map(|v| v.to_string().len()).sum();
-        if values.len() > MAX_ENUM_VALUES || bytes > MAX_ENUM_BYTES {
-            let why = format!(
-                "{} values in {bytes} bytes: the grammar holds at most {MAX_ENUM_VALUES} values in {MAX_ENUM_BYTES} bytes (each one a path the sampler walks at every token)",
-                values.len()
-            );
-            return Err(refuse(at, key, RefusalKind::TooLarge, why));
-        }
+        enum_size(&values, at, key)?;
         self.valid_values(o, &values, at, key)
     }
 
@@ -487,6 +483,20 @@ impl Walk<'_> {
             }
         }
     }
+}
+
+/// `values` (an enum's, a const's) within [`MAX_ENUM_VALUES`] and
+/// [`MAX_ENUM_BYTES`].
+fn enum_size(values: &[Value], at: &str, key: &str) -> Result<(), SchemaRefusal> {
+    let bytes: usize = values.iter().map(|v| v.to_string().len()).sum();
+    if values.len() <= MAX_ENUM_VALUES && bytes <= MAX_ENUM_BYTES {
+        return Ok(());
+    }
+    let why = format!(
+        "{} values in {bytes} bytes: the grammar holds at most {MAX_ENUM_VALUES} values in {MAX_ENUM_BYTES} bytes (each one a path the sampler walks at every token)",
+        values.len()
+    );
+    Err(refuse(at, key, RefusalKind::TooLarge, why))
 }
 
 /// `oneOf` or `anyOf` and its alternatives (oneOf first, as the converter).
