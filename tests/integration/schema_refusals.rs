@@ -179,3 +179,46 @@ fn a_schema_reply_cut_short_says_it_may_not_validate() {
     let notes = reply["bmoe"]["notes"].to_string();
     assert!(notes.contains("may not parse or validate"), "{reply}");
 }
+
+/// Schemas that pass the check, sampled hot from random weights: every
+/// reply that ends validates (the grammar admits only the schema's
+/// documents: patterns, exclusive integer bounds, merged allOf, a tagged
+/// oneOf, a tuple, an enum beside a type list).
+#[test]
+fn what_passes_the_check_validates_when_sampled_hot() {
+    let s = server();
+    let schemas = [
+        json!({"type": "string", "pattern": "^[a-c]{2,4}-(?:x|yz)[0-9]?$"}),
+        json!({"type": "integer", "exclusiveMinimum": -3, "exclusiveMaximum": 40}),
+        json!({"allOf": [{"type": "object", "properties": {"a": {"type": "boolean"}}},
+            {"properties": {"b": {"enum": [1, 2]}}, "required": ["b"]}]}),
+        json!({"oneOf": [
+            {"type": "object", "properties": {"k": {"const": "a"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["k", "n"]},
+            {"type": "object", "properties": {"k": {"const": "b"}}, "required": ["k"]}]}),
+        json!({"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}]}),
+        json!({"type": ["string", "null"], "enum": ["x", null]}),
+        json!({"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 1, "maxItems": 3}),
+    ];
+    let mut checked = 0;
+    for schema in &schemas {
+        let validator = jsonschema::validator_for(schema).unwrap();
+        for seed in 0..3 {
+            let mut body = chat_format(schema);
+            body["max_tokens"] = 48.into();
+            body["temperature"] = 1.5.into();
+            body["seed"] = seed.into();
+            let (status, reply) = s.post("/v1/chat/completions", &body);
+            assert_eq!(status, 200, "{schema}: {reply}");
+            let choice = &reply["choices"][0];
+            if choice["finish_reason"] != "stop" {
+                continue;
+            }
+            let content = choice["message"]["content"].as_str().unwrap_or_default();
+            let v: Value = serde_json::from_str(content)
+                .unwrap_or_else(|e| panic!("{schema} seed {seed}: {e}: {content:?}"));
+            assert!(validator.is_valid(&v), "{schema} seed {seed}: {content:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= schemas.len(), "only {checked} replies ended");
+}
