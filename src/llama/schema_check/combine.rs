@@ -38,56 +38,54 @@ impl Walk<'_> {
         if !resolved.is_empty() && resolved.iter().all(|m| m.get("enum").is_some()) {
             return self.enum_intersection(o, &resolved, at);
         }
-        let unsupported = |why: &str| {
-            Err(refuse(
-                at,
-                "allOf",
-                RefusalKind::Unsupported,
-                why.to_string(),
-            ))
-        };
         if emits == Emits::String {
-            return unsupported("under type string the grammar merges only enums");
+            let why = "under type string the grammar merges only enums".to_string();
+            return Err(refuse(at, "allOf", RefusalKind::Unsupported, why));
         }
+        self.merged_objects(&resolved, at, depth)
+    }
+
+    /// `allOf`'s members merged as the converter merges them: objects of
+    /// properties, each property defined once (or alike), every required
+    /// name defined; and the properties' own check.
+    fn merged_objects(
+        &mut self,
+        members: &[&Value],
+        at: &str,
+        depth: usize,
+    ) -> Result<(), SchemaRefusal> {
+        let no = |why: String| Err(refuse(at, "allOf", RefusalKind::Unsupported, why));
         let mut seen: Map<String, Value> = Map::new();
-        for (i, m) in resolved.iter().enumerate() {
+        for (i, m) in members.iter().enumerate() {
             let Some(mo) = m.as_object().filter(|mo| kinds::object_like(mo)) else {
-                return unsupported("the grammar merges only members that are objects with properties (or all enums)");
+                return no("the grammar merges only members that are objects with properties (or all enums)".into());
             };
             if members.len() > 1 && mo.get("additionalProperties") == Some(&Value::Bool(false)) {
-                return unsupported(
-                    "a member forbids additional properties, which the other members add",
+                return no(
+                    "a member forbids additional properties, which the other members add".into(),
                 );
             }
-            for (name, p) in mo
-                .get("properties")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
+            let props = mo.get("properties").and_then(Value::as_object);
+            for (name, p) in props.into_iter().flatten() {
                 if seen.get(name).is_some_and(|q| q != p) {
-                    return unsupported(&format!(
+                    return no(format!(
                         "members define property {name:?} differently, and the grammar keeps one"
                     ));
                 }
                 seen.insert(name.clone(), p.clone());
-                self.node(
-                    p,
-                    &format!("{at}/allOf/{i}/properties/{}", escape(name)),
-                    depth + 1,
-                )?;
+                let here = format!("{at}/allOf/{i}/properties/{}", escape(name));
+                self.node(p, &here, depth + 1)?;
             }
         }
-        for m in &resolved {
-            for name in m
-                .get("required")
+        let required = members.iter().flat_map(|m| {
+            m.get("required")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-            {
-                if !name.as_str().is_some_and(|n| seen.contains_key(n)) {
-                    return unsupported(&format!("{name} is required but no member defines it"));
-                }
+        });
+        for name in required {
+            if !name.as_str().is_some_and(|n| seen.contains_key(n)) {
+                return no(format!("{name} is required but no member defines it"));
             }
         }
         Ok(())
