@@ -99,6 +99,14 @@ impl Parser {
                 '[' => self.class()?,
                 _ => self.literal()?,
             };
+            let repeated = matches!(self.peek(), Some('*' | '+' | '?' | '{'));
+            if !c.is_ascii() && repeated {
+                // The converter reads the pattern byte by byte: it would
+                // repeat the character's last byte alone.
+                return self.bad(
+                    "a quantifier right after a non-ASCII character: put the character in a group",
+                );
+            }
             rules += self.quantifier(atom)?;
             empty = false;
         }
