@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::tool_calls::CallFormat;
 use crate::llama::grammar::{regex_escape, schema_to_gbnf, Grammar, GrammarError, ROOT};
+use crate::llama::schema_check::{schema_check, RefusalKind, SchemaRefusal};
 
 /// Which calls a request lets or makes the model write.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,6 +43,14 @@ pub enum ToolGrammarError {
     Unknown(String),
 }
 
+impl ToolGrammarError {
+    /// Whether a tool's schema is refused even where calls are only let
+    /// ([`GrammarError::refused_everywhere`]).
+    pub fn refused_everywhere(&self) -> bool {
+        matches!(self, Self::Schema { source, .. } if source.refused_everywhere())
+    }
+}
+
 /// The grammar for `choice` over `tools` (OpenAI's list of functions) in
 /// `format` ([`CallFormat::None`] writes Hermes calls, as bmoe's own tool
 /// prompt asks).
@@ -67,7 +76,11 @@ pub fn call_grammar(
             .filter(|p| p.is_object())
             .cloned()
             .unwrap_or_else(|| json!({"type": "object"}));
-        let call = call_rule(format, &format!("t{index}"), name, &params, &mut rules);
+        // Checked whole first: the formats that write arguments apart read
+        // the parameters' bounds themselves.
+        let call = schema_check(&params)
+            .map_err(GrammarError::from)
+            .and_then(|()| call_rule(format, &format!("t{index}"), name, &params, &mut rules));
         calls.push(call.map_err(|source| ToolGrammarError::Schema {
             index,
             name: name.into(),
@@ -199,6 +212,7 @@ fn param_rule(
 ) -> Result<String, GrammarError> {
     let text = schema["type"] == "string" && format != CallFormat::Pythonic;
     let value = if text {
+        as_text(key, schema)?;
         text_rule(schema)
     } else {
         json_rule(prefix, schema, rules)?
@@ -217,6 +231,21 @@ fn param_rule(
         _ => (format!("{key}="), ""),
     };
     Ok(around(&head, &value, tail))
+}
+
+/// A string parameter written as bare text honours its enum, const and
+/// lengths, not a `pattern`: that is refused (a `format` is an annotation).
+fn as_text(key: &str, schema: &Value) -> Result<(), GrammarError> {
+    match schema.get("pattern") {
+        None => Ok(()),
+        Some(_) => Err(GrammarError::Refused(SchemaRefusal {
+            pointer: format!("/properties/{key}"),
+            keyword: "pattern".into(),
+            why: "this template writes the parameter as bare text, whose grammar holds only an enum, a const and lengths"
+                .into(),
+            kind: RefusalKind::Unsupported,
+        })),
+    }
 }
 
 /// A string parameter as bare text: one of its `enum`/`const`, else text

@@ -173,3 +173,27 @@ fn a_forced_grammar_after_an_open_reasoning_block_closes_it_first() {
     let lazy = call_grammar(CallFormat::XmlFunction, &tools(), &ToolChoice::Auto).unwrap();
     assert_eq!(after_open_reasoning(lazy.clone()), lazy);
 }
+
+/// Each tool's parameters are checked whole before any grammar is built: a
+/// schema no document satisfies is refused everywhere (under `auto` too),
+/// one whose keyword a format cannot honour only where a call is forced.
+#[test]
+fn tool_schemas_are_checked_before_a_grammar_is_built() {
+    let tool = |params: Value| json!([{"type": "function", "function": {"name": "f", "parameters": params}}]);
+    let bomb = tool(json!({"type": "object", "required": ["a"],
+        "properties": {"a": {"type": "string", "minLength": 10, "maxLength": 2}}}));
+    for format in [CallFormat::Hermes, CallFormat::XmlFunction, CallFormat::Glm] {
+        let e = call_grammar(format, &bomb, &ToolChoice::Auto).unwrap_err();
+        assert!(e.refused_everywhere(), "{format:?}: {e}");
+        assert!(
+            e.to_string().contains("\"minLength\" at #/properties/a"),
+            "{e}"
+        );
+    }
+    let patterned = tool(json!({"type": "object", "required": ["a"],
+        "properties": {"a": {"type": "string", "pattern": "^[a-z]+$"}}}));
+    call_grammar(CallFormat::Hermes, &patterned, &ToolChoice::Required).unwrap();
+    let e = call_grammar(CallFormat::XmlFunction, &patterned, &ToolChoice::Required).unwrap_err();
+    assert!(!e.refused_everywhere(), "{e}");
+    assert!(e.to_string().contains("\"pattern\""), "{e}");
+}

@@ -9,8 +9,14 @@ use std::ptr::NonNull;
 use llama_cpp_sys_2 as sys;
 use serde_json::Value;
 
+use super::schema_check::{schema_check, RefusalKind, SchemaRefusal};
+
 /// The root rule every grammar here starts from.
 pub const ROOT: &str = "root";
+
+/// The most GBNF text one request's grammar may take (the converter's
+/// output for a schema that passed [`schema_check`]; several tools' together).
+pub const MAX_GBNF_BYTES: usize = 1024 * 1024;
 
 /// Why a schema or grammar cannot constrain a generation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +26,13 @@ pub enum GrammarError {
          refuses {part}); simplify that part of the schema"
     )]
     Schema { at: String, part: String },
+    #[error("the JSON schema cannot constrain the reply: {0}")]
+    Refused(#[from] SchemaRefusal),
+    #[error(
+        "the grammar built from the schema takes {bytes} bytes, above the {MAX_GBNF_BYTES} a \
+         request may ask the sampler to walk; simplify the schema"
+    )]
+    TooLarge { bytes: usize },
     #[error("the grammar holds a NUL byte")]
     Nul,
     #[error("llama.cpp could not parse the grammar (a bug in bmoe): {0}")]
@@ -44,17 +57,43 @@ impl Grammar {
         })
     }
 
-    /// Whether llama.cpp parses this grammar (no vocabulary needed).
+    /// Whether llama.cpp parses this grammar (no vocabulary needed), once
+    /// it is within [`MAX_GBNF_BYTES`].
     pub fn check(&self) -> Result<(), GrammarError> {
+        self.bounded()?;
         GrammarSampler::new(std::ptr::null(), self).map(drop)
+    }
+
+    /// Whether the grammar is within [`MAX_GBNF_BYTES`].
+    pub fn bounded(&self) -> Result<(), GrammarError> {
+        match self.gbnf.len() {
+            bytes if bytes > MAX_GBNF_BYTES => Err(GrammarError::TooLarge { bytes }),
+            _ => Ok(()),
+        }
     }
 }
 
-/// `schema` as GBNF (root rule [`ROOT`]), through llama.cpp's converter. A
-/// refusal names the deepest part of the schema that the converter refuses
-/// on its own.
+impl GrammarError {
+    /// Whether the error is the client's wherever the schema comes from (a
+    /// schema no document satisfies, or too large to build), as against
+    /// one the grammar cannot honour (a tool under `tool_choice` `auto` is
+    /// then left unconstrained).
+    pub fn refused_everywhere(&self) -> bool {
+        match self {
+            Self::Refused(r) => r.kind != RefusalKind::Unsupported,
+            Self::TooLarge { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// `schema` as GBNF (root rule [`ROOT`]), through llama.cpp's converter,
+/// once [`schema_check`] passes it (a refusal names the keyword), within
+/// [`MAX_GBNF_BYTES`]. A refusal of the converter's names the deepest part
+/// of the schema that it refuses on its own.
 pub fn schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
-    convert(schema).ok_or_else(|| {
+    schema_check(schema)?;
+    let gbnf = convert(schema).ok_or_else(|| {
         let (at, part) = refused_part(schema, schema, String::new());
         GrammarError::Schema {
             at: if at.is_empty() {
@@ -64,7 +103,11 @@ pub fn schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
             },
             part: format!("{:.120}", part.to_string()),
         }
-    })
+    })?;
+    match gbnf.len() {
+        bytes if bytes > MAX_GBNF_BYTES => Err(GrammarError::TooLarge { bytes }),
+        _ => Ok(gbnf),
+    }
 }
 
 /// The converter's GBNF for `schema`, None when it refuses.

@@ -19,8 +19,10 @@ mod populate;
 pub mod quant;
 pub mod rpc;
 mod sampler;
+pub mod schema_check;
 mod seq_state;
 mod target;
+mod utf8_guard;
 
 pub(crate) use backend::init_backend;
 pub use batch::Batch;

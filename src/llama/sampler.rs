@@ -9,6 +9,7 @@ use bmoe_decode::sampling::SamplingParams;
 use llama_cpp_sys_2 as sys;
 
 use super::grammar::{Grammar, GrammarSampler};
+use super::utf8_guard::Utf8Guard;
 use super::{LlamaError, Model, Token};
 
 /// A sampler chain and the scratch array it works on.
@@ -16,6 +17,9 @@ pub(crate) struct Sampler {
     /// The grammar, first in the chain but told only of generated tokens
     /// (the prompt is not grammar text).
     grammar: Option<GrammarSampler>,
+    /// Beside a grammar: the tokens that would not continue the reply as
+    /// valid UTF-8 are banned (the grammar decodes bytes leniently).
+    utf8: Option<Utf8Guard>,
     chain: NonNull<sys::llama_sampler>,
     /// One entry per vocabulary token, refilled from each logits row.
     candidates: Vec<sys::llama_token_data>,
@@ -34,6 +38,7 @@ impl Sampler {
         let chain = NonNull::new(chain).ok_or_else(failed)?;
         let sampler = Self {
             grammar: None,
+            utf8: None,
             chain,
             candidates: Vec::with_capacity(n_vocab),
         };
@@ -55,6 +60,7 @@ impl Sampler {
         let mut s = Self::new(model.n_vocab(), p)?;
         if let Some(g) = grammar {
             s.grammar = Some(GrammarSampler::new(model.vocab(), g)?);
+            s.utf8 = Some(Utf8Guard::new(model));
         }
         Ok(s)
     }
@@ -74,6 +80,9 @@ impl Sampler {
     /// the grammar could not take it.
     fn accept_generated(&mut self, token: Token) -> bool {
         self.accept(token);
+        if let Some(u) = &mut self.utf8 {
+            u.accept(token);
+        }
         let Some(g) = &self.grammar else {
             return true;
         };
@@ -101,6 +110,14 @@ impl Sampler {
                     p: 0.0,
                 }),
         );
+        if let Some(u) = &self.utf8 {
+            let candidates = &mut self.candidates;
+            u.bans(|t| {
+                if let Some(c) = candidates.get_mut(t as usize) {
+                    c.logit = f32::NEG_INFINITY;
+                }
+            });
+        }
         let mut array = sys::llama_token_data_array {
             data: self.candidates.as_mut_ptr(),
             size: self.candidates.len(),

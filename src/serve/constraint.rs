@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::api::{ApiError, JobSpec, PromptSpec};
 use crate::chat::tool_calls::CallFormat;
 use crate::chat::tool_grammar::{call_grammar, ToolChoice};
-use crate::llama::Grammar;
+use crate::llama::{Grammar, GrammarError};
 
 /// A request's constraint on its reply.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,18 +54,43 @@ impl Constraint {
             }
             (Self::Calls(choice), Some(tools)) => match call_grammar(format, tools, choice) {
                 Ok(g) => g,
-                Err(e) if *choice == ToolChoice::Auto => {
+                Err(e) if *choice == ToolChoice::Auto && !e.refused_everywhere() => {
                     tracing::info!("tool calls not constrained under auto: {e}");
                     return Ok(None);
                 }
                 Err(e) => return Err(ApiError::invalid(Some("tools"), e.to_string())),
             },
         };
+        if let Err(e) = grammar.bounded() {
+            let param = match &spec.constraint {
+                Self::Json { param, .. } => param,
+                _ => "tools",
+            };
+            return Err(ApiError::invalid(Some(param), e.to_string()));
+        }
+        spec.constraint.parsed(grammar)
+    }
+
+    /// `grammar` once llama.cpp parses it. A schema that passed the check
+    /// can still exceed llama.cpp's bound on rules times repetitions (a 400
+    /// on the field); under `auto` the calls are left unconstrained.
+    fn parsed(&self, grammar: Grammar) -> Result<Option<Grammar>, ApiError> {
+        let param = match self {
+            Self::Json { param, .. } => param,
+            _ => "tools",
+        };
         match grammar.check() {
             Ok(()) => Ok(Some(grammar)),
-            Err(e) if spec.constraint == Self::Calls(ToolChoice::Auto) => {
+            Err(e) if *self == Self::Calls(ToolChoice::Auto) => {
                 tracing::warn!("tool calls not constrained under auto: {e}");
                 Ok(None)
+            }
+            Err(e @ GrammarError::Parse(_)) => {
+                tracing::warn!("a schema's grammar refused by llama.cpp: {e}");
+                Err(ApiError::invalid(
+                    Some(param),
+                    format!("{param}: llama.cpp refuses the grammar built from the schema: it exceeds llama.cpp's bound on rules times repetitions; lower maxItems, maxLength or a pattern's counts"),
+                ))
             }
             Err(e) => Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

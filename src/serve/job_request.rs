@@ -82,6 +82,7 @@ pub(super) fn request_of(
         let e = ApiError::new(StatusCode::BAD_REQUEST, "cancelled", "the client went away");
         return Err((e, job.events));
     }
+    let json_schema = grammar.is_some() && matches!(job.spec.constraint, Constraint::Json { .. });
     let opts = Options {
         grammar,
         limit: Limit {
@@ -97,6 +98,7 @@ pub(super) fn request_of(
     let mut sink = JobSink::new(job.events, runtime.clone(), notes, job.spec.requester);
     sink.span = job.span;
     sink.stop = job.spec.stop;
+    sink.json_schema = json_schema;
     Ok(Some(Request {
         prompt,
         opts,

@@ -26,6 +26,8 @@ pub(crate) struct JobSink {
     first_text: Option<Instant>,
     /// The request's stop strings (to say which one ended the text).
     pub(crate) stop: Vec<String>,
+    /// A grammar holds the reply to a JSON schema (a cut reply says so).
+    pub(crate) json_schema: bool,
     /// The request's span (see `Job::span`).
     pub(crate) span: tracing::Span,
 }
@@ -47,6 +49,7 @@ impl JobSink {
             t0: Instant::now(),
             first_text: None,
             stop: Vec::new(),
+            json_schema: false,
             span: tracing::Span::none(),
         }
     }

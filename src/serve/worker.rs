@@ -354,6 +354,11 @@ fn complete(session: &mut Session, f: Finished<JobSink>, restored: usize) {
             "length"
         }
     };
+    if finish_reason == "length" && sink.json_schema {
+        sink.notes.push(
+            "the reply was cut before its JSON closed: it may not parse or validate against the schema (raise max_tokens)".into(),
+        );
+    }
     let done = Done {
         finish_reason,
         stop_sequence: stop_sequence(session.model(), g, &sink.stop),

@@ -27,6 +27,7 @@ mod rpc;
 mod rpc_serve;
 mod run;
 mod sampling;
+mod schema_refusals;
 mod serve;
 mod serve_dialects;
 mod serve_load;
