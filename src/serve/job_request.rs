@@ -56,18 +56,7 @@ pub(super) fn request_of(
         Ok(g) => g,
         Err(e) => return Err((e, job.events)),
     };
-    let room = (n_ctx - prompt.len()) as u32;
-    let n_predict = match job.spec.max_tokens {
-        Some(n) if n > room => {
-            notes.push(format!(
-                "max_tokens {n} capped to {room}: the context holds {n_ctx} tokens and the prompt takes {}",
-                prompt.len()
-            ));
-            room
-        }
-        Some(n) => n,
-        None => room,
-    };
+    let n_predict = reply_room(job.spec.max_tokens, n_ctx, prompt.len(), &mut notes);
     if job
         .events
         .blocking_send(Event::Started {
@@ -105,4 +94,20 @@ pub(super) fn request_of(
         sink,
         scope,
     }))
+}
+
+/// The most tokens a reply may have: the request's `max_tokens` (none: what
+/// the context leaves), capped to what the context leaves with a note.
+fn reply_room(asked: Option<u32>, n_ctx: usize, prompt: usize, notes: &mut Vec<String>) -> u32 {
+    let room = (n_ctx - prompt) as u32;
+    match asked {
+        Some(n) if n > room => {
+            notes.push(format!(
+                "max_tokens {n} capped to {room}: the context holds {n_ctx} tokens and the prompt takes {prompt}"
+            ));
+            room
+        }
+        Some(n) => n,
+        None => room,
+    }
 }
