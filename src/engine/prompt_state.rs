@@ -28,13 +28,34 @@ pub fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
     })
 }
 
+/// The entry in `file` (named by `ident`), read only when it fits in the
+/// memory available: a user-named file is never read past what the host has.
+pub(super) fn read_within_memory(
+    file: &Path,
+    ident: &Ident,
+) -> Result<prompt_cache::Entry, String> {
+    let bytes = std::fs::metadata(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        .len();
+    let available = crate::stream::memory::mem_available_bytes().unwrap_or(u64::MAX);
+    if bytes > available {
+        return Err(format!(
+            "{} is {} MiB, more than the {} MiB of memory available: not read",
+            file.display(),
+            bytes >> 20,
+            available >> 20
+        ));
+    }
+    prompt_cache::read_entry(file, ident).map_err(|e| e.to_string())
+}
+
 /// Put the state in `file` into sequence 0 when its tokens share a prefix
 /// with `prompt`; how many prompt tokens it holds (0: none, said why).
 pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) -> usize {
     if !file.exists() {
         return 0;
     }
-    let entry = match prompt_cache::read_entry(file, ident) {
+    let entry = match read_within_memory(file, ident) {
         Ok(e) => e,
         Err(e) => {
             crate::say!("warning: {e}; the prompt is prefilled");
@@ -88,5 +109,31 @@ pub(super) fn save(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Toke
             file.display()
         ),
         Err(e) => crate::say!("warning: prompt cache {}: {e}; not saved", file.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 64: a user-named state file is never read past the memory the
+    /// host has (a sparse 4 TiB file is refused from its size alone).
+    #[test]
+    fn a_state_file_larger_than_memory_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("huge.kv");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(4 << 40)
+            .unwrap();
+        let ident = Ident {
+            bmoe_version: String::new(),
+            model_bytes: 0,
+            model_hash: String::new(),
+            n_ctx: 0,
+            settings: String::new(),
+        };
+        let e = read_within_memory(&file, &ident).unwrap_err();
+        assert!(e.contains("more than the") && e.contains("not read"), "{e}");
     }
 }

@@ -246,7 +246,8 @@ impl Session {
     /// an error the context is left empty.
     pub fn restore_state(&mut self, file: &Path, ident: &Ident) -> Result<usize, EngineError> {
         self.reset();
-        let entry = prompt_cache::read_entry(file, ident)?;
+        let entry =
+            super::prompt_state::read_within_memory(file, ident).map_err(EngineError::Config)?;
         self.ctx.set_seq_state(0, &entry.state)?;
         self.kv = entry.tokens;
         Ok(self.kv.len())

@@ -74,16 +74,14 @@ impl Grammar {
 }
 
 impl GrammarError {
-    /// Whether the error is the client's wherever the schema comes from (a
-    /// schema no document satisfies, or too large to build), as against
-    /// one the grammar cannot honour (a tool under `tool_choice` `auto` is
-    /// then left unconstrained).
+    /// Whether the error is the client's wherever the schema comes from: a
+    /// schema no document satisfies (no call of that tool could be valid).
+    /// One too large to build, or that the grammar cannot honour, only
+    /// where a call is forced: under `tool_choice` `auto` the calls are then
+    /// left unconstrained (agents offer tools such as a script parameter of
+    /// `maxLength` 524288, and their requests must be answered).
     pub fn refused_everywhere(&self) -> bool {
-        match self {
-            Self::Refused(r) => r.kind != RefusalKind::Unsupported,
-            Self::TooLarge { .. } => true,
-            _ => false,
-        }
+        matches!(self, Self::Refused(r) if r.kind == RefusalKind::Empty)
     }
 }
 

@@ -93,6 +93,7 @@ pub(crate) fn error_body(e: &ApiError) -> Value {
 
 /// The error as Anthropic answers one: its status and [`error_body`].
 pub(crate) fn error_response(e: ApiError) -> Response {
+    e.log();
     crate::serve::api::with_retry_after(e.status, axum::Json(error_body(&e)).into_response())
 }
 

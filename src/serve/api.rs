@@ -91,7 +91,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.log();
         with_retry_after(self.status, axum::Json(self.body()).into_response())
+    }
+}
+
+impl ApiError {
+    /// Say the error in the request's log at `-v` (the status line alone
+    /// does not say why a request was refused).
+    pub(crate) fn log(&self) {
+        tracing::info!(
+            status = self.status.as_u16(),
+            param = self.param,
+            "refused: {}",
+            self.message
+        );
     }
 }
 

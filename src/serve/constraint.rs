@@ -64,6 +64,10 @@ impl Constraint {
         if let Err(e) = grammar.bounded() {
             let param = match &spec.constraint {
                 Self::Json { param, .. } => param,
+                Self::Calls(ToolChoice::Auto) => {
+                    tracing::info!("tool calls not constrained under auto: {e}");
+                    return Ok(None);
+                }
                 _ => "tools",
             };
             return Err(ApiError::invalid(Some(param), e.to_string()));

@@ -170,11 +170,17 @@ fn assert_all_answered(log: &[String], agent: &str) {
         })
         .map(|l| l.as_str())
         .collect();
+    let why: Vec<&str> = log
+        .iter()
+        .filter(|l| l.contains("refused: "))
+        .map(String::as_str)
+        .collect();
     assert!(
         !finished.is_empty() && refused.is_empty(),
-        "the server did not answer every request of {agent} with a 2xx ({} logged):\n{}",
+        "the server did not answer every request of {agent} with a 2xx ({} logged):\n{}\n{}",
         finished.len(),
-        refused.join("\n")
+        refused.join("\n"),
+        why.join("\n")
     );
     assert!(
         log.iter().any(|l| l.contains("request answered")),

@@ -568,15 +568,15 @@ fn an_unusable_directory_keeps_the_ram_tier() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let s = start(&file.join("cache"), &["-v"]);
+    let s = start(&file.join("cache"), &[]);
     let a = conversation(&["Will it snow in Grenoble this weekend?"]);
     let b = conversation(&["How warm is the sea in Marseille in June?"]);
     ask(&s, &a);
     ask(&s, &b);
     let (_, _, cached) = ask(&s, &a);
     assert!(cached > 0, "restored from RAM");
+    // Only the cache restores (a sequence's own reuse is not counted here).
     assert!(metric(&s, "bmoe_prompt_tokens_restored_total") > 0);
-    log_has(&s, &["keeps states in RAM only"]);
 }
 
 /// `src`'s cache folders copied into `dst` (a second server's start from

@@ -73,6 +73,18 @@ fn a_runaway_schema_is_a_fast_400_on_every_route() {
     let anthropic = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 8,
         "tool_choice": {"type": "any"}, "tools": [{"name": "f", "input_schema": tool[0]["function"]["parameters"]}]});
     assert_refused(&s, "/v1/messages", &anthropic, "tools", "minLength");
+    // Under auto, a tool too large to constrain (Claude Code's Workflow
+    // tool has a script of maxLength 524288) leaves the calls unconstrained:
+    // the request is answered, at once.
+    let big = json!([{"type": "function", "function": {"name": "w", "parameters": {
+        "type": "object", "properties": {"script": {"type": "string", "maxLength": 524288}}}}}]);
+    let t0 = std::time::Instant::now();
+    let (status, body) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, "tools": big}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
     // The server is still whole: a plain request is answered.
     let (status, body) = s.post(
         "/v1/chat/completions",
