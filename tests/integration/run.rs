@@ -305,4 +305,18 @@ fn each_commands_help_lists_only_what_it_takes() {
     for flag in ["--cache-mb", "--chat-template-file", "--temp"] {
         assert!(chat.contains(flag) && serve.contains(flag), "{flag}");
     }
+    // A flag of another command is a usage error while parsing (it was
+    // parsed, then refused after), before any model is looked for.
+    for argv in [
+        &["serve", "-p", "x"][..],
+        &["serve", "--stop", "x"],
+        &["chat", "--csv", "t.csv"],
+        &["chat", "--ngram"],
+    ] {
+        let o = bmoe(argv);
+        let err = crate::common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{argv:?}: {err}");
+        let named = format!("unexpected argument '{}'", argv[1]);
+        assert!(err.contains(&named), "{argv:?}: {err}");
+    }
 }
