@@ -64,8 +64,9 @@ impl ChatArgs {
     /// The engine's configuration: the shared groups', with -n and --stop.
     fn engine_config(&self, model: PathBuf) -> Result<RunConfig, checks::UsageError> {
         let extras = StreamExtras::default();
-        let mut cfg =
-            (self.shared()).engine_config(model, String::new(), self.n_predict, extras)?;
+        let mut cfg = self
+            .shared()
+            .engine_config(model, String::new(), self.n_predict, extras)?;
         cfg.stop = self.stop.clone();
         Ok(cfg)
     }

@@ -75,6 +75,22 @@ impl ServeArgs {
             sampling: &self.sampling,
         }
     }
+
+    /// The engine's configuration, whole: the shared groups', -n as the
+    /// requests' default length, and the expert cache leaving the prompt
+    /// cache's RAM to it.
+    fn engine_config(
+        &self,
+        model: std::path::PathBuf,
+        prompt_cache: Option<&bmoe::prompt_cache::Config>,
+    ) -> Result<bmoe::engine::RunConfig, UsageError> {
+        let extras = StreamExtras {
+            route_trace: None,
+            reserved_bytes: prompt_cache.map_or(0, |pc| pc.ram_bytes),
+        };
+        self.shared()
+            .engine_config(model, String::new(), self.n_predict, extras)
+    }
 }
 
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
@@ -100,12 +116,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !args.model.rpc.rpc.is_empty() && !engine_child {
         return supervise(&args);
     }
-    // The expert cache leaves the prompt cache's RAM to it.
-    let extras = StreamExtras {
-        route_trace: None,
-        reserved_bytes: prompt_cache.as_ref().map_or(0, |pc| pc.ram_bytes),
-    };
-    let engine = (args.shared()).engine_config(model, String::new(), args.n_predict, extras)?;
+    let engine = args.engine_config(model, prompt_cache.as_ref())?;
     let cfg = ServeConfig {
         defaults: engine.sampling.clone(),
         engine,
@@ -207,7 +218,52 @@ fn check_served_names(names: &[String]) -> Result<(), UsageError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_api_key, check_served_names};
+    use super::{check_api_key, check_served_names, ServeArgs};
+
+    /// `bmoe serve ARGV...`'s flags.
+    fn serve_args(argv: &[&str]) -> ServeArgs {
+        use clap::FromArgMatches;
+        let argv = [&["bmoe", "serve"][..], argv].concat();
+        let m = crate::cli::command()
+            .try_get_matches_from(argv)
+            .expect("parses");
+        match crate::cli::Cli::from_arg_matches(&m)
+            .expect("a command")
+            .command
+        {
+            crate::cli::Command::Serve(a) => a,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    /// The prompt cache's RAM is reserved from the expert cache in the one
+    /// call that builds the engine's configuration (it was written into a
+    /// configuration already built); a resident engine has nothing to
+    /// reserve it from.
+    #[test]
+    fn the_engine_config_is_built_whole_with_the_prompt_cache_ram_reserved() {
+        let pc = bmoe::prompt_cache::Config {
+            dir: None,
+            disk_cap_bytes: 0,
+            ram_bytes: 64 << 20,
+        };
+        let build = |argv: &[&str], pc| {
+            let cfg = serve_args(argv).engine_config("m.gguf".into(), pc);
+            cfg.expect("a config")
+        };
+        let cfg = build(&["-n", "7"], Some(&pc));
+        assert_eq!(cfg.n_predict, 7);
+        match &cfg.mode {
+            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 64 << 20),
+            other => panic!("streamed: {other:?}"),
+        }
+        match build(&[], None).mode {
+            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 0),
+            other => panic!("streamed: {other:?}"),
+        }
+        let resident = build(&["--resident"], Some(&pc));
+        assert!(matches!(resident.mode, bmoe::engine::Mode::Resident));
+    }
 
     #[test]
     fn served_names_are_not_blank_nor_twice() {
