@@ -22,14 +22,19 @@ pub mod chat;
 pub mod checks;
 pub mod commands;
 pub mod fixture;
+#[cfg(test)]
+mod flag_tree;
+pub mod generation;
 pub mod graph;
 pub mod inspect;
+pub mod model;
 pub mod prompt_cache;
 pub mod replay;
 pub mod rpc;
 pub mod run;
 pub mod sampling;
 pub mod serve;
+pub mod spec;
 pub mod stream;
 pub mod trace;
 
@@ -57,12 +62,12 @@ pub enum Command {
     Run(RunArgs),
     /// Serve an OpenAI-compatible API (chat and text completions, streamed or
     /// whole) from one loaded model whose KV and expert caches stay warm
-    /// between requests (docs/serving.md). Takes run's model, cache and
+    /// between requests (docs/serving.md). Takes run's model, streaming and
     /// sampling flags (the sampling ones as the requests' defaults).
     Serve(serve::ServeArgs),
     /// A multi-turn chat in the terminal with the model's chat template; each
     /// turn decodes only its new tokens (the history stays in the KV cache).
-    /// Takes run's model, cache and sampling flags (-n caps each reply).
+    /// Takes run's model, streaming and sampling flags (-n caps each reply).
     Chat(chat::ChatArgs),
     /// Describe a gguf: layers, experts, slice sizes, dense/expert bytes;
     /// with --rpc-layers how --rpc would split it, with --forecast the decode
@@ -191,142 +196,33 @@ pub struct BenchArgs {
     pub route_from: Option<PathBuf>,
 }
 
-/// `--spec`'s draft source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SpecSource {
-    /// The n-gram matcher when it has a match, else the MTP head (when the
-    /// model has one).
-    Auto,
-    Ngram,
-    Mtp,
-    Off,
+/// `bmoe run`'s flags: the groups chat and serve share (model, streaming,
+/// sampling) and run's own (generation, outputs, speculation).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: model::ModelArgs,
+    #[command(flatten)]
+    pub streaming: stream::StreamingArgs,
+    #[command(flatten)]
+    pub sampling: sampling::SamplingArgs,
+    #[command(flatten)]
+    pub generation: generation::GenerationArgs,
+    #[command(flatten)]
+    pub outputs: generation::OutputArgs,
+    #[command(flatten)]
+    pub spec: spec::SpecArgs,
 }
 
 impl RunArgs {
-    /// N-gram drafts, ungated (`--ngram`) or gated (`--spec ngram|auto`).
-    pub fn uses_ngram(&self) -> bool {
-        self.ngram || matches!(self.spec, Some(SpecSource::Ngram | SpecSource::Auto))
+    /// The groups run shares with chat and serve.
+    pub fn shared(&self) -> model::Shared<'_> {
+        model::Shared {
+            model: &self.model,
+            streaming: &self.streaming,
+            sampling: &self.sampling,
+        }
     }
-
-    /// MTP drafts, ungated (`--mtp`) or gated (`--spec mtp`, and `--spec auto`
-    /// on a model with a head).
-    pub fn uses_mtp(&self) -> bool {
-        self.mtp || matches!(self.spec, Some(SpecSource::Mtp | SpecSource::Auto))
-    }
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("speculation").args(["ngram", "mtp", "spec"])))]
-pub struct RunArgs {
-    /// Model gguf. Default: SmolLM2 upcycled to 64 experts / top-4, built into the cache if missing.
-    #[arg(short, long)]
-    pub model: Option<PathBuf>,
-    /// Prompt text.
-    #[arg(short, long, conflicts_with = "file")]
-    pub prompt: Option<String>,
-    /// Read the prompt from a file.
-    #[arg(short, long)]
-    pub file: Option<PathBuf>,
-    /// Tokens to generate (at least 1).
-    #[arg(short = 'n', long = "n-predict", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
-    pub n_predict: u32,
-    #[command(flatten)]
-    pub sampling: sampling::SamplingArgs,
-    /// Never stop at the end of text: end-of-generation tokens are not chosen
-    /// (the best other token is), so exactly -n tokens are generated.
-    #[arg(long)]
-    pub ignore_eos: bool,
-    /// Wrap the prompt in the model's own chat template (its Jinja
-    /// `tokenizer.chat_template`, rendered as Hugging Face transformers
-    /// renders it; llama.cpp's built-in chatml only for a file without one).
-    #[arg(long)]
-    pub chat: bool,
-    /// Use this Jinja chat template instead of the model file's own (for
-    /// --chat, chat and serve).
-    #[arg(long, value_name = "FILE")]
-    pub chat_template_file: Option<PathBuf>,
-    /// Print the prompt as the model would get it (rendered with the chat
-    /// template under --chat) and its token count, then exit without
-    /// generating (only the model's vocabulary is loaded).
-    #[arg(long)]
-    pub show_prompt: bool,
-    /// Compute threads (default: all cores).
-    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub threads: Option<u32>,
-    /// Context size in tokens (llama.cpp rounds it up to a multiple of 256).
-    #[arg(short = 'c', long = "ctx", default_value_t = bmoe::engine::DEFAULT_N_CTX, value_parser = clap::value_parser!(u32).range(16..))]
-    pub ctx: u32,
-    /// The prompt's micro-batch in tokens (16..=8192): auto runs the whole prompt
-    /// as one micro-batch when its compute buffers fit (so a streamed prompt reads
-    /// each routed expert once), else in the fewest equal ones; capped by --ctx.
-    #[arg(long, value_name = "N|auto", default_value = "auto")]
-    pub ubatch: bmoe::engine::Ubatch,
-    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline);
-    /// refused beside any streaming flag.
-    #[arg(long, conflicts_with = "StreamArgs")]
-    pub resident: bool,
-    #[command(flatten)]
-    pub stream: stream::StreamArgs,
-    /// Forced routing: at every MoE layer each row's routed experts are the
-    /// route trace's for that token (`--route-trace` or `bmoe trace import`;
-    /// prompt rows, then decodes, wrapping at its end), so the reads, stalls,
-    /// cache and compute are the traced model's. The text is meaningless by
-    /// design. Streamed or --resident; not with speculation or --rpc.
-    #[arg(long, value_name = "TRACE")]
-    pub route_from: Option<PathBuf>,
-    /// Self-speculative decoding with n-gram drafts: the longest earlier match of
-    /// the text's suffix proposes what followed it; the model verifies the drafts
-    /// in one wider decode and keeps only tokens equal to its own argmax.
-    #[arg(long, conflicts_with = "mtp")]
-    pub ngram: bool,
-    /// Self-speculative decoding with the model's own MTP (nextn) head as the
-    /// drafter (a model with nextn layers). The head runs on a draft actor
-    /// thread; when streaming, its experts stream too.
-    #[arg(long)]
-    pub mtp: bool,
-    /// With --mtp: stop drafting once the head's top probability falls below F.
-    /// (clap's `requires` is met by any member of the `speculation` group, so
-    /// main checks the pairing too.)
-    #[arg(long, value_name = "F", requires = "mtp")]
-    pub mtp_p_min: Option<f32>,
-    /// With --mtp and streaming: after drafting, have the flash actor read the
-    /// experts of the head's drafting pass in the background while the verify
-    /// decode computes (its catch-up routes mostly to them). Off by default: on
-    /// a 2-core host it costs the verify decode about what it saves the head.
-    #[arg(long, requires = "mtp")]
-    pub head_predemand: bool,
-    /// Speculation behind a cost gate: before each step, verify only as many
-    /// of the source's drafts (0..=--draft) as maximise the expected tokens per
-    /// second, from the acceptance, decode cost per batch width and drafting
-    /// cost measured so far in this run. ngram or mtp as with --ngram/--mtp
-    /// (which verify every draft); auto: the n-gram matcher when it has a
-    /// match, else the MTP head when the model has one; off: no speculation
-    /// (docs/speculation.md).
-    #[arg(long, value_name = "auto|ngram|mtp|off")]
-    pub spec: Option<SpecSource>,
-    /// Draft width: tokens verified per decode with speculation (1..=8).
-    #[arg(long, value_name = "N", default_value_t = bmoe::engine::DEFAULT_DRAFT, requires = "speculation", value_parser = clap::value_parser!(u32).range(1..=bmoe::engine::MAX_DRAFT as i64))]
-    pub draft: u32,
-    /// Shortest suffix match that may draft with --ngram.
-    /// Default 3.
-    #[arg(long, value_name = "M", requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub ngram_min_match: Option<u32>,
-    /// LOSSY: route each token to K experts instead of the model's count.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
-    pub n_expert_used: Option<u32>,
-    /// Write per-token telemetry to this CSV (preamble, one row per token, trailer).
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-    /// Print one `BMOE_PROGRESS {json}` line per token on stdout (instead of the text).
-    #[arg(long)]
-    pub progress: bool,
-    #[command(flatten)]
-    pub rpc: rpc::RpcArgs,
-    /// The prompt cache. run: a state FILE, restored when its tokens start
-    /// the prompt, else written after the prefill; serve: a DIR (default
-    /// `prompt-cache` in bmoe's cache folder) or off (docs/serving.md).
-    #[arg(long, value_name = "FILE|DIR|off")]
-    pub prompt_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -349,39 +245,11 @@ pub struct ProbeArgs {
     pub resident_tokens: u32,
 }
 
-/// The flags of `run` that `chat` and `serve` take from it but refuse
-/// ([`checks::refuse_run_only`]), by clap id: left out of their `--help`.
-const RUN_ONLY: [&str; 16] = [
-    "prompt",
-    "file",
-    "chat",
-    "csv",
-    "progress",
-    "route_trace",
-    "route_from",
-    "ngram",
-    "mtp",
-    "spec",
-    "draft",
-    "ngram_min_match",
-    "mtp_p_min",
-    "head_predemand",
-    "ignore_eos",
-    "show_prompt",
-];
-
-/// The command line, each command's `--help` listing only the flags it takes.
+/// The command line: each command's `--help` lists the groups it composes,
+/// and no more (`tests::each_command_takes_exactly_its_groups`).
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    let hide = |mut c: clap::Command, ids: &[&str]| {
-        for id in ids {
-            c = c.mut_arg(*id, |a| a.hide(true));
-        }
-        c
-    };
     Cli::command()
-        .mut_subcommand("chat", |c| hide(hide(c, &RUN_ONLY), &["prompt_cache"]))
-        .mut_subcommand("serve", |c| hide(hide(c, &RUN_ONLY), &["stop"]))
 }
 
 /// Parse the process's arguments (clap's own exit on `--help` and errors).

@@ -10,52 +10,77 @@ use clap::Args;
 use rustyline::error::ReadlineError;
 
 use bmoe::chat::{ChatInput, ChatTemplate, Conversation, TemplateError, TemplateOptions};
-use bmoe::engine::{Session, TurnFigures};
+use bmoe::engine::{RunConfig, Session, TurnFigures};
 use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
 use bmoe::prompt_cache::Ident;
 
 use super::checks;
-use super::RunArgs;
+use super::model::{ModelArgs, Shared};
+use super::sampling::SamplingArgs;
+use super::stream::{StreamExtras, StreamingArgs};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
     #[command(flatten)]
-    pub run: RunArgs,
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub streaming: StreamingArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The most tokens of each reply (at least 1; the context left caps it too).
+    #[arg(help_heading = "Chat", short = 'n', long = "n-predict", value_name = "N", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_predict: u32,
+    /// End a reply where this text first appears (left out of the output);
+    /// repeat the flag for several.
+    #[arg(help_heading = "Chat", long, value_name = "TEXT")]
+    pub stop: Vec<String>,
     /// A system prompt that opens the conversation.
-    #[arg(long, value_name = "TEXT", conflicts_with = "resume")]
+    #[arg(
+        help_heading = "Chat",
+        long,
+        value_name = "TEXT",
+        conflicts_with = "resume"
+    )]
     pub system: Option<String>,
     /// Continue the conversation `/save FILE` wrote: its messages from FILE,
     /// and its KV state from FILE.kv beside it, so the next turn prefills
     /// only its new message (without FILE.kv, or with one of another model
     /// or context, a warning and the conversation is prefilled again).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Chat", long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
+}
+
+impl ChatArgs {
+    /// The groups chat shares with run and serve.
+    pub fn shared(&self) -> Shared<'_> {
+        Shared {
+            model: &self.model,
+            streaming: &self.streaming,
+            sampling: &self.sampling,
+        }
+    }
+
+    /// The engine's configuration: the shared groups', with -n and --stop.
+    fn engine_config(&self, model: PathBuf) -> Result<RunConfig, checks::UsageError> {
+        let extras = StreamExtras::default();
+        let mut cfg = self
+            .shared()
+            .engine_config(model, String::new(), self.n_predict, extras)?;
+        cfg.stop = self.stop.clone();
+        Ok(cfg)
+    }
 }
 
 const HELP: &str = "/reset forgets the conversation, /stats shows the last turn's and the session's figures, /save FILE writes the transcript as JSON and its KV state to FILE.kv (bmoe chat --resume FILE continues it), /quit (or Ctrl-D) exits; Ctrl-C stops a reply";
 
 /// `bmoe chat`: load once, then one turn per line until Ctrl-D or /quit.
 pub fn chat(args: ChatArgs) -> Result<()> {
-    checks::refuse_run_only(
-        "chat",
-        &args.run,
-        &[],
-        "type the messages at its prompt (/stats shows the figures)",
-    )?;
-    if args.run.prompt_cache.is_some() {
-        return Err(checks::UsageError(
-            "bmoe chat does not take --prompt-cache: /save FILE keeps the conversation and its KV \
-             state, and bmoe chat --resume FILE continues it without prefilling it again"
-                .into(),
-        )
-        .into());
-    }
-    checks::warn_threads_above_cores(args.run.threads);
-    checks::run_args(&args.run)?;
+    checks::warn_threads_above_cores(args.model.threads);
+    checks::shared_args(&args.shared())?;
     let resumed = args.resume.as_deref().map(read_transcript).transpose()?;
-    let model = super::commands::model_or_default(&args.run.model)?;
-    let cfg = super::run::run_config(&args.run, model, String::new())?;
+    let model = super::commands::model_or_default(&args.model.model)?;
+    let cfg = args.engine_config(model)?;
     let mut session = Session::open(&cfg)?;
     for note in &session.notes {
         bmoe::say!("{note}");
@@ -97,10 +122,13 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             ..Options::default()
         },
         model: cfg.model.clone(),
-        inputs: [Some(cfg.model.clone()), args.run.chat_template_file.clone()]
-            .into_iter()
-            .flatten()
-            .collect(),
+        inputs: [
+            Some(cfg.model.clone()),
+            args.model.chat_template_file.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     };
     let mut editor = rustyline::DefaultEditor::new()?;
     loop {

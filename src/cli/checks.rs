@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use super::model::Shared;
+use super::spec::SpecArgs;
 use super::{Command, RunArgs};
 
 /// Bad flags or flag combinations found after parsing (exit code 2).
@@ -17,8 +19,8 @@ pub fn inputs(cmd: &Command) -> Vec<&Path> {
     use super::trace::TraceCmd;
     match cmd {
         Command::Run(a) => run_inputs(a),
-        Command::Chat(a) => run_inputs(&a.run),
-        Command::Serve(a) => run_inputs(&a.run),
+        Command::Chat(a) => shared_inputs(&a.shared()),
+        Command::Serve(a) => shared_inputs(&a.shared()),
         Command::Inspect(a) => std::iter::once(&a.model)
             .chain(&a.route_trace)
             .map(|p| p.as_path())
@@ -43,22 +45,31 @@ pub fn inputs(cmd: &Command) -> Vec<&Path> {
     }
 }
 
-/// What `run` (and `chat`, `serve`) read: the model, the prompt file, the
-/// chat template file, the `--route-from` trace and the `--cache-warm`
-/// profile (read, then updated: no other output may replace it).
-pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
-    let warm = match &a.stream.cache_warm {
+/// What run, chat and serve all read: the model, the chat template file
+/// and the `--cache-warm` profile (read, then updated: no other output may
+/// replace it).
+pub fn shared_inputs<'a>(s: &Shared<'a>) -> Vec<&'a Path> {
+    let warm = match &s.streaming.stream.cache_warm {
         bmoe::stream::WarmSource::File(f) => Some(f.as_path()),
         _ => None,
     };
-    a.model
+    s.model
+        .model
         .iter()
-        .chain(a.file.iter())
-        .chain(a.chat_template_file.iter())
-        .chain(a.route_from.iter())
+        .chain(s.model.chat_template_file.iter())
         .map(|p| p.as_path())
         .chain(warm)
         .collect()
+}
+
+/// What `run` reads: the shared inputs, the prompt file and the
+/// `--route-from` trace.
+pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
+    let gen = &a.generation;
+    let own = gen.file.iter().chain(gen.route_from.iter());
+    let mut inputs = shared_inputs(&a.shared());
+    inputs.extend(own.map(|p| p.as_path()));
+    inputs
 }
 
 /// What `bench` reads: the model, the cells file, the `--route-from`
@@ -74,35 +85,6 @@ pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
         .collect()
 }
 
-/// Refuse the flags of `run` that `bmoe COMMAND` (chat, serve) has no use
-/// for: prompts, telemetry files and speculation, and the command's `extra`
-/// (flag, given) pairs; `why` says where those things come from instead.
-pub fn refuse_run_only(
-    command: &str,
-    a: &RunArgs,
-    extra: &[(&str, bool)],
-    why: &str,
-) -> Result<(), UsageError> {
-    let given = [
-        ("-p/--prompt", a.prompt.is_some()),
-        ("-f/--file", a.file.is_some()),
-        ("--chat", a.chat),
-        ("--csv", a.csv.is_some()),
-        ("--progress", a.progress),
-        ("--route-trace", a.stream.route_trace.is_some()),
-        ("--route-from", a.route_from.is_some()),
-        ("--ngram/--mtp/--spec", a.ngram || a.mtp || a.spec.is_some()),
-        ("--ignore-eos", a.ignore_eos),
-        ("--show-prompt", a.show_prompt),
-    ];
-    match given.iter().chain(extra).find(|(_, g)| *g) {
-        Some((flag, _)) => Err(UsageError(format!(
-            "bmoe {command} does not take {flag}: {why}"
-        ))),
-        None => Ok(()),
-    }
-}
-
 /// The input `out` is, when it is one of `inputs`: the same file (device
 /// and inode, symlinks followed, so a hard link or a symlink to an input
 /// is that input). An `out` that does not exist yet is none of them.
@@ -115,24 +97,11 @@ fn input_named_by<'a>(out: &Path, inputs: &[&'a Path]) -> Option<&'a Path> {
         .find(|i| std::fs::metadata(i).is_ok_and(|m| (m.dev(), m.ino()) == (o.dev(), o.ino())))
 }
 
-/// The flag values and pairings of `bmoe run` that clap cannot check: called
-/// for a run, and for every bench cell before anything is measured.
-pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
-    args.sampling.params()?;
-    // --show-prompt runs nothing: the run's outputs would never be written.
-    let outputs = [
-        ("--csv", args.csv.is_some()),
-        ("--route-trace", args.stream.route_trace.is_some()),
-    ];
-    if let Some((flag, _)) = outputs.iter().find(|(_, g)| *g && args.show_prompt) {
-        return Err(UsageError(format!(
-            "--show-prompt only prints the prompt and runs nothing, so {flag} would never be \
-             written: drop one of them"
-        )));
-    }
-    args.sampling
-        .check_speculation(args.uses_ngram() || args.uses_mtp())?;
-    let drop_cold = args.stream.drop_cold_experts;
+/// The flag values of the groups run, chat and serve share that clap
+/// cannot check.
+pub fn shared_args(s: &Shared) -> Result<(), UsageError> {
+    s.sampling.params()?;
+    let drop_cold = s.streaming.stream.drop_cold_experts;
     if !(drop_cold.is_finite() && (0.0..=1.0).contains(&drop_cold)) {
         return Err(UsageError(format!(
             "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
@@ -140,23 +109,30 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
             drop_cold
         )));
     }
-    // Each source's own flags need that source (clap's `requires` accepts any
-    // member of the speculation group, so the pairing is checked here).
-    let mtp_only = [
-        ("--mtp-p-min", args.mtp_p_min.is_some()),
-        ("--head-predemand", args.head_predemand),
+    Ok(())
+}
+
+/// The flag values and pairings of `bmoe run` that clap cannot check: called
+/// for a run, and for every bench cell before anything is measured.
+pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
+    shared_args(&args.shared())?;
+    let (spec, outputs) = (&args.spec, &args.outputs);
+    // --show-prompt runs nothing: the run's outputs would never be written.
+    let written = [
+        ("--csv", outputs.csv.is_some()),
+        ("--route-trace", outputs.route_trace.is_some()),
     ];
-    for (flag, given) in mtp_only {
-        if given && !args.uses_mtp() {
-            return Err(UsageError(format!("{flag} needs --mtp")));
-        }
+    let show_prompt = args.generation.show_prompt;
+    if let Some((flag, _)) = written.iter().find(|(_, g)| *g && show_prompt) {
+        return Err(UsageError(format!(
+            "--show-prompt only prints the prompt and runs nothing, so {flag} would never be \
+             written: drop one of them"
+        )));
     }
-    if args.ngram_min_match.is_some() && !args.uses_ngram() {
-        return Err(UsageError(
-            "--ngram-min-match needs --ngram or --spec ngram|auto".into(),
-        ));
-    }
-    if args.stream.route_trace.is_some() && args.uses_mtp() {
+    args.sampling
+        .check_speculation(spec.uses_ngram() || spec.uses_mtp())?;
+    speculation_pairing(spec)?;
+    if outputs.route_trace.is_some() && spec.uses_mtp() {
         return Err(UsageError(
             "--route-trace records the verify decodes only, and with --mtp (or --spec mtp|auto) \
              the head's demands share the cache, so a replay would not match the run: drop one of them"
@@ -164,7 +140,7 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
         ));
     }
     route_from_pairing(args)?;
-    if args.head_predemand && args.resident {
+    if spec.head_predemand && args.streaming.resident {
         return Err(UsageError(
             "--head-predemand reads the MTP head's streamed experts early; with --resident \
              nothing is streamed: drop one of them"
@@ -174,16 +150,37 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// Each source's own flags need that source (clap's `requires` accepts any
+/// member of the speculation group, so the pairing is checked here).
+fn speculation_pairing(spec: &SpecArgs) -> Result<(), UsageError> {
+    let mtp_only = [
+        ("--mtp-p-min", spec.mtp_p_min.is_some()),
+        ("--head-predemand", spec.head_predemand),
+    ];
+    for (flag, given) in mtp_only {
+        if given && !spec.uses_mtp() {
+            return Err(UsageError(format!("{flag} needs --mtp")));
+        }
+    }
+    if spec.ngram_min_match.is_some() && !spec.uses_ngram() {
+        return Err(UsageError(
+            "--ngram-min-match needs --ngram or --spec ngram|auto".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `--route-from` forces the routing of every row of the verify decodes:
 /// a draft's rows would be routed as other tokens of the trace, and RPC
 /// hosts route their own layers.
 fn route_from_pairing(args: &RunArgs) -> Result<(), UsageError> {
-    if args.route_from.is_none() {
+    if args.generation.route_from.is_none() {
         return Ok(());
     }
+    let spec = &args.spec;
     let other = [
-        ("--ngram/--mtp/--spec", args.uses_ngram() || args.uses_mtp()),
-        ("--rpc", args.rpc.config().is_some()),
+        ("--ngram/--mtp/--spec", spec.uses_ngram() || spec.uses_mtp()),
+        ("--rpc", args.model.rpc.config().is_some()),
     ];
     match other.iter().find(|(_, given)| *given) {
         Some((flag, _)) => Err(UsageError(format!(
@@ -360,10 +357,6 @@ mod tests {
         for fine in [&[][..], &["--spec", "off"][..], &["--resident"][..]] {
             assert_eq!(check(fine), Ok(()), "{fine:?}");
         }
-        // chat and serve take run's flags and refuse this one.
-        let a = crate::cli::parse_run(&["bmoe", "run", "--route-from", "t.trace"]);
-        let e = refuse_run_only("chat", &a, &[], "why").unwrap_err().0;
-        assert!(e.contains("--route-from"), "{e}");
     }
 
     #[test]

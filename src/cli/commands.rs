@@ -163,9 +163,17 @@ fn settle_cell(flags: &[String]) -> Result<bmoe::lab::bench::CellSettings, Strin
             ..
         }) => {
             checks::run_args(&a).map_err(|e| first_line(&e.0))?;
+            let extras = super::stream::StreamExtras {
+                route_trace: a.outputs.route_trace.clone(),
+                reserved_bytes: 0,
+            };
+            let stream = match a.streaming.mode(extras) {
+                bmoe::engine::Mode::Stream(c) => Some(c),
+                bmoe::engine::Mode::Resident => None,
+            };
             Ok(bmoe::lab::bench::CellSettings {
-                n_ctx: a.ctx,
-                stream: (!a.resident).then(|| a.stream.config()),
+                n_ctx: a.model.ctx,
+                stream,
             })
         }
         Ok(_) => Err("not a `bmoe run` line".into()),

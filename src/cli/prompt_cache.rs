@@ -2,7 +2,7 @@
 //! `prompt-cache` in bmoe's cache folder, `off` for none), the disk cap and
 //! the RAM budget.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -13,7 +13,13 @@ use super::checks::UsageError;
 const MIB: u64 = 1 << 20;
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Prompt cache")]
 pub struct PromptCacheArgs {
+    /// The prompt cache's directory (default `prompt-cache` in bmoe's cache
+    /// folder), or off: recent prompts' KV states, so a prompt starting with
+    /// a cached prefix prefills only the rest (docs/serving.md).
+    #[arg(long, value_name = "DIR|off")]
+    pub prompt_cache: Option<PathBuf>,
     /// The most MiB the --prompt-cache directory may hold (every model's
     /// entries together); the least recently used go first.
     #[arg(long, value_name = "MIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
@@ -30,9 +36,9 @@ pub struct PromptCacheArgs {
 }
 
 impl PromptCacheArgs {
-    /// The cache `--prompt-cache FLAG` asks for (None: off).
-    pub fn config(&self, flag: Option<&Path>) -> Result<Option<Config>, UsageError> {
-        let dir = match flag {
+    /// The cache `--prompt-cache` asks for (None: off).
+    pub fn config(&self) -> Result<Option<Config>, UsageError> {
+        let dir = match self.prompt_cache.as_deref() {
             Some(p) if p.as_os_str() == "off" => return Ok(None),
             Some(p) if p.as_os_str().is_empty() => {
                 return Err(UsageError(
@@ -89,6 +95,7 @@ mod tests {
     #[test]
     fn a_ram_tier_past_half_the_memory_is_refused() {
         let args = |mb| PromptCacheArgs {
+            prompt_cache: None,
             prompt_cache_mb: 4096,
             prompt_cache_ram_mb: mb,
             prompt_cache_scope: Default::default(),

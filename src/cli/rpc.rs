@@ -17,12 +17,7 @@ pub struct RpcArgs {
     /// Put the model's last layers on llama.cpp RPC hosts, each running
     /// `bmoe rpc-server` (same bmoe build): HOST:PORT, comma-separated. Their
     /// layers stay resident in the hosts' memory; the local ones stream.
-    #[arg(
-        long,
-        value_name = "HOST:PORT,...",
-        value_delimiter = ',',
-        conflicts_with = "mtp"
-    )]
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
     pub rpc: Vec<String>,
     /// With --rpc: how many of the last layers (blocks, as `bmoe inspect`
     /// counts them) the hosts hold, with the output layer; auto: as many as

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use bmoe::chat::ChatTemplate;
-use bmoe::engine::{self, EngineError, Mode, RunConfig, RunReport};
+use bmoe::engine::{self, EngineError, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
 
 use super::checks::{self, UsageError};
+use super::stream::StreamExtras;
 use super::RunArgs;
 
 /// `bmoe run`: check the arguments, run the engine with its text on stdout,
@@ -18,12 +19,11 @@ use super::RunArgs;
 pub fn run(args: RunArgs) -> Result<()> {
     let prompt = checked_prompt(&args)?;
     let model = model_of(&args)?;
-    let mut cfg = run_config(&args, model, prompt)?;
-    cfg.prompt_cache = args.prompt_cache.clone();
-    if args.show_prompt {
+    let cfg = run_config(&args, model, prompt)?;
+    if args.generation.show_prompt {
         return show_prompt(&cfg);
     }
-    let progress = args.progress;
+    let progress = args.outputs.progress;
     // A failed write stops generation at the next token (the engine checks).
     let res = engine::run(&cfg, |s| {
         if !progress {
@@ -61,23 +61,24 @@ pub fn run(args: RunArgs) -> Result<()> {
 /// The checks that need no model, and the prompt (from -p or -f).
 fn checked_prompt(args: &RunArgs) -> Result<String> {
     let inputs = checks::run_inputs(args);
-    if let Some(csv) = args.csv.as_deref() {
+    let (gen, outputs) = (&args.generation, &args.outputs);
+    if let Some(csv) = outputs.csv.as_deref() {
         checks::output_file("--csv", csv, &inputs)?;
     }
-    if let Some(t) = &args.stream.route_trace {
+    if let Some(t) = &outputs.route_trace {
         checks::output_file("--route-trace", t, &inputs)?;
     }
-    if let Some(f) = &args.prompt_cache {
+    if let Some(f) = &gen.prompt_cache_file {
         // Read, then rewritten; the inputs above never include it (filtering
         // it out of them by path would also let it name the model).
-        checks::output_file("--prompt-cache", f, &inputs)?;
+        checks::output_file("--prompt-cache-file", f, &inputs)?;
     }
-    if let bmoe::stream::WarmSource::File(f) = &args.stream.cache_warm {
+    if let bmoe::stream::WarmSource::File(f) = &args.streaming.stream.cache_warm {
         // The profile is read, then updated: only the other inputs count.
         let others: Vec<&Path> = inputs.iter().copied().filter(|&i| i != f).collect();
         checks::output_file("--cache-warm", f, &others)?;
     }
-    let prompt = match (&args.prompt, &args.file) {
+    let prompt = match (&gen.prompt, &gen.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => checks::read_prompt_file(f)?,
         (None, None) => {
@@ -86,8 +87,8 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
             )
         }
     };
-    checks::prompt_text(&prompt, args.chat)?;
-    checks::warn_threads_above_cores(args.threads);
+    checks::prompt_text(&prompt, gen.chat)?;
+    checks::warn_threads_above_cores(args.model.threads);
     checks::run_args(args)?;
     Ok(prompt)
 }
@@ -95,79 +96,38 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
 /// The model (-m, or the default fixture prepared), with `--n-expert-used`
 /// checked against it.
 fn model_of(args: &RunArgs) -> Result<PathBuf> {
-    let model = super::commands::model_or_default(&args.model)?;
-    if let Some(k) = args.n_expert_used {
-        super::graph::check_experts_used(&model, k, args.ctx)?;
+    let m = &args.model;
+    let model = super::commands::model_or_default(&m.model)?;
+    if let Some(k) = m.n_expert_used {
+        super::graph::check_experts_used(&model, k, m.ctx)?;
     }
     Ok(model)
 }
 
-/// The engine's configuration from the arguments.
+/// The engine's configuration: the shared groups', with run's route trace,
+/// then run's generation, output and speculation flags.
 pub(super) fn run_config(
     args: &RunArgs,
     model: PathBuf,
     prompt: String,
 ) -> Result<RunConfig, UsageError> {
-    let sampling = args.sampling.params()?;
-    let mut cfg = RunConfig::new(model, prompt);
-    cfg.chat = args.chat;
-    cfg.chat_template = template_file(args)?;
-    cfg.n_predict = args.n_predict;
-    cfg.ignore_eos = args.ignore_eos;
-    if let Some(t) = args.threads {
-        cfg.threads = t;
-    }
-    cfg.n_ctx = args.ctx;
-    cfg.mode = mode_of(args);
-    cfg.stream_explicit = args.stream.moe_stream;
-    cfg.telemetry.csv = args.csv.clone();
-    cfg.telemetry.progress = args.progress;
-    cfg.n_expert_used = args.n_expert_used;
-    cfg.speculation = engine::SpecConfig {
-        source: speculation_of(args),
-        draft_max: args.draft,
-        gated: args.spec.is_some(),
+    let (gen, outputs) = (&args.generation, &args.outputs);
+    let extras = StreamExtras {
+        route_trace: outputs.route_trace.clone(),
+        reserved_bytes: 0,
     };
-    cfg.ubatch = args.ubatch;
-    cfg.sampling = sampling;
-    cfg.stop = args.sampling.stop.clone();
-    cfg.rpc = args.rpc.config();
-    cfg.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
-    cfg.route_from = args.route_from.clone();
+    let mut cfg = args
+        .shared()
+        .engine_config(model, prompt, gen.n_predict, extras)?;
+    cfg.chat = gen.chat;
+    cfg.ignore_eos = gen.ignore_eos;
+    cfg.stop = gen.stop.clone();
+    cfg.prompt_cache = gen.prompt_cache_file.clone();
+    cfg.route_from = gen.route_from.clone();
+    cfg.telemetry.csv = outputs.csv.clone();
+    cfg.telemetry.progress = outputs.progress;
+    cfg.speculation = args.spec.config();
     Ok(cfg)
-}
-
-/// Resident, or streamed with the cache and I/O flags.
-fn mode_of(args: &RunArgs) -> Mode {
-    if args.resident {
-        Mode::Resident
-    } else {
-        Mode::Stream(args.stream.config())
-    }
-}
-
-/// N-gram or MTP speculation, both (`--spec auto`), or none (--ngram wins
-/// over --mtp; `--spec` names one of them, gated).
-fn speculation_of(args: &RunArgs) -> engine::Speculation {
-    let min_match = args
-        .ngram_min_match
-        .unwrap_or(bmoe_decode::ngram::DEFAULT_MIN_MATCH as u32);
-    if args.spec == Some(crate::cli::SpecSource::Auto) {
-        return engine::Speculation::Auto {
-            min_match,
-            p_min: args.mtp_p_min.unwrap_or(0.0),
-            predemand: args.head_predemand,
-            head: true,
-        };
-    }
-    match (args.uses_ngram(), args.uses_mtp()) {
-        (true, _) => engine::Speculation::Ngram { min_match },
-        (false, true) => engine::Speculation::Mtp {
-            p_min: args.mtp_p_min.unwrap_or(0.0),
-            predemand: args.head_predemand,
-        },
-        (false, false) => engine::Speculation::Off,
-    }
 }
 
 /// Write the `BMOE_DONE` line: to stdout with --progress, unless stdout is
@@ -193,7 +153,7 @@ fn explained(
     match res {
         Ok(r) => Ok(r),
         Err(e @ EngineError::Generate(GenerateError::PromptTooLong { n_ctx, .. })) => {
-            let note = ctx_rounding(args.ctx, n_ctx);
+            let note = ctx_rounding(args.model.ctx, n_ctx);
             Err(Noted { source: e, note }.into())
         }
         Err(e) if e.is_refusal() => Err(e.into()),
@@ -217,15 +177,6 @@ fn ctx_rounding(requested: u32, settled: u32) -> String {
         return String::new();
     }
     format!(" (-c {requested} was rounded up to {settled}: llama.cpp sizes contexts in multiples of 256)")
-}
-
-/// `--chat-template-file`: the template's text (a clear error for a file
-/// that cannot be read or is not UTF-8).
-pub(super) fn template_file(args: &RunArgs) -> Result<Option<String>, UsageError> {
-    let Some(path) = &args.chat_template_file else {
-        return Ok(None);
-    };
-    checks::read_text_file("the --chat-template-file", path, "").map(Some)
 }
 
 /// `--show-prompt`: the prompt as the model would get it (only the

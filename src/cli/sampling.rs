@@ -1,5 +1,6 @@
-//! The sampling flags `bmoe run` shares with the interactive commands, and
-//! their check: settings in range, and speculation only with greedy picks.
+//! The sampling group run, chat and serve take (serve: its requests'
+//! defaults), and its checks: settings in range, and speculation only with
+//! greedy picks.
 
 use clap::Args;
 
@@ -7,8 +8,10 @@ use bmoe_decode::sampling::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED}
 
 use super::checks::UsageError;
 
-/// Sampling through llama.cpp's sampler chain (greedy unless --temp > 0).
+/// Sampling through llama.cpp's sampler chain (greedy unless --temp > 0);
+/// serve's requests' defaults.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Sampling")]
 pub struct SamplingArgs {
     /// Sampling temperature: 0 (the default) picks the most likely token
     /// (greedy, the only mode speculation keeps exact); above 0 draws through
@@ -49,10 +52,6 @@ pub struct SamplingArgs {
     /// Seed of the draw: the same seed, prompt and settings give the same text.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
     pub seed: u32,
-    /// End generation where this text first appears (left out of the output);
-    /// repeat the flag for several.
-    #[arg(long, value_name = "TEXT")]
-    pub stop: Vec<String>,
 }
 
 impl SamplingArgs {

@@ -1,5 +1,6 @@
-//! `bmoe serve`: run's engine flags checked, the server started, its address
-//! and what loading decided said on stderr.
+//! `bmoe serve`: the model, streaming and sampling groups (sampling as the
+//! requests' defaults), the server's and the prompt cache's flags checked,
+//! the server started, its address and what loading decided said on stderr.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,52 +10,93 @@ use clap::Args;
 use bmoe::serve::{self, supervisor, ServeConfig};
 
 use super::checks::{self, UsageError};
-use super::RunArgs;
+use super::model::{ModelArgs, Shared};
+use super::sampling::SamplingArgs;
+use super::stream::{StreamExtras, StreamingArgs};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub run: RunArgs,
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub streaming: StreamingArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The reply length of a request without `max_tokens` (at least 1).
+    #[arg(help_heading = "Server", short = 'n', long = "n-predict", value_name = "N", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
+    pub n_predict: u32,
     /// Address to listen on (loopback unless told otherwise).
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(help_heading = "Server", long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     /// Port to listen on (0: any free port, said at start).
-    #[arg(long, default_value_t = 8080)]
+    #[arg(help_heading = "Server", long, default_value_t = 8080)]
     pub port: u16,
     /// Requests decoded together, one batch per step (each gets its own -c
     /// positions of KV cache).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(help_heading = "Server", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub parallel: u32,
     /// Requests that may wait while every --parallel slot is busy; more get 429.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(help_heading = "Server", long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub queue: u32,
     /// Require `Authorization: Bearer KEY` on every route but /health;
     /// repeat it for several clients: each key's prompts are reused (KV
     /// sequences, prompt cache) by requests with that key only.
-    #[arg(long, value_name = "KEY", env = "BMOE_API_KEY", hide_env_values = true)]
+    #[arg(
+        help_heading = "Server",
+        long,
+        value_name = "KEY",
+        env = "BMOE_API_KEY",
+        hide_env_values = true
+    )]
     pub api_key: Vec<String>,
     /// Largest request body in KiB; larger ones get 413.
-    #[arg(long, value_name = "KIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    #[arg(help_heading = "Server", long, value_name = "KIB", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub body_limit_kb: u64,
     /// The model's name in /v1/models and in replies (repeat it, or give a
     /// comma list, for several); default: the model file's name without
     /// `.gguf`. Name what your client asks for (e.g. Claude Code's --model).
-    #[arg(long = "served-name", value_name = "NAME", value_delimiter = ',')]
+    #[arg(
+        help_heading = "Server",
+        long = "served-name",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     pub served_name: Vec<String>,
     #[command(flatten)]
     pub prompt_cache: super::prompt_cache::PromptCacheArgs,
 }
 
+impl ServeArgs {
+    /// The groups serve shares with run and chat.
+    pub fn shared(&self) -> Shared<'_> {
+        Shared {
+            model: &self.model,
+            streaming: &self.streaming,
+            sampling: &self.sampling,
+        }
+    }
+
+    /// The engine's configuration, whole: the shared groups', -n as the
+    /// requests' default length, and the expert cache leaving the prompt
+    /// cache's RAM to it.
+    fn engine_config(
+        &self,
+        model: std::path::PathBuf,
+        prompt_cache: Option<&bmoe::prompt_cache::Config>,
+    ) -> Result<bmoe::engine::RunConfig, UsageError> {
+        let extras = StreamExtras {
+            route_trace: None,
+            reserved_bytes: prompt_cache.map_or(0, |pc| pc.ram_bytes),
+        };
+        self.shared()
+            .engine_config(model, String::new(), self.n_predict, extras)
+    }
+}
+
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    checks::refuse_run_only(
-        "serve",
-        &args.run,
-        &[("--stop", !args.run.sampling.stop.is_empty())],
-        "prompts, stop strings and lengths come with each request, figures from GET /metrics",
-    )?;
-    checks::warn_threads_above_cores(args.run.threads);
-    checks::run_args(&args.run)?;
+    checks::warn_threads_above_cores(args.model.threads);
+    checks::shared_args(&args.shared())?;
     for key in &args.api_key {
         check_api_key(key)?;
     }
@@ -69,15 +111,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             args.port
         );
     }
-    let prompt_cache = args.prompt_cache.config(args.run.prompt_cache.as_deref())?;
-    let model = super::commands::model_or_default(&args.run.model)?;
-    if !args.run.rpc.rpc.is_empty() && !engine_child {
+    let prompt_cache = args.prompt_cache.config()?;
+    let model = super::commands::model_or_default(&args.model.model)?;
+    if !args.model.rpc.rpc.is_empty() && !engine_child {
         return supervise(&args);
     }
-    let mut engine = super::run::run_config(&args.run, model, String::new())?;
-    if let (bmoe::engine::Mode::Stream(sc), Some(pc)) = (&mut engine.mode, &prompt_cache) {
-        sc.reserved_bytes = pc.ram_bytes;
-    }
+    let engine = args.engine_config(model, prompt_cache.as_ref())?;
     let cfg = ServeConfig {
         defaults: engine.sampling.clone(),
         engine,
@@ -179,7 +218,52 @@ fn check_served_names(names: &[String]) -> Result<(), UsageError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_api_key, check_served_names};
+    use super::{check_api_key, check_served_names, ServeArgs};
+
+    /// `bmoe serve ARGV...`'s flags.
+    fn serve_args(argv: &[&str]) -> ServeArgs {
+        use clap::FromArgMatches;
+        let argv = [&["bmoe", "serve"][..], argv].concat();
+        let m = crate::cli::command()
+            .try_get_matches_from(argv)
+            .expect("parses");
+        match crate::cli::Cli::from_arg_matches(&m)
+            .expect("a command")
+            .command
+        {
+            crate::cli::Command::Serve(a) => a,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    /// The prompt cache's RAM is reserved from the expert cache in the one
+    /// call that builds the engine's configuration (it was written into a
+    /// configuration already built); a resident engine has nothing to
+    /// reserve it from.
+    #[test]
+    fn the_engine_config_is_built_whole_with_the_prompt_cache_ram_reserved() {
+        let pc = bmoe::prompt_cache::Config {
+            dir: None,
+            disk_cap_bytes: 0,
+            ram_bytes: 64 << 20,
+        };
+        let build = |argv: &[&str], pc| {
+            let cfg = serve_args(argv).engine_config("m.gguf".into(), pc);
+            cfg.expect("a config")
+        };
+        let cfg = build(&["-n", "7"], Some(&pc));
+        assert_eq!(cfg.n_predict, 7);
+        match &cfg.mode {
+            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 64 << 20),
+            other => panic!("streamed: {other:?}"),
+        }
+        match build(&[], None).mode {
+            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 0),
+            other => panic!("streamed: {other:?}"),
+        }
+        let resident = build(&["--resident"], Some(&pc));
+        assert!(matches!(resident.mode, bmoe::engine::Mode::Resident));
+    }
 
     #[test]
     fn served_names_are_not_blank_nor_twice() {

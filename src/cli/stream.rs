@@ -1,14 +1,52 @@
-//! The streaming flags of `bmoe run` (and `chat`, `serve`), as one clap
-//! group: `--resident` conflicts with the group as a whole, so a flag added
-//! here is refused beside `--resident` without a list to keep. Every default
-//! is [`StreamConfig::default`]'s, shown by `--help` and used by a run.
+//! The streaming group of run, chat and serve: `--resident`, or the
+//! streaming flags as one clap group (`StreamArgs`) that `--resident`
+//! conflicts with as a whole, so a flag added there is refused beside
+//! `--resident` without a list to keep. Every default is
+//! [`StreamConfig::default`]'s, shown by `--help` and used by a run.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
+use bmoe::engine::Mode;
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig, WarmSource};
 use bmoe_flash::cache::CachePolicy;
+
+/// Resident, or streamed with the cache and I/O flags.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Streaming")]
+pub struct StreamingArgs {
+    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline);
+    /// refused beside any streaming flag.
+    #[arg(long, conflicts_with = "StreamArgs")]
+    pub resident: bool,
+    #[command(flatten)]
+    pub stream: StreamArgs,
+}
+
+/// The streaming settings no flag of this group gives: run's
+/// `--route-trace` and the RAM serve's prompt cache holds.
+#[derive(Debug, Default)]
+pub struct StreamExtras {
+    /// Run's `--route-trace FILE`.
+    pub route_trace: Option<PathBuf>,
+    /// Bytes the expert cache leaves to others (serve's prompt cache RAM).
+    pub reserved_bytes: u64,
+}
+
+impl StreamingArgs {
+    /// Resident, or streamed with these flags and `extras`.
+    pub fn mode(&self, extras: StreamExtras) -> Mode {
+        if self.resident {
+            return Mode::Resident;
+        }
+        Mode::Stream(StreamConfig {
+            route_trace: extras.route_trace,
+            reserved_bytes: extras.reserved_bytes,
+            ..self.stream.config()
+        })
+    }
+}
 
 /// The defaults, from their one source.
 fn defaults() -> StreamConfig {
@@ -17,6 +55,7 @@ fn defaults() -> StreamConfig {
 
 /// How the routed experts are streamed (clap group `StreamArgs`).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Streaming")]
 pub struct StreamArgs {
     /// Stream experts (the default for MoE models; an error for a dense model).
     #[arg(long)]
@@ -61,10 +100,6 @@ pub struct StreamArgs {
     /// `bmoe replay` compares them on a route trace (docs/cache.md).
     #[arg(long, value_name = "POLICY", default_value_t = defaults().policy)]
     pub cache_policy: CachePolicy,
-    /// Write every verify decode's routing (layer, routed ids of each row) to
-    /// FILE, for `bmoe replay` (format: docs/cache.md). Streaming only; not with --mtp.
-    #[arg(long, value_name = "FILE")]
-    pub route_trace: Option<PathBuf>,
     /// Start the expert cache warm: read the hottest experts of earlier runs
     /// (a profile of their single-token routing) while the prompt is
     /// prefilled, and fold this run's routing into the profile at the end.
@@ -79,7 +114,8 @@ pub struct StreamArgs {
 }
 
 impl StreamArgs {
-    /// The streaming settings these flags ask for.
+    /// The streaming settings these flags ask for (no route trace, nothing
+    /// reserved: see [`StreamingArgs::mode`]).
     pub fn config(&self) -> StreamConfig {
         StreamConfig {
             cache: self.cache_mb,
@@ -93,7 +129,7 @@ impl StreamArgs {
             drop_cold: self.drop_cold_experts,
             faults: self.inject_faults.clone(),
             policy: self.cache_policy,
-            route_trace: self.route_trace.clone(),
+            route_trace: None,
             warm: self.cache_warm.clone(),
             reserved_bytes: 0,
         }
@@ -132,9 +168,9 @@ mod tests {
             "drop_cold_experts" => Some("0.5"),
             "inject_faults" => Some("seed=1,eio=0.001"),
             "cache_policy" => Some("lfu"),
-            "route_trace" => Some("/tmp/t.bmrt"),
             "cache_warm" => Some("auto"),
             "dense_weights" => Some("anon"),
+            "route_trace" => Some("/tmp/t.bmrt"),
             _ => None,
         }
     }
@@ -143,14 +179,16 @@ mod tests {
     fn resident_refuses_every_streaming_flag_by_name() {
         let ids = group_ids();
         assert!(
-            ids.len() >= 14,
+            ids.len() >= 13,
             "the group holds the streaming flags: {ids:?}"
         );
         let run = run_command();
-        for id in &ids {
+        // Run's --route-trace streams too: refused beside --resident by name.
+        let ids = ids.iter().map(String::as_str).chain(["route_trace"]);
+        for id in ids {
             let arg = run
                 .get_arguments()
-                .find(|a| a.get_id() == id.as_str())
+                .find(|a| a.get_id() == id)
                 .expect("the group's flag");
             let flag = format!("--{}", arg.get_long().expect("a long flag"));
             let mut argv = vec!["bmoe", "run", "-p", "x", "--resident", flag.as_str()];
@@ -176,7 +214,7 @@ mod tests {
     #[test]
     fn the_help_defaults_are_what_a_run_uses() {
         let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
-        let resolved = format!("{:?}", args.stream.config());
+        let resolved = format!("{:?}", args.streaming.stream.config());
         let default = format!("{:?}", bmoe::stream::StreamConfig::default());
         assert_eq!(
             resolved, default,

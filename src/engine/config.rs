@@ -176,7 +176,7 @@ pub struct RunConfig {
     pub stop: Vec<String>,
     /// `--rpc`: the last layers on llama.cpp RPC hosts.
     pub rpc: Option<super::rpc::RpcConfig>,
-    /// `bmoe run --prompt-cache FILE`: the prompt's state restored and saved.
+    /// `bmoe run --prompt-cache-file FILE`: the prompt's state restored and saved.
     pub prompt_cache: Option<PathBuf>,
     /// Where a model file's whole-file hash (what names its prompt-cache
     /// states) is remembered once computed (None: hashed at each use).

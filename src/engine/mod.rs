@@ -219,11 +219,11 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
 struct Started {
     csv_file: Option<telemetry::CsvOut>,
     t_run: Instant,
-    /// Prompt tokens restored from `--prompt-cache`.
+    /// Prompt tokens restored from `--prompt-cache-file`.
     cached: usize,
 }
 
-/// `--prompt-cache FILE` and what names its state (None: not given, or the
+/// `--prompt-cache-file FILE` and what names its state (None: not given, or the
 /// model unreadable, said; or speculation on, whose drafts need a cold prompt).
 fn prompt_file(
     cfg: &RunConfig,
@@ -231,14 +231,16 @@ fn prompt_file(
 ) -> Option<(std::path::PathBuf, crate::prompt_cache::Ident)> {
     let file = cfg.prompt_cache.clone()?;
     if cfg.speculation.is_on() {
-        crate::say!("note: --prompt-cache is not used with speculation (--ngram, --mtp, --spec)");
+        crate::say!(
+            "note: --prompt-cache-file is not used with speculation (--ngram, --mtp, --spec)"
+        );
         return None;
     }
     match prompt_state::ident_of(cfg, n_ctx) {
         Ok(id) => Some((file, id)),
         Err(e) => {
             crate::say!(
-                "warning: --prompt-cache: cannot read {}: {e}",
+                "warning: --prompt-cache-file: cannot read {}: {e}",
                 cfg.model.display()
             );
             None
@@ -327,7 +329,7 @@ pub(super) struct Metered {
 struct PromptBatches<'p> {
     tokens: &'p [crate::llama::Token],
     ubatch: u32,
-    /// Its first tokens already in the KV cache (`--prompt-cache`).
+    /// Its first tokens already in the KV cache (`--prompt-cache-file`).
     cached: usize,
 }
 

@@ -1,4 +1,4 @@
-//! `bmoe run --prompt-cache FILE` (llama.cpp's habit): the prompt's KV state
+//! `bmoe run --prompt-cache-file FILE` (llama.cpp's habit): the prompt's KV state
 //! restored from FILE when the tokens it holds start the prompt (the rest is
 //! prefilled), and the prompt's state written to FILE after the run. A file
 //! of another model, context or bmoe, or a damaged one, is a warning and a
@@ -93,7 +93,7 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
 pub(super) fn save(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) {
     if file.exists() && !prompt_cache::is_cache_file(file) {
         crate::say!(
-            "warning: --prompt-cache {} is not a bmoe prompt cache file: left as it is, the state not saved",
+            "warning: --prompt-cache-file {} is not a bmoe prompt cache file: left as it is, the state not saved",
             file.display()
         );
         return;

@@ -1,4 +1,4 @@
-//! The prompt cache (`bmoe serve --prompt-cache`, `bmoe run --prompt-cache`):
+//! The prompt cache (`bmoe serve --prompt-cache`, `bmoe run --prompt-cache-file`):
 //! the KV state of recent prompts, keyed by their tokens, kept in RAM within a
 //! byte budget and on disk under a directory with a size cap (least recently
 //! used first out), so a prompt that starts with a cached prefix restores it

@@ -1,7 +1,7 @@
 //! The prompt cache on the E8K2 fixture: `bmoe serve --prompt-cache DIR`
 //! (a restored prefix answers as a cold prefill, after a restart too; damaged
 //! or foreign files are warnings; the cap; two servers on one directory) and
-//! `bmoe run --prompt-cache FILE`.
+//! `bmoe run --prompt-cache-file FILE`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -146,7 +146,7 @@ fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
     let (warm_a, cache_read) = ask_anthropic(&b, &second);
     assert!(cache_read > 0);
 
-    let cold = Server::start(&["--prompt-cache", "off", "--parallel", "2"]);
+    let cold = Server::start(&["--prompt-cache", "off"]);
     assert_eq!(
         ask(&cold, &second),
         (warm, p2, 0),
@@ -366,7 +366,7 @@ fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
             "-c",
             c,
         ];
-        let o = common::bmoe(&[&args[..], &["--prompt-cache", f]].concat());
+        let o = common::bmoe(&[&args[..], &["--prompt-cache-file", f]].concat());
         assert!(o.status.success(), "{}", common::stderr(&o));
         (common::stdout(&o), common::stderr(&o))
     };
@@ -412,7 +412,7 @@ fn a_model_differing_only_near_its_end_restores_nothing() {
     let file = dir.path().join("prompt.bpc");
     let run = |m: &Path| {
         let args = ["run", "-m", m.to_str().unwrap(), "-p", common::PROSE];
-        let rest = ["-n", "4", "-t", "2", "-c", "256", "--prompt-cache"];
+        let rest = ["-n", "4", "-t", "2", "-c", "256", "--prompt-cache-file"];
         let o = common::bmoe(&[&args[..], &rest, &[file.to_str().unwrap()]].concat());
         assert!(o.status.success(), "{}", common::stderr(&o));
         common::stderr(&o)
@@ -425,11 +425,25 @@ fn a_model_differing_only_near_its_end_restores_nothing() {
 
 #[test]
 fn chat_and_an_input_as_the_cache_file_are_refused_with_exit_2() {
-    let o = common::bmoe(&["chat", "--prompt-cache", "state.bpc"]);
-    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
-    assert!(common::stderr(&o).contains("bmoe chat --resume FILE continues it"));
+    // chat has no prompt cache flag (/save and --resume keep a conversation's
+    // state); run's is --prompt-cache-file, serve's --prompt-cache DIR|off.
+    for argv in [
+        &["chat", "--prompt-cache", "state.bpc"][..],
+        &["chat", "--prompt-cache-file", "state.bpc"],
+        &["run", "-p", "hi", "--prompt-cache", "state.bpc"],
+    ] {
+        let o = common::bmoe(argv);
+        assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+        let flag = argv[argv.len() - 2];
+        let named = format!("unexpected argument '{flag}'");
+        assert!(
+            common::stderr(&o).contains(&named),
+            "{}",
+            common::stderr(&o)
+        );
+    }
     let m = e8k2().to_str().unwrap();
-    let o = common::bmoe(&["run", "-m", m, "-p", "hi", "--prompt-cache", m]);
+    let o = common::bmoe(&["run", "-m", m, "-p", "hi", "--prompt-cache-file", m]);
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
     assert!(
         common::stderr(&o).contains("own input"),
@@ -503,7 +517,7 @@ fn a_full_disk_is_a_warning_and_the_replies_stay_right() {
     assert!(s.terminate(30).success());
     let left: Vec<_> = files(dir.path());
     assert!(left.is_empty(), "nothing half-written is left: {left:?}");
-    let cold = Server::start(&["--prompt-cache", "off", "--parallel", "2"]);
+    let cold = Server::start(&["--prompt-cache", "off"]);
     assert_eq!(ask(&cold, &first).0, reply, "the cold server's text");
 }
 

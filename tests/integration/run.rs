@@ -265,7 +265,9 @@ fn a_refused_run_prints_no_done_line() {
 }
 
 /// Each command's help lists only the flags it takes (chat and serve once
-/// listed about 20 of run's that they then refused).
+/// listed about 20 of run's that they then refused; later hid them and
+/// refused them after parsing; now they do not have them). The clap tree
+/// itself is walked by `cli::flag_tree`'s unit tests.
 #[test]
 fn each_commands_help_lists_only_what_it_takes() {
     let help = |cmd: &str| crate::common::stdout(&bmoe(&[cmd, "--help"]));
@@ -274,7 +276,9 @@ fn each_commands_help_lists_only_what_it_takes() {
         assert!(run.contains(flag), "run --help: {flag}");
     }
     let (chat, serve) = (help("chat"), help("serve"));
-    assert!(run.contains("--prompt-cache") && serve.contains("--prompt-cache-mb"));
+    assert!(run.contains("--prompt-cache-file <FILE>"), "{run}");
+    assert!(serve.contains("--prompt-cache <DIR|off>"), "{serve}");
+    assert!(!run.contains("--prompt-cache <"), "{run}");
     assert!(!chat.contains("--prompt-cache"), "{chat}");
     for flag in [
         "--prompt ",
@@ -300,5 +304,19 @@ fn each_commands_help_lists_only_what_it_takes() {
     );
     for flag in ["--cache-mb", "--chat-template-file", "--temp"] {
         assert!(chat.contains(flag) && serve.contains(flag), "{flag}");
+    }
+    // A flag of another command is a usage error while parsing (it was
+    // parsed, then refused after), before any model is looked for.
+    for argv in [
+        &["serve", "-p", "x"][..],
+        &["serve", "--stop", "x"],
+        &["chat", "--csv", "t.csv"],
+        &["chat", "--ngram"],
+    ] {
+        let o = bmoe(argv);
+        let err = crate::common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{argv:?}: {err}");
+        let named = format!("unexpected argument '{}'", argv[1]);
+        assert!(err.contains(&named), "{argv:?}: {err}");
     }
 }
