@@ -113,6 +113,7 @@ pub fn serve(
         next_id: Default::default(),
         run_id: run_id(),
         default_max_tokens: cfg.engine.n_predict,
+        context_length: loaded.n_ctx,
         call_format: loaded.call_format,
         thinks: loaded.thinks,
         created_s: now_s(),

@@ -189,14 +189,17 @@ fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// One entry per served name (`--served-name`), so that the model a client
-/// picks from the list is one the server answers to.
+/// picks from the list is one the server answers to, with the window a
+/// request has (a sequence's positions, prompt and reply together) under the
+/// names clients read: `context_length` and vLLM's `max_model_len`.
 async fn models(State(app): State<App>) -> Json<Value> {
     let data: Vec<Value> = app
         .served_names
         .iter()
-        .map(
-            |id| json!({"id": id, "object": "model", "created": app.created_s, "owned_by": "bmoe"}),
-        )
+        .map(|id| {
+            json!({"id": id, "object": "model", "created": app.created_s, "owned_by": "bmoe",
+                "context_length": app.context_length, "max_model_len": app.context_length})
+        })
         .collect();
     Json(json!({"object": "list", "data": data}))
 }

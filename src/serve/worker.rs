@@ -432,6 +432,9 @@ pub(crate) struct Shared {
     /// This run's random part of every response id (ids stay unique across
     /// restarts; see `routes::reply_id`).
     pub(crate) run_id: String,
+    /// Positions a request's sequence holds, prompt and reply together
+    /// (`/v1/models`' `context_length`).
+    pub(crate) context_length: u32,
     /// A request's `max_tokens` when it gives none (`bmoe serve -n`).
     pub(crate) default_max_tokens: u32,
     /// How the chat template has the model write tool calls.

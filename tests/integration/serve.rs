@@ -176,6 +176,10 @@ fn completions_match_run_reuse_the_prefix_and_stream_the_same_text() {
     assert_eq!((s, health.contains("\"ok\"")), (200, true));
     let (s, models) = server.request("GET", "/v1/models", "", &[]);
     assert!(s == 200 && models.contains("E8K2"), "{models}");
+    // Issue 67: the window a request has, where clients look for it (-c 512).
+    let entry = &serde_json::from_str::<Value>(&models).unwrap()["data"][0];
+    assert_eq!(entry["context_length"], 512, "{models}");
+    assert_eq!(entry["max_model_len"], 512, "{models}");
 
     let ran = common::e8k2_cli(PROSE, 12, &["--ignore-eos"]);
     let expected = common::stdout(&ran).trim_end_matches('\n').to_string();
