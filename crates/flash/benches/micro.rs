@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the pure policy and the I/O path, no model needed:
-//! the n-gram matcher, the expert cache's request/evict, one channel hop
-//! between two threads, and expert-slice reads at several queue depths.
+//! the expert cache's request/evict, one channel hop between two threads,
+//! and expert-slice reads at several queue depths (the n-gram matcher's is
+//! bmoe-decode's `ngram` bench).
 //!
 //! `cargo bench -p bmoe-flash --bench micro` runs them; CI only builds them.
 
@@ -10,7 +11,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bmoe_decode::ngram::{draft, NgramConfig};
 use bmoe_flash::cache::{ExpertCache, Requester, SlotKey};
 use bmoe_flash::{open_reader, ReadOp};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -47,31 +47,6 @@ impl Routing {
             })
             .collect()
     }
-}
-
-fn ngram(c: &mut Criterion) {
-    let mut g = c.benchmark_group("ngram_draft");
-    let mut rng = Rng(0x9e37);
-    for &len in &[256usize, 2048] {
-        // Copy-heavy: a 120-token "function" repeated with a random comment
-        // between copies, so the suffix has long earlier matches.
-        let body: Vec<u32> = (0..120).map(|_| (rng.next() % 49_152) as u32).collect();
-        let mut corpus = Vec::with_capacity(len);
-        while corpus.len() < len {
-            corpus.extend((0..8).map(|_| (rng.next() % 49_152) as u32));
-            corpus.extend(&body);
-        }
-        corpus.truncate(len);
-        let cfg = NgramConfig {
-            max_draft: 3,
-            ..NgramConfig::default()
-        };
-        g.throughput(Throughput::Elements(1));
-        g.bench_with_input(BenchmarkId::new("copy_heavy", len), &corpus, |b, c| {
-            b.iter(|| draft(black_box(c), &cfg))
-        });
-    }
-    g.finish();
 }
 
 fn cache(c: &mut Criterion) {
@@ -202,12 +177,5 @@ fn slice_reads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(
-    benches,
-    ngram,
-    cache,
-    cache_big_cycle,
-    channel_hop,
-    slice_reads
-);
+criterion_group!(benches, cache, cache_big_cycle, channel_hop, slice_reads);
 criterion_main!(benches);
