@@ -135,11 +135,11 @@ impl PromptCache {
 
     /// The disk index of `scope` (None: RAM only).
     fn disk(&mut self, scope: u64) -> Option<&mut disk::DiskIndex> {
-        let dir = self.root.as_ref()?.join(folder_of(&self.ident, scope));
+        let (root, ident) = (self.root.as_ref()?, &self.ident);
         Some(
             self.disks
                 .entry(scope)
-                .or_insert_with(|| disk::DiskIndex::new(dir)),
+                .or_insert_with(|| disk::DiskIndex::new(root.join(folder_of(ident, scope)))),
         )
     }
 
@@ -163,15 +163,15 @@ impl PromptCache {
         let in_ram = self.ram.best(scope, prompt).filter(|h| h.common > floor);
         let best_ram = in_ram.as_ref().map_or(floor, |h| h.common);
         // A damaged or foreign file is warned about and the next best tried.
+        let ident = self.ident.clone();
         for _ in 0..MAX_DISK_TRIES {
-            let ident = self.ident.clone();
             let Some((path, common)) = self
                 .disk(scope)
                 .and_then(|d| d.best(prompt, &ident, best_ram))
             else {
                 break;
             };
-            match read_entry(&path, &self.ident) {
+            match read_entry(&path, &ident) {
                 Ok(e) => return Some(self.promoted(scope, &path, e, common)),
                 Err(e) => {
                     tracing::warn!("{e}; the prompt is prefilled instead");

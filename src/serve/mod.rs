@@ -4,6 +4,7 @@
 
 mod anthropic;
 mod api;
+mod auth;
 mod chat_in;
 mod constraint;
 mod job_prompt;

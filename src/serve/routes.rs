@@ -1,6 +1,6 @@
 //! The HTTP routes (axum): the two completion endpoints, streamed as
 //! server-sent events or answered whole, `/v1/models`, `/health`, `/metrics`,
-//! and the API-key check in front of them.
+//! and the API-key check (`auth.rs`) in front of them.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -15,20 +15,17 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::anthropic;
 use super::api::{self, ApiError, ChatRequest, CompletionRequest, JobSpec};
+use super::auth::check_key;
 use super::metrics as m;
 use super::responses;
 use super::tenant;
 use super::tools::{chat_deltas, ReplySplit, Shown};
 use super::worker::{App, Done, Event, Job, EVENT_CAPACITY};
-
-/// Anthropic's header for the API key.
-const X_API_KEY: &str = "x-api-key";
 
 /// The router over the shared state (`prometheus` renders `/metrics`).
 pub(crate) fn router(
@@ -139,53 +136,6 @@ fn cors() -> tower_http::cors::CorsLayer {
         .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
         .allow_headers(Any)
         .max_age(std::time::Duration::from_secs(600))
-}
-
-/// `--api-key`: a bearer token or an `x-api-key` header (Anthropic's) equal
-/// to one of the keys (each compared in constant time); the handler runs as
-/// that key's tenant (`tenant.rs`).
-async fn check_key(State(app): State<App>, req: Request, next: Next) -> Response {
-    if app.api_keys.is_empty() {
-        return next.run(req).await;
-    }
-    let Some(tenant) = tenant_asking(&app.api_keys, &req) else {
-        m::request("auth", 401);
-        let e = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "missing or wrong API key: send Authorization: Bearer <one of the server's --api-key> (or x-api-key: <it>)",
-        );
-        if req.uri().path().starts_with(anthropic::MESSAGES) {
-            return anthropic::error_response(e);
-        }
-        return e.into_response();
-    };
-    tenant::serve_as(tenant, next.run(req)).await
-}
-
-/// The tenant of the key `req` gives (None: none of `keys`).
-fn tenant_asking(keys: &[String], req: &Request) -> Option<u64> {
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let bearer = header(header::AUTHORIZATION.as_str()).and_then(bearer_token);
-    let given = [bearer, header(X_API_KEY)];
-    let mut tenant = None;
-    for key in keys {
-        let matches =
-            |g: &Option<&str>| bool::from(g.unwrap_or("").as_bytes().ct_eq(key.as_bytes()));
-        if given.iter().any(matches) {
-            tenant = Some(tenant::tenant_of(key));
-        }
-    }
-    tenant
-}
-
-/// The token of an `Authorization: Bearer TOKEN` value (the scheme's case
-/// does not matter: RFC 9110).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
 }
 
 /// One entry per served name (`--served-name`), so that the model a client

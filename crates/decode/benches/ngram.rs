@@ -4,29 +4,19 @@
 use std::hint::black_box;
 
 use bmoe_decode::ngram::{draft, NgramConfig};
+use bmoe_flash::xorshift::XorShift;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-
-/// A deterministic xorshift stream.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn ngram(c: &mut Criterion) {
     let mut g = c.benchmark_group("ngram_draft");
-    let mut rng = Rng(0x9e37);
+    let mut rng = XorShift::new(0x9e37);
     for &len in &[256usize, 2048] {
         // Copy-heavy: a 120-token "function" repeated with a random comment
         // between copies, so the suffix has long earlier matches.
-        let body: Vec<u32> = (0..120).map(|_| (rng.next() % 49_152) as u32).collect();
+        let body: Vec<u32> = (0..120).map(|_| (rng.next_u64() % 49_152) as u32).collect();
         let mut corpus = Vec::with_capacity(len);
         while corpus.len() < len {
-            corpus.extend((0..8).map(|_| (rng.next() % 49_152) as u32));
+            corpus.extend((0..8).map(|_| (rng.next_u64() % 49_152) as u32));
             corpus.extend(&body);
         }
         corpus.truncate(len);
