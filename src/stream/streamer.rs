@@ -64,37 +64,8 @@ impl Streamer {
             });
         }
         let budget_bytes = resolve_cache_bytes(cfg, layout, memory::mem_available_bytes())?;
-        let flash_cfg = FlashConfig {
-            budget_bytes,
-            queue_depth: cfg.io_threads,
-            o_direct: cfg.o_direct,
-            prefetch_layers: cfg.prefetch,
-            prefetch_max_experts: k,
-            policy: cfg.policy,
-            ..FlashConfig::default()
-        };
-        let mut fault_counts = None;
-        let flash = match &cfg.faults {
-            None => Flash::spawn(&shard_files(layout), specs(layout), flash_cfg)?,
-            Some(_) if layout.is_split() => return Err(StreamError::FaultsOnSplit),
-            Some(plan) => {
-                let max_slice = layout
-                    .experts
-                    .iter()
-                    .map(|e| e.slice_bytes)
-                    .max()
-                    .unwrap_or(0);
-                let f = open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
-                fault_counts = Some(f.counts);
-                Flash::spawn_with_reader(
-                    f.reader,
-                    vec![f.note],
-                    specs(layout),
-                    flash_cfg,
-                    &[model_path],
-                )?
-            }
-        };
+        let (flash, faults) =
+            spawn_flash(model_path, layout, cfg, flash_config(cfg, k, budget_bytes))?;
         let notes = flash
             .notes()
             .iter()
@@ -118,15 +89,11 @@ impl Streamer {
             budget_bytes,
             notes,
             layout: layout.clone(),
-            premapped: layout
-                .shards
-                .iter()
-                .map(|s| FileMapping::existing_bases(&s.path))
-                .collect(),
+            premapped: premapped(layout),
             k,
             predictor,
             drop_cold: cfg.drop_cold,
-            faults: fault_counts,
+            faults,
             observer_panic_at: cfg.faults.as_ref().map_or(0, |p| p.observer_panic_at),
             route_trace: Mutex::new(route_trace),
             route_trace_file: Mutex::new(route_trace_file),
@@ -235,4 +202,61 @@ impl Streamer {
         self.flash.set_budget(self.budget_bytes);
         Some(terms)
     }
+}
+
+/// The flash actor's settings from the streaming flags and the budget.
+fn flash_config(cfg: &StreamConfig, k: u32, budget_bytes: u64) -> FlashConfig {
+    FlashConfig {
+        budget_bytes,
+        queue_depth: cfg.io_threads,
+        o_direct: cfg.o_direct,
+        prefetch_layers: cfg.prefetch,
+        prefetch_max_experts: k,
+        policy: cfg.policy,
+        ..FlashConfig::default()
+    }
+}
+
+/// The flash actor over the model's files; with `--inject-faults`, over a
+/// faulty reader of the (single) file, whose counts come back with it.
+fn spawn_flash(
+    model_path: &Path,
+    layout: &MoeLayout,
+    cfg: &StreamConfig,
+    flash_cfg: FlashConfig,
+) -> Result<(Flash, Option<Arc<FaultCounts>>), StreamError> {
+    let Some(plan) = &cfg.faults else {
+        return Ok((
+            Flash::spawn(&shard_files(layout), specs(layout), flash_cfg)?,
+            None,
+        ));
+    };
+    if layout.is_split() {
+        return Err(StreamError::FaultsOnSplit);
+    }
+    let max_slice = layout
+        .experts
+        .iter()
+        .map(|e| e.slice_bytes)
+        .max()
+        .unwrap_or(0);
+    let f = open_faulty_reader(model_path, plan, cfg.io_threads, max_slice)?;
+    let flash = Flash::spawn_with_reader(
+        f.reader,
+        vec![f.note],
+        specs(layout),
+        flash_cfg,
+        &[model_path],
+    )?;
+    Ok((flash, Some(f.counts)))
+}
+
+/// Per file of the model: the bases of its mappings that exist now (before
+/// llama.cpp loads it).
+fn premapped(layout: &MoeLayout) -> Vec<Vec<usize>> {
+    layout
+        .shards
+        .iter()
+        .map(|s| FileMapping::existing_bases(&s.path))
+        .collect()
 }
