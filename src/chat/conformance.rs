@@ -126,8 +126,8 @@ fn long_conversation(turns: usize, tool_round: Option<&[Message]>) -> Vec<Messag
 /// the prompt is the one rendered without limits, well under the output limit.
 #[test]
 fn every_real_template_renders_a_long_conversation_within_a_tenth_of_the_limits() {
+    use super::sandbox::render_with_fuel;
     use super::sandbox::{OUTPUT_LIMIT_BYTES, STEP_BUDGET};
-    use super::template::render_with_fuel;
     let manifest: Manifest = load("manifest.json");
     let convs: Conversations = load("conversations.json");
     let round = &convs

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Message;
+use super::message::Message;
 
 /// A transcript that [`Conversation::from_json`] cannot take back.
 #[derive(Debug, thiserror::Error)]

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::jinja::Now;
-use super::template::TemplateError;
+use super::jinja::{self, Now};
+use crate::llama::LlamaError;
 
 /// The hidden first argument that makes `bmoe` the renderer.
 pub const CHILD_ARG: &str = "__render-chat-template";
@@ -81,6 +81,37 @@ pub(crate) enum Failure {
     Limit(Limit, String),
 }
 
+/// Errors rendering a conversation.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("the model's chat template cannot render this conversation: {0}")]
+    Render(String),
+    #[error("the model's chat template is not valid Jinja: {0}")]
+    Syntax(String),
+    #[error("llama.cpp's built-in chat template failed: {0}")]
+    Builtin(LlamaError),
+    #[error("tokenizing the rendered prompt: {0}")]
+    Tokenize(LlamaError),
+    /// The template ran past one of its limits ([`super::sandbox`]).
+    #[error("the chat template ran past its {limit}: {detail} (the template is at fault: fix it, or give another with --chat-template-file)")]
+    Limit { limit: Limit, detail: String },
+    #[error("rendering the chat template stopped: {0}")]
+    Cancelled(&'static str),
+    #[error("the chat template renderer failed: {0}")]
+    Renderer(String),
+}
+
+impl TemplateError {
+    /// Bad input: the template (or the conversation it refuses) is at fault,
+    /// and another template or conversation would render.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            TemplateError::Render(_) | TemplateError::Syntax(_) | TemplateError::Limit { .. }
+        )
+    }
+}
+
 impl From<Failure> for TemplateError {
     fn from(f: Failure) -> Self {
         match f {
@@ -106,7 +137,7 @@ pub(crate) fn render(
     cancelled: &dyn Fn() -> Option<&'static str>,
 ) -> Result<String, TemplateError> {
     if !RENDERER_IS_SELF.load(Ordering::Relaxed) {
-        return super::template::render_in_process(job).map_err(TemplateError::from);
+        return render_in_process(job).map_err(TemplateError::from);
     }
     let failed = |what: &str, e: std::io::Error| TemplateError::Renderer(format!("{what}: {e}"));
     let input = serde_json::to_vec(job).map_err(|e| TemplateError::Renderer(e.to_string()))?;
@@ -228,7 +259,7 @@ pub fn child_main() -> Option<ExitCode> {
             return Some(ExitCode::FAILURE);
         }
     };
-    let reply: Reply = super::template::render_in_process(&job);
+    let reply: Reply = render_in_process(&job);
     let mut out = std::io::stdout().lock();
     match serde_json::to_writer(&mut out, &reply)
         .and_then(|()| out.flush().map_err(serde_json::Error::io))
@@ -274,6 +305,44 @@ fn address_space_bytes() -> Option<u64> {
     Some(pages * u64::try_from(page_bytes).ok()?)
 }
 
+/// The job rendered in this process (the renderer's side).
+pub(crate) fn render_in_process(job: &Job) -> Result<String, Failure> {
+    render_with_fuel(job, STEP_BUDGET)
+}
+
+/// The job rendered in this process in `fuel` steps at most.
+pub(super) fn render_with_fuel(job: &Job, fuel: u64) -> Result<String, Failure> {
+    let env = jinja::environment(&job.source, job.now(), fuel)
+        .map_err(|e| Failure::Syntax(describe(&e)))?;
+    let tmpl = env
+        .get_template("chat")
+        .map_err(|e| Failure::Syntax(describe(&e)))?;
+    let text = tmpl
+        .render(minijinja::Value::from_serialize(&job.vars))
+        .map_err(|e| match e.kind() {
+            minijinja::ErrorKind::OutOfFuel => Failure::Limit(Limit::Steps, describe(&e)),
+            _ => Failure::Render(describe(&e)),
+        })?;
+    if text.len() as u64 > OUTPUT_LIMIT_BYTES {
+        return Err(Failure::Limit(
+            Limit::Output,
+            format!("it rendered {} bytes", text.len()),
+        ));
+    }
+    Ok(text)
+}
+
+/// A minijinja error with its cause chain, on one line.
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,19 +360,17 @@ mod tests {
     fn a_render_past_its_steps_or_output_names_the_limit() {
         let loops =
             "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
-        let e = TemplateError::from(
-            super::super::template::render_in_process(&job(loops)).unwrap_err(),
-        );
+        let e = TemplateError::from(super::render_in_process(&job(loops)).unwrap_err());
         assert!(
             e.to_string()
                 .starts_with("the chat template ran past its step budget (20000000 steps)"),
             "{e}"
         );
         let wide = "{{ 'a' * 70000000 }}";
-        let e = super::super::template::render_in_process(&job(wide)).unwrap_err();
+        let e = super::render_in_process(&job(wide)).unwrap_err();
         assert!(matches!(e, Failure::Limit(Limit::Output, _)), "{e:?}");
         assert_eq!(
-            super::super::template::render_in_process(&job("{{ 'ab' * 2 }}")).unwrap(),
+            super::render_in_process(&job("{{ 'ab' * 2 }}")).unwrap(),
             "abab"
         );
     }

@@ -2,43 +2,15 @@
 //! rendered as Hugging Face transformers renders it ([`super::jinja`]), or,
 //! only for a file that carries no template, llama.cpp's built-in chatml.
 
-use crate::llama::{ChatMessage, LlamaError, Model, Token};
+use crate::llama::{ChatMessage, Model, Token};
 
-use super::jinja::{self, Now};
-use super::sandbox::{self, Failure, Job, Limit};
+use super::jinja::Now;
+use super::message::Message;
+use super::sandbox::{self, Job};
 use super::tool_calls::CallFormat;
-use super::{tool_prompt, Message};
+use super::tool_prompt;
 
-/// Errors rendering a conversation.
-#[derive(Debug, thiserror::Error)]
-pub enum TemplateError {
-    #[error("the model's chat template cannot render this conversation: {0}")]
-    Render(String),
-    #[error("the model's chat template is not valid Jinja: {0}")]
-    Syntax(String),
-    #[error("llama.cpp's built-in chat template failed: {0}")]
-    Builtin(LlamaError),
-    #[error("tokenizing the rendered prompt: {0}")]
-    Tokenize(LlamaError),
-    /// The template ran past one of its limits ([`super::sandbox`]).
-    #[error("the chat template ran past its {limit}: {detail} (the template is at fault: fix it, or give another with --chat-template-file)")]
-    Limit { limit: Limit, detail: String },
-    #[error("rendering the chat template stopped: {0}")]
-    Cancelled(&'static str),
-    #[error("the chat template renderer failed: {0}")]
-    Renderer(String),
-}
-
-impl TemplateError {
-    /// Bad input: the template (or the conversation it refuses) is at fault,
-    /// and another template or conversation would render.
-    pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            TemplateError::Render(_) | TemplateError::Syntax(_) | TemplateError::Limit { .. }
-        )
-    }
-}
+pub use super::sandbox::TemplateError;
 
 /// Which renderer produced the prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,40 +301,13 @@ impl ChatTemplate {
         source: &str,
         input: &ChatInput,
     ) -> Result<String, TemplateError> {
-        render_in_process(&self.job(source, input)).map_err(TemplateError::from)
+        sandbox::render_in_process(&self.job(source, input)).map_err(TemplateError::from)
     }
 }
 
 /// Whether a signal asked bmoe to stop.
 fn signalled() -> Option<&'static str> {
     crate::interrupt::requested().map(|_| "a signal asked bmoe to stop")
-}
-
-/// The job rendered in this process (the renderer's side of [`sandbox`]).
-pub(crate) fn render_in_process(job: &Job) -> Result<String, Failure> {
-    render_with_fuel(job, sandbox::STEP_BUDGET)
-}
-
-/// The job rendered in this process in `fuel` steps at most.
-pub(super) fn render_with_fuel(job: &Job, fuel: u64) -> Result<String, Failure> {
-    let env = jinja::environment(&job.source, job.now(), fuel)
-        .map_err(|e| Failure::Syntax(describe(&e)))?;
-    let tmpl = env
-        .get_template("chat")
-        .map_err(|e| Failure::Syntax(describe(&e)))?;
-    let text = tmpl
-        .render(minijinja::Value::from_serialize(&job.vars))
-        .map_err(|e| match e.kind() {
-            minijinja::ErrorKind::OutOfFuel => Failure::Limit(Limit::Steps, describe(&e)),
-            _ => Failure::Render(describe(&e)),
-        })?;
-    if text.len() as u64 > sandbox::OUTPUT_LIMIT_BYTES {
-        return Err(Failure::Limit(
-            Limit::Output,
-            format!("it rendered {} bytes", text.len()),
-        ));
-    }
-    Ok(text)
 }
 
 /// The conversation up to the end of its last (assistant) message's text,
@@ -419,17 +364,6 @@ fn continues_last(messages: &[Message]) -> bool {
     messages
         .last()
         .is_some_and(|m| m.role == "assistant" && !m.extra.contains_key("tool_calls"))
-}
-
-/// A minijinja error with its cause chain, on one line.
-fn describe(e: &minijinja::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

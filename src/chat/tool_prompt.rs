@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::Message;
+use super::message::Message;
 
 /// Whether a template knows tools: it reads the `tools` variable or writes
 /// calls (`tool_calls`). One that writes calls but takes no tool list

@@ -5,8 +5,62 @@
 //! A reply with no framing at all (its control tokens not rendered as text)
 //! is content as it is.
 
+use serde_json::Value;
+
+use super::call::{Parsed, ToolCall};
+use super::gbnf;
+use super::markers::{held_for_any, partial_marker};
 use super::partial::{json_args_so_far, Open};
-use super::{partial_marker, Parsed, ToolCall};
+use super::syntax::Syntax;
+use crate::llama::grammar::GrammarError;
+
+/// gpt-oss's harmony channels, calls addressed `to=functions.NAME`: not
+/// framed, so it reads a reply message by message.
+pub(crate) struct Harmony;
+
+/// Where a harmony call opens.
+pub(crate) const OPEN: &str = "<|channel|>commentary to=";
+
+impl Syntax for Harmony {
+    fn name(&self) -> &'static str {
+        "harmony"
+    }
+
+    fn special_text(&self, _tools_offered: bool) -> bool {
+        true
+    }
+
+    fn parse(&self, text: &str, _tools: Option<&Value>) -> Parsed {
+        parse(text, false)
+    }
+
+    fn split_so_far(&self, text: &str) -> Option<Parsed> {
+        Some(parse(text, true))
+    }
+
+    fn open_call(&self, text: &str) -> Option<(usize, Open)> {
+        open_call(text)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        ("", "")
+    }
+
+    fn trigger(&self) -> &'static str {
+        OPEN
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let head = format!("{OPEN}functions.{name} <|constrain|>json<|message|>");
+        gbnf::json_call(&head, "<|call|>", prefix, params, rules)
+    }
+}
 
 const CHANNEL: &str = "<|channel|>";
 const MESSAGE: &str = "<|message|>";
@@ -26,7 +80,7 @@ struct Framed<'a> {
 
 /// Split `text`; `partial`: the reply is still coming, so an open message's
 /// possible partial end marker, and an open call, are held back (left out).
-pub(super) fn parse(text: &str, partial: bool) -> Parsed {
+fn parse(text: &str, partial: bool) -> Parsed {
     let mut out = Parsed::default();
     let first = [START, CHANNEL, MESSAGE]
         .iter()
@@ -65,7 +119,7 @@ pub(super) fn parse(text: &str, partial: bool) -> Parsed {
 /// The call being written at the end of a reply still coming: where its
 /// message starts, and the call so far (its name from the header, its
 /// arguments from the body).
-pub(super) fn open_call(text: &str) -> Option<(usize, Open)> {
+fn open_call(text: &str) -> Option<(usize, Open)> {
     let mut at = match addressed(text) {
         true => 0,
         false => [START, CHANNEL, MESSAGE]
@@ -137,7 +191,7 @@ fn take(out: &mut Parsed, m: &Framed, open: bool) {
         return;
     }
     let body = if open && !m.closed {
-        let hold = super::stream::held_for_any(m.body, &ENDS);
+        let hold = held_for_any(m.body, &ENDS);
         &m.body[..m.body.len() - hold]
     } else {
         m.body

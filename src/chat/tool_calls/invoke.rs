@@ -4,11 +4,105 @@
 
 use serde_json::{Map, Value};
 
-use super::partial::{held, ArgsSoFar, Open};
-use super::{param_value, string_typed, tagged::plain_name, ToolCall};
+use super::call::{param_value, plain_name, string_typed, ToolCall};
+use super::gbnf::Apart;
+use super::markers::held;
+use super::partial::{ArgsSoFar, Open};
+use super::syntax::{Frame, Syntax};
+use crate::llama::grammar::GrammarError;
+
+/// A format of invokes: its tags' prefix, its frame, and what it writes
+/// around a forced call.
+pub(crate) struct Invokes {
+    name: &'static str,
+    /// What opens each tag inside the frame.
+    prefix: &'static str,
+    frame: Frame,
+    forced: (&'static str, &'static str),
+    /// A forced invoke's closing tag.
+    invoke_close: &'static str,
+    /// A forced parameter's closing tag.
+    param_close: &'static str,
+    /// Each forced parameter says whether it is text (`string="true"`).
+    says_string: bool,
+}
+
+/// `<minimax:tool_call><invoke name=..><parameter name=..>V</parameter></invoke>..`.
+pub(crate) const MINIMAX: Invokes = Invokes {
+    name: "minimax",
+    prefix: "",
+    frame: Frame {
+        open: "<minimax:tool_call>",
+        close: Some("</minimax:tool_call>"),
+    },
+    forced: ("<minimax:tool_call>\n", "\n</minimax:tool_call>"),
+    invoke_close: "</invoke>",
+    param_close: "</parameter>\n",
+    says_string: false,
+};
+
+/// `<｜DSML｜function_calls><｜DSML｜invoke name=..>..`.
+pub(crate) const DSML: Invokes = Invokes {
+    name: "deepseek-dsml",
+    prefix: "｜DSML｜",
+    frame: Frame {
+        open: "<｜DSML｜function_calls>",
+        close: Some("</｜DSML｜function_calls>"),
+    },
+    forced: ("<｜DSML｜function_calls>\n", "\n</｜DSML｜function_calls>"),
+    invoke_close: "</｜DSML｜invoke>",
+    param_close: "</｜DSML｜parameter>\n",
+    says_string: true,
+};
+
+impl Syntax for Invokes {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(self.frame)
+    }
+
+    fn calls(&self, block: &str, tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        calls(block, self.prefix, tools)
+    }
+
+    fn open_calls(&self, block: &str, tools: Option<&Value>) -> Vec<Open> {
+        open_calls(block, self.prefix, tools)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        self.forced
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let apart = Apart {
+            head: format!("<{}invoke name=\"{name}\">\n", self.prefix),
+            tail: self.invoke_close,
+            sep: None,
+            strings_as_text: true,
+        };
+        apart.rule(prefix, params, rules, |key, text| {
+            let p = self.prefix;
+            let head = if self.says_string {
+                format!("<{p}parameter name=\"{key}\" string=\"{text}\">")
+            } else {
+                format!("<{p}parameter name=\"{key}\">")
+            };
+            (head, self.param_close)
+        })
+    }
+}
 
 /// Every invoke in a block (nothing else but whitespace between them).
-pub(super) fn calls(block: &str, prefix: &str, tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+fn calls(block: &str, prefix: &str, tools: Option<&Value>) -> Option<Vec<ToolCall>> {
     let open = format!("<{prefix}invoke name=\"");
     let close = format!("</{prefix}invoke>");
     let mut calls = Vec::new();
@@ -56,7 +150,7 @@ fn param(tools: Option<&Value>, name: &str, key: &str, attrs: &str, value: &str)
 
 /// The invokes of a block so far: the whole ones, then one whose name is
 /// known with its whole parameters and a string one still being written.
-pub(super) fn open_calls(block: &str, prefix: &str, tools: Option<&Value>) -> Vec<Open> {
+fn open_calls(block: &str, prefix: &str, tools: Option<&Value>) -> Vec<Open> {
     let open = format!("<{prefix}invoke name=\"");
     let close = format!("</{prefix}invoke>");
     let mut out = Vec::new();

@@ -5,15 +5,98 @@
 
 use serde_json::Value;
 
+use super::call::{json_args, json_call, ToolCall};
+use super::gbnf;
 use super::partial::{self, json_args_so_far, whole_args, Open};
-use super::{json_args, json_call, ToolCall};
+use super::syntax::{Frame, Syntax};
+use crate::llama::grammar::GrammarError;
+
+/// `<TOOLCALL>[{"name": .., "arguments": {..}}]</TOOLCALL>`.
+pub(crate) struct JsonList;
+
+impl Syntax for JsonList {
+    fn name(&self) -> &'static str {
+        "json-list"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(Frame {
+            open: "<TOOLCALL>",
+            close: Some("</TOOLCALL>"),
+        })
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        json_list(block)
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        partial::list(block)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        ("<TOOLCALL>[", "]</TOOLCALL>")
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        gbnf::name_and_arguments(prefix, name, params, rules)
+    }
+}
+
+/// `[TOOL_CALLS][{..}]` or `[TOOL_CALLS]NAME[ARGS]{..}`.
+pub(crate) struct Mistral;
+
+impl Syntax for Mistral {
+    fn name(&self) -> &'static str {
+        "mistral"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(Frame {
+            open: MARK,
+            close: None,
+        })
+    }
+
+    fn special_text(&self, tools_offered: bool) -> bool {
+        tools_offered
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        calls(block)
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        open_calls(block)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        ("[TOOL_CALLS][", "]")
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        gbnf::name_and_arguments(prefix, name, params, rules)
+    }
+}
 
 const MARK: &str = "[TOOL_CALLS]";
 const ARGS: &str = "[ARGS]";
 const CALL_ID: &str = "[CALL_ID]";
 
 /// `[{"name": .., "arguments": {..}}, ...]` (a lone object too).
-pub(super) fn json_list(block: &str) -> Option<Vec<ToolCall>> {
+fn json_list(block: &str) -> Option<Vec<ToolCall>> {
     match serde_json::from_str::<Value>(block.trim()).ok()? {
         Value::Array(items) => items.iter().map(json_call).collect(),
         o @ Value::Object(_) => Some(vec![json_call(&o)?]),
@@ -22,7 +105,7 @@ pub(super) fn json_list(block: &str) -> Option<Vec<ToolCall>> {
 }
 
 /// What follows the first `[TOOL_CALLS]`: segments split at the others.
-pub(super) fn calls(block: &str) -> Option<Vec<ToolCall>> {
+fn calls(block: &str) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for segment in block.split(MARK) {
         let segment = segment.trim();
@@ -53,7 +136,7 @@ fn named(segment: &str) -> Option<Vec<ToolCall>> {
 
 /// The calls after `[TOOL_CALLS]` so far: a list's items, or a named call's
 /// name once its `[ARGS]` came.
-pub(super) fn open_calls(block: &str) -> Vec<Open> {
+fn open_calls(block: &str) -> Vec<Open> {
     let mut out = Vec::new();
     for segment in block.split(MARK) {
         let segment = segment.trim_start();

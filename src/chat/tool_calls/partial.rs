@@ -3,11 +3,12 @@
 //! prefix of the JSON text the whole parse will give them (compact, keys in
 //! the order written, as `serde_json` writes the whole object). A member
 //! goes in once its value is whole; a string value grows as it is written,
-//! so a long argument streams.
+//! so a long argument streams. Each format reads its calls so far with
+//! these ([`super::syntax::Syntax::open_calls`]); a leaf beside `call.rs`.
 
 use serde_json::{Map, Value};
 
-use super::{json_call, CallFormat, ToolCall};
+use super::call::{json_call, ToolCall};
 
 /// A call whose name is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,27 +50,6 @@ impl Open {
             closing: "",
         };
         Self::new(&c.name, args)
-    }
-}
-
-/// The calls in a block of `format` so far (the text after its opening
-/// marker, its closing marker not yet come), in order, while their names are
-/// known.
-pub(super) fn open_calls(format: CallFormat, block: &str, tools: Option<&Value>) -> Vec<Open> {
-    use super::{invoke, mistral, pythonic, sections, tagged};
-    let one = |o: Option<Open>| o.into_iter().collect();
-    match format {
-        CallFormat::Hermes => one(hermes(block)),
-        CallFormat::XmlFunction => one(tagged::xml_open(block, tools)),
-        CallFormat::Glm => one(tagged::glm_open(block, tools)),
-        CallFormat::MiniMax => invoke::open_calls(block, "", tools),
-        CallFormat::Dsml => invoke::open_calls(block, "｜DSML｜", tools),
-        CallFormat::DeepSeek => sections::deepseek_open(block),
-        CallFormat::Kimi => sections::kimi_open(block),
-        CallFormat::JsonList => list(block),
-        CallFormat::Mistral => mistral::open_calls(block),
-        CallFormat::Pythonic => pythonic::open_calls(block),
-        CallFormat::None | CallFormat::Harmony => Vec::new(),
     }
 }
 
@@ -273,11 +253,6 @@ pub(crate) fn list(block: &str) -> Vec<Open> {
             None => return out,
         }
     }
-}
-
-/// A value's text with `marker` possibly starting at its end held back.
-pub(crate) fn held(value: &str, marker: &str) -> String {
-    value[..value.len() - super::partial_marker(value, marker)].to_string()
 }
 
 #[cfg(test)]

@@ -4,11 +4,63 @@
 
 use serde_json::{Map, Number, Value};
 
+use super::call::ToolCall;
+use super::gbnf::Apart;
 use super::partial::{Args, Open};
-use super::ToolCall;
+use super::syntax::{Frame, Syntax};
+use crate::llama::grammar::GrammarError;
+
+/// `<|tool_call_start|>[f(a='x')]<|tool_call_end|>`.
+pub(crate) struct Pythonic;
+
+impl Syntax for Pythonic {
+    fn name(&self) -> &'static str {
+        "pythonic"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(Frame {
+            open: "<|tool_call_start|>",
+            close: Some("<|tool_call_end|>"),
+        })
+    }
+
+    fn special_text(&self, tools_offered: bool) -> bool {
+        tools_offered
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        calls(block)
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        open_calls(block)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        ("<|tool_call_start|>[", "]<|tool_call_end|>")
+    }
+
+    /// Every argument as a Python keyword whose value is JSON.
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let apart = Apart {
+            head: format!("{name}("),
+            tail: ")",
+            sep: Some(", "),
+            strings_as_text: false,
+        };
+        apart.rule(prefix, params, rules, |key, _| (format!("{key}="), ""))
+    }
+}
 
 /// The calls of a `[...]` list (the brackets may be left out).
-pub(super) fn calls(block: &str) -> Option<Vec<ToolCall>> {
+fn calls(block: &str) -> Option<Vec<ToolCall>> {
     let mut p = Reader {
         s: block.trim(),
         at: 0,
@@ -35,7 +87,7 @@ pub(super) fn calls(block: &str) -> Option<Vec<ToolCall>> {
 
 /// The calls of a list so far: the whole ones, then one whose name and `(`
 /// came (its arguments go out whole, with the block).
-pub(super) fn open_calls(block: &str) -> Vec<Open> {
+fn open_calls(block: &str) -> Vec<Open> {
     let mut p = Reader {
         s: block.trim_start(),
         at: 0,

@@ -1,8 +1,104 @@
 //! The formats of a section of calls framed by special tokens: DeepSeek
 //! V3/V3.1/R1 and Kimi-K2. Each call's arguments are a JSON object.
 
+use serde_json::Value;
+
+use super::call::{json_args, ToolCall};
+use super::gbnf;
 use super::partial::{json_args_so_far, Open};
-use super::{json_args, ToolCall};
+use super::syntax::{Frame, Syntax};
+use crate::llama::grammar::GrammarError;
+
+/// `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}..`.
+pub(crate) struct DeepSeek;
+
+impl Syntax for DeepSeek {
+    fn name(&self) -> &'static str {
+        "deepseek"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        let (open, close) = DS_SECTION;
+        Some(Frame {
+            open,
+            close: Some(close),
+        })
+    }
+
+    fn special_text(&self, tools_offered: bool) -> bool {
+        tools_offered
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        deepseek(block)
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        deepseek_open(block)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        DS_SECTION
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let head = format!("{DS_BEGIN}{name}{DS_SEP}");
+        gbnf::json_call(&head, DS_END, prefix, params, rules)
+    }
+}
+
+/// `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:N..`.
+pub(crate) struct Kimi;
+
+impl Syntax for Kimi {
+    fn name(&self) -> &'static str {
+        "kimi"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        let (open, close) = KIMI_SECTION;
+        Some(Frame {
+            open,
+            close: Some(close),
+        })
+    }
+
+    fn special_text(&self, tools_offered: bool) -> bool {
+        tools_offered
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        kimi(block)
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        kimi_open(block)
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        KIMI_SECTION
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let head = format!("{KIMI_BEGIN}functions.{name}:0{KIMI_ARGS}");
+        gbnf::json_call(&head, KIMI_END, prefix, params, rules)
+    }
+}
+
+const DS_SECTION: (&str, &str) = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>");
+const KIMI_SECTION: (&str, &str) = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>");
 
 const DS_BEGIN: &str = "<｜tool▁call▁begin｜>";
 const DS_SEP: &str = "<｜tool▁sep｜>";
@@ -14,7 +110,7 @@ const KIMI_END: &str = "<|tool_call_end|>";
 
 /// `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{args}<｜tool▁call▁end｜>` calls, or
 /// R1's `function<｜tool▁sep｜>NAME\n```json\n{args}\n```` inside the same markers.
-pub(super) fn deepseek(block: &str) -> Option<Vec<ToolCall>> {
+fn deepseek(block: &str) -> Option<Vec<ToolCall>> {
     each(block, DS_BEGIN, DS_END, |call| {
         let (head, tail) = call.split_once(DS_SEP)?;
         match tail.split_once("```json") {
@@ -28,7 +124,7 @@ pub(super) fn deepseek(block: &str) -> Option<Vec<ToolCall>> {
 
 /// DeepSeek's calls so far: a call's name once its separator came (R1's,
 /// once its ```json fence opened).
-pub(super) fn deepseek_open(block: &str) -> Vec<Open> {
+fn deepseek_open(block: &str) -> Vec<Open> {
     each_open(block, DS_BEGIN, DS_END, deepseek, |call| {
         let (head, tail) = call.split_once(DS_SEP)?;
         if tail.trim_start().starts_with('{') {
@@ -41,7 +137,7 @@ pub(super) fn deepseek_open(block: &str) -> Vec<Open> {
 }
 
 /// Kimi's calls so far: a call's name once its arguments began.
-pub(super) fn kimi_open(block: &str) -> Vec<Open> {
+fn kimi_open(block: &str) -> Vec<Open> {
     each_open(block, KIMI_BEGIN, KIMI_END, kimi, |call| {
         let (id, args) = call.split_once(KIMI_ARGS)?;
         open(kimi_name(id), args)
@@ -82,7 +178,7 @@ fn each_open(
 }
 
 /// `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{args}<|tool_call_end|>` calls.
-pub(super) fn kimi(block: &str) -> Option<Vec<ToolCall>> {
+fn kimi(block: &str) -> Option<Vec<ToolCall>> {
     each(block, KIMI_BEGIN, KIMI_END, |call| {
         let (id, args) = call.split_once(KIMI_ARGS)?;
         json_args(kimi_name(id), args)

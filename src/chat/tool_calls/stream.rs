@@ -16,10 +16,10 @@
 
 use serde_json::Value;
 
-use super::partial::{self, Open};
-use super::{
-    call_id, calls_in, harmony, parse_with_tools, partial_marker, CallFormat, Parsed, ToolCall,
-};
+use super::call::{call_id, Parsed, ToolCall};
+use super::formats::CallFormat;
+use super::markers::partial_marker;
+use super::partial::Open;
 
 /// A piece of a call as it goes out: the first piece of each call names it
 /// (with its id), and its pieces' `arguments` joined are its whole
@@ -103,14 +103,15 @@ impl CallStream {
     /// Take the next piece of the reply; the content that can go out now
     /// (the calls' pieces: [`CallStream::take_parts`]).
     pub fn push(&mut self, piece: &str) -> String {
-        if self.format == CallFormat::None {
+        let syntax = self.format.syntax();
+        if !syntax.reads_calls() {
             self.sent.push_str(piece);
             return piece.to_string();
         }
         self.text.push_str(piece);
-        let ready = match self.format {
-            CallFormat::Harmony => self.harmony(),
-            _ => self.framed(),
+        let ready = match syntax.split_so_far(&self.text) {
+            Some(so_far) => self.unframed(so_far),
+            None => self.framed(),
         };
         self.advance(ready.trim_end())
     }
@@ -132,12 +133,14 @@ impl CallStream {
     /// written when the reply ended (cut by its length) is closed with the
     /// arguments it had.
     pub fn finish(mut self) -> (String, Vec<CallPart>, Parsed) {
-        let mut parsed = match self.format {
-            CallFormat::None => Parsed {
+        let syntax = self.format.syntax();
+        let mut parsed = if syntax.reads_calls() {
+            syntax.parse(&self.text, self.tools.as_ref())
+        } else {
+            Parsed {
                 content: self.sent.clone(),
                 ..Parsed::default()
-            },
-            f => parse_with_tools(f, &self.text, self.tools.as_ref()),
+            }
         };
         if parsed.calls.len() < self.calls.len() && self.decided < self.calls.len() {
             parsed = self.with_cut_calls();
@@ -157,7 +160,8 @@ impl CallStream {
     /// gone out: the reply before that block, then those calls closed.
     fn with_cut_calls(&self) -> Parsed {
         let at = self.calls[self.decided].block_at;
-        let mut p = parse_with_tools(self.format, &self.text[..at], self.tools.as_ref());
+        let syntax = self.format.syntax();
+        let mut p = syntax.parse(&self.text[..at], self.tools.as_ref());
         debug_assert_eq!(
             p.calls.len(),
             self.decided,
@@ -175,10 +179,10 @@ impl CallStream {
         p
     }
 
-    /// Harmony: the content so far (none more once a call came), the
-    /// closed calls, the call being written, and the reasoning.
-    fn harmony(&mut self) -> String {
-        let p = harmony::parse(&self.text, true);
+    /// A format not framed in blocks (harmony), from its split so far `p`:
+    /// the content so far (none more once a call came), the closed calls,
+    /// the call being written, and the reasoning.
+    fn unframed(&mut self, p: Parsed) -> String {
         self.reasoning_advance(p.reasoning.as_deref().unwrap_or(""));
         if !p.calls.is_empty() {
             self.before_calls.get_or_insert(0);
@@ -187,7 +191,7 @@ impl CallStream {
             self.decide(i, &mut c);
         }
         if self.live {
-            if let Some((at, open)) = harmony::open_call(&self.text) {
+            if let Some((at, open)) = self.format.syntax().open_call(&self.text) {
                 self.show(vec![open], at, 0);
             }
         }
@@ -201,7 +205,8 @@ impl CallStream {
     /// one still open; the content before the first call, or all of it
     /// less a possible partial opening marker while there is none.
     fn framed(&mut self) -> String {
-        let Some(frame) = self.format.frame() else {
+        let syntax = self.format.syntax();
+        let Some(frame) = syntax.frame() else {
             return self.text.clone();
         };
         while let Some(n) = self.decide_block(frame.open, frame.close) {
@@ -211,7 +216,7 @@ impl CallStream {
         if let Some(at) = open_at.filter(|_| self.live) {
             let block_at = self.scan + at;
             let body = &self.text[block_at + frame.open.len()..];
-            let opens = partial::open_calls(self.format, body, self.tools.as_ref());
+            let opens = syntax.open_calls(body, self.tools.as_ref());
             self.show(opens, block_at, self.content.len() + at);
         }
         let rest = &self.text[self.scan..];
@@ -232,7 +237,9 @@ impl CallStream {
         let after = at + open.len();
         let end = rest[after..].find(close?)?;
         let taken = after + end + close.map_or(0, str::len);
-        let calls = calls_in(self.format, &rest[after..after + end], self.tools.as_ref())
+        let syntax = self.format.syntax();
+        let calls = syntax
+            .calls(&rest[after..after + end], self.tools.as_ref())
             .filter(|c| !c.is_empty());
         match calls {
             Some(mut calls) => {
@@ -352,13 +359,4 @@ impl CallStream {
             self.reasoning_sent.push_str(new);
         }
     }
-}
-
-/// Bytes at the end of `text` that could start any of `markers`.
-pub(super) fn held_for_any(text: &str, markers: &[&str]) -> usize {
-    markers
-        .iter()
-        .map(|m| partial_marker(text, m))
-        .max()
-        .unwrap_or(0)
 }

@@ -1,19 +1,186 @@
 //! The formats of one call per `<tool_call>` block: Hermes's JSON object,
-//! Qwen3-Coder's `<function=NAME>` XML and GLM's `<arg_key>` pairs.
+//! Qwen3-Coder's `<function=NAME>` XML and GLM's `<arg_key>` pairs; and the
+//! plain format of a template that takes no tools, whose replies are text
+//! and whose forced calls are Hermes's (bmoe's own tool prompt asks for them).
 
 use serde_json::{Map, Value};
 
-use super::partial::{held, ArgsSoFar, Open};
-use super::{json_call, param_value, string_typed, ToolCall};
+use super::call::{json_call, param_value, plain_name, string_typed, ToolCall};
+use super::gbnf::{self, Apart};
+use super::markers::held;
+use super::partial::{self, ArgsSoFar, Open};
+use super::syntax::{Frame, Syntax};
+use crate::llama::grammar::GrammarError;
+
+/// Where a call opens in the Hermes, XML and GLM formats.
+pub(crate) const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+const FRAME: Frame = Frame {
+    open: OPEN,
+    close: Some(CLOSE),
+};
+/// The block around a forced Hermes or XML call.
+const FORCED: (&str, &str) = ("<tool_call>\n", "\n</tool_call>");
+
+/// No calls are parsed: the reply is text (a grammar forces Hermes's).
+pub(crate) struct Plain;
+
+impl Syntax for Plain {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn reads_calls(&self) -> bool {
+        false
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        Hermes.forced_block()
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        Hermes.call_rule(prefix, name, params, rules)
+    }
+}
+
+/// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
+pub(crate) struct Hermes;
+
+impl Syntax for Hermes {
+    fn name(&self) -> &'static str {
+        "hermes"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(FRAME)
+    }
+
+    fn calls(&self, block: &str, _tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        hermes_call(block).map(|c| vec![c])
+    }
+
+    fn open_calls(&self, block: &str, _tools: Option<&Value>) -> Vec<Open> {
+        partial::hermes(block).into_iter().collect()
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        FORCED
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        gbnf::name_and_arguments(prefix, name, params, rules)
+    }
+}
+
+/// `<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`.
+pub(crate) struct XmlFunction;
+
+impl Syntax for XmlFunction {
+    fn name(&self) -> &'static str {
+        "xml-function"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(FRAME)
+    }
+
+    fn calls(&self, block: &str, tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        xml_call(block, tools).map(|c| vec![c])
+    }
+
+    fn open_calls(&self, block: &str, tools: Option<&Value>) -> Vec<Open> {
+        xml_open(block, tools).into_iter().collect()
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        FORCED
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let apart = Apart {
+            head: format!("<function={name}>\n"),
+            tail: "</function>",
+            sep: None,
+            strings_as_text: true,
+        };
+        apart.rule(prefix, params, rules, |key, _| {
+            (format!("<parameter={key}>\n"), "\n</parameter>\n")
+        })
+    }
+}
+
+/// `<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`.
+pub(crate) struct Glm;
+
+impl Syntax for Glm {
+    fn name(&self) -> &'static str {
+        "glm"
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        Some(FRAME)
+    }
+
+    fn calls(&self, block: &str, tools: Option<&Value>) -> Option<Vec<ToolCall>> {
+        glm_call(block, tools).map(|c| vec![c])
+    }
+
+    fn open_calls(&self, block: &str, tools: Option<&Value>) -> Vec<Open> {
+        glm_open(block, tools).into_iter().collect()
+    }
+
+    fn forced_block(&self) -> (&'static str, &'static str) {
+        (OPEN, CLOSE)
+    }
+
+    fn call_rule(
+        &self,
+        prefix: &str,
+        name: &str,
+        params: &Value,
+        rules: &mut Vec<String>,
+    ) -> Result<String, GrammarError> {
+        let apart = Apart {
+            head: format!("{name}\n"),
+            tail: "",
+            sep: None,
+            strings_as_text: true,
+        };
+        apart.rule(prefix, params, rules, |key, _| {
+            (
+                format!("<arg_key>{key}</arg_key>\n<arg_value>"),
+                "</arg_value>\n",
+            )
+        })
+    }
+}
 
 /// `{"name": "...", "arguments": {...}}` (arguments may also be a JSON text,
 /// or missing: `{}`).
-pub(super) fn hermes_call(block: &str) -> Option<ToolCall> {
+fn hermes_call(block: &str) -> Option<ToolCall> {
     json_call(&serde_json::from_str(block.trim()).ok()?)
 }
 
 /// `<function=NAME>` with `<parameter=K>V</parameter>` blocks.
-pub(super) fn xml_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
+fn xml_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
     let body = block.trim().strip_prefix("<function=")?;
     let (name, body) = body.split_once('>')?;
     let body = body.trim_end().strip_suffix("</function>")?;
@@ -40,7 +207,7 @@ pub(super) fn xml_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
 
 /// `NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs
 /// (whitespace between them allowed).
-pub(super) fn glm_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
+fn glm_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
     let block = block.trim();
     let (name, mut rest) = match block.find("<arg_key>") {
         Some(at) => (&block[..at], &block[at..]),
@@ -67,7 +234,7 @@ pub(super) fn glm_call(block: &str, tools: Option<&Value>) -> Option<ToolCall> {
 
 /// An XML call so far: its name once `<function=NAME>` is whole, its whole
 /// parameters, and a string-typed one still being written.
-pub(super) fn xml_open(block: &str, tools: Option<&Value>) -> Option<Open> {
+fn xml_open(block: &str, tools: Option<&Value>) -> Option<Open> {
     let body = block.trim_start().strip_prefix("<function=")?;
     let (name, body) = body.split_once('>')?;
     let name = plain_name(name)?;
@@ -97,7 +264,7 @@ pub(super) fn xml_open(block: &str, tools: Option<&Value>) -> Option<Open> {
 
 /// A GLM call so far: its name once its first `<arg_key>` came, its whole
 /// pairs, and a string-typed value still being written.
-pub(super) fn glm_open(block: &str, tools: Option<&Value>) -> Option<Open> {
+fn glm_open(block: &str, tools: Option<&Value>) -> Option<Open> {
     let block = block.trim_start();
     let at = block.find("<arg_key>")?;
     let name = plain_name(&block[..at])?;
@@ -123,11 +290,4 @@ pub(super) fn glm_open(block: &str, tools: Option<&Value>) -> Option<Open> {
         rest = p.trim_start();
     }
     Some(Open::new(name, args.args()))
-}
-
-/// A function name: trimmed, not empty, no markup or spaces in it.
-pub(super) fn plain_name(name: &str) -> Option<&str> {
-    let name = name.trim();
-    let bad = |c: char| c.is_whitespace() || matches!(c, '<' | '>' | '"' | '{' | '}');
-    (!name.is_empty() && !name.contains(bad)).then_some(name)
 }

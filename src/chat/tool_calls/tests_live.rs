@@ -5,59 +5,8 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use super::tests_families::{calls_of, names_args, recorded, tools};
+use super::tests_families::{assemble, calls_of, names_args, recorded, streamed_live, tools};
 use super::*;
-
-/// As [`streamed_in`], live when given the request's tools, with the calls'
-/// pieces as they went out: those along the way, then those at the end.
-pub(super) fn streamed_live(
-    format: CallFormat,
-    text: &str,
-    sizes: &[usize],
-    live: Option<Value>,
-) -> (String, Vec<CallPart>, Vec<CallPart>, Parsed) {
-    let on = live.is_some();
-    let mut s = CallStream::with_tools(format, live).live(on);
-    let (mut out, mut early) = (String::new(), Vec::new());
-    let mut at = 0;
-    let mut i = 0;
-    while at < text.len() {
-        let mut end = (at + sizes[i % sizes.len()]).min(text.len());
-        while !text.is_char_boundary(end) {
-            end += 1;
-        }
-        out.push_str(&s.push(&text[at..end]));
-        early.extend(s.take_parts());
-        at = end;
-        i += 1;
-    }
-    let (rest, late, parsed) = s.finish();
-    out.push_str(&rest);
-    (out, early, late, parsed)
-}
-
-/// Calls put together from their pieces (each call's first piece names it).
-pub(super) fn assemble(parts: &[CallPart]) -> Vec<ToolCall> {
-    let mut calls: Vec<ToolCall> = Vec::new();
-    for p in parts {
-        match &p.name {
-            Some(name) => {
-                assert_eq!(p.index, calls.len(), "a call's first piece names it");
-                calls.push(ToolCall {
-                    id: p.id.clone(),
-                    name: name.clone(),
-                    arguments: p.arguments.clone(),
-                });
-            }
-            None => {
-                let c = &mut calls[p.index];
-                assert_eq!(c.id, p.id);
-                c.arguments.push_str(&p.arguments);
-            }
-        }
-    }
-    calls
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
