@@ -15,7 +15,7 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_signal(sig: libc::c_int) {
     if SIGNAL.swap(sig, Ordering::SeqCst) != 0 {
         // What the outputs hold so far goes into place (rename(2) only).
-        bmoe_decode::output::commit_all_from_signal_handler();
+        bmoe_output::commit_all_from_signal_handler();
         // SAFETY: _exit is async-signal-safe; a second signal means "now".
         unsafe { libc::_exit(128 + sig) };
     }
@@ -34,7 +34,7 @@ extern "C" fn on_sigbus(_sig: libc::c_int) {
         libc::write(2, SIGBUS_MESSAGE.as_ptr().cast(), SIGBUS_MESSAGE.len());
     }
     // The CSV rows written so far go into place (rename(2) only).
-    bmoe_decode::output::commit_all_from_signal_handler();
+    bmoe_output::commit_all_from_signal_handler();
     // SAFETY: async-signal-safe.
     unsafe { libc::_exit(1) };
 }

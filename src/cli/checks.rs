@@ -272,7 +272,7 @@ pub fn read_text_file(what: &str, f: &Path, hint: &str) -> Result<String, UsageE
 /// through a symlink or a hard link), or exists as something other than a
 /// regular file (a directory, a FIFO that would block, a device). Output
 /// files are written beside their target and renamed over it
-/// (`bmoe_decode::output`), so this is the only place a path is judged.
+/// (`bmoe_output`), so this is the only place a path is judged.
 pub fn output_file(flag: &str, out: &Path, inputs: &[&Path]) -> Result<(), UsageError> {
     let name = out.display();
     if let Some(input) = input_named_by(out, inputs) {

@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use bmoe::layout::MoeLayout;
-use bmoe_decode::output::PendingFile;
+use bmoe_output::PendingFile;
 use bmoe_trace::route_trace::{TraceWriter, MAX_EXPERTS};
 use bmoe_trace::trace_import::{self, ImportFormat, Imported, Sizes};
 

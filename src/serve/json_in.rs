@@ -122,7 +122,17 @@ pub(crate) fn in_json_words(serde_message: &str) -> String {
 }
 
 /// What kind of JSON value a refusal names ("an object").
-pub(crate) use bmoe_decode::text::json_kind as kind;
+pub(crate) fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
 
 #[cfg(test)]
 mod tests {

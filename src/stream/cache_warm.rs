@@ -7,12 +7,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use bmoe_decode::output::PendingFile;
 use bmoe_flash::cache::SlotKey;
 use bmoe_flash::warm_profile::{
     fnv1a64, ModelShape, WarmError, WarmProfile, FNV_SEED, MATURE_TOKENS,
 };
 use bmoe_flash::FlashCounters;
+use bmoe_output::PendingFile;
 
 use super::StreamError;
 use crate::layout::MoeLayout;

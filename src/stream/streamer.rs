@@ -9,10 +9,10 @@ pub(crate) use hooks::DraftHookParts;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use bmoe_decode::output::PendingFile;
 use bmoe_flash::cache::SlotKey;
 use bmoe_flash::warm_profile::ModelShape;
 use bmoe_flash::{open_faulty_reader, FaultCounts, Flash, FlashConfig};
+use bmoe_output::PendingFile;
 
 use super::files::{shard_files, specs};
 use super::memory::{self, FileMapping};

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use bmoe_decode::output::PendingFile;
+use bmoe_output::PendingFile;
 use bmoe_trace::route_trace::{TraceHeader, TraceWriter};
 
 use super::StreamError;

@@ -7,11 +7,9 @@
 //! - [`text`]: streaming detokenization (UTF-8 reassembly across tokens) and stop strings.
 //! - [`metrics`]: what one decode's streaming cost, from the hook to the telemetry row.
 //! - [`telemetry`]: the telemetry actor, writing one CSV row per token.
-//! - [`output`]: output files written beside their target and renamed into place.
 
 pub mod metrics;
 pub mod ngram;
-pub mod output;
 pub mod sampling;
 pub mod spec_gate;
 pub mod telemetry;

@@ -4,19 +4,6 @@ mod stop;
 
 pub use stop::{StopStrings, Stopped};
 
-/// What kind of JSON value `v` is, as a refusal says it ("an object").
-pub fn json_kind(v: &serde_json::Value) -> &'static str {
-    use serde_json::Value;
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Reassembles UTF-8 across token boundaries: a multi-byte character may be
 /// split over two tokens, so bytes are held back until they form whole characters.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! the order written, as `serde_json` writes the whole object). A member
 //! goes in once its value is whole; a string value grows as it is written,
 //! so a long argument streams. Each format reads its calls so far with
-//! these ([`super::syntax::Syntax::open_calls`]); a leaf beside `call.rs`.
+//! these (`Syntax::open_calls`); a leaf beside `call.rs`.
 
 use serde_json::{Map, Value};
 

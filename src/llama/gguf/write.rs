@@ -285,7 +285,7 @@ impl GgufBuilder {
         unsafe { sys::gguf_get_meta_data(self.ctx.as_ptr(), meta.as_mut_ptr() as *mut c_void) };
         // Removed on any failure (and by a signal's hard exit), never half-renamed.
         let (file, pending) =
-            bmoe_decode::output::PendingFile::create_whole_or_nothing(path).map_err(io_err)?;
+            bmoe_output::PendingFile::create_whole_or_nothing(path).map_err(io_err)?;
         let mut w = HashingWriter::new(BufWriter::with_capacity(8 << 20, file));
         w.write_all(&meta).map_err(io_err)?;
         let align = self.alignment as u64;

@@ -316,7 +316,7 @@ pub fn exit_lost(why: &str) -> ! {
          running and reachable, from the same bmoe build?)\n"
     );
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-    bmoe_decode::output::commit_all_from_signal_handler();
+    bmoe_output::commit_all_from_signal_handler();
     // SAFETY: _exit ends the process at once; nothing here is left half-written
     // that the outputs' commit did not handle.
     unsafe { libc::_exit(EXIT_REMOTE_LOST) }
@@ -347,7 +347,7 @@ extern "C" fn on_ggml_abort(msg: *const c_char) {
         &mut std::io::stderr(),
         format!("\nerror: llama.cpp aborted: {text}\n").as_bytes(),
     );
-    bmoe_decode::output::commit_all_from_signal_handler();
+    bmoe_output::commit_all_from_signal_handler();
     // SAFETY: as in `exit_lost`.
     unsafe { libc::_exit(1) }
 }

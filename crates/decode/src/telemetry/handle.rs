@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::output::PendingFile;
+use bmoe_output::PendingFile;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 
 use super::actor::{run, Event};

@@ -123,7 +123,17 @@ fn object(line: &[u8], at: Loc) -> Result<Map<String, Value>, ImportError> {
     }
 }
 
-use bmoe_decode::text::json_kind as kind;
+/// What kind of JSON value a record is, as an error names it ("an array").
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
 
 /// The field `name` of the file's spelling, which every record must have.
 fn field<'a>(
