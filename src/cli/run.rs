@@ -127,6 +127,8 @@ pub(super) fn run_config(
     cfg.telemetry.csv = outputs.csv.clone();
     cfg.telemetry.progress = outputs.progress;
     cfg.speculation = args.spec.config();
+    // --head-predemand reads the head's streamed experts: it streams.
+    cfg.resident_if_fits &= !args.spec.head_predemand;
     Ok(cfg)
 }
 
