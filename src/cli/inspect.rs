@@ -45,8 +45,9 @@ pub struct InspectArgs {
     /// With --forecast: where the compute term comes from. decode: the decode
     /// probe (above), or the kernel model without it; depth: resident decodes
     /// of the model cut to its first blocks (--depth-blocks; copies written to
-    /// the temp directory and removed after), fitted as fixed + per block and
-    /// scaled to the full depth (the decode probe then gives the read rate only).
+    /// the temp directory and removed after), 32 tokens each, fitted as fixed +
+    /// per block and scaled to the full depth (the decode probe then gives the
+    /// read rate only).
     #[arg(long, value_enum, value_name = "decode|depth", default_value_t = ComputeProbe::Decode, requires = "forecast")]
     pub compute_probe: ComputeProbe,
     /// With --compute-probe depth: the depths (blocks) to cut the model to, at
@@ -123,14 +124,13 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         host.decode = Some(decode_probe(&args.model, l, args.probe_tokens)?);
     }
     let depth = match depths {
-        Some(d) => {
-            let tokens = if args.probe_tokens > 0 {
-                args.probe_tokens
-            } else {
-                DEPTH_PROBE_TOKENS
-            };
-            Some(depth_probe(&args.model, l, &d, tokens, args.threads)?)
-        }
+        Some(d) => Some(depth_probe(
+            &args.model,
+            l,
+            &d,
+            DEPTH_PROBE_TOKENS,
+            args.threads,
+        )?),
         None => None,
     };
     host.depth_compute_s = depth.as_ref().map(forecast::DepthFit::compute_s);
@@ -158,8 +158,11 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
     ))
 }
 
-/// Tokens each cut model decodes when `--probe-tokens` is 0.
-const DEPTH_PROBE_TOKENS: u32 = 8;
+/// Tokens each cut model decodes. A cut model decodes fast (resident, a few
+/// blocks), and the slope is extrapolated 10x or more: on E8K2 at 2 and 4
+/// blocks, 8 tokens put the full depth at 1.9x a resident run's time, 32
+/// tokens within 10% of it.
+const DEPTH_PROBE_TOKENS: u32 = 32;
 
 /// `--depth-blocks`, checked against the model: at least two distinct
 /// depths, each within its blocks (sorted, deduplicated).
