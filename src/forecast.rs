@@ -6,8 +6,12 @@
 //! or the published real routing of docs/cache.md). Pure functions of those
 //! facts; the CLI measures them.
 
+pub mod depth;
+
 use crate::layout::MoeLayout;
 use crate::stream::compute_estimate_bytes;
+
+pub use depth::{DepthFit, DepthSample};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -28,6 +32,10 @@ pub struct HostFacts {
     /// A short streamed decode of the model at cache 0, when it was run:
     /// it replaces the kernel model's compute and the probe's read rate.
     pub decode: Option<DecodeProbe>,
+    /// The compute probe's seconds per token at full depth (`--compute-probe
+    /// depth`, [`DepthFit::compute_s`]), when it ran: it replaces the decode
+    /// probe's compute and the kernel model.
+    pub depth_compute_s: Option<f64>,
 }
 
 /// What a short streamed decode of the model at cache 0 measured, per token.
@@ -112,9 +120,13 @@ pub fn weight_bytes_per_token(l: &MoeLayout) -> u64 {
     l.dense_bytes().saturating_sub(embd) + l.routed_bytes_per_token()
 }
 
-/// Compute seconds of one token: the decode probe's when it ran, else its
-/// weights through the kernel and one graph segment per routed layer.
+/// Compute seconds of one token: the compute probe's (resident decodes of
+/// the model cut to fewer blocks) when it ran, else the decode probe's, else
+/// its weights through the kernel and one graph segment per routed layer.
 pub fn compute_s(l: &MoeLayout, host: &HostFacts) -> f64 {
+    if let Some(s) = host.depth_compute_s {
+        return s;
+    }
     host.decode
         .map_or_else(|| kernel_compute_s(l, host), |d| d.compute_s)
 }
@@ -164,6 +176,17 @@ pub fn auto_budget_bytes(l: &MoeLayout, mem_available_bytes: u64) -> u64 {
 
 /// The forecast table.
 pub fn table(cells: &[Cell], l: &MoeLayout, host: &HostFacts, curve: &str) -> String {
+    table_with(cells, l, host, curve, None)
+}
+
+/// The forecast table, with the compute probe's line when it ran.
+pub fn table_with(
+    cells: &[Cell],
+    l: &MoeLayout,
+    host: &HostFacts,
+    curve: &str,
+    depth: Option<&DepthFit>,
+) -> String {
     let mut s = format!(
         "forecast:         reads {:.0} MiB/s (random expert slices, depth 4; {:.0} MiB/s into memory \
          never used before), kernel {:.0} MiB/s of weights and {:.0} us a graph segment -> compute \
@@ -178,13 +201,21 @@ pub fn table(cells: &[Cell], l: &MoeLayout, host: &HostFacts, curve: &str) -> St
         host.mem_available_bytes as f64 / MIB
     );
     if let Some(d) = host.decode {
+        let uses = if depth.is_some() {
+            "the cells below use its reads (its compute is the compute probe's)"
+        } else {
+            "the cells below use these"
+        };
         s += &format!(
             "  decode probe:   {} tokens streamed at cache 0: compute {:.1} ms/token outside flash \
-             waits, reads {:.0} MiB/s: the cells below use these\n",
+             waits, reads {:.0} MiB/s: {uses}\n",
             d.tokens,
             d.compute_s * 1e3,
             d.read_bytes_per_s / MIB
         );
+    }
+    if let Some(f) = depth {
+        s += &f.line();
     }
     s += &format!("  hit rates from: {curve}\n");
     s += "  cache      budget MiB   hit %   read MiB/token   fresh %   tok/s serial   tok/s overlap bound\n";
@@ -228,6 +259,7 @@ mod tests {
             segment_s: 0.01,
             mem_available_bytes: 0,
             decode: None,
+            depth_compute_s: None,
         };
         let none = |hit| CacheOutcome {
             hit,
@@ -272,6 +304,7 @@ mod tests {
             segment_s: 0.0,
             mem_available_bytes: 0,
             decode: None,
+            depth_compute_s: None,
         };
         let o = |fill_share| CacheOutcome {
             hit: 0.0,
@@ -296,9 +329,33 @@ mod tests {
         // Fresh memory keeps the probe's ratio: half the recycled rate.
         let f = cell("auto", 600, o(1.0), &l, &host);
         assert!((f.serial_tok_s - 1.0 / (0.5 + 1.0)).abs() < 1e-9, "{f:?}");
-        let t = table(&[c], &l, &host, "a curve");
+        let t = table(std::slice::from_ref(&c), &l, &host, "a curve");
         assert!(t.contains("decode probe:   3 tokens"), "{t}");
         assert!(t.contains("compute 500.0 ms/token"), "{t}");
+        // The compute probe's full-depth time replaces the decode's compute.
+        let fit = DepthFit::of(
+            &[
+                DepthSample {
+                    blocks: 1,
+                    tokens: 4,
+                    token_s: 0.2,
+                },
+                DepthSample {
+                    blocks: 2,
+                    tokens: 4,
+                    token_s: 0.3,
+                },
+            ],
+            2,
+        )
+        .expect("a fit");
+        host.depth_compute_s = Some(fit.compute_s());
+        assert!((compute_s(&l, &host) - 0.3).abs() < 1e-12);
+        let d = cell("0", 0, o(0.0), &l, &host);
+        assert!((d.serial_tok_s - 1.0 / (0.3 + 0.5)).abs() < 1e-9, "{d:?}");
+        let t = table_with(&[d], &l, &host, "a curve", Some(&fit));
+        assert!(t.contains("its compute is the compute probe's"), "{t}");
+        assert!(t.contains("compute probe:  resident decodes"), "{t}");
     }
 
     #[test]

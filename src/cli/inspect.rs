@@ -42,6 +42,30 @@ pub struct InspectArgs {
     /// replace the kernel model and the read probe). 0: no decode probe.
     #[arg(long, value_name = "N", default_value_t = 8, requires = "forecast")]
     pub probe_tokens: u32,
+    /// With --forecast: where the compute term comes from. decode: the decode
+    /// probe (above), or the kernel model without it; depth: resident decodes
+    /// of the model cut to its first blocks (--depth-blocks; copies written to
+    /// the temp directory and removed after), 32 tokens each, fitted as fixed +
+    /// per block and scaled to the full depth (the decode probe then gives the
+    /// read rate only).
+    #[arg(long, value_enum, value_name = "decode|depth", default_value_t = ComputeProbe::Decode, requires = "forecast")]
+    pub compute_probe: ComputeProbe,
+    /// With --compute-probe depth: the depths (blocks) to cut the model to, at
+    /// least two.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', default_value = "2,4", value_parser = clap::value_parser!(u32).range(1..), requires = "forecast")]
+    pub depth_blocks: Vec<u32>,
+    /// With --compute-probe depth: compute threads of its decodes (default: all cores).
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=256), requires = "forecast")]
+    pub threads: Option<u32>,
+}
+
+/// `--compute-probe`: where the forecast's compute term comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ComputeProbe {
+    /// The decode probe's compute (streamed at cache 0), else the kernel model.
+    Decode,
+    /// Resident decodes of the model cut to fewer blocks, scaled to full depth.
+    Depth,
 }
 
 /// `bmoe inspect MODEL [--rpc-layers N] [--forecast [--route-trace FILE]]`.
@@ -91,10 +115,25 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         ))
         .into());
     }
+    let depths = match args.compute_probe {
+        ComputeProbe::Depth => Some(depth_blocks(&args.depth_blocks, l)?),
+        ComputeProbe::Decode => None,
+    };
     let mut host = measure_host(l, Duration::from_secs_f64(args.probe_seconds))?;
     if args.probe_tokens > 0 {
         host.decode = Some(decode_probe(&args.model, l, args.probe_tokens)?);
     }
+    let depth = match depths {
+        Some(d) => Some(depth_probe(
+            &args.model,
+            l,
+            &d,
+            DEPTH_PROBE_TOKENS,
+            args.threads,
+        )?),
+        None => None,
+    };
+    host.depth_compute_s = depth.as_ref().map(forecast::DepthFit::compute_s);
     let experts = l.expert_bytes();
     let mut cells = Vec::new();
     for (label, share) in [("0", 0.0), ("10%", 0.10), ("25%", 0.25), ("50%", 0.50)] {
@@ -110,12 +149,116 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
     let auto = forecast::auto_budget_bytes(l, host.mem_available_bytes);
     let share = auto as f64 / experts.max(1) as f64;
     cells.push(forecast::cell("auto", auto, curve.outcome(share), l, &host));
-    Ok(forecast::table(
+    Ok(forecast::table_with(
         &cells,
         l,
         &host,
         &curve.describe(args.route_trace.as_deref()),
+        depth.as_ref(),
     ))
+}
+
+/// Tokens each cut model decodes. A cut model decodes fast (resident, a few
+/// blocks), and the slope is extrapolated 10x or more: on E8K2 at 2 and 4
+/// blocks, 8 tokens put the full depth at 1.9x a resident run's time, 32
+/// tokens within 10% of it.
+const DEPTH_PROBE_TOKENS: u32 = 32;
+
+/// `--depth-blocks`, checked against the model: at least two distinct
+/// depths, each within its blocks (sorted, deduplicated).
+fn depth_blocks(asked: &[u32], l: &MoeLayout) -> Result<Vec<u32>> {
+    let mut d = asked.to_vec();
+    d.sort_unstable();
+    d.dedup();
+    if d.len() < 2 || d.iter().any(|&b| b > l.n_layer) {
+        return Err(UsageError(format!(
+            "--depth-blocks {}: give two or more distinct depths within the model's {} blocks",
+            asked
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            l.n_layer
+        ))
+        .into());
+    }
+    Ok(d)
+}
+
+/// The compute probe: the model cut to each of `depths` blocks (a copy in
+/// the temp directory, removed once decoded), a resident decode of `tokens`
+/// tokens of each (the copy was just written, so its pages are cached: the
+/// time is compute alone), fitted as fixed + per block and scaled to the
+/// model's full depth.
+fn depth_probe(
+    model: &Path,
+    l: &MoeLayout,
+    depths: &[u32],
+    tokens: u32,
+    threads: Option<u32>,
+) -> Result<forecast::DepthFit> {
+    let dir = TempDir::new()?;
+    let mut samples = Vec::new();
+    for &blocks in depths {
+        let cut = dir.0.join(format!("cut-{blocks}.gguf"));
+        bmoe::fixture::truncate::truncate_blocks(model, blocks, &cut).with_context(|| {
+            format!("compute probe: cut {} to {blocks} blocks", model.display())
+        })?;
+        let decoded = resident_decode(&cut, l, tokens, threads);
+        let _ = std::fs::remove_file(&cut);
+        let split = decoded.with_context(|| {
+            format!("compute probe: the resident decode of the {blocks}-block cut")
+        })?;
+        samples.push(forecast::DepthSample {
+            blocks,
+            tokens: split.tokens,
+            token_s: split.compute_s(),
+        });
+    }
+    forecast::DepthFit::of(&samples, l.n_layer)
+        .context("compute probe: two distinct depths are needed for a line")
+}
+
+/// The compute probe's directory under the temp directory, removed with
+/// what is in it when dropped (on an error too).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("bmoe-depth-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("compute probe: create {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A resident decode of `tokens` tokens of `model` after a one-word prompt,
+/// per token (the decode probe's context).
+fn resident_decode(
+    model: &Path,
+    l: &MoeLayout,
+    tokens: u32,
+    threads: Option<u32>,
+) -> Result<bmoe::engine::DecodeSplit> {
+    use bmoe::engine::{Mode, RunConfig};
+    let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
+    cfg.n_ctx = probe_ctx(l.n_ctx_train());
+    cfg.n_predict = tokens + 1;
+    cfg.ignore_eos = true;
+    cfg.mode = Mode::Resident;
+    if let Some(t) = threads {
+        cfg.threads = t;
+    }
+    let report = bmoe::engine::run(&cfg, |_| {})?;
+    report
+        .decode_split()
+        .context("the model generated no token to time")
 }
 
 /// The longest decode probe (`--probe-tokens`).
@@ -193,6 +336,7 @@ fn measure_host(l: &MoeLayout, probe: Duration) -> Result<HostFacts> {
         segment_s: segment.as_secs_f64(),
         mem_available_bytes: bmoe::stream::memory::mem_available_bytes().unwrap_or(0),
         decode: None,
+        depth_compute_s: None,
     })
 }
 

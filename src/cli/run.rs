@@ -127,6 +127,8 @@ pub(super) fn run_config(
     cfg.telemetry.csv = outputs.csv.clone();
     cfg.telemetry.progress = outputs.progress;
     cfg.speculation = args.spec.config();
+    // --head-predemand reads the head's streamed experts: it streams.
+    cfg.resident_if_fits &= !args.spec.head_predemand;
     Ok(cfg)
 }
 
@@ -218,8 +220,9 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
 #[cfg(test)]
 mod tests {
     /// `bmoe run -p x` with no other flag runs [`RunConfig::new`]'s defaults:
-    /// the numbers `--help` shows are the engine's own (the one addition,
-    /// where the model's hash is remembered, is bmoe's cache folder).
+    /// the numbers `--help` shows are the engine's own (the additions: where
+    /// the model's hash is remembered, bmoe's cache folder; and, no streaming
+    /// flag given, resident when the model fits in memory).
     #[test]
     fn a_run_without_flags_is_the_engines_default_run() {
         let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
@@ -227,6 +230,7 @@ mod tests {
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
         let mut default = super::RunConfig::new(model, "x".into());
         default.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
+        default.resident_if_fits = true;
         assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
     }
 }

@@ -2,26 +2,87 @@
 //! streaming flags as one clap group (`StreamArgs`) that `--resident`
 //! conflicts with as a whole, so a flag added there is refused beside
 //! `--resident` without a list to keep. Every default is
-//! [`StreamConfig::default`]'s, shown by `--help` and used by a run.
+//! [`StreamConfig::default`]'s, shown by `--help` and used by a streamed run.
+//!
+//! Given none of these flags (nor run's `--route-trace` or
+//! `--head-predemand`), a MoE model runs resident when its file fits in
+//! memory and streams with the defaults otherwise (`bmoe::engine::fits`):
+//! any streaming flag given, `--cache-mb auto` included, keeps it streamed.
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches};
 
 use bmoe::engine::Mode;
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig, WarmSource};
 use bmoe_flash::cache::CachePolicy;
 
-/// Resident, or streamed with the cache and I/O flags.
+/// Resident, or streamed with the cache and I/O flags, or (neither given)
+/// resident when the model fits in memory.
+#[derive(Debug)]
+pub struct StreamingArgs {
+    /// `--resident`.
+    pub resident: bool,
+    pub stream: StreamArgs,
+    /// Whether a flag of the streaming group was given on the command line
+    /// (a default value is not "given").
+    pub stream_given: bool,
+}
+
+/// The flags themselves; [`StreamingArgs`] adds which were given.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Streaming")]
-pub struct StreamingArgs {
-    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline);
-    /// refused beside any streaming flag.
+struct StreamingFlags {
+    /// Keep llama.cpp's plain mmap path for the experts (the comparison baseline,
+    /// and what a run without streaming flags does when the model file fits in
+    /// memory); refused beside any streaming flag.
     #[arg(long, conflicts_with = "StreamArgs")]
-    pub resident: bool,
+    resident: bool,
     #[command(flatten)]
-    pub stream: StreamArgs,
+    stream: StreamArgs,
+}
+
+impl FromArgMatches for StreamingArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let StreamingFlags { resident, stream } = StreamingFlags::from_arg_matches(m)?;
+        Ok(StreamingArgs {
+            resident,
+            stream,
+            stream_given: any_given(m),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for StreamingArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        StreamingFlags::augment_args(cmd)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        StreamingFlags::augment_args_for_update(cmd)
+    }
+
+    fn group_id() -> Option<clap::Id> {
+        StreamingFlags::group_id()
+    }
+}
+
+/// Whether any flag of the streaming group came from the command line (the
+/// group's own ids: a flag added to [`StreamArgs`] counts without a list).
+fn any_given(m: &ArgMatches) -> bool {
+    let group = StreamArgs::augment_args(clap::Command::new("streaming"));
+    let any = group.get_arguments().any(|a| {
+        let id = a.get_id().as_str();
+        matches!(m.try_contains_id(id), Ok(true))
+            && m.value_source(id) == Some(ValueSource::CommandLine)
+    });
+    any
 }
 
 /// The streaming settings no flag of this group gives: run's
@@ -35,7 +96,9 @@ pub struct StreamExtras {
 }
 
 impl StreamingArgs {
-    /// Resident, or streamed with these flags and `extras`.
+    /// Resident, or streamed with these flags and `extras` (which a run
+    /// without streaming flags may still turn resident: see
+    /// [`Self::resident_if_fits`]).
     pub fn mode(&self, extras: StreamExtras) -> Mode {
         if self.resident {
             return Mode::Resident;
@@ -45,6 +108,12 @@ impl StreamingArgs {
             reserved_bytes: extras.reserved_bytes,
             ..self.stream.config()
         })
+    }
+
+    /// Whether bmoe chooses the mode (resident when the model fits): no
+    /// `--resident`, no streaming flag, no route trace to record.
+    pub fn resident_if_fits(&self, extras: &StreamExtras) -> bool {
+        !self.resident && !self.stream_given && extras.route_trace.is_none()
     }
 }
 
@@ -57,12 +126,15 @@ fn defaults() -> StreamConfig {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Streaming")]
 pub struct StreamArgs {
-    /// Stream experts (the default for MoE models; an error for a dense model).
+    /// Stream experts, even when the model file fits in memory (an error for a
+    /// dense model). Without any streaming flag a MoE model streams only when
+    /// its file does not fit in memory; it runs resident otherwise.
     #[arg(long)]
     pub moe_stream: bool,
     /// Expert cache budget in MiB: 0 re-reads routed slices every token (least RAM),
     /// N keeps (layer, expert) slices within N MiB (evicted by --cache-policy), P% budgets P percent of the
-    /// model's expert bytes, auto sizes it from MemAvailable.
+    /// model's expert bytes, auto sizes it from MemAvailable. Given (auto included),
+    /// the run streams even when the model fits in memory.
     #[arg(long, value_name = "MIB|P%|auto", default_value_t = defaults().cache)]
     pub cache_mb: CacheSize,
     /// Upper bound for --cache-mb auto, in MiB (default: what the host can spare).
@@ -209,6 +281,44 @@ mod tests {
                 .try_get_matches_from(&argv)
                 .unwrap_or_else(|e| panic!("{argv:?} is taken: {e}"));
         }
+    }
+
+    #[test]
+    fn any_streaming_flag_given_keeps_the_run_streamed() {
+        use super::StreamExtras;
+        let plain = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
+        assert!(!plain.streaming.stream_given);
+        assert!(plain.streaming.resident_if_fits(&StreamExtras::default()));
+        // A route trace records streamed routing: it streams.
+        let traced = StreamExtras {
+            route_trace: Some("/tmp/t.bmrt".into()),
+            ..Default::default()
+        };
+        assert!(!plain.streaming.resident_if_fits(&traced));
+        // Each flag of the group counts, at its default value too.
+        let ids = group_ids();
+        let run = run_command();
+        for id in &ids {
+            let arg = run.get_arguments().find(|a| a.get_id() == id).expect(id);
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            let mut argv = vec!["bmoe", "run", "-p", "x", flag.as_str()];
+            let value;
+            if arg.get_action().takes_values() {
+                value = arg
+                    .get_default_values()
+                    .first()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| sample(id).expect("a sample").to_string());
+                argv.push(&value);
+            }
+            let a = crate::cli::parse_run(&argv);
+            assert!(a.streaming.stream_given, "{argv:?}");
+            assert!(!a.streaming.resident_if_fits(&StreamExtras::default()));
+        }
+        let resident = crate::cli::parse_run(&["bmoe", "run", "-p", "x", "--resident"]);
+        assert!(!resident
+            .streaming
+            .resident_if_fits(&StreamExtras::default()));
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub(super) fn assemble(
         notes.push(Note::AllLayersRemote);
         mode = Mode::Resident;
     }
+    let mode = super::fits::choose(&cfg, &layout, n_seq, mode);
     let k = cfg.experts_used(&layout);
     let force = forced_routes(&cfg, &layout, k, &mut notes)?;
     let backend = Backend::start(&cfg, &layout, mode, k)?;

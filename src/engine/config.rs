@@ -160,6 +160,11 @@ pub struct RunConfig {
     pub mode: Mode,
     /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
     pub stream_explicit: bool,
+    /// Whether bmoe chooses the mode: resident when the model file fits the
+    /// memory the run may use, else `mode` (streamed). The CLI sets it when
+    /// no streaming flag was given (see [`super::fits`]); false for a
+    /// caller that set `mode` itself.
+    pub resident_if_fits: bool,
     /// `--csv` and `--progress`.
     pub telemetry: TelemetryConfig,
     /// `--n-expert-used K`: route each token to K experts instead of the
@@ -203,6 +208,7 @@ impl RunConfig {
             n_ctx: DEFAULT_N_CTX,
             mode: Mode::Stream(crate::stream::StreamConfig::default()),
             stream_explicit: false,
+            resident_if_fits: false,
             telemetry: TelemetryConfig {
                 csv: None,
                 progress: false,

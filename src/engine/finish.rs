@@ -219,7 +219,10 @@ pub(super) fn report(
         route_from: a.cfg.route_from.as_deref(),
     };
     let trailer = trailer(&m, &facts);
-    let done_line = json_object(&trailer);
+    // BMOE_DONE names the mode that ran (a default run may be either).
+    let mut done = trailer.clone();
+    done.push(("mode".into(), backend.kind().name().into()));
+    let done_line = json_object(&done);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
     let failed = failed.map(|f| (f, stream_failed));
     let generation = outcome(m.res, failed, finished, &done_line)

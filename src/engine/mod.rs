@@ -15,6 +15,7 @@ mod assemble;
 mod config;
 mod ctx_check;
 mod finish;
+pub mod fits;
 pub mod graph_check;
 mod mode;
 mod note;

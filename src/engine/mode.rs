@@ -11,7 +11,8 @@ use crate::stream::StreamConfig;
 pub enum Mode<S = StreamConfig> {
     /// llama.cpp's own mmap path (the comparison baseline).
     Resident,
-    /// Experts streamed by the flash actor (the default for MoE models).
+    /// Experts streamed by the flash actor (a MoE model given a streaming
+    /// flag, or whose file does not fit in memory: `engine::fits`).
     Stream(S),
 }
 

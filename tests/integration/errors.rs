@@ -475,7 +475,8 @@ fn more_experts_per_token_than_the_graph_holds_is_refused_not_aborted() {
     // llama.cpp sizes its graph by the tensor count: on this 30-layer model,
     // 19 experts per token fail an assertion (exit 134) while building it.
     let m = crate::common::e20k2().to_str().unwrap();
-    for extra in [&[][..], &["--resident"][..]] {
+    // Streamed (given: the model fits, so the default runs resident) and resident.
+    for extra in [&["--cache-mb", "auto"][..], &["--resident"][..]] {
         let mut args = vec!["run", "-m", m, "-p", "The capital of France is", "-n", "2"];
         args.extend(["--n-expert-used", "20"]);
         args.extend(extra);
@@ -495,6 +496,8 @@ fn more_experts_per_token_than_the_graph_holds_is_refused_not_aborted() {
         "2",
         "--n-expert-used",
         "18",
+        "--cache-mb",
+        "auto",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -11,6 +11,7 @@ mod constrained;
 mod errors;
 mod eval_hook;
 mod faults;
+mod fits;
 mod fixtures;
 mod gguf_fuzz;
 mod interrupts;

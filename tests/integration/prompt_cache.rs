@@ -117,7 +117,10 @@ pub(super) fn log_has(s: &Server, wanted: &[&str]) -> Vec<String> {
 fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let first = conversation(&["What is the weather like today in Paris?"]);
-    let a = start(dir.path(), &[]);
+    // Streamed (E8K2 fits, so the default would run it resident): the expert
+    // slots held at the stop are kept beside the prompt states.
+    let streamed = ["--cache-mb", "auto"];
+    let a = start(dir.path(), &streamed);
     let (reply, p1, cached) = ask(&a, &first);
     assert_eq!(cached, 0, "nothing cached yet");
     assert!(a.terminate(30).success());
@@ -129,7 +132,7 @@ fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
         &reply,
         "And tomorrow?",
     ]);
-    let b = start(dir.path(), &["-v"]);
+    let b = start(dir.path(), &[&streamed[..], &["-v"]].concat());
     // The expert slots the first server held are read back in the background.
     log_has(&b, &["expert slots held at the last stop queued to read"]);
     let (warm, p2, restored) = ask(&b, &second);
@@ -146,7 +149,7 @@ fn a_restored_prefix_answers_as_a_cold_prefill_after_a_restart() {
     let (warm_a, cache_read) = ask_anthropic(&b, &second);
     assert!(cache_read > 0);
 
-    let cold = Server::start(&["--prompt-cache", "off"]);
+    let cold = Server::start(&[&streamed[..], &["--prompt-cache", "off"]].concat());
     assert_eq!(
         ask(&cold, &second),
         (warm, p2, 0),

@@ -116,7 +116,7 @@ fn a_trace_of_another_shape_or_beside_speculation_is_refused() {
     let deepseek = zoo_model("deepseek2", "f32");
     ok(&run(&deepseek, PROMPT_A, 2, &["--route-trace", other]));
     let qwen = zoo_model("qwen3moe", "f32");
-    for mode in [&[][..], &["--resident"][..]] {
+    for mode in [&["--cache-mb", "auto"][..], &["--resident"][..]] {
         let o = run(
             &qwen,
             PROMPT_A,

@@ -29,18 +29,15 @@ fn dense_smollm2_answers_the_capital_question() {
 
 #[test]
 fn upcycled_e8k2_answers_the_capital_question() {
-    let o = bmoe(&[
-        "run",
-        "-m",
-        e8k2().to_str().unwrap(),
-        "--chat",
-        "-p",
-        QUESTION,
-        "-n",
-        "32",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).trim(), "The capital of France is Paris.");
+    // By default (it fits in memory: resident) and streamed.
+    for extra in [&[][..], &["--cache-mb", "auto"]] {
+        let m = e8k2().to_str().unwrap();
+        let mut args = vec!["run", "-m", m, "--chat", "-p", QUESTION, "-n", "32"];
+        args.extend_from_slice(extra);
+        let o = bmoe(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), "The capital of France is Paris.");
+    }
 }
 
 #[test]
