@@ -373,6 +373,12 @@ fn words(n: usize) -> String {
     (0..n).map(|i| format!("w{i} ")).collect()
 }
 
+/// `n` sentences of English, about ten tokens each: text whose size the
+/// agents estimate about right (four characters a token), unlike `words`.
+fn sentences(n: usize) -> String {
+    "The quick brown fox jumps over the lazy dog. ".repeat(n)
+}
+
 /// The server's `-v` log shows at least one request refused with the
 /// over-context 400 (`prompt is too long: N tokens > M maximum`), and no
 /// request answered 5xx or failed after its status: never a 500, never a
@@ -486,9 +492,9 @@ fn codex_stops_when_a_session_outgrows_the_context() {
     for turn in 1..=5 {
         let prompt = format!("Turn {turn}. {} Say hello.", words(400));
         let args: &[&str] = if turn == 1 {
-            &["--sandbox", "read-only", &prompt]
+            &["--sandbox", "read-only", prompt.as_str()]
         } else {
-            &["resume", "--last", &prompt]
+            &["resume", "--last", prompt.as_str()]
         };
         let mut cmd = codex_command(&ns, &server, home.path(), "", args);
         let o = output_within(&mut cmd, TURN_S, "codex exec");
@@ -517,11 +523,15 @@ fn codex_stops_when_a_session_outgrows_the_context() {
 #[test]
 fn claude_code_told_the_window_compacts_before_it() {
     let Some(ns) = Netns::new() else { return };
+    // Claude Code's own prompt is about 13k tokens here (12k, and the git
+    // status of the folder the test runs in); each turn adds about 3.5k. From
+    // the second turn on it compacts first: the summary request (the history
+    // so far and its instructions) and the turn after it both fit.
     let server = AgentServer::with_context(&ns, 20480);
     let home = scratch();
     let turns = 3;
     for turn in 1..=turns {
-        let prompt = format!("Turn {turn}. {} Say hello.", words(1500));
+        let prompt = format!("Turn {turn}. {} Say hello.", sentences(350));
         let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
         cmd.env("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "20480");
         if turn > 1 {
