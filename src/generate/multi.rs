@@ -209,7 +209,10 @@ impl<S: GenerationSink> Multi<S> {
     pub(crate) fn step(&mut self, ctx: &mut Context) -> Result<Step<S>, GenerateError> {
         let mut finished = self.end_stopped(ctx.n_ctx());
         let rows = self.fill_batch();
-        if rows.is_empty() {
+        // A batch of prompt rows alone (a long prompt's chunk before its
+        // last) has no logits rows and is still decoded: skipped, its tokens
+        // would be counted as held and never read (issue 67).
+        if self.batch.is_empty() {
             return Ok(Step::idle(finished));
         }
         let t0 = Instant::now();

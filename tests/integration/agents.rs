@@ -4,6 +4,12 @@
 //! their prompts, every reply `Hello`), and the server answered every request
 //! they made with a 2xx.
 //!
+//! A conversation that outgrows a small `-c` (issue 67) gets the dialect's
+//! over-context 400, never a 500 or a reply cut short, and each agent does
+//! what it does with it: Claude Code compacts a session and goes on (a single
+//! exchange it cannot compact: it stops with `Prompt is too long`), Codex,
+//! told no window for the model, stops with its own context-window error.
+//!
 //! Nothing leaves the machine: the server and the agent run together in a
 //! fresh network namespace that has only loopback (`unshare --net`, entered
 //! with `nsenter`), with every telemetry, update and error-report switch off
@@ -89,10 +95,16 @@ struct AgentServer {
 
 impl AgentServer {
     fn start(ns: &Netns) -> AgentServer {
+        Self::with_context(ns, 65536)
+    }
+
+    /// The server with a context of `n_ctx` tokens (`-c`).
+    fn with_context(ns: &Netns, n_ctx: u32) -> AgentServer {
         let m = agent_model().to_str().unwrap().to_string();
+        let c = n_ctx.to_string();
         let child = ns
             .command(Path::new(env!("CARGO_BIN_EXE_bmoe")))
-            .args(["serve", "-m", &m, "--port", "0", "-c", "65536", "-n", "16"])
+            .args(["serve", "-m", &m, "--port", "0", "-c", &c, "-n", "16"])
             .args(["-t", "2", "-v", "--served-name", MODEL])
             // No states of agents' long prompts written into the shared cache
             // folder (tests/prompt_cache.rs covers the prompt cache).
@@ -249,18 +261,16 @@ fn assert_turn(o: &Output, agent: &str, log: &[String]) {
     );
 }
 
-#[test]
-fn claude_code_finishes_a_turn_in_print_mode() {
-    let Some(ns) = Netns::new() else { return };
+/// `claude -p PROMPT` inside `ns` against `server`, HOME in `home`;
+/// `--continue` goes on with the folder's last session.
+fn claude_command(ns: &Netns, server: &AgentServer, home: &Path, prompt: &str) -> Command {
     let (package, version, bin) = CLAUDE_CODE;
     let claude = npm_cli(package, version, bin);
-    let server = AgentServer::start(&ns);
-    let home = scratch();
     let mut cmd = ns.command(&claude);
-    isolated(&mut cmd, home.path());
+    isolated(&mut cmd, home);
     // Print mode with nobody to ask: a tool that needs a permission is
     // refused, no MCP server is loaded, and the fixture's reply calls no tool.
-    cmd.args(["-p", "Say hello in one word.", "--model", MODEL])
+    cmd.args(["-p", prompt, "--model", MODEL])
         .args([
             "--permission-mode",
             "dontAsk",
@@ -277,6 +287,15 @@ fn claude_code_finishes_a_turn_in_print_mode() {
         .env("DISABLE_BUG_COMMAND", "1")
         .env("CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY", "1")
         .env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "16");
+    cmd
+}
+
+#[test]
+fn claude_code_finishes_a_turn_in_print_mode() {
+    let Some(ns) = Netns::new() else { return };
+    let server = AgentServer::start(&ns);
+    let home = scratch();
+    let mut cmd = claude_command(&ns, &server, home.path(), "Say hello in one word.");
     let o = output_within(&mut cmd, TURN_S, "claude -p");
     let log = server.log();
     assert_turn(&o, "claude -p", &log);
@@ -312,24 +331,228 @@ exporter = "none"
     )
 }
 
+/// `codex exec ARGS` inside `ns` against `server`, HOME in `home` and
+/// CODEX_HOME in `home/.codex` (its config.toml `codex_config`, then `extra`).
+fn codex_command(
+    ns: &Netns,
+    server: &AgentServer,
+    home: &Path,
+    extra: &str,
+    args: &[&str],
+) -> Command {
+    let (package, version, bin) = CODEX;
+    let codex = npm_cli(package, version, bin);
+    let codex_home: PathBuf = home.join(".codex");
+    std::fs::create_dir_all(&codex_home).expect("CODEX_HOME");
+    let config = format!("{extra}\n{}", codex_config(&server.url()));
+    std::fs::write(codex_home.join("config.toml"), config).expect("codex config");
+    let mut cmd = ns.command(&codex);
+    isolated(&mut cmd, home);
+    cmd.arg("exec")
+        .args(["--skip-git-repo-check", "--color", "never"])
+        .args(args)
+        .env("CODEX_HOME", &codex_home);
+    cmd
+}
+
 #[test]
 fn codex_finishes_a_turn_in_exec_mode() {
     let Some(ns) = Netns::new() else { return };
-    let (package, version, bin) = CODEX;
-    let codex = npm_cli(package, version, bin);
     let server = AgentServer::start(&ns);
     let home = scratch();
-    let codex_home: PathBuf = home.path().join(".codex");
-    std::fs::create_dir_all(&codex_home).expect("CODEX_HOME");
-    std::fs::write(codex_home.join("config.toml"), codex_config(&server.url()))
-        .expect("codex config");
-    let mut cmd = ns.command(&codex);
-    isolated(&mut cmd, home.path());
-    cmd.args(["exec", "--skip-git-repo-check", "--sandbox", "read-only"])
-        .args(["--color", "never", "Say hello in one word."])
-        .env("CODEX_HOME", &codex_home);
+    let args = ["--sandbox", "read-only", "Say hello in one word."];
+    let mut cmd = codex_command(&ns, &server, home.path(), "", &args);
     let o = output_within(&mut cmd, TURN_S, "codex exec");
     let log = server.log();
     assert_turn(&o, "codex exec", &log);
     assert_all_answered(&log, "codex exec");
+}
+
+/// Words `w0 w1 ...`: a prompt of about four tokens a word on the fixture.
+fn words(n: usize) -> String {
+    (0..n).map(|i| format!("w{i} ")).collect()
+}
+
+/// `n` sentences of English, about ten tokens each: text whose size the
+/// agents estimate about right (four characters a token), unlike `words`.
+fn sentences(n: usize) -> String {
+    "The quick brown fox jumps over the lazy dog. ".repeat(n)
+}
+
+/// The server's `-v` log shows at least one request refused with the
+/// over-context 400 (`prompt is too long: N tokens > M maximum`), and no
+/// request answered 5xx or failed after its status: never a 500, never a
+/// reply cut short. Returns each refusal's `(N, M)`.
+fn assert_refused_over_context(log: &[String], agent: &str) -> Vec<(u64, u64)> {
+    let tail = || log[log.len().saturating_sub(40)..].join("\n");
+    let refusals: Vec<(u64, u64)> = log
+        .iter()
+        .filter_map(|l| l.split("refused: prompt is too long: ").nth(1))
+        .filter_map(|rest| {
+            let mut w = rest.split_whitespace();
+            let n = w.next()?.parse().ok()?;
+            let m = w.nth(2)?.parse().ok()?;
+            Some((n, m))
+        })
+        .collect();
+    let statuses = logged_statuses(log);
+    assert!(
+        !refusals.is_empty() && statuses.contains(&400),
+        "{agent}: the server logged no over-context 400:\n{}",
+        tail()
+    );
+    assert!(
+        statuses.iter().all(|s| *s < 500),
+        "{agent}: the server answered a 5xx ({statuses:?}):\n{}",
+        tail()
+    );
+    let failed: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains(" ERROR ") || l.contains("generation failed"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{agent}: a generation failed: {failed:?}"
+    );
+    eprintln!(
+        "{agent}: {} request(s), {} refused as over the context {refusals:?}",
+        statuses.len(),
+        refusals.len()
+    );
+    refusals
+}
+
+/// One turn of Claude Code whose prompt alone outgrows `-c`: Claude Code
+/// cannot compact a single exchange, so it stops (exit 1) with its
+/// `Prompt is too long` line naming the server's figures.
+#[test]
+fn claude_code_stops_on_a_prompt_past_the_context() {
+    let Some(ns) = Netns::new() else { return };
+    let server = AgentServer::with_context(&ns, 16384);
+    let home = scratch();
+    let prompt = format!("{} Say hello.", words(2000));
+    let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
+    let o = output_within(&mut cmd, TURN_S, "claude -p");
+    let log = server.log();
+    let said = format!("{}{}", common::stdout(&o), common::stderr(&o));
+    let refusals = assert_refused_over_context(&log, "claude -p");
+    let (n, m) = refusals[refusals.len() - 1];
+    assert!(
+        !o.status.success()
+            && said.contains("Prompt is too long")
+            && said.contains(&format!("~{n} tokens (limit {m})")),
+        "claude -p did not stop with the over-context message ({}):\n{said}",
+        o.status
+    );
+}
+
+/// A Claude Code session (`claude -p --continue`) that outgrows `-c`: on the
+/// 400 Claude Code compacts the conversation (a summary request) and sends
+/// the turn again, which fits; every turn finishes with the fixture's reply.
+#[test]
+fn claude_code_compacts_a_session_that_outgrows_the_context() {
+    let Some(ns) = Netns::new() else { return };
+    // Claude Code's own prompt is about 12k tokens on the fixture; each turn
+    // adds about 6k: the first fits, the second does not.
+    let server = AgentServer::with_context(&ns, 20480);
+    let home = scratch();
+    for turn in 1..=2 {
+        let prompt = format!("Turn {turn}. {} Say hello.", words(1500));
+        let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
+        if turn > 1 {
+            cmd.arg("--continue");
+        }
+        let o = output_within(&mut cmd, TURN_S, "claude -p --continue");
+        assert_turn(&o, "claude -p --continue", &server.log());
+    }
+    let log = server.log();
+    assert_refused_over_context(&log, "claude -p --continue");
+    let last = log
+        .iter()
+        .rposition(|l| l.contains("refused: prompt is too long"))
+        .expect("a refusal");
+    assert!(
+        log[last..].iter().any(|l| l.contains("request answered")),
+        "claude -p --continue sent nothing that fit after the 400"
+    );
+}
+
+/// A Codex session (`codex exec`, then `codex exec resume --last`) that
+/// outgrows `-c`: Codex knows no window for the model (it falls back to a
+/// large one), so it does not compact first; on the 400's
+/// `context_length_exceeded` it stops (exit 1) with its own line for it.
+#[test]
+fn codex_stops_when_a_session_outgrows_the_context() {
+    let Some(ns) = Netns::new() else { return };
+    // Codex's own prompt is about 6.4k tokens on the fixture; each turn adds
+    // about 1.5k: turns 1 to 3 fit, 4 does not.
+    let server = AgentServer::with_context(&ns, 12288);
+    let home = scratch();
+    let mut stopped = None;
+    for turn in 1..=5 {
+        let prompt = format!("Turn {turn}. {} Say hello.", words(400));
+        let args: &[&str] = if turn == 1 {
+            &["--sandbox", "read-only", prompt.as_str()]
+        } else {
+            &["resume", "--last", prompt.as_str()]
+        };
+        let mut cmd = codex_command(&ns, &server, home.path(), "", args);
+        let o = output_within(&mut cmd, TURN_S, "codex exec");
+        if !o.status.success() {
+            stopped = Some((turn, o));
+            break;
+        }
+        assert_turn(&o, "codex exec", &server.log());
+    }
+    let log = server.log();
+    let (turn, o) = stopped.expect("codex's session never outgrew the context");
+    assert!(turn > 1, "the first turn already outgrew the context");
+    let said = common::stderr(&o);
+    assert!(
+        said.contains("Codex ran out of room in the model's context window"),
+        "codex exec did not stop with its context-window message:\n{said}"
+    );
+    assert_refused_over_context(&log, "codex exec");
+}
+
+/// Claude Code told the server's window (`CLAUDE_CODE_MAX_CONTEXT_TOKENS`,
+/// its window for a model it does not know) compacts before the window is
+/// full: a session whose turns together hold far more than `-c` goes on,
+/// every request it makes answered 2xx (no 400 to recover from), with the
+/// summary requests of its compactions between the turns.
+#[test]
+fn claude_code_told_the_window_compacts_before_it() {
+    let Some(ns) = Netns::new() else { return };
+    // Claude Code's own prompt is about 13k tokens here (12k, and the git
+    // status of the folder the test runs in); each turn adds about 3.5k. From
+    // the second turn on it compacts first: the summary request (the history
+    // so far and its instructions) and the turn after it both fit.
+    let server = AgentServer::with_context(&ns, 20480);
+    let home = scratch();
+    let turns = 3;
+    for turn in 1..=turns {
+        let prompt = format!("Turn {turn}. {} Say hello.", sentences(350));
+        let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
+        cmd.env("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "20480");
+        if turn > 1 {
+            cmd.arg("--continue");
+        }
+        let o = output_within(&mut cmd, TURN_S, "claude -p --continue");
+        assert_turn(&o, "claude -p --continue", &server.log());
+        assert!(
+            !common::stderr(&o).contains("doesn't recognize the model"),
+            "told the window, Claude Code still warned of an unknown model's:\n{}",
+            common::stderr(&o)
+        );
+    }
+    let log = server.log();
+    assert_all_answered(&log, "claude -p --continue");
+    let answered = log
+        .iter()
+        .filter(|l| l.contains("request answered"))
+        .count();
+    assert!(
+        answered > turns,
+        "Claude Code made {answered} request(s) for {turns} turns: it did not compact"
+    );
 }

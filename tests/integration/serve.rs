@@ -169,6 +169,32 @@ pub fn completion(prompt: &str, extra: Value) -> Value {
     b
 }
 
+/// A prompt longer than a batch (`--ubatch 16`) is read whole, its chunks
+/// decoded in turn, fresh and after a reused prefix: the greedy text is
+/// run's. Issue 67: the chunks before the last were once skipped (the
+/// prompt silently cut to its last chunk) and a rest longer than a batch
+/// after a reused prefix failed its decode (a stream ending in a 500 error).
+#[test]
+fn a_prompt_longer_than_a_batch_is_read_whole() {
+    let server = Server::start(&["--ubatch", "16"]);
+    let short = "Once upon a time, in a small village by the sea, there lived an old fisherman";
+    let long = format!(
+        "{short} who told stories to the children every evening, and one of those \
+         stories was about a lighthouse keeper who"
+    );
+    for prompt in [short, long.as_str()] {
+        let ran = common::e8k2_cli(prompt, 12, &["--ignore-eos"]);
+        let expected = common::stdout(&ran).trim_end_matches('\n').to_string();
+        let (s, v) = server.post(
+            "/v1/completions",
+            &completion(prompt, json!({"max_tokens": 12})),
+        );
+        assert_eq!(s, 200, "{v}");
+        assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 16, "{v}");
+        assert_eq!(v["choices"][0]["text"], expected.as_str(), "{prompt:?}");
+    }
+}
+
 #[test]
 fn completions_match_run_reuse_the_prefix_and_stream_the_same_text() {
     let server = Server::start(&["--cache-mb", "25%"]);

@@ -27,6 +27,22 @@ fn the_anthropic_clients_count_tokens_works() {
     );
 }
 
+/// A conversation past `-c 512` sent by the official Python clients to
+/// /v1/messages, /v1/chat/completions and /v1/responses, whole and streamed:
+/// each raises its own 400 type in its dialect's words, /v1/models gives the
+/// window and /metrics counts the 400s and no 5xx (tests/integration/
+/// over_context_client.py).
+#[test]
+fn the_official_clients_raise_their_over_context_errors() {
+    let server = Server::start(&[]);
+    let url = format!("http://127.0.0.1:{}", server.port);
+    run_client_script(
+        "over_context_client.py",
+        &[&url, "512"],
+        "over-context clients: ok",
+    );
+}
+
 /// Malformed Responses bodies: each a 400 naming the field, within a
 /// generous bound (never a 500 or a hang), and the server answers after.
 #[test]
