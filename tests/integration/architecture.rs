@@ -188,11 +188,50 @@ struct Checker {
     room: &'static Room,
     module: Vec<String>,
     found: Vec<Violation>,
+    /// Every path of bmoe the file names, absolute (the module graph).
+    named: Vec<Vec<String>>,
+    /// The modules the file declares (`mod reply;`): a bare path starting
+    /// with one of them (`reply::Head`) names it, outside inline `mod`s.
+    children: Vec<String>,
+    /// The file's own module's depth (inline `mod`s go deeper).
+    depth: usize,
 }
 
 impl Checker {
+    fn new(room: &'static Room, module: &[String], file: &syn::File) -> Self {
+        let children = file
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                syn::Item::Mod(m) => Some(m.ident.to_string()),
+                _ => None,
+            })
+            .collect();
+        Self {
+            room,
+            module: module.to_vec(),
+            found: Vec::new(),
+            named: Vec::new(),
+            children,
+            depth: module.len(),
+        }
+    }
+
+    /// `segments` from the file's module: `crate::`, `self::`, `super::`,
+    /// or a bare path into a module the file declares.
+    fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
+        let child = segments.len() > 1
+            && self.module.len() == self.depth
+            && self.children.contains(&segments[0]);
+        if child {
+            return Some(self.module.iter().chain(segments).cloned().collect());
+        }
+        resolve(&self.module, segments)
+    }
+
     fn check(&mut self, segments: &[String], line: usize) {
-        if let Some(abs) = resolve(&self.module, segments) {
+        if let Some(abs) = self.absolute(segments) {
+            self.named.push(abs.clone());
             if !allowed(self.room, &abs) {
                 self.found.push(Violation {
                     line,
@@ -289,6 +328,10 @@ impl<'ast> Visit<'ast> for Checker {
         syn::visit::visit_macro(self, m);
     }
 
+    /// `pub(super)` and `pub(crate)` say who may see an item, not what it
+    /// names.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         self.module.push(m.ident.to_string());
         syn::visit::visit_item_mod(self, m);
@@ -303,15 +346,25 @@ fn violations(module: &[String], source: &str) -> Result<Vec<Violation>, syn::Er
         return Ok(Vec::new());
     };
     let file = syn::parse_file(source)?;
-    let mut c = Checker {
-        room,
-        module: module.to_vec(),
-        found: Vec::new(),
-    };
+    let mut c = Checker::new(room, module, &file);
     c.visit_file(&file);
     c.found.sort();
     c.found.dedup();
     Ok(c.found)
+}
+
+/// Every absolute path of bmoe that `source`, the file of module `module`
+/// (in a room), names: `use` trees, paths, macro tokens, `super::` and
+/// `self::` resolved, as [`violations`] reads them.
+fn named_paths(module: &[String], source: &str) -> Result<Vec<Vec<String>>, syn::Error> {
+    let room = module
+        .first()
+        .and_then(|m| room_of(m))
+        .expect("a file of a room");
+    let file = syn::parse_file(source)?;
+    let mut c = Checker::new(room, module, &file);
+    c.visit_file(&file);
+    Ok(c.named)
 }
 
 /// The module path of a file under `src/` (`engine/mod.rs` is `engine`,
@@ -507,5 +560,180 @@ fn no_two_crates_depend_on_each_other() {
     assert_eq!(
         crate_loop(&planted),
         Some(("bmoe-a".into(), "bmoe-b".into()))
+    );
+}
+
+/// The module graph of a folder's files: each file's module path and the
+/// files of the same folder it names (by the longest module path that
+/// starts what it names; a name of a folder's `mod.rs` reaches that file,
+/// re-exports included). A `mod` declaration is no edge.
+fn file_graph(files: &[(Vec<String>, String)]) -> Vec<(String, BTreeSet<String>)> {
+    let modules: Vec<&Vec<String>> = files.iter().map(|(m, _)| m).collect();
+    files
+        .iter()
+        .map(|(module, source)| {
+            let named = named_paths(module, source)
+                .unwrap_or_else(|e| panic!("{}: does not parse: {e}", module.join("::")));
+            let reached = named
+                .iter()
+                .filter_map(|abs| {
+                    modules
+                        .iter()
+                        .filter(|m| abs.starts_with(m))
+                        .max_by_key(|m| m.len())
+                })
+                .filter(|m| *m != &module)
+                .map(|m| m.join("::"))
+                .collect();
+            (module.join("::"), reached)
+        })
+        .collect()
+}
+
+/// One import cycle of the graph (its files in order, the first again at
+/// the end), if it has one: a depth-first walk that meets a file still on
+/// its path.
+fn import_cycle(graph: &[(String, BTreeSet<String>)]) -> Option<Vec<String>> {
+    fn walk<'a>(
+        at: &'a str,
+        graph: &'a [(String, BTreeSet<String>)],
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(from) = path.iter().position(|f| *f == at) {
+            let mut cycle: Vec<String> = path[from..].iter().map(|f| f.to_string()).collect();
+            cycle.push(at.to_string());
+            return Some(cycle);
+        }
+        if !done.insert(at) {
+            return None;
+        }
+        path.push(at);
+        let next = graph.iter().find(|(f, _)| f == at).map(|(_, n)| n);
+        for n in next.into_iter().flatten() {
+            if let Some(c) = walk(n, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .iter()
+        .find_map(|(f, _)| walk(f, graph, &mut Vec::new(), &mut done))
+}
+
+/// The module path of a file for the graph: as [`module_path`], but a
+/// test file beside its module (`reply_tests.rs` beside `reply.rs`, read
+/// in through `#[path]`) is that module's `tests`.
+fn graph_module(src: &Path, rel: &Path) -> Vec<String> {
+    let mut module = module_path(rel);
+    let stem = rel.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if let Some(base) = stem.as_deref().and_then(|s| s.strip_suffix("_tests")) {
+        if src.join(rel).with_file_name(format!("{base}.rs")).exists() {
+            module.pop();
+            module.push(base.to_string());
+            module.push("tests".to_string());
+        }
+    }
+    module
+}
+
+/// The files under `src/<folder>/`, each with its module path and text.
+fn folder_files(folder: &str) -> Vec<(Vec<String>, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join(folder), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).expect("under src/");
+            let text = std::fs::read_to_string(f).expect("read a source file");
+            (graph_module(&src, rel), text)
+        })
+        .collect()
+}
+
+/// The folders whose files must not import each other in a cycle (issue
+/// 65). `chat` joins once the tool-call formats' rework lands: its
+/// `template.rs` and `sandbox.rs`, and `tool_calls.rs` and its parsers,
+/// still name each other.
+const ACYCLIC_FOLDERS: [&str; 1] = ["serve"];
+
+#[test]
+fn no_import_cycle_among_the_files_of_a_folder() {
+    for folder in ACYCLIC_FOLDERS {
+        let files = folder_files(folder);
+        assert!(files.len() > 10, "{folder}: {} files", files.len());
+        let graph = file_graph(&files);
+        let edges: usize = graph.iter().map(|(_, n)| n.len()).sum();
+        assert!(edges > 20, "{folder}: only {edges} imports seen");
+        if let Some(cycle) = import_cycle(&graph) {
+            panic!("src/{folder}/ has an import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn a_planted_import_cycle_is_found() {
+    let file = |module: &str, source: &str| {
+        let m: Vec<String> = module.split("::").map(str::to_string).collect();
+        (m, source.to_string())
+    };
+    // A dialect, the job's leaf and the routes: no cycle.
+    let mut tree = vec![
+        file("serve", "mod job; mod d; mod routes; use routes::router;"),
+        file("serve::job", "pub struct JobSpec; pub fn now() {}"),
+        file("serve::d", "mod reply; pub use reply::Reply;"),
+        file(
+            "serve::d::reply",
+            "use crate::serve::job::JobSpec; fn f() { super::super::job::now() }",
+        ),
+        file(
+            "serve::d::reply::tests",
+            "use super::*; use crate::serve::d::Reply;",
+        ),
+        file(
+            "serve::routes",
+            "use super::d; use super::job::{self, JobSpec};",
+        ),
+    ];
+    let graph = file_graph(&tree);
+    assert_eq!(import_cycle(&graph), None, "{graph:?}");
+    let reached = |f: &str| graph.iter().find(|(g, _)| g == f).unwrap().1.clone();
+    assert_eq!(
+        reached("serve::routes"),
+        ["serve::d", "serve::job"].map(String::from).into()
+    );
+    assert_eq!(
+        reached("serve::d::reply"),
+        ["serve::job"].map(String::from).into()
+    );
+    assert_eq!(reached("serve"), ["serve::routes"].map(String::from).into());
+    assert_eq!(
+        reached("serve::d"),
+        ["serve::d::reply"].map(String::from).into()
+    );
+    // The leaf names a dialect back, through a macro's tokens: a cycle.
+    tree[1] = file(
+        "serve::job",
+        "pub struct JobSpec; fn g() { println!(\"{}\", crate::serve::d::reply::X); }",
+    );
+    let cycle = import_cycle(&file_graph(&tree)).expect("the planted cycle");
+    assert_eq!(cycle.first(), cycle.last());
+    assert!(cycle.contains(&"serve::job".to_string()), "{cycle:?}");
+    assert!(cycle.contains(&"serve::d::reply".to_string()), "{cycle:?}");
+    // A child naming its parent's own item while the parent names it.
+    tree[1] = file("serve::job", "pub struct JobSpec;");
+    tree[3] = file(
+        "serve::d::reply",
+        "use super::Reply; use super::super::job::JobSpec;",
+    );
+    let cycle = import_cycle(&file_graph(&tree)).expect("parent and child");
+    assert_eq!(
+        cycle,
+        ["serve::d", "serve::d::reply", "serve::d"].map(String::from)
     );
 }
