@@ -59,12 +59,14 @@ impl Out {
         }
     }
 
+    /// The event's lines, its name first (`event:` before `data:`, as
+    /// every client reads them).
     fn sse(self) -> SseEvent {
-        let e = SseEvent::default().data(self.data);
-        match self.name {
-            Some(name) => e.event(name),
-            None => e,
-        }
+        let e = match self.name {
+            Some(name) => SseEvent::default().event(name),
+            None => SseEvent::default(),
+        };
+        e.data(self.data)
     }
 }
 
