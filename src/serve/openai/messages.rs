@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
 use crate::serve::error::ApiError;
-use crate::serve::json_in::kind;
+use crate::serve::json_in::{kind, Text};
 use crate::serve::tool_names::{ToolNames, OPENAI_MAX_CHARS};
 
 /// One message as sent.
@@ -22,11 +22,11 @@ pub(crate) struct InMessage {
     #[serde(default)]
     pub(crate) tool_calls: Option<Value>,
     #[serde(default)]
-    pub(crate) tool_call_id: Option<Value>,
+    pub(crate) tool_call_id: Option<Text>,
     #[serde(default)]
-    pub(crate) name: Option<Value>,
+    pub(crate) name: Option<Text>,
     #[serde(default)]
-    pub(crate) reasoning_content: Option<Value>,
+    pub(crate) reasoning_content: Option<Text>,
 }
 
 fn bad(param: &'static str, message: String) -> ApiError {
@@ -78,15 +78,8 @@ fn message(i: usize, m: InMessage) -> Result<Message, ApiError> {
         ("reasoning_content", m.reasoning_content),
     ];
     for (key, v) in strings {
-        match v {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => drop(out.extra.insert(key.into(), s.into())),
-            Some(_) => {
-                return Err(bad(
-                    "messages",
-                    format!("messages[{i}].{key}: give a string"),
-                ))
-            }
+        if let Some(Text(s)) = v {
+            out.extra.insert(key.into(), s.into());
         }
     }
     Ok(out)
