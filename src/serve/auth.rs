@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::anthropic;
-use super::api::ApiError;
+use super::app::App;
+use super::error::ApiError;
 use super::metrics as m;
 use super::tenant;
-use super::worker::App;
 
 /// Anthropic's header for the API key.
 const X_API_KEY: &str = "x-api-key";

@@ -6,25 +6,13 @@
 //! llama.cpp grammar for the sampler; a schema llama.cpp's converter refuses
 //! is a 400 naming the part refused, checked when the request is read.
 
-use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-use super::api::{ApiError, JobSpec, PromptSpec};
+use super::error::ApiError;
+use super::job::{Constraint, JobSpec, PromptSpec};
 use crate::chat::tool_calls::CallFormat;
 use crate::chat::tool_grammar::{call_grammar, ToolChoice};
 use crate::llama::{Grammar, GrammarError};
-
-/// A request's constraint on its reply.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) enum Constraint {
-    /// Free text (calls, if tools are offered, parsed back only).
-    #[default]
-    None,
-    /// JSON valid against this schema; `param` names the request field.
-    Json { schema: Value, param: &'static str },
-    /// The offered tools' calls, forced or lazy.
-    Calls(ToolChoice),
-}
 
 impl Constraint {
     /// The constraint of a reply to `tools` (None: not offered) under
@@ -50,7 +38,7 @@ impl Constraint {
         let grammar = match (&spec.constraint, tools) {
             (Self::None, _) | (Self::Calls(_), None) => return Ok(None),
             (Self::Json { schema, param }, _) => {
-                Grammar::json(schema).map_err(|e| ApiError::invalid(Some(param), e.to_string()))?
+                Grammar::json(schema).map_err(|e| ApiError::invalid(Some(*param), e.to_string()))?
             }
             (Self::Calls(choice), Some(tools)) => match call_grammar(format, tools, choice) {
                 Ok(g) => g,
@@ -62,7 +50,7 @@ impl Constraint {
             },
         };
         if let Err(e) = grammar.bounded() {
-            let param = match &spec.constraint {
+            let param: &'static str = match &spec.constraint {
                 Self::Json { param, .. } => param,
                 Self::Calls(ToolChoice::Auto) => {
                     tracing::info!("tool calls not constrained under auto: {e}");
@@ -79,7 +67,7 @@ impl Constraint {
     /// can still exceed llama.cpp's bound on rules times repetitions (a 400
     /// on the field); under `auto` the calls are left unconstrained.
     fn parsed(&self, grammar: Grammar) -> Result<Option<Grammar>, ApiError> {
-        let param = match self {
+        let param: &'static str = match self {
             Self::Json { param, .. } => param,
             _ => "tools",
         };
@@ -96,11 +84,7 @@ impl Constraint {
                     format!("{param}: llama.cpp refuses the grammar built from the schema: it exceeds llama.cpp's bound on rules times repetitions; lower maxItems, maxLength or a pattern's counts"),
                 ))
             }
-            Err(e) => Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                e.to_string(),
-            )),
+            Err(e) => Err(ApiError::server(&e.to_string())),
         }
     }
 
@@ -173,46 +157,8 @@ mod tests {
             json!({"type": "json_schema", "json_schema": {"schema": 3}}),
         ] {
             let e = f(bad).unwrap_err();
-            assert_eq!(e.param, Some("response_format"), "{}", e.message);
+            assert_eq!(e.param(), Some("response_format"), "{}", e.message);
         }
-    }
-
-    /// A chat body's `tool_choice` and `response_format` reach the job as
-    /// its constraint; a refused schema is a 400 when the body is read.
-    #[test]
-    fn a_chat_body_carries_its_constraint() {
-        use crate::serve::api::{parse, ChatRequest};
-        use bmoe_decode::sampling::SamplingParams;
-        let spec = |extra: Value| {
-            let mut b = json!({"messages": [{"role": "user", "content": "hi"}],
-                "tools": [{"type": "function", "function": {"name": "f"}}]});
-            b.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            parse::<ChatRequest>(b.to_string().as_bytes())?.into_spec(&SamplingParams::default())
-        };
-        let of = |extra: Value| spec(extra).map(|s| s.constraint);
-        assert_eq!(of(json!({})), Ok(Constraint::Calls(ToolChoice::Auto)));
-        assert_eq!(of(json!({"tool_choice": "none"})), Ok(Constraint::None));
-        assert_eq!(
-            of(json!({"tool_choice": "required"})),
-            Ok(Constraint::Calls(ToolChoice::Required))
-        );
-        let named = json!({"tool_choice": {"type": "function", "function": {"name": "f"}}});
-        assert_eq!(
-            of(named),
-            Ok(Constraint::Calls(ToolChoice::Named("f".into())))
-        );
-        let json_object = of(json!({"response_format": {"type": "json_object"}}));
-        assert!(
-            matches!(json_object, Ok(Constraint::Json { .. })),
-            "{json_object:?}"
-        );
-        let refused = json!({"response_format": {"type": "json_schema", "json_schema": {
-            "schema": {"$ref": "#/$defs/nowhere"}}}});
-        let e = spec(refused).unwrap_err();
-        assert_eq!(e.param, Some("response_format"));
-        assert!(e.message.contains("#/$defs/nowhere"), "{}", e.message);
     }
 
     #[test]

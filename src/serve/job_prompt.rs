@@ -4,19 +4,12 @@
 
 use axum::http::StatusCode;
 
-use super::api::{ApiError, PromptSpec};
+use super::error::ApiError;
+use super::job::PromptSpec;
 use super::metrics as m;
 use crate::chat::{ChatInput, ChatTemplate, TemplateError};
 use crate::engine::Session;
 use crate::llama::Token;
-
-pub(super) fn server_error(msg: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        msg.to_string(),
-    )
-}
 
 /// The job's prompt tokens, a note on how a chat was rendered when it
 /// was not the model's own template, and whether the rendered prompt ends
@@ -50,7 +43,7 @@ pub(super) fn prompt_of(
                             ApiError::new(StatusCode::BAD_REQUEST, "cancelled", why.to_string())
                         }
                         e if e.is_bad_input() => bad(e.to_string()),
-                        e => server_error(&e.to_string()),
+                        e => ApiError::server(&e.to_string()),
                     })?;
             let notes = rendered.note().into_iter().collect();
             let open = crate::chat::reasoning::prompt_opens(&rendered.text);
@@ -71,10 +64,7 @@ pub(super) fn prompt_of(
         ),
     };
     if tokens.is_empty() {
-        return Err(ApiError::invalid(
-            None,
-            "the prompt is empty after tokenization",
-        ));
+        return Err(ApiError::body("the prompt is empty after tokenization"));
     }
     Ok((tokens, notes, open))
 }

@@ -5,13 +5,12 @@
 use axum::http::StatusCode;
 use tokio::sync::mpsc;
 
-use super::api::ApiError;
-use super::constraint::Constraint;
+use super::error::ApiError;
+use super::job::{Constraint, Event, Job, Started};
 use super::job_prompt::prompt_of;
 use super::metrics as m;
 use super::sink::JobSink;
-use super::tools::ReplySplit;
-use super::worker::{Event, Job};
+use super::split::ReplySplit;
 use crate::chat::ChatTemplate;
 use crate::engine::Session;
 use crate::generate::{Limit, Options, Request};
@@ -39,12 +38,12 @@ pub(super) fn request_of(
             Err(e) => return Err((e, job.events)),
         };
     if job.spec.count_only {
-        let _ = job.events.blocking_send(Event::Started {
+        let _ = job.events.blocking_send(Event::Started(Started {
             prompt_tokens: prompt.len(),
             max_tokens: 0,
             reasoning_open,
             calls_held: false,
-        });
+        }));
         return Ok(None);
     }
     let n_ctx = session.n_ctx() as usize;
@@ -59,12 +58,12 @@ pub(super) fn request_of(
     let n_predict = reply_room(job.spec.max_tokens, n_ctx, prompt.len(), &mut notes);
     if job
         .events
-        .blocking_send(Event::Started {
+        .blocking_send(Event::Started(Started {
             prompt_tokens: prompt.len(),
             max_tokens: n_predict,
             reasoning_open,
             calls_held: grammar.is_some() && matches!(job.spec.constraint, Constraint::Calls(_)),
-        })
+        }))
         .is_err()
     {
         m::cancelled();

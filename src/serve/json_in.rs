@@ -1,43 +1,18 @@
-//! A JSON request body read into the route's request type, every refusal in
-//! the request's own terms: the field at fault by its path (through
-//! `serde_path_to_error`, the body read once into a `serde_json::Value`), and
-//! serde's Rust words (`expected struct ChatRequest`, `expected i64`,
-//! `sequence`) said in JSON's (`expected an object`, `expected an integer`,
-//! `array`).
+//! The one way a request body is read, for every dialect: serde types
+//! through `serde_path_to_error` (the body read once into a
+//! `serde_json::Value`), every refusal in the request's own terms: the field
+//! at fault by its path (`messages[2].content`, its top-level field the
+//! error's `param`), and serde's Rust words (`expected struct ChatRequest`,
+//! `expected i64`, `sequence`) said in JSON's (`expected an object`,
+//! `expected an integer`, `array`). The field types [`Num`], [`Int`],
+//! [`Flag`] and [`Text`] refuse in plain words instead (`temperature must be
+//! a number, not a string`); [`field`] and [`required`] read one field of an
+//! object a dialect walks by hand (a list of blocks of several kinds).
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::api::ApiError;
-
-/// The top-level fields a refusal may name as its `param` (OpenAI's error
-/// field is one name; a path inside one is in the message).
-const FIELDS: &[&str] = &[
-    "messages",
-    "tools",
-    "tool_choice",
-    "chat_template_kwargs",
-    "prompt",
-    "echo",
-    "logprobs",
-    "suffix",
-    "best_of",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repeat_penalty",
-    "seed",
-    "stop",
-    "stream",
-    "stream_options",
-    "n",
-    "user",
-];
+use super::error::ApiError;
 
 /// Fields of several shapes, which serde names by their Rust type
 /// ("untagged enum PromptIn"): what to say instead.
@@ -52,27 +27,197 @@ const SHAPES: [(&str, &str); 2] = [
 /// The body as JSON: a 400 with serde_json's line and column when it is not
 /// JSON, or not an object.
 pub(crate) fn body(bytes: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid(None, format!("invalid JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::body(format!("invalid JSON: {e}")))?;
     if !v.is_object() {
-        return Err(ApiError::invalid(
-            None,
-            format!("the body must be a JSON object, not {}", kind(&v)),
-        ));
+        return Err(ApiError::body(format!(
+            "the body must be a JSON object, not {}",
+            kind(&v)
+        )));
     }
     Ok(v)
 }
 
-/// `v` read as `T`; a refusal names the field's path and says what was
-/// expected in JSON's words.
+/// `v` (the whole body) read as `T`; a refusal names the field's path
+/// and says what was expected in JSON's words.
 pub(crate) fn read<T: DeserializeOwned>(v: &Value) -> Result<T, ApiError> {
+    read_at(v, "")
+}
+
+/// `v`, found at `path` in the body, read as `T` (see [`read`]). A field
+/// type of this file ([`Num`], [`Int`], [`Flag`], [`Text`]) refuses in
+/// plain words after the path (`temperature must be a number, not a
+/// string`); serde's own refusals are said after it and a colon.
+pub(crate) fn read_at<T: DeserializeOwned>(v: &Value, path: &str) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
+        let path = join(path, &e.path().to_string());
         let message = e.inner().to_string();
-        let top = path.split(['.', '[']).next().unwrap_or("");
-        let param = FIELDS.iter().copied().find(|f| *f == top);
-        ApiError::invalid(param, format!("invalid request: {}", say(&path, &message)))
+        match message.strip_prefix(PLAIN) {
+            Some(plain) => ApiError::at(&path, format!("{path} {plain}")),
+            None => ApiError::at(&path, format!("invalid request: {}", say(&path, &message))),
+        }
     })
+}
+
+/// The field `key` of the object at `path`, read as `T`; None when absent
+/// or null.
+pub(crate) fn field<T: DeserializeOwned>(
+    o: &Obj,
+    key: &str,
+    path: &str,
+) -> Result<Option<T>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => read_at(v, &join(path, key)).map(Some),
+    }
+}
+
+/// As [`field`], for a field that must be given.
+pub(crate) fn required<T: DeserializeOwned>(o: &Obj, key: &str, path: &str) -> Result<T, ApiError> {
+    field(o, key, path)?.ok_or_else(|| {
+        let at = join(path, key);
+        ApiError::at(&at, format!("{at} is required"))
+    })
+}
+
+/// The string field `key` of the object at `path`, borrowed; refused as
+/// [`required`] refuses a [`Text`].
+pub(crate) fn string<'a>(o: &'a Obj, key: &str, path: &str) -> Result<&'a str, ApiError> {
+    if let Some(Value::String(s)) = o.get(key) {
+        return Ok(s);
+    }
+    match required::<Text>(o, key, path) {
+        Err(e) => Err(e),
+        Ok(_) => unreachable!("a string field that is not a string"),
+    }
+}
+
+/// The value at `path` as an object, or a refusal naming it.
+pub(crate) fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Obj, ApiError> {
+    v.as_object()
+        .ok_or_else(|| ApiError::at(path, format!("{path} must be an object, not {}", kind(v))))
+}
+
+/// A JSON object.
+pub(crate) type Obj = serde_json::Map<String, Value>;
+
+/// `path` and a path `rel` below it (`.` or empty: `path` itself).
+fn join(path: &str, rel: &str) -> String {
+    match (path, rel) {
+        (p, "." | "") => p.to_string(),
+        ("", r) => r.to_string(),
+        (p, r) if r.starts_with('[') => format!("{p}{r}"),
+        (p, r) => format!("{p}.{r}"),
+    }
+}
+
+/// The mark of a refusal in plain words (it follows the field's path).
+const PLAIN: &str = "\u{1}";
+
+/// Field types that refuse in plain words: `NAME must be WHAT, not KIND`.
+macro_rules! plain_field {
+    ($(#[$doc:meta])* $name:ident($ty:ty), $what:literal, $take:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq)]
+        pub(crate) struct $name(pub(crate) $ty);
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let v = <Value as serde::Deserialize>::deserialize(d)?;
+                let take: fn(&Value) -> Option<$ty> = $take;
+                take(&v).map($name).ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "{PLAIN}must be {}, not {}",
+                        $what,
+                        kind(&v)
+                    ))
+                })
+            }
+        }
+    };
+}
+
+plain_field!(
+    /// A number (as f32).
+    Num(f32),
+    "a number",
+    |v| v.as_f64().map(|x| x as f32)
+);
+plain_field!(
+    /// A whole number.
+    Int(i64),
+    "a whole number",
+    Value::as_i64
+);
+plain_field!(
+    /// true or false.
+    Flag(bool),
+    "true or false",
+    Value::as_bool
+);
+plain_field!(
+    /// A string.
+    Text(String),
+    "a string",
+    |v| v.as_str().map(str::to_string)
+);
+
+/// A list, refused in plain words when the value is not one (`NAME must be
+/// an array, not KIND`); its items are read with their paths.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct List<T>(pub(crate) Vec<T>);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for List<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ListVisitor(std::marker::PhantomData))
+    }
+}
+
+struct ListVisitor<T>(std::marker::PhantomData<T>);
+
+/// The refusal of a value of `kind` where a list belongs.
+fn not_a_list<E: serde::de::Error>(kind: &str) -> E {
+    E::custom(format!("{PLAIN}must be an array, not {kind}"))
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for ListVisitor<T> {
+    type Value = List<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            out.push(item);
+        }
+        Ok(List(out))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<List<T>, E> {
+        Err(not_a_list("a boolean"))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<List<T>, E> {
+        Err(not_a_list("a number"))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<List<T>, E> {
+        Err(not_a_list("a number"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<List<T>, E> {
+        Err(not_a_list("a number"))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<List<T>, E> {
+        Err(not_a_list("a string"))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<List<T>, A::Error> {
+        Err(not_a_list("an object"))
+    }
 }
 
 /// serde's message about the field at `path`, in the request's terms.
@@ -181,7 +326,7 @@ mod tests {
         }
         let v = body(br#"{"messages": [{"max_tokens": 1}, {"max_tokens": "x"}]}"#).unwrap();
         let e = read::<Outer>(&v).unwrap_err();
-        assert_eq!(e.param, Some("messages"));
+        assert_eq!(e.param(), Some("messages"));
         assert_eq!(
             e.message,
             "invalid request: messages[1].max_tokens: invalid type: string \"x\", expected an integer"
@@ -189,5 +334,45 @@ mod tests {
         let e = body(b"[1]").unwrap_err();
         assert_eq!(e.message, "the body must be a JSON object, not an array");
         assert!(body(b"{").unwrap_err().message.starts_with("invalid JSON"));
+    }
+
+    #[test]
+    fn plain_fields_say_the_path_then_the_rule() {
+        use serde_json::json;
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct B {
+            t: Option<Num>,
+            s: Option<Flag>,
+            inner: Option<Vec<Item>>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Item {
+            n: Int,
+        }
+        let e = read::<B>(&body(br#"{"t": "hot"}"#).unwrap()).unwrap_err();
+        assert_eq!(e.message, "t must be a number, not a string");
+        assert_eq!(e.param(), Some("t"));
+        let e = read::<B>(&body(br#"{"inner": [{"n": 1}, {"n": 1.5}]}"#).unwrap()).unwrap_err();
+        assert_eq!(e.message, "inner[1].n must be a whole number, not a number");
+        assert_eq!(e.param(), Some("inner"));
+        let o = body(br#"{"a": {"b": "x", "c": null}}"#).unwrap();
+        let a = object(&o["a"], "a").unwrap();
+        assert_eq!(field::<Text>(a, "b", "a").unwrap(), Some(Text("x".into())));
+        assert_eq!(field::<Text>(a, "c", "a").unwrap(), None);
+        let e = required::<Text>(a, "c", "a").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.param()),
+            ("a.c is required", Some("a"))
+        );
+        let e = field::<Flag>(a, "b", "a").unwrap_err();
+        assert_eq!(e.message, "a.b must be true or false, not a string");
+        let e = read_at::<List<Text>>(&json!("x"), "stop").unwrap_err();
+        assert_eq!(e.message, "stop must be an array, not a string");
+        let e = read_at::<List<Text>>(&json!(["x", 3]), "stop").unwrap_err();
+        assert_eq!(e.message, "stop[1] must be a string, not a number");
+        let e = object(&o["a"]["b"], "a.b").unwrap_err();
+        assert_eq!(e.message, "a.b must be an object, not a string");
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+use super::job::Done;
 use super::sink::JobSink;
-use super::worker::Done;
 use crate::engine::TurnFigures;
 use crate::generate::Step;
 

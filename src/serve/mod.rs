@@ -2,23 +2,27 @@
 //! in front of one engine thread that keeps the model, its KV cache and its
 //! expert cache warm between requests (docs/serving.md).
 
+mod answer;
 mod anthropic;
-mod api;
+mod app;
 mod auth;
-mod chat_in;
+mod common;
 mod constraint;
+mod error;
+mod job;
 mod job_prompt;
 mod job_request;
 mod json_in;
 mod metrics;
+mod openai;
 mod prompt_cache;
 mod responses;
 mod routes;
 mod sink;
+mod split;
 pub mod supervisor;
 mod tenant;
 mod tool_names;
-mod tools;
 mod worker;
 
 use std::net::SocketAddr;
@@ -29,34 +33,13 @@ use bmoe_decode::sampling::SamplingParams;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::engine::{EngineError, RunConfig};
+use crate::engine::RunConfig;
+pub use error::ServeError;
 pub use tenant::CacheScope;
 pub(crate) use worker::ModelReady;
 
 /// How long in-flight requests get to finish after SIGINT/SIGTERM.
 pub(crate) const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error("cannot start the engine thread: {0}")]
-    Thread(std::io::Error),
-    #[error("the engine thread ended while loading the model")]
-    EngineThread,
-    #[error(
-        "cannot listen on {addr}: {source} (is another server on that port? pick one with --port)"
-    )]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the server failed: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("metrics: {0}")]
-    Metrics(String),
-}
 
 /// The server's settings beyond the engine's.
 #[derive(Debug, Clone)]
@@ -103,7 +86,7 @@ pub fn serve(
     } else {
         cfg.served_names.clone()
     };
-    let app = Arc::new(worker::Shared {
+    let app = Arc::new(app::Shared {
         jobs: worker.jobs.clone(),
         model_id: served_names[0].clone(),
         served_names,
@@ -117,7 +100,7 @@ pub fn serve(
         context_length: loaded.n_ctx,
         call_format: loaded.call_format,
         thinks: loaded.thinks,
-        created_s: now_s(),
+        created_s: job::now_s(),
     });
     let served = rt.block_on(async {
         let stop = shutdown_on_signal()?;
@@ -169,14 +152,6 @@ fn shutdown_on_signal() -> Result<watch::Receiver<bool>, ServeError> {
 /// Resolves once the shutdown message came (or its sender is gone).
 async fn stopping(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
-}
-
-/// Seconds since the epoch now (OpenAI's `created`).
-pub(crate) fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Twelve hex digits from the OS's random source (the clock should it fail),

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use super::worker::Event;
+use super::job::Event;
 use crate::generate::GenerationSink;
 
 /// Sends a job's text to its request; a closed channel (the client went
@@ -124,7 +124,7 @@ impl GenerationSink for JobSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::worker::Done;
+    use crate::serve::job::Done;
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()

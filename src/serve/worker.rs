@@ -4,73 +4,23 @@
 //! events back to its request ([`JobSink`]); a request that went away cancels
 //! its job at the next token.
 
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
-use tokio::sync::mpsc;
 
 use bmoe_decode::metrics::DecodeMetrics;
 
-use super::api::{ApiError, JobSpec};
-use super::job_prompt::server_error;
+use super::error::{ApiError, ServeError};
+use super::job::{Done, Event, Job};
 use super::job_request::request_of;
 use super::metrics as m;
 use super::prompt_cache::Hook;
 use super::sink::JobSink;
-use super::ServeError;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, GenerateError, Generation, Multi, StopReason};
 use crate::llama::Model;
-
-/// Events a job sends back to its request before it is done.
-pub(crate) const EVENT_CAPACITY: usize = 64;
-
-/// One request's work.
-pub(crate) struct Job {
-    pub(crate) spec: JobSpec,
-    pub(crate) events: mpsc::Sender<Event>,
-    /// The request's span (method, path): the engine thread's log of the job
-    /// is said inside it.
-    pub(crate) span: tracing::Span,
-    /// Whose cached prefixes it may reuse (its tenant, `routes::scope_of`):
-    /// never another scope's, in a KV sequence or in the prompt cache.
-    pub(crate) scope: u64,
-}
-
-/// What a job reports to its request, in order: `Started` or `Failed` first.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// The prompt is in: how many tokens it took, and the most the reply
-    /// may have (the request's `max_tokens` capped to what the context
-    /// leaves; 0 for a job that only counts).
-    Started {
-        prompt_tokens: usize,
-        max_tokens: u32,
-        /// The prompt ends inside a reasoning block (`<think>`).
-        reasoning_open: bool,
-        /// A grammar holds the reply's tool calls to the template's format.
-        calls_held: bool,
-    },
-    Text(String),
-    Done(Box<Done>),
-    Failed(ApiError),
-}
-
-/// How a job ended.
-#[derive(Debug, Clone)]
-pub(crate) struct Done {
-    /// OpenAI's `finish_reason`: "stop" or "length".
-    pub(crate) finish_reason: &'static str,
-    /// The stop string that ended the text, if one did.
-    pub(crate) stop_sequence: Option<String>,
-    pub(crate) prompt_tokens: usize,
-    pub(crate) completion_tokens: usize,
-    pub(crate) figures: TurnFigures,
-    pub(crate) notes: Vec<String>,
-}
 
 /// The engine thread and its queue's sending side.
 pub(crate) struct Worker {
@@ -264,7 +214,7 @@ fn serve_jobs(
             Err(e) => {
                 let msg = format!("generation failed: {e}");
                 for f in multi.end_all(ctx, StopReason::Interrupted) {
-                    f.sink.finish(Event::Failed(server_error(&msg)));
+                    f.sink.finish(Event::Failed(ApiError::server(&msg)));
                 }
                 m::slots_busy(0);
             }
@@ -414,36 +364,3 @@ fn stop_sequence(model: &Model, g: &Generation, stops: &[String]) -> Option<Stri
         .min_by_key(|&(at, _)| at)
         .map(|(_, s)| s.clone())
 }
-
-/// Shared by the handlers: the queue and what they say about the model.
-pub(crate) struct Shared {
-    pub(crate) jobs: crossbeam_channel::Sender<Job>,
-    /// The model's name in replies: the first served name.
-    pub(crate) model_id: String,
-    /// The names `/v1/models` lists (`--served-name`, else the file's stem).
-    pub(crate) served_names: Vec<String>,
-    pub(crate) defaults: bmoe_decode::sampling::SamplingParams,
-    /// `--api-key`s (none: no key asked); each is a tenant of its own.
-    pub(crate) api_keys: Vec<String>,
-    /// `--prompt-cache-scope`: tenants within a key.
-    pub(crate) cache_scope: super::tenant::CacheScope,
-    pub(crate) body_limit_bytes: usize,
-    pub(crate) next_id: std::sync::atomic::AtomicU64,
-    /// This run's random part of every response id (ids stay unique across
-    /// restarts; see `routes::reply_id`).
-    pub(crate) run_id: String,
-    /// Positions a request's sequence holds, prompt and reply together
-    /// (`/v1/models`' `context_length`).
-    pub(crate) context_length: u32,
-    /// A request's `max_tokens` when it gives none (`bmoe serve -n`).
-    pub(crate) default_max_tokens: u32,
-    /// How the chat template has the model write tool calls.
-    pub(crate) call_format: crate::chat::tool_calls::CallFormat,
-    /// Whether the chat template writes `<think>` reasoning blocks.
-    pub(crate) thinks: bool,
-    /// Seconds since the epoch when the server started (`/v1/models`'
-    /// `created`; each response carries its own time).
-    pub(crate) created_s: u64,
-}
-
-pub(crate) type App = Arc<Shared>;

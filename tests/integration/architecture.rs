@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use proc_macro2::{TokenStream, TokenTree};
 use syn::visit::Visit;
 
+mod cycles;
+
 /// One room of docs/architecture.md: the top-level modules it is made of and
 /// what it may import besides itself (rooms whole, or single items).
 struct Room {
@@ -188,11 +190,50 @@ struct Checker {
     room: &'static Room,
     module: Vec<String>,
     found: Vec<Violation>,
+    /// Every path of bmoe the file names, absolute (the module graph).
+    named: Vec<Vec<String>>,
+    /// The modules the file declares (`mod reply;`): a bare path starting
+    /// with one of them (`reply::Head`) names it, outside inline `mod`s.
+    children: Vec<String>,
+    /// The file's own module's depth (inline `mod`s go deeper).
+    depth: usize,
 }
 
 impl Checker {
+    fn new(room: &'static Room, module: &[String], file: &syn::File) -> Self {
+        let children = file
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                syn::Item::Mod(m) => Some(m.ident.to_string()),
+                _ => None,
+            })
+            .collect();
+        Self {
+            room,
+            module: module.to_vec(),
+            found: Vec::new(),
+            named: Vec::new(),
+            children,
+            depth: module.len(),
+        }
+    }
+
+    /// `segments` from the file's module: `crate::`, `self::`, `super::`,
+    /// or a bare path into a module the file declares.
+    fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
+        let child = segments.len() > 1
+            && self.module.len() == self.depth
+            && self.children.contains(&segments[0]);
+        if child {
+            return Some(self.module.iter().chain(segments).cloned().collect());
+        }
+        resolve(&self.module, segments)
+    }
+
     fn check(&mut self, segments: &[String], line: usize) {
-        if let Some(abs) = resolve(&self.module, segments) {
+        if let Some(abs) = self.absolute(segments) {
+            self.named.push(abs.clone());
             if !allowed(self.room, &abs) {
                 self.found.push(Violation {
                     line,
@@ -289,6 +330,10 @@ impl<'ast> Visit<'ast> for Checker {
         syn::visit::visit_macro(self, m);
     }
 
+    /// `pub(super)` and `pub(crate)` say who may see an item, not what it
+    /// names.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         self.module.push(m.ident.to_string());
         syn::visit::visit_item_mod(self, m);
@@ -303,15 +348,25 @@ fn violations(module: &[String], source: &str) -> Result<Vec<Violation>, syn::Er
         return Ok(Vec::new());
     };
     let file = syn::parse_file(source)?;
-    let mut c = Checker {
-        room,
-        module: module.to_vec(),
-        found: Vec::new(),
-    };
+    let mut c = Checker::new(room, module, &file);
     c.visit_file(&file);
     c.found.sort();
     c.found.dedup();
     Ok(c.found)
+}
+
+/// Every absolute path of bmoe that `source`, the file of module `module`
+/// (in a room), names: `use` trees, paths, macro tokens, `super::` and
+/// `self::` resolved, as [`violations`] reads them.
+fn named_paths(module: &[String], source: &str) -> Result<Vec<Vec<String>>, syn::Error> {
+    let room = module
+        .first()
+        .and_then(|m| room_of(m))
+        .expect("a file of a room");
+    let file = syn::parse_file(source)?;
+    let mut c = Checker::new(room, module, &file);
+    c.visit_file(&file);
+    Ok(c.named)
 }
 
 /// The module path of a file under `src/` (`engine/mod.rs` is `engine`,

@@ -6,58 +6,24 @@
 //! `content_block_start` and closed by `content_block_stop`; last
 //! `message_delta` with the stop reason and the usage, `message_stop`).
 
-use std::convert::Infallible;
-
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
-use super::request::MessagesRequest;
 use crate::chat::tool_calls::{CallPart, Parsed, ToolCall};
-use crate::serve::api::ApiError;
-use crate::serve::routes;
-use crate::serve::tools::{ReplySplit, ReplyStream, Shown};
-use crate::serve::worker::{App, Done, Event};
+use crate::serve::answer::{named, Dialect, Out};
+use crate::serve::error::{with_retry_after, ApiError};
+use crate::serve::job::{Done, Started};
+use crate::serve::split::{ReplySplit, ReplyStream, Shown};
 
 /// What every part of one reply carries.
-struct Head {
-    id: String,
-    model: String,
-    prompt_tokens: usize,
+pub(crate) struct Head {
+    pub(crate) id: String,
+    pub(crate) model: String,
+    pub(crate) prompt_tokens: usize,
     /// How the reply's text splits into text and tool calls (no split when
     /// the request offered no tools or the template's calls are not parsed).
-    calls: ReplySplit,
-}
-
-/// Queue the request's job and answer: an error before any text, else the
-/// stream or the whole message.
-pub(super) async fn run(app: &App, req: MessagesRequest) -> Result<Response, ApiError> {
-    let stream = req.spec.stream;
-    let calls = ReplySplit::of(&req.spec, app.call_format);
-    let (rx, started) = routes::start_job(app, req.spec).await?;
-    let calls = calls.started(app.thinks, &started);
-    let prompt_tokens = started.prompt_tokens;
-    let head = Head {
-        id: routes::reply_id(app, "msg_"),
-        model: app.model_id.clone(),
-        prompt_tokens,
-        calls,
-    };
-    let mut response = if stream {
-        sse(head, rx).into_response()
-    } else {
-        whole(head, rx).await?
-    };
-    // A max_tokens over what the context leaves is capped, not refused: the
-    // reply's limit is said here.
-    response.headers_mut().insert(
-        MAX_TOKENS_HEADER,
-        axum::http::HeaderValue::from(started.max_tokens),
-    );
-    Ok(response)
+    pub(crate) calls: ReplySplit,
 }
 
 /// The header that says the most tokens the reply may have (the request's
@@ -156,7 +122,7 @@ enum Kind {
 
 /// One stream's state: the split (None once ended), the open block and its
 /// index.
-struct Streamer {
+pub(crate) struct Streamer {
     head: Head,
     split: Option<ReplyStream>,
     open: Option<Kind>,
@@ -166,7 +132,7 @@ struct Streamer {
 }
 
 impl Streamer {
-    fn new(head: Head) -> Self {
+    pub(crate) fn new(head: Head) -> Self {
         let split = Some(head.calls.stream());
         Self {
             head,
@@ -297,31 +263,59 @@ fn delta(index: usize, delta: Value) -> (&'static str, Value) {
     )
 }
 
-/// The whole message once generation ends.
-async fn whole(head: Head, rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
-    routes::whole_reply(rx, |text, d| head.whole(text, d)).await
+impl Dialect for Streamer {
+    fn opening(&mut self) -> Vec<Out> {
+        named(self.head.opening())
+    }
+
+    // Text that could open a call is held back until it is known not to.
+    fn text(&mut self, piece: &str) -> Vec<Out> {
+        named(self.push(piece))
+    }
+
+    fn closing(&mut self, done: &Done) -> Vec<Out> {
+        named(Streamer::closing(self, done))
+    }
+
+    /// A failure after the start is an `error` event.
+    fn failed(&mut self, e: &ApiError) -> Vec<Out> {
+        vec![Out::named("error", &error_body(e))]
+    }
+
+    fn whole(&self, text: &str, done: &Done) -> Value {
+        self.head.whole(text, done)
+    }
+
+    /// A max_tokens over what the context leaves is capped, not refused:
+    /// the reply's limit is said in a header.
+    fn headers(&self, started: &Started, headers: &mut HeaderMap) {
+        headers.insert(MAX_TOKENS_HEADER, HeaderValue::from(started.max_tokens));
+    }
 }
 
-/// The reply as Anthropic's server-sent events; a failure after the start
-/// is an `error` event.
-fn sse(
-    head: Head,
-    rx: mpsc::Receiver<Event>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let opening = head.opening();
-    // Text that could open a call is held back until it is known not to.
-    let mut s = Streamer::new(head);
-    let events = ReceiverStream::new(rx).flat_map(move |ev| {
-        let out = match ev {
-            Event::Text(t) => s.push(&t),
-            // The split ends with the first Done (there is no second).
-            Event::Done(d) => s.closing(&d),
-            Event::Failed(e) => vec![("error", super::error_body(&e))],
-            Event::Started { .. } => Vec::new(),
-        };
-        stream::iter(out)
-    });
-    routes::named_sse(opening, events)
+/// Anthropic's name for an error of this status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// `{"type": "error", "error": {"type": ..., "message": ...}}`.
+pub(crate) fn error_body(e: &ApiError) -> Value {
+    json!({"type": "error", "error": {"type": error_type(e.status), "message": e.message}})
+}
+
+/// The error as Anthropic answers one: its status and [`error_body`].
+pub(crate) fn error_response(e: ApiError) -> Response {
+    e.log();
+    with_retry_after(e.status, axum::Json(error_body(&e)).into_response())
 }
 
 #[cfg(test)]

@@ -5,24 +5,21 @@
 //! every refusal names the field at fault in the request's own terms.
 
 use bmoe_decode::sampling::SamplingParams;
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
-use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec, StopIn, MAX_STOP_STRINGS};
-use crate::serve::constraint::Constraint;
+use crate::serve::common::{Common, StopIn};
+use crate::serve::error::ApiError;
+use crate::serve::job::{Constraint, JobSpec, PromptSpec, MAX_STOP_STRINGS};
+use crate::serve::json_in::{self, kind, object, string, Flag, Int, List, Num, Obj, Text};
 use crate::serve::tool_names::{ToolNames, ANTHROPIC_MAX_CHARS};
 
 /// A checked request.
 #[derive(Debug)]
 pub(super) struct MessagesRequest {
     pub(super) spec: JobSpec,
-}
-
-type Obj = Map<String, Value>;
-
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::invalid(None, message)
 }
 
 /// What the body is for: a reply, or only its prompt's token count
@@ -33,31 +30,107 @@ pub(super) enum Purpose {
     Count,
 }
 
+/// The body's fields (others, such as `model`, `context_management` or
+/// `output_config`, are ignored); the lists of blocks are walked by hand.
+#[derive(Debug, Deserialize)]
+struct Body {
+    max_tokens: Option<Int>,
+    temperature: Option<Num>,
+    top_p: Option<Num>,
+    top_k: Option<Int>,
+    stream: Option<Flag>,
+    stop_sequences: Option<List<Text>>,
+    metadata: Option<Metadata>,
+    system: Option<Value>,
+    messages: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    thinking: Option<Value>,
+}
+
+/// `metadata`: `user_id` names who asks, for the per-requester metrics.
+#[derive(Debug, Deserialize)]
+struct Metadata {
+    user_id: Option<Text>,
+}
+
 /// Parse and check a `/v1/messages` body.
 pub(super) fn parse(
     body: &[u8],
     defaults: &SamplingParams,
     purpose: Purpose,
 ) -> Result<MessagesRequest, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-    let Value::Object(o) = v else {
-        return Err(bad("the body must be a JSON object"));
-    };
-    let max_tokens = match (int(&o, "max_tokens")?, purpose) {
-        (Some(n), _) => n,
+    let v = json_in::body(body)?;
+    let b: Body = json_in::read(&v)?;
+    let max_tokens = match (b.max_tokens, purpose) {
+        (Some(n), _) => n.0,
         (None, Purpose::Count) => 1,
         (None, Purpose::Reply) => {
-            return Err(bad("max_tokens is required: the most tokens to generate"))
+            return Err(ApiError::at(
+                "max_tokens",
+                "max_tokens is required: the most tokens to generate",
+            ))
         }
     };
-    let mut system_texts = system(&o)?;
-    let mut messages = Vec::new();
-    let list = match o.get("messages") {
-        Some(Value::Array(l)) if !l.is_empty() => l,
-        Some(Value::Array(_)) => return Err(bad("messages is empty: give at least one message")),
-        None | Some(Value::Null) => return Err(bad("messages is required")),
-        Some(_) => return Err(bad("messages must be an array of messages")),
+    let stops: Vec<String> = b
+        .stop_sequences
+        .map_or_else(Vec::new, |l| l.0.into_iter().map(|t| t.0).collect());
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::at(
+            "stop_sequences",
+            format!(
+                "stop_sequences has {}: give at most {MAX_STOP_STRINGS}",
+                stops.len()
+            ),
+        ));
+    }
+    let messages = conversation(b.system.as_ref(), b.messages.as_ref())?;
+    let (tools, choice) = tools(b.tools.as_ref(), b.tool_choice.as_ref())?;
+    let common = Common {
+        max_tokens: Some(max_tokens),
+        temperature: b.temperature.map(|n| n.0),
+        top_p: b.top_p.map(|n| n.0),
+        top_k: b.top_k.map(|n| n.0),
+        stop: Some(StopIn::Many(stops)),
+        stream: b.stream.is_some_and(|f| f.0),
+        user: b.metadata.and_then(|m| m.user_id).map(|t| t.0),
+        ..Common::default()
     };
+    let prompt = PromptSpec::Chat {
+        messages,
+        tools,
+        options: thinking(b.thinking.as_ref())?,
+    };
+    let offered = prompt.tools().is_some();
+    let mut spec = common.into_spec(prompt, defaults)?;
+    spec.count_only = purpose == Purpose::Count;
+    spec.constraint = Constraint::of(choice, offered, Constraint::None);
+    Constraint::check(&spec)?;
+    Ok(MessagesRequest { spec })
+}
+
+/// `system` and `messages` as chat messages: the system texts (`system`,
+/// then `system`-role entries of `messages`) joined into one leading
+/// system message.
+fn conversation(system: Option<&Value>, list: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+    let mut system_texts = system_text(system)?;
+    let list = match list {
+        Some(Value::Array(l)) if !l.is_empty() => l,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::at(
+                "messages",
+                "messages is empty: give at least one message",
+            ))
+        }
+        None | Some(Value::Null) => return Err(ApiError::at("messages", "messages is required")),
+        Some(v) => {
+            return Err(ApiError::at(
+                "messages",
+                format!("messages must be an array of messages, not {}", kind(v)),
+            ))
+        }
+    };
+    let mut messages = Vec::new();
     for (i, m) in list.iter().enumerate() {
         let path = format!("messages[{i}]");
         match system_entry(&path, m)? {
@@ -66,42 +139,21 @@ pub(super) fn parse(
         }
     }
     if messages.is_empty() {
-        return Err(bad(
+        return Err(ApiError::at(
+            "messages",
             "messages holds only system entries: give at least one user message",
         ));
     }
     if !system_texts.is_empty() {
         messages.insert(0, Message::new("system", &system_texts.join("\n\n")));
     }
-    let (tools, choice) = tools(&o)?;
-    let stops = stop_sequences(&o)?;
-    let common = Common {
-        max_tokens: Some(max_tokens),
-        temperature: number(&o, "temperature")?,
-        top_p: number(&o, "top_p")?,
-        top_k: int(&o, "top_k")?,
-        stop: Some(StopIn::Many(stops)),
-        stream: flag(&o, "stream")?,
-        user: user_id(&o)?,
-        ..Common::default()
-    };
-    let prompt = PromptSpec::Chat {
-        messages,
-        tools,
-        options: thinking(&o)?,
-    };
-    let offered = matches!(&prompt, PromptSpec::Chat { tools: Some(_), .. });
-    let mut spec = common.into_spec(prompt, defaults)?;
-    spec.count_only = purpose == Purpose::Count;
-    spec.constraint = Constraint::of(choice, offered, Constraint::None);
-    Constraint::check(&spec)?;
-    Ok(MessagesRequest { spec })
+    Ok(messages)
 }
 
 /// A `system`-role entry of `messages` (as Claude Code sends one): its
 /// text, folded into the system prompt in order; None for other roles.
 fn system_entry(path: &str, v: &Value) -> Result<Option<String>, ApiError> {
-    let m = block(path, v)?;
+    let m = object(v, path)?;
     if m.get("role").and_then(Value::as_str) != Some("system") {
         return Ok(None);
     }
@@ -112,109 +164,31 @@ fn system_entry(path: &str, v: &Value) -> Result<Option<String>, ApiError> {
 /// `thinking` as the chat template's reasoning switch (`enable_thinking`,
 /// which templates without one ignore): `enabled` turns it on, `disabled`
 /// off, `adaptive` leaves the template's default.
-fn thinking(o: &Obj) -> Result<crate::chat::TemplateOptions, ApiError> {
+fn thinking(v: Option<&Value>) -> Result<crate::chat::TemplateOptions, ApiError> {
     let mut options = crate::chat::TemplateOptions::new();
-    let t = match o.get("thinking") {
+    let t = match v {
         None | Some(Value::Null) => return Ok(options),
-        Some(v) => block("thinking", v)?,
+        Some(v) => object(v, "thinking")?,
     };
     match string(t, "type", "thinking")? {
         "enabled" => drop(options.insert("enable_thinking".into(), true.into())),
         "disabled" => drop(options.insert("enable_thinking".into(), false.into())),
         "adaptive" => {}
         other => {
-            return Err(bad(format!(
-                "thinking.type {other:?}: use enabled, adaptive or disabled"
-            )))
+            return Err(ApiError::at(
+                "thinking",
+                format!("thinking.type {other:?}: use enabled, adaptive or disabled"),
+            ))
         }
     }
     Ok(options)
 }
 
-/// A number field, if given.
-fn number(o: &Obj, key: &str) -> Result<Option<f32>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(|x| Some(x as f32))
-            .ok_or_else(|| bad(format!("{key} must be a number, not {v}"))),
-    }
-}
-
-/// A whole-number field, if given.
-fn int(o: &Obj, key: &str) -> Result<Option<i64>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| bad(format!("{key} must be a whole number, not {v}"))),
-    }
-}
-
-fn flag(o: &Obj, key: &str) -> Result<bool, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(bad(format!("{key} must be true or false, not {v}"))),
-    }
-}
-
-/// A string field at `path`.
-fn string<'a>(o: &'a Obj, key: &str, path: &str) -> Result<&'a str, ApiError> {
-    match o.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(bad(format!("{path}.{key} is required"))),
-        Some(v) => Err(bad(format!("{path}.{key} must be a string, not {v}"))),
-    }
-}
-
-/// `metadata.user_id`: who asks, for the per-requester metrics.
-fn user_id(o: &Obj) -> Result<Option<String>, ApiError> {
-    match o.get("metadata") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => match m.get("user_id") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(v) => Err(bad(format!("metadata.user_id must be a string, not {v}"))),
-        },
-        Some(v) => Err(bad(format!("metadata must be an object, not {v}"))),
-    }
-}
-
-fn stop_sequences(o: &Obj) -> Result<Vec<String>, ApiError> {
-    let list = match o.get("stop_sequences") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(l)) => l,
-        Some(v) => {
-            return Err(bad(format!(
-                "stop_sequences must be an array of strings, not {v}"
-            )))
-        }
-    };
-    if list.len() > MAX_STOP_STRINGS {
-        return Err(bad(format!(
-            "stop_sequences has {}: give at most {MAX_STOP_STRINGS}",
-            list.len()
-        )));
-    }
-    list.iter()
-        .enumerate()
-        .map(|(i, s)| match s {
-            Value::String(s) => Ok(s.clone()),
-            v => Err(bad(format!(
-                "stop_sequences[{i}] must be a string, not {v}"
-            ))),
-        })
-        .collect()
-}
-
 /// `system`'s text (a string or text blocks), if given; an empty list of
 /// blocks is none (the template's own default system prompt stays, as for
 /// null).
-fn system(o: &Obj) -> Result<Vec<String>, ApiError> {
-    let text = match o.get("system") {
+fn system_text(system: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let text = match system {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(blocks)) if blocks.is_empty() => return Ok(Vec::new()),
         v => text_of(v, "system", "text blocks")?,
@@ -222,27 +196,26 @@ fn system(o: &Obj) -> Result<Vec<String>, ApiError> {
     Ok(vec![text])
 }
 
-fn block<'a>(path: &str, v: &'a Value) -> Result<&'a Obj, ApiError> {
-    v.as_object()
-        .ok_or_else(|| bad(format!("{path} must be an object, not {v}")))
-}
-
 fn unsupported(path: &str, kind: &str, takes: &str) -> ApiError {
-    bad(format!(
-        "{path}: blocks of type {kind:?} are not supported here; this server takes {takes}"
-    ))
+    ApiError::at(
+        path,
+        format!(
+            "{path}: blocks of type {kind:?} are not supported here; this server takes {takes}"
+        ),
+    )
 }
 
 /// One Anthropic message as chat messages: a user message's `tool_result`
 /// blocks each become a `tool` message (in order, with its text around them),
 /// an assistant message's `tool_use` blocks its `tool_calls`.
 fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError> {
-    let m = block(path, v)?;
+    let m = object(v, path)?;
     let role = string(m, "role", path)?;
     if role != "user" && role != "assistant" {
-        return Err(bad(format!(
-            "{path}.role is {role:?}: use user, assistant or system"
-        )));
+        return Err(ApiError::at(
+            path,
+            format!("{path}.role is {role:?}: use user, assistant or system"),
+        ));
     }
     let blocks = match m.get("content") {
         Some(Value::String(s)) => {
@@ -250,11 +223,17 @@ fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError
             return Ok(());
         }
         Some(Value::Array(blocks)) => blocks,
-        None | Some(Value::Null) => return Err(bad(format!("{path}.content is required"))),
+        None | Some(Value::Null) => {
+            return Err(ApiError::at(path, format!("{path}.content is required")))
+        }
         Some(v) => {
-            return Err(bad(format!(
-                "{path}.content must be a string or an array of blocks, not {v}"
-            )))
+            return Err(ApiError::at(
+                path,
+                format!(
+                    "{path}.content must be a string or an array of blocks, not {}",
+                    kind(v)
+                ),
+            ))
         }
     };
     if role == "assistant" {
@@ -264,7 +243,7 @@ fn message(path: &str, v: &Value, out: &mut Vec<Message>) -> Result<(), ApiError
     let mut text: Vec<&str> = Vec::new();
     for (i, b) in blocks.iter().enumerate() {
         let path = format!("{path}.content[{i}]");
-        let b = block(&path, b)?;
+        let b = object(b, &path)?;
         match string(b, "type", &path)? {
             "text" => text.push(string(b, "text", &path)?),
             "tool_result" => {
@@ -295,7 +274,7 @@ fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
     let (mut text, mut calls, mut reasoning) = (Vec::new(), Vec::new(), Vec::new());
     for (i, b) in blocks.iter().enumerate() {
         let path = format!("{path}.content[{i}]");
-        let b = block(&path, b)?;
+        let b = object(b, &path)?;
         match string(b, "type", &path)? {
             "text" => text.push(string(b, "text", &path)?),
             // Earlier reasoning goes back to the template as such; redacted
@@ -304,9 +283,8 @@ fn assistant(path: &str, blocks: &[Value]) -> Result<Message, ApiError> {
             "redacted_thinking" => {}
             "tool_use" => {
                 let input = match b.get("input") {
-                    Some(Value::Object(i)) => Value::Object(i.clone()),
                     None | Some(Value::Null) => json!({}),
-                    Some(v) => return Err(bad(format!("{path}.input must be an object, not {v}"))),
+                    Some(v) => Value::Object(object(v, &format!("{path}.input"))?.clone()),
                 };
                 calls.push(json!({"id": string(b, "id", &path)?, "type": "function",
                     "function": {"name": string(b, "name", &path)?, "arguments": input}}));
@@ -347,17 +325,27 @@ fn tool_result(path: &str, b: &Obj) -> Result<Message, ApiError> {
 
 /// The tools as the chat template expects them (OpenAI-shaped functions), or
 /// None when none are given or `tool_choice` is none; the choice among them.
-fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
-    let list = match o.get("tools") {
-        None | Some(Value::Null) => return tool_choice(o, &[]).map(|_| (None, ToolChoice::Auto)),
+fn tools(
+    tools: Option<&Value>,
+    choice: Option<&Value>,
+) -> Result<(Option<Value>, ToolChoice), ApiError> {
+    let list = match tools {
+        None | Some(Value::Null) => {
+            return tool_choice(choice, &[]).map(|_| (None, ToolChoice::Auto))
+        }
         Some(Value::Array(l)) => l,
-        Some(v) => return Err(bad(format!("tools must be an array of tools, not {v}"))),
+        Some(v) => {
+            return Err(ApiError::at(
+                "tools",
+                format!("tools must be an array of tools, not {}", kind(v)),
+            ))
+        }
     };
     let mut names = ToolNames::new(ANTHROPIC_MAX_CHARS);
     let mut out = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let path = format!("tools[{i}]");
-        let t = block(&path, t)?;
+        let t = object(t, &path)?;
         if let Some(kind) = t
             .get("type")
             .and_then(Value::as_str)
@@ -370,16 +358,23 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
         }
         let name = names
             .take(&format!("{path}.name"), t.get("name"))
-            .map_err(bad)?;
+            .map_err(|m| ApiError::at(&path, m))?;
         let schema = match t.get("input_schema") {
             Some(Value::Object(s)) => Value::Object(s.clone()),
             None | Some(Value::Null) => {
-                return Err(bad(format!("{path}.input_schema is required")))
+                return Err(ApiError::at(
+                    &path,
+                    format!("{path}.input_schema is required"),
+                ))
             }
             Some(v) => {
-                return Err(bad(format!(
-                    "{path}.input_schema must be a JSON schema object, not {v}"
-                )))
+                return Err(ApiError::at(
+                    &path,
+                    format!(
+                        "{path}.input_schema must be a JSON schema object, not {}",
+                        kind(v)
+                    ),
+                ))
             }
         };
         let mut function = json!({"name": name, "parameters": schema});
@@ -392,7 +387,7 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
         .iter()
         .filter_map(|t| t["function"]["name"].as_str())
         .collect();
-    Ok(match tool_choice(o, &names)? {
+    Ok(match tool_choice(choice, &names)? {
         Some(choice) if !out.is_empty() => (Some(Value::Array(out)), choice),
         _ => (None, ToolChoice::Auto),
     })
@@ -400,15 +395,16 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
 
 /// `tool_choice`: None for none (no tools offered); `any` forces a call to
 /// one of the tools, `tool` to the one named.
-fn tool_choice(o: &Obj, names: &[&str]) -> Result<Option<ToolChoice>, ApiError> {
-    let c = match o.get("tool_choice") {
+fn tool_choice(choice: Option<&Value>, names: &[&str]) -> Result<Option<ToolChoice>, ApiError> {
+    let bad = |m: String| ApiError::at("tool_choice", m);
+    let c = match choice {
         None | Some(Value::Null) => return Ok(Some(ToolChoice::Auto)),
-        Some(v) => block("tool_choice", v)?,
+        Some(v) => object(v, "tool_choice")?,
     };
     match string(c, "type", "tool_choice")? {
         "auto" => Ok(Some(ToolChoice::Auto)),
         "any" if names.is_empty() => Err(bad(
-            "tool_choice.type \"any\" needs tools to call: give the request's tools, or leave tool_choice out",
+            "tool_choice.type \"any\" needs tools to call: give the request's tools, or leave tool_choice out".into(),
         )),
         "any" => Ok(Some(ToolChoice::Required)),
         "none" => Ok(None),
@@ -442,7 +438,7 @@ fn text_of(v: Option<&Value>, path: &str, what: &str) -> Result<String, ApiError
             let mut parts = Vec::new();
             for (i, b) in blocks.iter().enumerate() {
                 let path = format!("{path}[{i}]");
-                let b = block(&path, b)?;
+                let b = object(b, &path)?;
                 match string(b, "type", &path)? {
                     "text" => parts.push(string(b, "text", &path)?),
                     other => return Err(unsupported(&path, other, what)),
@@ -450,8 +446,9 @@ fn text_of(v: Option<&Value>, path: &str, what: &str) -> Result<String, ApiError
             }
             Ok(parts.join("\n"))
         }
-        Some(v) => Err(bad(format!(
-            "{path} must be a string or text blocks, not {v}"
-        ))),
+        Some(v) => Err(ApiError::at(
+            path,
+            format!("{path} must be a string or text blocks, not {}", kind(v)),
+        )),
     }
 }

@@ -11,61 +11,23 @@
 //! `sequence_number`. A failure after the start is an `error` event and
 //! `response.failed`.
 
-use std::convert::Infallible;
-
-use axum::response::sse::{Event as SseEvent, Sse};
-use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, Stream, StreamExt as _};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
-use super::request::ResponsesRequest;
 use crate::chat::tool_calls::{Parsed, ToolCall};
-use crate::serve::api::ApiError;
-use crate::serve::routes;
-use crate::serve::tools::ReplySplit;
-use crate::serve::worker::{App, Done, Event};
-use events::Streamer;
+use crate::serve::job::Done;
+use crate::serve::split::ReplySplit;
 
 /// What every part of one reply carries.
-pub(super) struct Head {
-    pub(super) id: String,
-    pub(super) created_at: u64,
-    pub(super) model: String,
-    pub(super) instructions: Option<String>,
-    pub(super) max_output_tokens: Option<i64>,
-    pub(super) temperature: f32,
-    pub(super) top_p: f32,
+pub(crate) struct Head {
+    pub(crate) id: String,
+    pub(crate) created_at: u64,
+    pub(crate) model: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) max_output_tokens: Option<i64>,
+    pub(crate) temperature: f32,
+    pub(crate) top_p: f32,
     /// How the reply's text splits into text and function calls.
-    pub(super) calls: ReplySplit,
-}
-
-/// Queue the request's job and answer: an error before any text, else the
-/// stream or the whole response.
-pub(super) async fn run(app: &App, req: ResponsesRequest) -> Result<Response, ApiError> {
-    let stream = req.spec.stream;
-    let head = Head {
-        id: routes::reply_id(app, "resp_"),
-        created_at: crate::serve::now_s(),
-        model: app.model_id.clone(),
-        instructions: req.instructions,
-        max_output_tokens: req.max_output_tokens,
-        temperature: req.spec.sampling.temperature,
-        top_p: req.spec.sampling.top_p,
-        calls: ReplySplit::of(&req.spec, app.call_format),
-    };
-    let (rx, started) = routes::start_job(app, req.spec)
-        .await
-        .map_err(ApiError::for_responses)?;
-    let head = Head {
-        calls: head.calls.started(app.thinks, &started),
-        ..head
-    };
-    if stream {
-        return Ok(sse(head, rx).into_response());
-    }
-    whole(head, rx).await
+    pub(crate) calls: ReplySplit,
 }
 
 /// `usage`: the prompt's tokens (those reused from the KV cache as
@@ -181,31 +143,7 @@ fn output_text(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
-/// The whole response once generation ends.
-async fn whole(head: Head, rx: mpsc::Receiver<Event>) -> Result<Response, ApiError> {
-    routes::whole_reply(rx, |text, d| head.whole(text, d)).await
-}
-
-/// The reply as the Responses API's server-sent events.
-fn sse(
-    head: Head,
-    rx: mpsc::Receiver<Event>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let mut s = Streamer::new(head);
-    let opening = s.opening();
-    let events = ReceiverStream::new(rx).flat_map(move |ev| {
-        let out = match ev {
-            Event::Text(t) => s.push(&t),
-            Event::Done(d) => s.closing(&d),
-            Event::Failed(e) => s.failed(&e),
-            Event::Started { .. } => Vec::new(),
-        };
-        stream::iter(out)
-    });
-    routes::named_sse(opening, events)
-}
-
-mod events;
+pub(super) mod events;
 
 #[cfg(test)]
 #[path = "reply_tests.rs"]

@@ -1,7 +1,9 @@
 use serde_json::json;
 
+use super::events::Streamer;
 use super::*;
 use crate::chat::tool_calls::CallFormat;
+use crate::serve::error::ApiError;
 
 fn head(calls: ReplySplit) -> Head {
     Head {

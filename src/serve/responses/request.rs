@@ -7,16 +7,17 @@
 //! `param` names the top-level field, its message the path inside it.
 
 use bmoe_decode::sampling::SamplingParams;
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use crate::chat::tool_grammar::ToolChoice;
 use crate::chat::Message;
-use crate::serve::api::{ApiError, Common, JobSpec, PromptSpec};
-use crate::serve::constraint::{response_format, Constraint};
-use crate::serve::json_in::kind;
+use crate::serve::common::Common;
+use crate::serve::constraint::response_format;
+use crate::serve::error::ApiError;
+use crate::serve::job::{Constraint, JobSpec, PromptSpec};
+use crate::serve::json_in::{self, kind, object, string, Flag, Int, Num, Obj, Text};
 use crate::serve::tool_names::{ToolNames, OPENAI_MAX_CHARS};
-
-type Obj = Map<String, Value>;
 
 /// A checked request, with what its response echoes.
 #[derive(Debug)]
@@ -26,53 +27,58 @@ pub(super) struct ResponsesRequest {
     pub(super) max_output_tokens: Option<i64>,
 }
 
-fn bad(param: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::invalid(Some(param), message)
+/// The body's fields (others, such as `model`, `reasoning`, `include` or
+/// `prompt_cache_key`, are ignored); `input`'s items are walked by hand.
+#[derive(Debug, Deserialize)]
+struct Body {
+    /// Read only to refuse what is not true or false (nothing is stored;
+    /// calls are parsed however many the model makes).
+    #[serde(rename = "store")]
+    _store: Option<Flag>,
+    #[serde(rename = "parallel_tool_calls")]
+    _parallel_tool_calls: Option<Flag>,
+    stream: Option<Flag>,
+    instructions: Option<Text>,
+    max_output_tokens: Option<Int>,
+    temperature: Option<Num>,
+    top_p: Option<Num>,
+    user: Option<Text>,
+    safety_identifier: Option<Text>,
+    input: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    text: Option<Value>,
 }
 
 /// Parse and check a `/v1/responses` body.
 pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<ResponsesRequest, ApiError> {
-    let v = crate::serve::json_in::body(body)?;
-    let Value::Object(o) = v else {
-        return Err(ApiError::invalid(None, "the body must be a JSON object"));
-    };
-    if o.get("previous_response_id").is_some_and(|v| !v.is_null()) {
-        return Err(bad(
+    let v = json_in::body(body)?;
+    if v.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::at(
             "previous_response_id",
             "previous_response_id: this server keeps no responses; send the whole conversation in input (store: false)",
         ));
     }
-    for key in ["store", "stream", "parallel_tool_calls"] {
-        flag(&o, key)?;
-    }
-    let instructions = match o.get("instructions") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(v) => {
-            return Err(bad(
-                "instructions",
-                format!("instructions must be a string, not {}", kind(v)),
-            ))
-        }
-    };
+    let b: Body = json_in::read(&v)?;
+    let instructions = b.instructions.map(|t| t.0);
     let mut chat = Chat::default();
     chat.system.extend(instructions.clone());
-    input(o.get("input"), &mut chat)?;
-    let (tools, choice) = tools(&o)?;
-    let format = response_format(o.get("text").and_then(|t| t.get("format")), "text.format")?;
-    let max_output_tokens = int(&o, "max_output_tokens")?;
+    input(b.input.as_ref(), &mut chat)?;
+    let (tools, choice) = tools(b.tools.as_ref(), b.tool_choice.as_ref())?;
+    let format = response_format(b.text.as_ref().and_then(|t| t.get("format")), "text.format")?;
+    let max_output_tokens = b.max_output_tokens.map(|n| n.0);
     if let Some(n) = max_output_tokens.filter(|&n| n < 1) {
-        return Err(bad(
+        return Err(ApiError::at(
             "max_output_tokens",
             format!("max_output_tokens = {n}: give at least 1"),
         ));
     }
     let common = Common {
         max_tokens: max_output_tokens,
-        temperature: number(&o, "temperature")?,
-        top_p: number(&o, "top_p")?,
-        stream: flag(&o, "stream")?,
-        user: string_field(&o, "user")?.or(string_field(&o, "safety_identifier")?),
+        temperature: b.temperature.map(|n| n.0),
+        top_p: b.top_p.map(|n| n.0),
+        stream: b.stream.is_some_and(|f| f.0),
+        user: b.user.or(b.safety_identifier).map(|t| t.0),
         ..Common::default()
     };
     let prompt = PromptSpec::Chat {
@@ -80,7 +86,7 @@ pub(super) fn parse(body: &[u8], defaults: &SamplingParams) -> Result<ResponsesR
         tools,
         options: Default::default(),
     };
-    let offered = matches!(&prompt, PromptSpec::Chat { tools: Some(_), .. });
+    let offered = prompt.tools().is_some();
     let mut spec = common.into_spec(prompt, defaults)?;
     spec.constraint = Constraint::of(choice, offered, format);
     Constraint::check(&spec)?;
@@ -119,7 +125,7 @@ impl Chat {
 
     fn messages(self) -> Result<Vec<Message>, ApiError> {
         if self.turns.is_empty() {
-            return Err(bad(
+            return Err(ApiError::at(
                 "input",
                 "input holds no user message: give a string or at least one message item",
             ));
@@ -141,9 +147,9 @@ fn input(v: Option<&Value>, chat: &mut Chat) -> Result<(), ApiError> {
             return Ok(());
         }
         Some(Value::Array(items)) => items,
-        None | Some(Value::Null) => return Err(bad("input", "input is required")),
+        None | Some(Value::Null) => return Err(ApiError::at("input", "input is required")),
         Some(v) => {
-            return Err(bad(
+            return Err(ApiError::at(
                 "input",
                 format!("input must be a string or a list of items, not {}", kind(v)),
             ))
@@ -151,16 +157,11 @@ fn input(v: Option<&Value>, chat: &mut Chat) -> Result<(), ApiError> {
     };
     for (i, item) in items.iter().enumerate() {
         let path = format!("input[{i}]");
-        let Value::Object(item) = item else {
-            return Err(bad(
-                "input",
-                format!("{path} must be an object, not {}", kind(item)),
-            ));
-        };
+        let item = object(item, &path)?;
         let ty = match item.get("type") {
             None | Some(Value::Null) if item.contains_key("role") => "message",
             Some(Value::String(t)) => t.as_str(),
-            _ => return Err(bad("input", format!("{path}.type is required (message, function_call, function_call_output or reasoning)"))),
+            _ => return Err(ApiError::at("input", format!("{path}.type is required (message, function_call, function_call_output or reasoning)"))),
         };
         match ty {
             "message" => message(&path, item, chat)?,
@@ -174,7 +175,7 @@ fn input(v: Option<&Value>, chat: &mut Chat) -> Result<(), ApiError> {
             }
             "reasoning" => chat.reasoning.extend(reasoning_text(item)),
             other => {
-                return Err(bad(
+                return Err(ApiError::at(
                     "input",
                     format!("{path}.type {other:?}: this server takes message, function_call, function_call_output and reasoning items"),
                 ))
@@ -200,7 +201,7 @@ fn message(path: &str, item: &Obj, chat: &mut Chat) -> Result<(), ApiError> {
             m.content.push_str(&content);
         }
         other => {
-            return Err(bad(
+            return Err(ApiError::at(
                 "input",
                 format!("{path}.role {other:?}: use user, assistant, system or developer"),
             ))
@@ -221,7 +222,7 @@ fn function_call(path: &str, item: &Obj, chat: &mut Chat) -> Result<(), ApiError
             _ => Value::String(s.clone()),
         },
         Some(v) => {
-            return Err(bad(
+            return Err(ApiError::at(
                 "input",
                 format!("{path}.arguments must be a string of JSON, not {}", kind(v)),
             ))
@@ -267,7 +268,7 @@ fn text(v: Option<&Value>, path: &str) -> Result<String, ApiError> {
         Some(Value::String(s)) => return Ok(s.clone()),
         Some(Value::Array(parts)) => parts,
         Some(v) => {
-            return Err(bad(
+            return Err(ApiError::at(
                 "input",
                 format!(
                     "{path} must be a string or a list of text parts, not {}",
@@ -279,22 +280,17 @@ fn text(v: Option<&Value>, path: &str) -> Result<String, ApiError> {
     let mut out = String::new();
     for (i, p) in parts.iter().enumerate() {
         let path = format!("{path}[{i}]");
-        let Value::Object(p) = p else {
-            return Err(bad(
-                "input",
-                format!("{path} must be an object, not {}", kind(p)),
-            ));
-        };
+        let p = object(p, &path)?;
         let key = match p.get("type").and_then(Value::as_str) {
             Some("input_text" | "output_text" | "text") => "text",
             Some("refusal") => "refusal",
             Some(other) => {
-                return Err(bad(
+                return Err(ApiError::at(
                     "input",
                     format!("{path}: parts of type {other:?} are not supported; this server takes text (input_text, output_text)"),
                 ))
             }
-            None => return Err(bad("input", format!("{path}.type is required"))),
+            None => return Err(ApiError::at("input", format!("{path}.type is required"))),
         };
         out.push_str(string(p, key, &path)?);
     }
@@ -305,12 +301,15 @@ fn text(v: Option<&Value>, path: &str) -> Result<String, ApiError> {
 /// or None when there are none or `tool_choice` is `none`, and the choice
 /// among them. Tools of other types (web search, hosted, namespaced, custom)
 /// are left out, said at -v.
-fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
-    let list = match o.get("tools") {
+fn tools(
+    tools: Option<&Value>,
+    choice: Option<&Value>,
+) -> Result<(Option<Value>, ToolChoice), ApiError> {
+    let list = match tools {
         None | Some(Value::Null) => &Vec::new(),
         Some(Value::Array(l)) => l,
         Some(v) => {
-            return Err(bad(
+            return Err(ApiError::at(
                 "tools",
                 format!("tools must be a list of tools, not {}", kind(v)),
             ))
@@ -320,12 +319,7 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
     let mut out = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let path = format!("tools[{i}]");
-        let Value::Object(t) = t else {
-            return Err(bad(
-                "tools",
-                format!("{path} must be an object, not {}", kind(t)),
-            ));
-        };
+        let t = object(t, &path)?;
         let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
         if ty != "function" {
             tracing::info!("{path}: a tool of type {ty:?} left out: this server offers the model function tools only");
@@ -333,13 +327,13 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
         }
         let name = names
             .take(&format!("{path}.name"), t.get("name"))
-            .map_err(|m| bad("tools", m))?;
+            .map_err(|m| ApiError::at("tools", m))?;
         let mut function = json!({"name": name});
         match t.get("parameters") {
             None | Some(Value::Null) => {}
             Some(p @ Value::Object(_)) => function["parameters"] = p.clone(),
             Some(v) => {
-                return Err(bad(
+                return Err(ApiError::at(
                     "tools",
                     format!(
                         "{path}.parameters must be a JSON Schema object, not {}",
@@ -353,7 +347,7 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
         }
         out.push(json!({"type": "function", "function": function}));
     }
-    Ok(match tool_choice(o, &out)? {
+    Ok(match tool_choice(choice, &out)? {
         Some(choice) if !out.is_empty() => (Some(Value::Array(out)), choice),
         _ => (None, ToolChoice::Auto),
     })
@@ -362,30 +356,30 @@ fn tools(o: &Obj) -> Result<(Option<Value>, ToolChoice), ApiError> {
 /// `tool_choice`: None for `none` (no tools offered). `required` forces a
 /// call, a named function (one of the tools) that one; choices of hosted
 /// tools are taken as `auto`.
-fn tool_choice(o: &Obj, tools: &[Value]) -> Result<Option<ToolChoice>, ApiError> {
+fn tool_choice(choice: Option<&Value>, tools: &[Value]) -> Result<Option<ToolChoice>, ApiError> {
     let shape = "tool_choice: give \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}";
-    match o.get("tool_choice") {
+    match choice {
         None | Some(Value::Null) => Ok(Some(ToolChoice::Auto)),
         Some(Value::String(s)) => match s.as_str() {
             "none" => Ok(None),
             "auto" => Ok(Some(ToolChoice::Auto)),
-            "required" if tools.is_empty() => Err(bad(
+            "required" if tools.is_empty() => Err(ApiError::at(
                 "tool_choice",
                 "tool_choice \"required\" needs function tools to call: give the request's tools, or leave tool_choice out",
             )),
             "required" => Ok(Some(ToolChoice::Required)),
-            _ => Err(bad("tool_choice", format!("tool_choice {s:?}: {shape}"))),
+            _ => Err(ApiError::at("tool_choice", format!("tool_choice {s:?}: {shape}"))),
         },
         Some(Value::Object(c)) => match c.get("type").and_then(Value::as_str) {
             Some("function") => {
                 let name = c
                     .get("name")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| bad("tool_choice", shape))?;
+                    .ok_or_else(|| ApiError::at("tool_choice", shape))?;
                 if tools.iter().any(|t| t["function"]["name"] == name) {
                     Ok(Some(ToolChoice::Named(name.into())))
                 } else {
-                    Err(bad(
+                    Err(ApiError::at(
                         "tool_choice",
                         format!("tool_choice names {name:?}, which is not among the request's function tools"),
                     ))
@@ -395,82 +389,9 @@ fn tool_choice(o: &Obj, tools: &[Value]) -> Result<Option<ToolChoice>, ApiError>
                 tracing::info!("tool_choice of type {other:?} taken as auto");
                 Ok(Some(ToolChoice::Auto))
             }
-            None => Err(bad("tool_choice", shape)),
+            None => Err(ApiError::at("tool_choice", shape)),
         },
-        Some(_) => Err(bad("tool_choice", shape)),
-    }
-}
-
-/// A string field at `path` (required).
-fn string<'a>(o: &'a Obj, key: &str, path: &str) -> Result<&'a str, ApiError> {
-    match o.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(bad("input", format!("{path}.{key} is required"))),
-        Some(v) => Err(bad(
-            "input",
-            format!("{path}.{key} must be a string, not {}", kind(v)),
-        )),
-    }
-}
-
-/// The top-level fields a refusal names by `param` ([`ApiError`]'s is `&'static`).
-fn param(key: &str) -> &'static str {
-    const KNOWN: [&str; 8] = [
-        "max_output_tokens",
-        "temperature",
-        "top_p",
-        "store",
-        "stream",
-        "parallel_tool_calls",
-        "user",
-        "safety_identifier",
-    ];
-    KNOWN.into_iter().find(|k| *k == key).unwrap_or("input")
-}
-
-fn number(o: &Obj, key: &str) -> Result<Option<f32>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| {
-            bad(
-                param(key),
-                format!("{key} must be a number, not {}", kind(v)),
-            )
-        }),
-    }
-}
-
-fn int(o: &Obj, key: &str) -> Result<Option<i64>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| {
-            bad(
-                param(key),
-                format!("{key} must be a whole number, not {}", kind(v)),
-            )
-        }),
-    }
-}
-
-fn flag(o: &Obj, key: &str) -> Result<bool, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(bad(
-            param(key),
-            format!("{key} must be true or false, not {}", kind(v)),
-        )),
-    }
-}
-
-fn string_field(o: &Obj, key: &str) -> Result<Option<String>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(bad(
-            param(key),
-            format!("{key} must be a string, not {}", kind(v)),
-        )),
+        Some(_) => Err(ApiError::at("tool_choice", shape)),
     }
 }
 

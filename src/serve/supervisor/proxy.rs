@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::state::{Phase, Supervised};
 use crate::serve::anthropic;
-use crate::serve::api::ApiError;
+use crate::serve::error::ApiError;
 
 /// How long a request the engine failed under waits for the supervisor to
 /// see the engine process end (its reason then goes into the answer).
@@ -116,7 +116,7 @@ pub(super) fn stream_error_event(path: &str, message: &str) -> String {
             "error": {"code": e.kind, "message": e.message}}});
         format!("event: error\ndata: {v}\n\nevent: response.failed\ndata: {failed}\n\n")
     } else {
-        format!("data: {}\n\n", e.body())
+        format!("data: {}\n\n", e.json())
     }
 }
 

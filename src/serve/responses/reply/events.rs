@@ -7,13 +7,14 @@ use serde_json::{json, Value};
 
 use super::{ending, output_text, Head};
 use crate::chat::tool_calls::CallPart;
-use crate::serve::api::ApiError;
-use crate::serve::tools::{ReplyStream, Shown};
-use crate::serve::worker::Done;
+use crate::serve::answer::{named, Dialect, Out};
+use crate::serve::error::ApiError;
+use crate::serve::job::Done;
+use crate::serve::split::{ReplyStream, Shown};
 
 /// One stream's state: the events' numbers, the message item once opened,
 /// the items done, and the split that holds back text that may be a call.
-pub(super) struct Streamer {
+pub(crate) struct Streamer {
     head: Head,
     seq: u64,
     /// The text streamed so far, once the message item is open.
@@ -31,7 +32,7 @@ pub(super) struct Streamer {
 }
 
 impl Streamer {
-    pub(super) fn new(head: Head) -> Self {
+    pub(crate) fn new(head: Head) -> Self {
         let split = Some(head.calls.stream());
         Self {
             head,
@@ -303,5 +304,27 @@ impl Streamer {
             ),
             self.event("response.failed", json!({"response": r})),
         ]
+    }
+}
+
+impl Dialect for Streamer {
+    fn opening(&mut self) -> Vec<Out> {
+        named(Streamer::opening(self))
+    }
+
+    fn text(&mut self, piece: &str) -> Vec<Out> {
+        named(self.push(piece))
+    }
+
+    fn closing(&mut self, done: &Done) -> Vec<Out> {
+        named(Streamer::closing(self, done))
+    }
+
+    fn failed(&mut self, e: &ApiError) -> Vec<Out> {
+        named(Streamer::failed(self, e))
+    }
+
+    fn whole(&self, text: &str, done: &Done) -> Value {
+        self.head.whole(text, done)
     }
 }

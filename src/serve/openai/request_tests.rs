@@ -1,5 +1,8 @@
-//! Tests of `api` (beside it to keep that file on its one topic).
+//! Tests of `request` (beside it to keep that file on its one topic).
+use axum::http::StatusCode;
+
 use super::*;
+use crate::serve::job::{ANONYMOUS, REQUESTER_MAX_CHARS};
 
 fn chat(json: &str) -> Result<JobSpec, ApiError> {
     parse::<ChatRequest>(json.as_bytes())?.into_spec(&SamplingParams::default())
@@ -52,28 +55,28 @@ fn settings_stop_strings_and_text_parts_are_taken() {
 
 #[test]
 fn bad_requests_name_the_field() {
-    let param = |json: &str| chat(json).unwrap_err().param;
+    let param = |json: &str| chat(json).unwrap_err().param().map(str::to_string);
     assert_eq!(
         chat("{not json").unwrap_err().status,
         StatusCode::BAD_REQUEST
     );
-    assert_eq!(param(r#"{"messages":[]}"#), Some("messages"));
+    assert_eq!(param(r#"{"messages":[]}"#), Some("messages".into()));
     assert_eq!(
         param(r#"{"messages":[{"role":"robot","content":"x"}]}"#),
-        Some("messages")
+        Some("messages".into())
     );
     let m = r#""messages":[{"role":"user","content":"x"}]"#;
     assert_eq!(
         param(&format!("{{{m},\"temperature\":-1}}")),
-        Some("temperature")
+        Some("temperature".into())
     );
     assert_eq!(
         param(&format!("{{{m},\"max_tokens\":0}}")),
-        Some("max_tokens")
+        Some("max_tokens".into())
     );
-    assert_eq!(param(&format!("{{{m},\"n\":2}}")), Some("n"));
-    assert_eq!(param(&format!("{{{m},\"seed\":-3}}")), Some("seed"));
-    assert_eq!(param(&format!("{{{m},\"top_p\":0}}")), Some("top_p"));
+    assert_eq!(param(&format!("{{{m},\"n\":2}}")), Some("n".into()));
+    assert_eq!(param(&format!("{{{m},\"seed\":-3}}")), Some("seed".into()));
+    assert_eq!(param(&format!("{{{m},\"top_p\":0}}")), Some("top_p".into()));
     let e = chat(&format!("{{{m},\"messages\":3}}")).unwrap_err();
     assert!(e.message.starts_with("invalid"), "{}", e.message);
 }
@@ -89,7 +92,7 @@ fn completions_take_one_prompt() {
     let two = parse::<CompletionRequest>(br#"{"prompt":["a","b"]}"#)
         .unwrap()
         .into_spec(&d);
-    assert_eq!(two.unwrap_err().param, Some("prompt"));
+    assert_eq!(two.unwrap_err().param(), Some("prompt"));
 }
 
 #[test]
@@ -99,7 +102,7 @@ fn fields_of_several_shapes_are_explained_without_rust_types() {
         (r#"{"prompt": "a", "stop": 3}"#, "stop"),
     ] {
         let e = parse::<CompletionRequest>(json.as_bytes()).unwrap_err();
-        assert_eq!(e.param, Some(param), "{}", e.message);
+        assert_eq!(e.param(), Some(param), "{}", e.message);
         assert!(!e.message.contains("enum"), "{}", e.message);
         assert!(
             e.message.contains(&format!("{param} must be")),
@@ -123,7 +126,7 @@ fn completion_options_this_server_has_not_are_refused_unless_default() {
         (r#", "best_of": 3"#, "best_of"),
     ] {
         let e = spec(extra).unwrap_err();
-        assert_eq!(e.param, Some(param), "{extra}: {}", e.message);
+        assert_eq!(e.param(), Some(param), "{extra}: {}", e.message);
         assert!(e.message.starts_with(param), "{}", e.message);
     }
     for defaults in [
@@ -159,25 +162,17 @@ fn type_errors_speak_json_not_rust() {
         ),
     ] {
         let e = parse::<CompletionRequest>(body.as_bytes()).unwrap_err();
-        assert_eq!(e.param, param, "{}", e.message);
+        assert_eq!(e.param(), param, "{}", e.message);
         assert!(e.message.ends_with(words), "{body}: {}", e.message);
     }
     let e = chat(r#"{"messages": [{"role": "user", "content": "x"}, 3]}"#).unwrap_err();
-    assert_eq!(e.param, Some("messages"));
+    assert_eq!(e.param(), Some("messages"));
     assert!(
         e.message
             .ends_with("messages[1]: invalid type: integer `3`, expected an object"),
         "{}",
         e.message
     );
-}
-
-#[test]
-fn the_error_body_is_openai_shaped() {
-    let b = ApiError::invalid(Some("stop"), "too many").body();
-    assert_eq!(b["error"]["type"], "invalid_request_error");
-    assert_eq!(b["error"]["param"], "stop");
-    assert_eq!(b["error"]["message"], "too many");
 }
 
 /// `reasoning_effort: "none"` is the template's switch off
@@ -208,4 +203,42 @@ fn reasoning_effort_none_turns_the_templates_thinking_off() {
         Some(&serde_json::Value::from("low"))
     );
     assert!(o.get("enable_thinking").is_none());
+}
+
+/// A chat body's `tool_choice` and `response_format` reach the job as
+/// its constraint; a refused schema is a 400 when the body is read.
+#[test]
+fn a_chat_body_carries_its_constraint() {
+    use crate::chat::tool_grammar::ToolChoice;
+    use serde_json::{json, Value};
+    let spec = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}]});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        parse::<ChatRequest>(b.to_string().as_bytes())?.into_spec(&SamplingParams::default())
+    };
+    let of = |extra: Value| spec(extra).map(|s| s.constraint);
+    assert_eq!(of(json!({})), Ok(Constraint::Calls(ToolChoice::Auto)));
+    assert_eq!(of(json!({"tool_choice": "none"})), Ok(Constraint::None));
+    assert_eq!(
+        of(json!({"tool_choice": "required"})),
+        Ok(Constraint::Calls(ToolChoice::Required))
+    );
+    let named = json!({"tool_choice": {"type": "function", "function": {"name": "f"}}});
+    assert_eq!(
+        of(named),
+        Ok(Constraint::Calls(ToolChoice::Named("f".into())))
+    );
+    let json_object = of(json!({"response_format": {"type": "json_object"}}));
+    assert!(
+        matches!(json_object, Ok(Constraint::Json { .. })),
+        "{json_object:?}"
+    );
+    let refused = json!({"response_format": {"type": "json_schema", "json_schema": {
+        "schema": {"$ref": "#/$defs/nowhere"}}}});
+    let e = spec(refused).unwrap_err();
+    assert_eq!(e.param(), Some("response_format"));
+    assert!(e.message.contains("#/$defs/nowhere"), "{}", e.message);
 }

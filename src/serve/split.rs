@@ -1,19 +1,17 @@
-//! A chat reply split for every route: its reasoning (a `<think>` block,
+//! A chat reply split for every dialect: its reasoning (a `<think>` block,
 //! [`crate::chat::reasoning`], under a template that writes them), its
 //! content and its tool calls, whole ([`ReplySplit::parse`]) or as it
 //! streams ([`ReplyStream`]: each piece's reasoning, content and the calls'
-//! pieces it made known); and the OpenAI chat shapes of the calls:
-//! `message.tool_calls` whole, `delta.tool_calls` chunks as each call goes
-//! out (a reply held to the format by a grammar: its name first, then its
-//! arguments as they are written), `finish_reason` "tool_calls" when the
-//! model made any. Calls are parsed
+//! pieces it made known; a reply held to the format by a grammar: a call's
+//! name first, then its arguments as they are written); each dialect's
+//! `reply.rs` gives the parts its own shapes. Calls are parsed
 //! ([`crate::chat::tool_calls`]) when the request offered tools and the
 //! template's format is known; gpt-oss's harmony framing is always split
 //! (its analysis channel goes to `reasoning_content`, out of the content).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::api::{JobSpec, PromptSpec};
+use super::job::{JobSpec, PromptSpec, Started};
 use crate::chat::reasoning::{self, ThinkStream};
 use crate::chat::tool_calls::{parse_with_tools, CallFormat, CallPart, CallStream, Parsed};
 
@@ -134,7 +132,7 @@ impl ReplySplit {
     /// The split for a job as it started: `thinks` (the template writes
     /// reasoning blocks and this is a chat), the prompt's open block, the
     /// grammar on its calls.
-    pub(crate) fn started(self, thinks: bool, started: &super::routes::Started) -> Self {
+    pub(crate) fn started(self, thinks: bool, started: &Started) -> Self {
         self.thinking(thinks, started.reasoning_open)
             .held(started.calls_held)
     }
@@ -204,63 +202,12 @@ impl ReplySplit {
         }
     }
 
-    /// The whole reply's choice: its message and finish reason.
-    pub(crate) fn choice(&self, text: &str, finish: &'static str) -> Value {
-        let p = self.parse(text);
-        let content = if p.content.is_empty() && !p.calls.is_empty() {
-            Value::Null
-        } else {
-            p.content.as_str().into()
-        };
-        let mut message = json!({"role": "assistant", "content": content});
-        if let Some(r) = &p.reasoning {
-            message["reasoning_content"] = r.as_str().into();
-        }
-        if !p.calls.is_empty() {
-            message["tool_calls"] = calls_json(&p);
-        }
-        json!({"index": 0, "message": message, "finish_reason": finish_reason(&p, finish)})
-    }
-
     /// The end of a stream: what was still held back (text, calls), and
     /// the finish reason.
     pub(crate) fn end(&self, split: ReplyStream, finish: &'static str) -> (Shown, &'static str) {
         let (rest, p) = self.finish(split);
         (rest, finish_reason(&p, finish))
     }
-}
-
-/// The `delta`s of a streamed piece's calls: a call's index, id and name
-/// (its arguments empty) when it starts, then each piece of its arguments.
-pub(crate) fn call_deltas(shown: &Shown) -> Vec<Value> {
-    let mut out = Vec::with_capacity(2 * shown.parts.len());
-    for p in &shown.parts {
-        if let Some(name) = &p.name {
-            out.push(
-                json!({"tool_calls": [{"index": p.index, "id": p.id, "type": "function",
-                "function": {"name": name, "arguments": ""}}]}),
-            );
-        }
-        if !p.arguments.is_empty() {
-            out.push(
-                json!({"tool_calls": [{"index": p.index, "function": {"arguments": p.arguments}}]}),
-            );
-        }
-    }
-    out
-}
-
-/// A streamed piece's choices: its reasoning (`delta.reasoning_content`),
-/// its content, then its calls (`delta.tool_calls`), each when there is some.
-pub(crate) fn chat_deltas(shown: &Shown) -> impl Iterator<Item = Value> + Send {
-    let reasoning =
-        (!shown.reasoning.is_empty()).then(|| json!({"reasoning_content": shown.reasoning}));
-    let content = (!shown.content.is_empty()).then(|| json!({"content": shown.content}));
-    reasoning
-        .into_iter()
-        .chain(content)
-        .chain(call_deltas(shown))
-        .map(|delta| json!({"index": 0, "delta": delta, "finish_reason": null}))
 }
 
 /// Two reasonings in one (either may be missing).
@@ -273,7 +220,7 @@ fn join(a: Option<String>, b: Option<String>) -> Option<String> {
 
 /// "tool_calls" when the model made calls (and ended after the last), else
 /// the generation's own.
-fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
+pub(crate) fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
     if p.calls.is_empty() || p.cut {
         finish
     } else {
@@ -281,116 +228,14 @@ fn finish_reason(p: &Parsed, finish: &'static str) -> &'static str {
     }
 }
 
-/// `[{id, type, function: {name, arguments}}]`.
-fn calls_json(p: &Parsed) -> Value {
-    p.calls
-        .iter()
-        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn tools() -> Value {
         json!([{"type": "function", "function": {"name": "lookup", "parameters": {
             "type": "object", "properties": {"code": {"type": "string"}, "n": {"type": "integer"}}}}}])
-    }
-
-    /// GLM's values are typed by the tool's schema: a string parameter
-    /// stays text even when it reads as a number.
-    #[test]
-    fn a_glm_reply_becomes_openai_tool_calls() {
-        let split = ReplySplit::new(CallFormat::Glm, Some(tools()));
-        let reply = "Looking.\n<tool_call>lookup\n<arg_key>code</arg_key>\n<arg_value>0042</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>";
-        let c = split.choice(reply, "stop");
-        assert_eq!(c["finish_reason"], "tool_calls");
-        assert_eq!(c["message"]["content"], "Looking.");
-        let call = &c["message"]["tool_calls"][0];
-        assert_eq!(call["function"]["name"], "lookup");
-        let args: Value =
-            serde_json::from_str(call["function"]["arguments"].as_str().expect("text"))
-                .expect("JSON");
-        assert_eq!(args, json!({"code": "0042", "n": 3}));
-    }
-
-    /// Streamed, Kimi's section is held back and its calls come as indexed
-    /// deltas (index, id and name first, then the arguments) once the
-    /// section closes, before the reply ends; a broken section is text with
-    /// the stop reason.
-    #[test]
-    fn a_kimi_stream_sends_indexed_call_deltas_once_the_section_closes() {
-        let split = ReplySplit::new(CallFormat::Kimi, Some(tools()));
-        let call = |n: u32| {
-            format!("<|tool_call_begin|>functions.lookup:{n}<|tool_call_argument_begin|>{{\"n\": {n}}}<|tool_call_end|>")
-        };
-        let reply = format!(
-            "Two.<|tool_calls_section_begin|>{}{}<|tool_calls_section_end|>",
-            call(0),
-            call(1)
-        );
-        let mut s = split.stream();
-        let (mut shown, mut deltas) = (String::new(), Vec::new());
-        for piece in reply.as_bytes().chunks(5) {
-            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
-            shown.push_str(&p.content);
-            deltas.extend(call_deltas(&p));
-        }
-        assert_eq!(deltas.len(), 4, "both calls before the end");
-        let (rest, finish) = split.end(s, "stop");
-        assert_eq!(shown + &rest.content, "Two.");
-        assert!(rest.parts.is_empty());
-        assert_eq!(finish, "tool_calls");
-        let first = &deltas[2]["tool_calls"][0];
-        assert_eq!(
-            (&first["index"], &first["function"]["name"]),
-            (&json!(1), &json!("lookup"))
-        );
-        assert!(first["id"]
-            .as_str()
-            .is_some_and(|id| id.starts_with("call_")));
-        assert_eq!(first["function"]["arguments"], "");
-        assert_eq!(
-            deltas[3]["tool_calls"][0]["function"]["arguments"],
-            "{\"n\":1}"
-        );
-
-        let broken = "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0";
-        let mut s = split.stream();
-        let shown = s.push(broken).content;
-        let (rest, finish) = split.end(s, "length");
-        assert_eq!(shown + &rest.content, broken);
-        assert!(rest.parts.is_empty());
-        assert_eq!(finish, "length");
-    }
-
-    /// A whole reply of a thinking template: the block is
-    /// `reasoning_content`, out of the content; streamed, the same split
-    /// comes as reasoning first, and a call after the block is a call.
-    #[test]
-    fn a_thinking_reply_has_its_reasoning_apart_whole_and_streamed() {
-        let split = ReplySplit::new(CallFormat::Hermes, Some(tools())).thinking(true, false);
-        let reply = "<think>\nNeed a lookup.\n</think>\n\nOne moment.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"n\": 1}}\n</tool_call>";
-        let c = split.choice(reply, "stop");
-        assert_eq!(c["message"]["reasoning_content"], "Need a lookup.");
-        assert_eq!(c["message"]["content"], "One moment.");
-        assert_eq!(c["message"]["tool_calls"][0]["function"]["name"], "lookup");
-        let mut s = split.stream();
-        let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), 0);
-        for piece in reply.as_bytes().chunks(3) {
-            let p = s.push(std::str::from_utf8(piece).expect("ASCII"));
-            assert!(p.reasoning.is_empty() || content.is_empty());
-            reasoning.push_str(&p.reasoning);
-            content.push_str(&p.content);
-            calls += p.parts.iter().filter(|c| c.name.is_some()).count();
-        }
-        let (rest, finish) = split.end(s, "stop");
-        assert_eq!(
-            (reasoning.as_str(), content + &rest.content),
-            ("Need a lookup.", "One moment.".into())
-        );
-        assert_eq!((calls, finish), (1, "tool_calls"));
     }
 
     /// gpt-oss's analysis channel streams as reasoning before the final

@@ -1,0 +1,181 @@
+//! Issue 65: no import cycle among the files of a folder of `src/`, read
+//! on the same module graph as the import rules (`super::named_paths`).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::{module_path, named_paths, rust_files};
+
+/// The module graph of a folder's files: each file's module path and the
+/// files of the same folder it names (by the longest module path that
+/// starts what it names; a name of a folder's `mod.rs` reaches that file,
+/// re-exports included). A `mod` declaration is no edge.
+fn file_graph(files: &[(Vec<String>, String)]) -> Vec<(String, BTreeSet<String>)> {
+    let modules: Vec<&Vec<String>> = files.iter().map(|(m, _)| m).collect();
+    files
+        .iter()
+        .map(|(module, source)| {
+            let named = named_paths(module, source)
+                .unwrap_or_else(|e| panic!("{}: does not parse: {e}", module.join("::")));
+            let reached = named
+                .iter()
+                .filter_map(|abs| {
+                    modules
+                        .iter()
+                        .filter(|m| abs.starts_with(m))
+                        .max_by_key(|m| m.len())
+                })
+                .filter(|m| *m != &module)
+                .map(|m| m.join("::"))
+                .collect();
+            (module.join("::"), reached)
+        })
+        .collect()
+}
+
+/// One import cycle of the graph (its files in order, the first again at
+/// the end), if it has one: a depth-first walk that meets a file still on
+/// its path.
+fn import_cycle(graph: &[(String, BTreeSet<String>)]) -> Option<Vec<String>> {
+    fn walk<'a>(
+        at: &'a str,
+        graph: &'a [(String, BTreeSet<String>)],
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(from) = path.iter().position(|f| *f == at) {
+            let mut cycle: Vec<String> = path[from..].iter().map(|f| f.to_string()).collect();
+            cycle.push(at.to_string());
+            return Some(cycle);
+        }
+        if !done.insert(at) {
+            return None;
+        }
+        path.push(at);
+        let next = graph.iter().find(|(f, _)| f == at).map(|(_, n)| n);
+        for n in next.into_iter().flatten() {
+            if let Some(c) = walk(n, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .iter()
+        .find_map(|(f, _)| walk(f, graph, &mut Vec::new(), &mut done))
+}
+
+/// The module path of a file for the graph: as [`module_path`], but a
+/// test file beside its module (`reply_tests.rs` beside `reply.rs`, read
+/// in through `#[path]`) is that module's `tests`.
+fn graph_module(src: &Path, rel: &Path) -> Vec<String> {
+    let mut module = module_path(rel);
+    let stem = rel.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if let Some(base) = stem.as_deref().and_then(|s| s.strip_suffix("_tests")) {
+        if src.join(rel).with_file_name(format!("{base}.rs")).exists() {
+            module.pop();
+            module.push(base.to_string());
+            module.push("tests".to_string());
+        }
+    }
+    module
+}
+
+/// The files under `src/<folder>/`, each with its module path and text.
+fn folder_files(folder: &str) -> Vec<(Vec<String>, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join(folder), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).expect("under src/");
+            let text = std::fs::read_to_string(f).expect("read a source file");
+            (graph_module(&src, rel), text)
+        })
+        .collect()
+}
+
+/// The folders whose files must not import each other in a cycle (issue
+/// 65): the server's rooms, and chat's (the tool-call formats behind one
+/// trait, the template renderer's errors beside it).
+const ACYCLIC_FOLDERS: [&str; 2] = ["serve", "chat"];
+
+#[test]
+fn no_import_cycle_among_the_files_of_a_folder() {
+    for folder in ACYCLIC_FOLDERS {
+        let files = folder_files(folder);
+        assert!(files.len() > 10, "{folder}: {} files", files.len());
+        let graph = file_graph(&files);
+        let edges: usize = graph.iter().map(|(_, n)| n.len()).sum();
+        assert!(edges > 20, "{folder}: only {edges} imports seen");
+        if let Some(cycle) = import_cycle(&graph) {
+            panic!("src/{folder}/ has an import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn a_planted_import_cycle_is_found() {
+    let file = |module: &str, source: &str| {
+        let m: Vec<String> = module.split("::").map(str::to_string).collect();
+        (m, source.to_string())
+    };
+    // A dialect, the job's leaf and the routes: no cycle.
+    let mut tree = vec![
+        file("serve", "mod job; mod d; mod routes; use routes::router;"),
+        file("serve::job", "pub struct JobSpec; pub fn now() {}"),
+        file("serve::d", "mod reply; pub use reply::Reply;"),
+        file(
+            "serve::d::reply",
+            "use crate::serve::job::JobSpec; fn f() { super::super::job::now() }",
+        ),
+        file(
+            "serve::d::reply::tests",
+            "use super::*; use crate::serve::d::Reply;",
+        ),
+        file(
+            "serve::routes",
+            "use super::d; use super::job::{self, JobSpec};",
+        ),
+    ];
+    let graph = file_graph(&tree);
+    assert_eq!(import_cycle(&graph), None, "{graph:?}");
+    let reached = |f: &str| graph.iter().find(|(g, _)| g == f).unwrap().1.clone();
+    assert_eq!(
+        reached("serve::routes"),
+        ["serve::d", "serve::job"].map(String::from).into()
+    );
+    assert_eq!(
+        reached("serve::d::reply"),
+        ["serve::job"].map(String::from).into()
+    );
+    assert_eq!(reached("serve"), ["serve::routes"].map(String::from).into());
+    assert_eq!(
+        reached("serve::d"),
+        ["serve::d::reply"].map(String::from).into()
+    );
+    // The leaf names a dialect back, through a macro's tokens: a cycle.
+    tree[1] = file(
+        "serve::job",
+        "pub struct JobSpec; fn g() { println!(\"{}\", crate::serve::d::reply::X); }",
+    );
+    let cycle = import_cycle(&file_graph(&tree)).expect("the planted cycle");
+    assert_eq!(cycle.first(), cycle.last());
+    assert!(cycle.contains(&"serve::job".to_string()), "{cycle:?}");
+    assert!(cycle.contains(&"serve::d::reply".to_string()), "{cycle:?}");
+    // A child naming its parent's own item while the parent names it.
+    tree[1] = file("serve::job", "pub struct JobSpec;");
+    tree[3] = file(
+        "serve::d::reply",
+        "use super::Reply; use super::super::job::JobSpec;",
+    );
+    let cycle = import_cycle(&file_graph(&tree)).expect("parent and child");
+    assert_eq!(
+        cycle,
+        ["serve::d", "serve::d::reply", "serve::d"].map(String::from)
+    );
+}
