@@ -3,7 +3,8 @@
 # against --resident and the streamed --cache-mb auto, each cold (the file
 # dropped from the page cache first) and then warm (run again at once), for a
 # short and a long generation.
-# Usage: benches/fits.sh MODEL OUT (BIN, LENGTHS="24 256", CELL_LOCK=FILE)
+# Usage: benches/fits.sh MODEL OUT (BIN, LENGTHS="24 256",
+#   MODES="default resident auto", CELL_LOCK=FILE)
 # Writes OUT/<mode>-n<N>-<cold|warm>.{csv,err,txt}; prints each run's lines.
 set -uo pipefail
 M=${1:?model}; OUT=${2:?out dir}
@@ -25,7 +26,7 @@ one() { # name tokens flags...
     grep -E "^(generation|load|moe-cache|bmoe:)" "$OUT/$name.err" | grep -v "^bmoe: warn"
 }
 for n in ${LENGTHS:-24 256}; do
-    for mode in default resident auto; do
+    for mode in ${MODES:-default resident auto}; do
         case $mode in
         default) flags=() ;;
         resident) flags=(--resident) ;;

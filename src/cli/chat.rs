@@ -130,6 +130,15 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         .flatten()
         .collect(),
     };
+    let read = read_lines(&mut chat, &mut session);
+    for line in session.close() {
+        bmoe::say!("{line}");
+    }
+    read
+}
+
+/// One turn per line read until Ctrl-D or /quit.
+fn read_lines(chat: &mut Chat, session: &mut Session) -> Result<()> {
     let mut editor = rustyline::DefaultEditor::new()?;
     loop {
         let line = match editor.readline("> ") {
@@ -148,12 +157,9 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             continue;
         }
         let _ = editor.add_history_entry(line);
-        if !chat.command(line, &mut session)? {
+        if !chat.command(line, session)? {
             break;
         }
-    }
-    for line in session.close() {
-        bmoe::say!("{line}");
     }
     Ok(())
 }
