@@ -11,6 +11,7 @@ use super::checks::UsageError;
 use bmoe::engine::RpcLayers;
 use bmoe::forecast::{self, CacheOutcome, HostFacts};
 use bmoe::layout::MoeLayout;
+use bmoe::stream::route_from::{ForcedRoutes, RunShape};
 use bmoe_flash::cache::CachePolicy;
 use bmoe_trace::replay;
 
@@ -34,6 +35,12 @@ pub struct InspectArgs {
     /// of the published real routing of docs/cache.md.
     #[arg(long, value_name = "FILE", requires = "forecast")]
     pub route_trace: Option<PathBuf>,
+    /// With --route-trace: replay the trace as `bmoe run --route-from` hands
+    /// it to a run of PROMPT prompt tokens and TOKENS generated, from a cold
+    /// cache (the hit rate over that run's generated tokens), instead of the
+    /// trace's own decodes (a long run's).
+    #[arg(long, value_name = "PROMPT,TOKENS", value_parser = parse_run_shape, requires = "route_trace")]
+    pub forced_run: Option<RunShape>,
     /// With --forecast: seconds the read probe runs.
     #[arg(long, value_name = "S", default_value_t = 2.0, requires = "forecast")]
     pub probe_seconds: f64,
@@ -106,7 +113,7 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
     }
     // Every input is checked before the probe spends its seconds.
     let curve = match &args.route_trace {
-        Some(p) => Curve::Trace(load_trace(p, &args.model, l)?),
+        Some(p) => Curve::Trace(load_trace(p, &args.model, l, args.forced_run)?),
         None => Curve::Published,
     };
     if args.probe_tokens > MAX_PROBE_TOKENS {
@@ -153,7 +160,7 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         &cells,
         l,
         &host,
-        &curve.describe(args.route_trace.as_deref()),
+        &curve.describe(args.route_trace.as_deref(), args.forced_run),
         depth.as_ref(),
     ))
 }
@@ -367,9 +374,16 @@ impl Curve {
         }
     }
 
-    fn describe(&self, path: Option<&Path>) -> String {
-        match (self, path) {
-            (Curve::Trace(_), Some(p)) => {
+    fn describe(&self, path: Option<&Path>, run: Option<RunShape>) -> String {
+        match (self, path, run) {
+            (Curve::Trace(_), Some(p), Some(r)) => format!(
+                "{} as a forced run of {} prompt tokens and {} generated hands it, from a cold \
+                 cache, replayed under the default policy",
+                p.display(),
+                r.prompt_tokens,
+                r.generated_tokens
+            ),
+            (Curve::Trace(_), Some(p), None) => {
                 format!("{} replayed under the default policy", p.display())
             }
             _ => "gpt-oss-20b's published routing under the default policy (docs/cache.md, \
@@ -386,6 +400,7 @@ fn load_trace(
     p: &Path,
     model: &Path,
     l: &MoeLayout,
+    run: Option<RunShape>,
 ) -> Result<(bmoe_trace::route_trace::TraceHeader, replay::Demands)> {
     let (header, records, _note) = super::replay::read_trace(p)?;
     let own = bmoe::stream::route_trace_header(model, l, l.n_expert_used);
@@ -399,7 +414,17 @@ fn load_trace(
         ))
         .into());
     }
-    let demands = replay::demands(&records);
+    let demands = match (run, ForcedRoutes::from_records(&header, &records)) {
+        (Some(run), Some(routes)) => {
+            let layers: Vec<u32> = l
+                .expert_layers()
+                .into_iter()
+                .filter(|&layer| routes.routes_layer(layer))
+                .collect();
+            replay::demands(&routes.run_records(&layers, run))
+        }
+        _ => replay::demands(&records),
+    };
     if demands.demands.is_empty() {
         return Err(UsageError(format!(
             "--route-trace {} holds no demands: record it with bmoe run --route-trace FILE on a \
@@ -411,9 +436,26 @@ fn load_trace(
     Ok((header, demands))
 }
 
+/// `--forced-run PROMPT,TOKENS`: a prompt of 1 or more tokens, 1 or more generated.
+fn parse_run_shape(s: &str) -> std::result::Result<RunShape, String> {
+    let bad = || format!("{s}: give PROMPT,TOKENS, two whole numbers of 1 or more (e.g. 15,64)");
+    let (p, n) = s.split_once(',').ok_or_else(bad)?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(bad)
+    };
+    Ok(RunShape {
+        prompt_tokens: num(p)?,
+        generated_tokens: num(n)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::probe_ctx;
+    use super::{parse_run_shape, probe_ctx};
     use bmoe::engine::DEFAULT_N_CTX;
 
     #[test]
@@ -423,5 +465,15 @@ mod tests {
         assert_eq!(probe_ctx(Some(40_960)), DEFAULT_N_CTX);
         assert_eq!(probe_ctx(Some(1024)), 1024);
         assert_eq!(probe_ctx(Some(u64::MAX)), DEFAULT_N_CTX);
+    }
+
+    #[test]
+    fn a_forced_run_is_a_prompt_and_a_length() {
+        let r = parse_run_shape("15, 64").expect("a shape");
+        assert_eq!((r.prompt_tokens, r.generated_tokens), (15, 64));
+        for bad in ["15", "0,64", "15,0", "a,b", "15,64,1", "-1,2"] {
+            let e = parse_run_shape(bad).unwrap_err();
+            assert!(e.contains("PROMPT,TOKENS"), "{bad}: {e}");
+        }
     }
 }

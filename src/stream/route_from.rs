@@ -120,6 +120,42 @@ impl ForcedRoutes {
     }
 }
 
+/// A forced run's length: a prompt decoded as one batch, then single-token decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunShape {
+    pub prompt_tokens: u32,
+    pub generated_tokens: u32,
+}
+
+impl ForcedRoutes {
+    /// The trace a run of `run`'s shape forced from this one would record
+    /// (`bmoe run --route-from T --route-trace OUT`): the prompt's batch with
+    /// every row at each routed layer but the last, where only its last row
+    /// has logits; then one record set per generated token, wrapping at the
+    /// trace's end as the cursor does. A model's routed layers are `layers`.
+    pub fn run_records(&self, layers: &[u32], run: RunShape) -> Vec<TraceRecord> {
+        let mut out = Vec::new();
+        let batch = |first: u64, rows: u32, out: &mut Vec<TraceRecord>| {
+            for (i, &layer) in layers.iter().enumerate() {
+                let n = if i + 1 == layers.len() { 1 } else { rows };
+                let start = first + u64::from(rows - n);
+                let ids = (start..first + u64::from(rows))
+                    .flat_map(|t| self.row(t, layer).unwrap_or_default().iter().copied())
+                    .collect();
+                out.push(TraceRecord::Demand { layer, ids });
+            }
+            out.push(TraceRecord::DecodeEnd { rows, outputs: 1 });
+        };
+        if run.prompt_tokens > 0 {
+            batch(0, run.prompt_tokens, &mut out);
+        }
+        for t in 0..u64::from(run.generated_tokens) {
+            batch(u64::from(run.prompt_tokens) + t, 1, &mut out);
+        }
+        out
+    }
+}
+
 /// A table being built: which (token, column) cells a demand filled.
 struct Table {
     routes: ForcedRoutes,

@@ -194,3 +194,46 @@ fn load_refuses_a_file_that_is_not_a_trace_of_this_shape() {
     std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
     assert_eq!(load(&cut, m, &header()).unwrap().tokens(), 5);
 }
+
+#[test]
+fn a_forced_runs_own_trace_is_its_prompt_batch_then_its_tokens() {
+    let r = ForcedRoutes::from_records(&header(), &records()).unwrap();
+    let run = RunShape {
+        prompt_tokens: 2,
+        generated_tokens: 4,
+    };
+    let recs = r.run_records(&[1, 2], run);
+    // The 2-token prompt: both rows at layer 1, the last at layer 2.
+    assert_eq!(
+        recs[..3],
+        [demand(1, &[0, 1, 2, 3]), demand(2, &[6, 7]), end(2, 1)]
+    );
+    // Tokens 2, 3, 4, then 5 wraps to token 0.
+    assert_eq!(
+        recs[3..6],
+        [demand(1, &[4, 5]), demand(2, &[6, 7]), end(1, 1)]
+    );
+    assert_eq!(
+        recs[12..],
+        [demand(1, &[0, 1]), demand(2, &[6, 7]), end(1, 1)]
+    );
+    let no_prompt = RunShape {
+        prompt_tokens: 0,
+        generated_tokens: 1,
+    };
+    assert_eq!(
+        r.run_records(&[1, 2], no_prompt)[..2],
+        [demand(1, &[0, 1]), demand(2, &[6, 7])]
+    );
+    // What a cursor hands the same run, decode by decode.
+    let mut c = RouteCursor::new(Arc::new(r));
+    c.decode_begin(2);
+    assert_eq!(rows(&c, 1, 2), [0, 1, 2, 3]);
+    c.decode_end();
+    for chunk in recs[3..].chunks(3) {
+        c.decode_begin(1);
+        assert_eq!(chunk[0], demand(1, &rows(&c, 1, 1)));
+        assert_eq!(chunk[1], demand(2, &rows(&c, 2, 1)));
+        c.decode_end();
+    }
+}
