@@ -180,10 +180,14 @@ fn warn_refused(dir: &Path, refused: &[(PathBuf, String)]) {
 fn note_too_long(dir: &Path, lens: &[usize], n_ctx: u32) {
     if let Some(longest) = lens.iter().max() {
         tracing::info!(
-            "prompt cache: {} entr{} in {} hold more tokens than this context's {n_ctx} \
-             per sequence (up to {longest}): skipped",
+            "prompt cache: {} {} in {} more tokens than this context's {n_ctx} per \
+             sequence (up to {longest}, written with a larger -c): skipped",
             lens.len(),
-            if lens.len() == 1 { "y" } else { "ies" },
+            if lens.len() == 1 {
+                "entry holds"
+            } else {
+                "entries hold"
+            },
             dir.display()
         );
     }
