@@ -2,7 +2,8 @@
 //! restored from FILE when the tokens it holds start the prompt (the rest is
 //! prefilled), and the prompt's state written to FILE after the run. A file
 //! of another model or bmoe, or a damaged one, is a warning and a plain
-//! prefill; one holding more tokens than the context, a note and a prefill. Also what names a state ([`ident_of`], used by serve).
+//! prefill; one holding more tokens than the context, a note and a prefill.
+//! Also what names a state ([`ident_of`], used by serve).
 
 use std::path::Path;
 

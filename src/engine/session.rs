@@ -248,6 +248,14 @@ impl Session {
         self.reset();
         let entry =
             super::prompt_state::read_within_memory(file, ident).map_err(EngineError::Config)?;
+        if !ident.fits(entry.tokens.len()) {
+            return Err(EngineError::Config(format!(
+                "{} holds {} tokens, more than this context's {} (-c)",
+                file.display(),
+                entry.tokens.len(),
+                ident.n_ctx
+            )));
+        }
         self.ctx.set_seq_state(0, &entry.state)?;
         self.kv = entry.tokens;
         Ok(self.kv.len())
