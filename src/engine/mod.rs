@@ -237,7 +237,8 @@ fn prompt_file(
         );
         return None;
     }
-    match prompt_state::ident_of(cfg, n_ctx) {
+    // run's context holds one sequence: its states are of one KV stream.
+    match prompt_state::ident_of(cfg, n_ctx, 1) {
         Ok(id) => Some((file, id)),
         Err(e) => {
             crate::say!(

@@ -1,8 +1,9 @@
 //! `bmoe run --prompt-cache-file FILE` (llama.cpp's habit): the prompt's KV state
 //! restored from FILE when the tokens it holds start the prompt (the rest is
 //! prefilled), and the prompt's state written to FILE after the run. A file
-//! of another model, context or bmoe, or a damaged one, is a warning and a
-//! plain prefill. Also what names a state ([`ident_of`], used by serve).
+//! of another model or bmoe, or a damaged one, is a warning and a plain
+//! prefill; one holding more tokens than the context, a note and a prefill.
+//! Also what names a state ([`ident_of`], used by serve).
 
 use std::path::Path;
 
@@ -11,8 +12,9 @@ use crate::llama::{Context, Token};
 use crate::prompt_cache::{self, Ident};
 
 /// What names the states this configuration makes: the model file, `-c`,
-/// the settings that change the KV values, the bmoe version.
-pub fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
+/// the KV streams of a state (`Context::state_streams`), the settings that
+/// change the KV values, the bmoe version.
+pub fn ident_of(cfg: &RunConfig, n_ctx: u32, state_streams: u32) -> std::io::Result<Ident> {
     let memo = cfg.model_id_memo.as_deref();
     let (model_bytes, model_hash) = prompt_cache::model_id(&cfg.model, memo)?;
     let drop_cold = cfg.mode.stream().map_or(0.0, |s| s.drop_cold);
@@ -24,6 +26,7 @@ pub fn ident_of(cfg: &RunConfig, n_ctx: u32) -> std::io::Result<Ident> {
         model_bytes,
         model_hash,
         n_ctx,
+        state_streams,
         settings: format!("--n-expert-used {k}, --drop-cold-experts {drop_cold}"),
     })
 }
@@ -62,6 +65,15 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
             return 0;
         }
     };
+    if !ident.fits(entry.tokens.len()) {
+        crate::say!(
+            "prompt cache: {} holds {} tokens, more than this context's {} (-c): the prompt is prefilled",
+            file.display(),
+            entry.tokens.len(),
+            ident.n_ctx
+        );
+        return 0;
+    }
     let common = prompt_cache::common_prefix(&entry.tokens, prompt).min(prompt.len() - 1);
     if common == 0 {
         crate::say!(
@@ -131,6 +143,7 @@ mod tests {
             model_bytes: 0,
             model_hash: String::new(),
             n_ctx: 0,
+            state_streams: 1,
             settings: String::new(),
         };
         let e = read_within_memory(&file, &ident).unwrap_err();

@@ -222,10 +222,10 @@ impl Session {
     }
 
     /// What names the KV states this session writes and accepts (`cfg` is
-    /// the one it was opened with): the model file, `-c`, the settings that
-    /// change the KV values, the bmoe version.
+    /// the one it was opened with): the model file, `-c`, the KV streams of a
+    /// state, the settings that change the KV values, the bmoe version.
     pub fn state_ident(&self, cfg: &RunConfig) -> std::io::Result<Ident> {
-        super::prompt_state::ident_of(cfg, self.n_ctx())
+        super::prompt_state::ident_of(cfg, self.n_ctx(), self.ctx.state_streams())
     }
 
     /// Write the KV entries of the tokens the context holds to `file` (a
@@ -248,6 +248,14 @@ impl Session {
         self.reset();
         let entry =
             super::prompt_state::read_within_memory(file, ident).map_err(EngineError::Config)?;
+        if !ident.fits(entry.tokens.len()) {
+            return Err(EngineError::Config(format!(
+                "{} holds {} tokens, more than this context's {} (-c)",
+                file.display(),
+                entry.tokens.len(),
+                ident.n_ctx
+            )));
+        }
         self.ctx.set_seq_state(0, &entry.state)?;
         self.kv = entry.tokens;
         Ok(self.kv.len())

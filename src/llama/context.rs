@@ -77,6 +77,9 @@ pub struct Context {
     n_ctx: u32,
     n_batch: u32,
     n_seq: u32,
+    /// Whether its sequences' states move between sequence counts
+    /// ([`Context::state_streams`]).
+    pub(super) states_move: bool,
     // Dropped after the context (field order): the model must outlive it.
     model: Arc<Model>,
 }
@@ -202,7 +205,7 @@ impl Context {
         let n_ctx = unsafe { sys::llama_n_ctx_seq(ptr.as_ptr()) };
         // SAFETY: valid context pointer; pure getter (llama.cpp may clamp n_batch to n_ctx).
         let n_batch = unsafe { sys::llama_n_batch(ptr.as_ptr()) };
-        Ok(Self {
+        let mut ctx = Self {
             ptr,
             threadpool,
             _observer: observer,
@@ -211,8 +214,11 @@ impl Context {
             n_ctx,
             n_batch,
             n_seq,
+            states_move: false,
             model,
-        })
+        };
+        ctx.states_move = ctx.probe_states_move();
+        Ok(ctx)
     }
 
     /// The raw context, for the other FFI wrappers of this module.

@@ -66,6 +66,7 @@ impl DiskIndex {
         };
         let mut seen = HashMap::new();
         let mut refused: Vec<(PathBuf, String)> = Vec::new();
+        let mut too_long = Vec::new();
         for e in rd.flatten() {
             if owned::kind_of(&e) != Some(Kind::Entry) {
                 continue;
@@ -76,10 +77,17 @@ impl DiskIndex {
             let known = self.files.remove(&path).filter(|i| i.len == len);
             let tokens = match known {
                 Some(i) => i.tokens,
-                None => head_tokens(&path, want).unwrap_or_else(|why| {
-                    refused.push((path.clone(), why));
-                    Vec::new()
-                }),
+                None => match head_tokens(&path, want) {
+                    Ok(t) if want.fits(t.len()) => t,
+                    Ok(t) => {
+                        too_long.push(t.len());
+                        Vec::new()
+                    }
+                    Err(why) => {
+                        refused.push((path.clone(), why));
+                        Vec::new()
+                    }
+                },
             };
             let i = Indexed { len, tokens };
             seen.insert(path, i);
@@ -87,10 +95,12 @@ impl DiskIndex {
         self.files = seen;
         if self.warns {
             warn_refused(&self.dir, &refused);
+            note_too_long(&self.dir, &too_long, want.n_ctx);
         }
     }
 
-    /// The file sharing the longest prefix with `prompt`, longer than `floor`.
+    /// The file sharing the longest prefix with `prompt`, longer than `floor`
+    /// (never one whose tokens do not fit this context).
     pub(super) fn best(
         &mut self,
         prompt: &[i32],
@@ -163,6 +173,24 @@ fn warn_refused(dir: &Path, refused: &[(PathBuf, String)]) {
             ""
         }
     );
+}
+
+/// One line for the entries of `dir` holding more tokens than a sequence of
+/// this context (written with a larger `-c`): skipped, not an error.
+fn note_too_long(dir: &Path, lens: &[usize], n_ctx: u32) {
+    if let Some(longest) = lens.iter().max() {
+        tracing::info!(
+            "prompt cache: {} {} in {} more tokens than this context's {n_ctx} per \
+             sequence (up to {longest}, written with a larger -c): skipped",
+            lens.len(),
+            if lens.len() == 1 {
+                "entry holds"
+            } else {
+                "entries hold"
+            },
+            dir.display()
+        );
+    }
 }
 
 /// The tokens in the head of `path`, or why it is not one of this ident's

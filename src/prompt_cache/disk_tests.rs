@@ -37,13 +37,41 @@ fn the_longest_prefix_on_disk_is_found_and_a_damaged_file_skipped() {
     idx.remove_covered_by(&[1, 2, 3, 4, 5, 6]);
     assert!(!long.exists());
     let other = Ident {
-        n_ctx: 9,
+        state_streams: 2,
         ..ident()
     };
     assert!(
         DiskIndex::new(dir).best(&[1, 2, 3], &other, 0).is_none(),
         "foreign ident"
     );
+}
+
+/// An entry written with a larger `-c` restores where its tokens fit and
+/// is skipped (never offered, nor an error) where they do not.
+#[test]
+fn an_entry_of_another_context_size_is_offered_where_it_fits() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    owned::make_folder(&dir).unwrap();
+    let big = Ident {
+        n_ctx: 4096,
+        ..ident()
+    };
+    let idx = DiskIndex::new(dir.clone());
+    let tokens: Vec<i32> = (0..100).collect();
+    write_entry(&idx.path_of(&tokens), &big, &tokens, &[7; 8]).unwrap();
+    let fits = Ident {
+        n_ctx: 100,
+        ..big.clone()
+    };
+    let (_, common) = DiskIndex::new(dir.clone())
+        .best(&tokens[..50], &fits, 0)
+        .unwrap();
+    assert_eq!(common, 50);
+    let small = Ident { n_ctx: 99, ..big };
+    let mut idx = DiskIndex::new(dir);
+    assert!(idx.best(&tokens[..50], &small, 0).is_none(), "too long");
+    assert!(!idx.covers(&tokens[..10]), "not a candidate");
 }
 
 #[test]

@@ -171,6 +171,7 @@ pub(super) mod tests {
             model_bytes: 7,
             model_hash: "00".into(),
             n_ctx: 64,
+            state_streams: 1,
             settings: String::new(),
         }
     }
@@ -209,11 +210,19 @@ pub(super) mod tests {
         let p = dir.path().join("e.bpc");
         write_entry(&p, &ident(), &[1], &[2; 8]).unwrap();
         assert!(read_entry(&p, &ident()).is_ok());
-        let other = Ident {
+        let other_ctx = Ident {
             n_ctx: 128,
             ..ident()
         };
+        assert!(
+            read_entry(&p, &other_ctx).is_ok(),
+            "another -c is no mismatch"
+        );
+        let other = Ident {
+            state_streams: 2,
+            ..ident()
+        };
         let e = read_entry(&p, &other).unwrap_err().to_string();
-        assert!(e.contains("another context size"), "{e}");
+        assert!(e.contains("another --parallel"), "{e}");
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Pure Rust without FFI: the state bytes come from and go to llama.cpp
 //! through `llama::Context::seq_state`. Every entry names what made it
-//! ([`Ident`]: model file, context size, settings, bmoe version) and carries a
+//! ([`Ident`]: model file, KV streams, settings, bmoe version; the context
+//! size too, which restores wherever its tokens fit) and carries a
 //! CRC-32 of its bytes; a mismatch or a damaged file is a warning and a miss,
 //! never a restore. Files are written beside their place and renamed into it
 //! (two processes may share a directory), by a background writer with a

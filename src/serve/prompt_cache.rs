@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::metrics as m;
-use crate::engine::prompt_state::ident_of;
 use crate::engine::RunConfig;
 use crate::engine::Session;
 use crate::generate::Multi;
@@ -58,10 +57,11 @@ impl Hook {
     pub(crate) fn open(
         cfg: &prompt_cache::Config,
         run: &RunConfig,
-        n_ctx: u32,
+        session: &Session,
         n_seq: usize,
     ) -> Option<Self> {
-        let opened = ident_of(run, n_ctx)
+        let opened = session
+            .state_ident(run)
             .map_err(|e| format!("cannot read {}: {e}", run.model.display()))
             .and_then(|id| open_or_ram_only(cfg, id));
         match opened {

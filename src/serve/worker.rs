@@ -85,7 +85,7 @@ impl Worker {
                 };
                 let hook = prompt_cache
                     .as_ref()
-                    .and_then(|c| Hook::open(c, &cfg, session.n_ctx(), parallel));
+                    .and_then(|c| Hook::open(c, &cfg, &session, parallel));
                 if let Some(h) = &hook {
                     h.warm_experts(&session);
                 }

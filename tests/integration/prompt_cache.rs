@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 use super::common::{self, e8k2};
 use super::serve::Server;
 
+#[path = "prompt_cache_parallel.rs"]
+mod parallel;
+
 const SYSTEM: &str = "You are a careful assistant for a small weather station. Answer in short, \
     polite sentences, give temperatures in degrees Celsius and say when you are unsure.";
 
@@ -175,12 +178,12 @@ fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
         model_hash: "f".repeat(64),
         ..e.ident.clone()
     };
-    let other_ctx = Ident {
-        n_ctx: e.ident.n_ctx * 2,
+    let other_par = Ident {
+        state_streams: 2,
         ..e.ident.clone()
     };
     write_entry(&folder.join("model.bpc"), &other_model, &e.tokens, &e.state).unwrap();
-    write_entry(&folder.join("ctx.bpc"), &other_ctx, &e.tokens, &e.state).unwrap();
+    write_entry(&folder.join("par.bpc"), &other_par, &e.tokens, &e.state).unwrap();
     let short = &e.tokens[..e.tokens.len() - 2];
     write_entry(&folder.join("cut.bpc"), &e.ident, short, &e.state).unwrap();
     let cut = std::fs::read(folder.join("cut.bpc")).unwrap();
@@ -208,7 +211,7 @@ fn foreign_truncated_or_flipped_files_are_warnings_and_the_reply_is_cold() {
         &b,
         &[
             "another model",
-            "another context size",
+            "another --parallel",
             "checksum",
             "truncated",
         ],
@@ -388,8 +391,9 @@ fn run_restores_its_prompt_cache_file_and_refuses_a_damaged_one() {
         "{err}"
     );
     assert_eq!(text, cold);
+    // Another -c restores the state its tokens fit in.
     let (text, err) = run("512");
-    assert!(err.contains("another context size"), "{err}");
+    assert!(err.contains("prompt tokens restored from"), "{err}");
     assert_eq!(text, cold);
     std::fs::write(&file, "my notes").unwrap();
     let (text, err) = run("256");
@@ -594,68 +598,4 @@ fn an_unusable_directory_keeps_the_ram_tier() {
     assert!(cached > 0, "restored from RAM");
     // Only the cache restores (a sequence's own reuse is not counted here).
     assert!(metric(&s, "bmoe_prompt_tokens_restored_total") > 0);
-}
-
-/// `src`'s cache folders copied into `dst` (a second server's start from
-/// the same cache).
-fn copy_cache(src: &Path, dst: &Path) {
-    for e in std::fs::read_dir(src).unwrap().flatten() {
-        if e.path().is_dir() {
-            let to = dst.join(e.file_name());
-            std::fs::create_dir_all(&to).unwrap();
-            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
-            }
-        }
-    }
-}
-
-/// Issue 67: two agents' turns at once under `--parallel 2` each restore
-/// their own prefix from the cache and write the text each writes alone
-/// from the same cache. (Not a cold prefill's text: a prompt prefilled in
-/// two pieces is not bit-identical to one prefilled whole, so greedy text
-/// may differ at a near tie, as batched rows do; and the cache is filled at
-/// `--parallel 2`, since an entry names its sequence's context, `-c` over
-/// the sequences.)
-#[test]
-fn two_agents_at_once_restore_their_prefixes_and_write_their_own_text() {
-    let (dir, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = |q: &str| conversation(&[q]);
-    let (qa, qb) = (
-        "Which clouds bring hail to the Alps in July?",
-        "How does a barometer predict a storm at sea?",
-    );
-    let two = ["--parallel", "2"];
-    let s = start(dir.path(), &two);
-    let (ra, pa, _) = ask(&s, &first(qa));
-    let (rb, pb, _) = ask(&s, &first(qb));
-    assert!(s.terminate(30).success());
-    copy_cache(dir.path(), copy.path());
-    let next = |q: &str, r: &str| conversation(&[q, r, "And what should I do then?"]);
-    let (na, nb) = (next(qa, &ra), next(qb, &rb));
-    let alone = start(copy.path(), &two);
-    let alone = [ask(&alone, &na), ask(&alone, &nb)];
-
-    let s = std::sync::Arc::new(start(dir.path(), &two));
-    let at_once: Vec<(String, u64, u64)> = [na, nb]
-        .into_iter()
-        .map(|m| {
-            let s = s.clone();
-            std::thread::spawn(move || ask(&s, &m))
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect();
-    for (together, (alone, first_prompt)) in at_once.iter().zip(alone.iter().zip([pa, pb])) {
-        let (_, prompt, restored) = together;
-        assert!(
-            *restored >= first_prompt - 1 && restored < prompt,
-            "{restored} of {prompt}"
-        );
-        assert_eq!(
-            together, alone,
-            "the text, prompt and restored tokens it gets alone"
-        );
-    }
 }
