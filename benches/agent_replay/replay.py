@@ -187,6 +187,16 @@ class Cell:
 
 def run_cell(name, args, rnd, bases):
     cell = Cell(name, args, rnd)
+    try:
+        plan(cell, name, args, bases)
+    finally:
+        rows = cell.close()
+    return rows
+
+
+def plan(cell, name, args, bases):
+    """The cell's turns: at once (p2), interleaved (p1), or one session
+    after the other (alone, restart)."""
     turns = range(1, args.turns + 1)
     if name.startswith("p2"):
         threads = [threading.Thread(target=lambda w=w: [cell.turn(w, i, bases) for i in turns])
@@ -204,7 +214,6 @@ def run_cell(name, args, rnd, bases):
                 if restart:
                     cell.restart()
                 cell.turn(who, i, bases, restart)
-    return cell.close()
 
 
 def main():
