@@ -243,7 +243,7 @@ def main():
         k = rnd % len(cells)
         for name in cells[k:] + cells[:k]:
             rows += run_cell(name, args, rnd, bases)
-    table = summary.table(rows, args.restart_at)
+    table = summary.table(rows)
     print(table)
     with open(os.path.join(args.out, "summary.md"), "a") as f:
         f.write(table + "\n")

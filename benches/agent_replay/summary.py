@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The agent replay's tables from its rows (replay.py, or OUT/turns.csv:
-`summary.py OUT/turns.csv [--restart-at 10]`).
+`summary.py OUT/turns.csv ...`).
 
 Per model, cell and session, pooled over rounds: the turns, new and
 prefilled tokens of the turns after the first, the worst excess of a turn
@@ -55,7 +55,7 @@ def waits(rows, alone):
     return out
 
 
-def table(rows, restart_at=10):
+def table(rows):
     rows = [{k: str(v) for k, v in r.items()} for r in rows]
     alone = {key(r): r for r in rows if r["cell"] == "alone-on"}
     head = ("| model | cell | session | turns | new tokens (turns 2+) | prefilled (turns 2+) | worst excess "
@@ -82,6 +82,5 @@ def table(rows, restart_at=10):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", nargs="+")
-    ap.add_argument("--restart-at", type=int, default=10)
     a = ap.parse_args()
-    print(table([r for f in a.csv for r in csv.DictReader(open(f))], a.restart_at))
+    print(table([r for f in a.csv for r in csv.DictReader(open(f))]))
