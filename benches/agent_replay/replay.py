@@ -222,6 +222,8 @@ def main():
         ap.add_argument(a)
     ap.add_argument("--label", default="", help="the model's name in the table (default: its file)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="the first round's number (more rounds into the same OUT)")
     ap.add_argument("--turns", type=int, default=22)
     ap.add_argument("--cells", default=",".join(CELLS))
     ap.add_argument("--ctx", type=int, default=65536)
@@ -238,7 +240,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     bases = {w: recorded(args.rec, SESSIONS[w][1]) for w in SESSIONS}
     cells, rows = args.cells.split(","), []
-    for rnd in range(args.rounds):
+    for rnd in range(args.first_round, args.first_round + args.rounds):
         # The order rotates by round, so no cell always runs first.
         k = rnd % len(cells)
         for name in cells[k:] + cells[:k]:
