@@ -269,8 +269,9 @@ impl<S: GenerationSink> Multi<S> {
     }
 
     /// Fill the batch: each generating sequence's next token first (so a
-    /// long prompt never stalls a reply), then waiting prompts in order while
-    /// rows are left. For each row with logits, (batch row, slot).
+    /// long prompt never stalls a reply), then waiting prompts while rows are
+    /// left, the fewest tokens left first ([`prompt_order`]). For each row
+    /// with logits, (batch row, slot).
     fn fill_batch(&mut self) -> Vec<(usize, usize)> {
         self.batch.clear();
         let mut rows = Vec::new();
@@ -281,8 +282,17 @@ impl<S: GenerationSink> Multi<S> {
                 slot.kv.push(t);
             }
         }
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(a) = slot.job.as_ref().filter(|a| a.last.is_none()) else {
+        let left: Vec<Option<usize>> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let a = s.job.as_ref().filter(|a| a.last.is_none())?;
+                Some(a.req.prompt.len().saturating_sub(s.kv.len()))
+            })
+            .collect();
+        for i in prompt_order(&left) {
+            let slot = &mut self.slots[i];
+            let Some(a) = slot.job.as_ref() else {
                 continue;
             };
             let room = self.batch.capacity() - self.batch.len();
@@ -386,4 +396,28 @@ impl<S> Step<S> {
 /// The length of the longest common prefix.
 pub(crate) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The order waiting prompts take the batch's room in, from each slot's
+/// prompt tokens left (None: no prompt waiting): the fewest first, ties in
+/// slot order. A short turn beside a long prefill then gets its first token
+/// in about its own time instead of after the other's whole prompt (issue
+/// 67's agent replay measured the wait); the long one loses only the rows
+/// of prompts shorter than its rest, which end, so it is never starved.
+fn prompt_order(left: &[Option<usize>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..left.len()).filter(|&i| left[i].is_some()).collect();
+    order.sort_by_key(|&i| (left[i], i));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prompt_order;
+
+    #[test]
+    fn the_prompt_with_the_fewest_tokens_left_goes_first() {
+        assert_eq!(prompt_order(&[Some(12_000), Some(800)]), [1, 0]);
+        assert_eq!(prompt_order(&[Some(5), None, Some(5), Some(1)]), [3, 0, 2]);
+        assert!(prompt_order(&[None, None]).is_empty());
+    }
 }
