@@ -120,7 +120,9 @@ impl ForcedRoutes {
     }
 }
 
-/// A forced run's length: a prompt decoded as one batch, then single-token decodes.
+/// A forced run's length: a prompt decoded as one batch (its logits give the
+/// first generated token), then a single-token decode for each later one
+/// (`bmoe run -n N`: N generated, N - 1 decodes after the prompt's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunShape {
     pub prompt_tokens: u32,
@@ -133,6 +135,7 @@ impl ForcedRoutes {
     /// every row at each routed layer but the last, where only its last row
     /// has logits; then one record set per generated token, wrapping at the
     /// trace's end as the cursor does. A model's routed layers are `layers`.
+    /// The engine's own trace of such a run is this (checked in the suite).
     pub fn run_records(&self, layers: &[u32], run: RunShape) -> Vec<TraceRecord> {
         let mut out = Vec::new();
         let batch = |first: u64, rows: u32, out: &mut Vec<TraceRecord>| {
@@ -149,7 +152,8 @@ impl ForcedRoutes {
         if run.prompt_tokens > 0 {
             batch(0, run.prompt_tokens, &mut out);
         }
-        for t in 0..u64::from(run.generated_tokens) {
+        // The prompt's batch gives the first token; each later one takes a decode.
+        for t in 0..u64::from(run.generated_tokens.saturating_sub(1)) {
             batch(u64::from(run.prompt_tokens) + t, 1, &mut out);
         }
         out

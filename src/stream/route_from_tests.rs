@@ -200,7 +200,7 @@ fn a_forced_runs_own_trace_is_its_prompt_batch_then_its_tokens() {
     let r = ForcedRoutes::from_records(&header(), &records()).unwrap();
     let run = RunShape {
         prompt_tokens: 2,
-        generated_tokens: 4,
+        generated_tokens: 5,
     };
     let recs = r.run_records(&[1, 2], run);
     // The 2-token prompt: both rows at layer 1, the last at layer 2.
@@ -208,7 +208,8 @@ fn a_forced_runs_own_trace_is_its_prompt_batch_then_its_tokens() {
         recs[..3],
         [demand(1, &[0, 1, 2, 3]), demand(2, &[6, 7]), end(2, 1)]
     );
-    // Tokens 2, 3, 4, then 5 wraps to token 0.
+    // 5 generated: the prompt's gives the first, then decodes of tokens 2, 3,
+    // 4 and 5, which wraps to token 0.
     assert_eq!(
         recs[3..6],
         [demand(1, &[4, 5]), demand(2, &[6, 7]), end(1, 1)]
@@ -219,7 +220,7 @@ fn a_forced_runs_own_trace_is_its_prompt_batch_then_its_tokens() {
     );
     let no_prompt = RunShape {
         prompt_tokens: 0,
-        generated_tokens: 1,
+        generated_tokens: 2,
     };
     assert_eq!(
         r.run_records(&[1, 2], no_prompt)[..2],

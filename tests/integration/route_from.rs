@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use bmoe::stream::route_from::ForcedRoutes;
+use bmoe::stream::route_from::{ForcedRoutes, RunShape};
 use bmoe_trace::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
 use crate::common::{bmoe, stderr, stdout, zoo_model};
@@ -29,6 +29,17 @@ fn run(model: &str, prompt: &str, n: u32, flags: &[&str]) -> Output {
     let n = n.to_string();
     let base = ["run", "-m", model, "-p", prompt, "-n", &n, "--ignore-eos"];
     bmoe(&[&base[..], flags].concat())
+}
+
+/// A whole number of the run's `BMOE_DONE` line.
+fn done_number(stderr: &str, key: &str) -> u32 {
+    let at = format!("\"{key}\":");
+    let rest = stderr
+        .split(&at)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {key} in {stderr}"));
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{key}: {rest}"))
 }
 
 fn ok(o: &Output) -> String {
@@ -67,7 +78,7 @@ fn a_forced_run_streams_the_traces_experts_and_replays_to_its_hit_rate() {
     let decode = pct(live_hits(&err, "decode hit "));
     assert!((generation - decode).abs() <= 1.0, "{}\n{err}", stdout(&r));
     // Past the trace's end the rows wrap to its first tokens.
-    ok(&run(
+    let wrapped = ok(&run(
         &model,
         PROMPT_B,
         30,
@@ -93,6 +104,19 @@ fn a_forced_run_streams_the_traces_experts_and_replays_to_its_hit_rate() {
             );
         }
     }
+    // What `inspect --forecast --forced-run P,30` replays is this run's own trace.
+    let shape = RunShape {
+        prompt_tokens: done_number(&wrapped, "prompt_tokens"),
+        generated_tokens: 30,
+    };
+    let routing = |recs: Vec<TraceRecord>| -> Vec<TraceRecord> {
+        let weights = |r: &TraceRecord| matches!(r, TraceRecord::Weights { .. });
+        recs.into_iter().filter(|r| !weights(r)).collect()
+    };
+    assert_eq!(
+        ta.run_records(&[0, 1], shape),
+        routing(records(Path::new(&c)).1)
+    );
     // Resident: llama.cpp's mapping, the same forced routing, the same text.
     let resident = run(&model, PROMPT_B, 12, &["--resident", "--route-from", &a]);
     let rerr = ok(&resident);
