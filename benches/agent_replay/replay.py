@@ -199,8 +199,11 @@ def plan(cell, name, args, bases):
     after the other (alone, restart)."""
     turns = range(1, args.turns + 1)
     if name.startswith("p2"):
-        threads = [threading.Thread(target=lambda w=w: [cell.turn(w, i, bases) for i in turns])
-                   for w in SESSIONS]
+        def session(k, who):
+            time.sleep(k * args.p2_stagger)  # the second session starts later
+            for i in turns:
+                cell.turn(who, i, bases)
+        threads = [threading.Thread(target=session, args=(k, w)) for k, w in enumerate(SESSIONS)]
         [t.start() for t in threads]
         [t.join() for t in threads]
     elif name.startswith("p1"):
@@ -233,6 +236,8 @@ def main():
     ap.add_argument("--seed", type=int, default=67)
     ap.add_argument("--restart-at", type=int, default=10)
     ap.add_argument("--restart-pause", type=float, default=3.0)
+    ap.add_argument("--p2-stagger", type=float, default=0.0,
+                    help="p2 cells: the second session (Codex's) starts S seconds after the first")
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for every server (repeat: --serve-flag=--moe-stream)")
     args = ap.parse_args()
