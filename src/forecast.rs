@@ -201,7 +201,7 @@ pub fn table_with(
         host.mem_available_bytes as f64 / MIB
     );
     if let Some(d) = host.decode {
-        let uses = if depth.is_some() {
+        let uses = if depth.is_some_and(DepthFit::usable) {
             "the cells below use its reads (its compute is the compute probe's)"
         } else {
             "the cells below use these"

@@ -140,7 +140,8 @@ fn forecast_table(args: &InspectArgs, l: &MoeLayout) -> Result<String> {
         )?),
         None => None,
     };
-    host.depth_compute_s = depth.as_ref().map(forecast::DepthFit::compute_s);
+    let depth_used = depth.as_ref().filter(|d| d.usable());
+    host.depth_compute_s = depth_used.map(forecast::DepthFit::compute_s);
     let experts = l.expert_bytes();
     let mut cells = Vec::new();
     for (label, share) in [("0", 0.0), ("10%", 0.10), ("25%", 0.25), ("50%", 0.50)] {

@@ -61,6 +61,13 @@ impl DepthFit {
         self.fixed_s + self.per_block_s * f64::from(self.full_blocks)
     }
 
+    /// Whether the fit measured a cost per block: a deeper cut that ran no
+    /// slower (this host's timing noise) gives no slope to scale by, and
+    /// its full depth would be the fixed term alone.
+    pub fn usable(&self) -> bool {
+        self.per_block_s > 0.0
+    }
+
     /// The forecast table's line.
     pub fn line(&self) -> String {
         let samples: Vec<String> = self
@@ -75,9 +82,16 @@ impl DepthFit {
                 )
             })
             .collect();
+        let verdict = match self.usable() {
+            true => "the cells below use it",
+            false => {
+                "not used: the deeper cut ran no slower (timing noise; run it again, or use more \
+                 --depth-blocks)"
+            }
+        };
         format!(
             "  compute probe:  resident decodes of the model cut to {}: fixed {:.2} ms + {:.3} ms \
-             a block x {} blocks = compute {:.1} ms/token: the cells below use it\n",
+             a block x {} blocks = compute {:.1} ms/token: {verdict}\n",
             samples.join(", "),
             self.fixed_s * 1e3,
             self.per_block_s * 1e3,
@@ -110,6 +124,10 @@ mod tests {
         assert!(line.contains("2 blocks 20.00 ms/token"), "{line}");
         assert!(line.contains("4 blocks 30.00 ms/token"), "{line}");
         assert!(line.contains("compute 250.0 ms/token"), "{line}");
+        assert!(
+            f.usable() && line.contains("the cells below use it"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -120,6 +138,8 @@ mod tests {
         let f = DepthFit::of(&[s(2, 20.0), s(4, 19.0)], 48).expect("a fit");
         assert_eq!(f.per_block_s, 0.0);
         assert!((f.compute_s() - 0.0195).abs() < 1e-12, "{f:?}");
+        assert!(!f.usable(), "no slope to scale by");
+        assert!(f.line().contains("not used: the deeper cut ran no slower"));
         // A steep slope cannot push the intercept below 0.
         let f = DepthFit::of(&[s(2, 5.0), s(4, 30.0)], 8).expect("a fit");
         assert_eq!(f.fixed_s, 0.0);
