@@ -26,9 +26,13 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent_replay"))
+from serve import counter, stop  # noqa: E402  (the /metrics reader both benches use)
 
 SENTENCES = [
     "Tool {i}: read_file takes a path and returns the text of the file, at most 2000 lines.",
@@ -56,11 +60,6 @@ def start(binary, model, args, cache, warm=None):
     raise SystemExit(f"server did not start: {cmd}")
 
 
-def stop(p):
-    p.terminate()
-    p.wait(timeout=60)
-
-
 def turn(port, messages, tokens):
     """Stream one reply: its text, usage and the time to its first token."""
     body = {"messages": messages, "max_tokens": tokens, "stream": True,
@@ -82,15 +81,6 @@ def turn(port, messages, tokens):
                     ttft = ttft or time.time() - t0
                     text += piece
     return text, usage, ttft or time.time() - t0
-
-
-def counter(port, name):
-    """A counter's value from /metrics (0 before it is first counted)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
 
 
 def trace(binary, model, args, mode, rnd, out):
