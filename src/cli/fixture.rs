@@ -64,7 +64,7 @@ pub struct ZooArgs {
     pub family: Option<String>,
     /// A real model's shape at its true widths, vocabulary and tensor types:
     /// qwen3-30b-a3b (Q4_K_M), qwen3-30b-a3b-q8_0, gpt-oss-20b (MXFP4),
-    /// deepseek-v2-lite (Q4_K_M).
+    /// gpt-oss-20b-f16 (its experts F16: 40 GB), deepseek-v2-lite (Q4_K_M).
     #[arg(long, conflicts_with_all = ["quant", "split"])]
     pub shape: Option<String>,
     /// With --shape: build only the first N blocks (the same widths), e.g. 2.

@@ -180,6 +180,13 @@ pub struct StreamArgs {
     /// a cache budget only; never changes the output (docs/cache.md).
     #[arg(long, value_name = "auto|off|FILE", default_value_t = defaults().warm)]
     pub cache_warm: WarmSource,
+    /// Pages kept backed ahead of the cache's growth, in MiB: a background
+    /// thread faults them in, and a miss that fills a slot never used before
+    /// takes them instead of faulting its own in on the read's path (on a VM
+    /// whose host takes free memory back that first touch costs about 2 ms a
+    /// MiB). 0: off.
+    #[arg(long, value_name = "MIB", default_value_t = defaults().pretouch_bytes >> 20, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub pretouch_mb: u64,
     /// What to do with the dense (non-expert) weights after load.
     #[arg(long, value_enum, default_value_t = defaults().dense)]
     pub dense_weights: DenseMode,
@@ -204,6 +211,7 @@ impl StreamArgs {
             route_trace: None,
             warm: self.cache_warm.clone(),
             reserved_bytes: 0,
+            pretouch_bytes: self.pretouch_mb << 20,
         }
     }
 }
@@ -242,6 +250,7 @@ mod tests {
             "cache_policy" => Some("lfu"),
             "cache_warm" => Some("auto"),
             "dense_weights" => Some("anon"),
+            "pretouch_mb" => Some("0"),
             "route_trace" => Some("/tmp/t.bmrt"),
             _ => None,
         }

@@ -182,9 +182,12 @@ fn close_streamer(backend: &Backend, notes: &mut Vec<Note>) -> Result<Vec<String
     if let Some(path) = s.commit_route_trace()? {
         notes.push(Note::RouteTrace { path });
     }
-    Ok(s.finish_warm()
+    let mut lines: Vec<String> = s
+        .finish_warm()
         .map(|(line, saved)| vec![line, format!("moe-cache-warm: {saved}")])
-        .unwrap_or_default())
+        .unwrap_or_default();
+    lines.extend(s.pretouch_line());
+    Ok(lines)
 }
 
 /// Total the run, close telemetry with the trailer, and report (or fail with

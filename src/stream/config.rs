@@ -125,6 +125,8 @@ pub struct StreamConfig {
     /// Memory the process takes later (`bmoe serve`'s prompt cache in RAM):
     /// `--cache-mb auto` takes it out of what the host can spare first.
     pub reserved_bytes: u64,
+    /// `--pretouch-mb`: pages backed ahead of the cache's growth, in bytes.
+    pub pretouch_bytes: u64,
 }
 
 /// The one source of the streaming defaults: `bmoe run`'s flags show and use
@@ -146,9 +148,14 @@ impl Default for StreamConfig {
             route_trace: None,
             warm: WarmSource::Off,
             reserved_bytes: 0,
+            pretouch_bytes: PRETOUCH_DEFAULT_MIB << 20,
         }
     }
 }
+
+/// `--pretouch-mb`'s default: a token's fresh fills at auto on the Qwen3-30B
+/// Q8_0 shape (60 MiB) fit in it (docs/benchmarks.md, "First touch").
+pub const PRETOUCH_DEFAULT_MIB: u64 = 64;
 
 /// The cache budget the engine starts with, in bytes (never more than all
 /// experts): `auto` starts at 0 (the working set) until

@@ -204,6 +204,23 @@ impl Streamer {
     }
 }
 
+impl Streamer {
+    /// `moe-pretouch:` what the toucher gave the misses (None when it was off).
+    pub(crate) fn pretouch_line(&self) -> Option<String> {
+        let c = self.flash.counters();
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let (moved, none) = (ld(&c.touched_bytes), ld(&c.touch_misses));
+        (moved + none > 0).then(|| {
+            format!(
+                "moe-pretouch: {:.1} MiB of new slots read into pages backed ahead, {none} \
+                 slices found none ready; {} page faults in the reads",
+                moved as f64 / MIB as f64,
+                ld(&c.read_faults)
+            )
+        })
+    }
+}
+
 /// The flash actor's settings from the streaming flags and the budget.
 fn flash_config(cfg: &StreamConfig, k: u32, budget_bytes: u64) -> FlashConfig {
     FlashConfig {
@@ -213,6 +230,7 @@ fn flash_config(cfg: &StreamConfig, k: u32, budget_bytes: u64) -> FlashConfig {
         prefetch_layers: cfg.prefetch,
         prefetch_max_experts: k,
         policy: cfg.policy,
+        pretouch_bytes: cfg.pretouch_bytes,
         ..FlashConfig::default()
     }
 }

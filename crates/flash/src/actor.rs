@@ -44,6 +44,8 @@ pub(super) struct Actor {
     /// fresh pages (a fault per page).
     pub(super) spares: [VecDeque<SlotKey>; N_PROJ],
     pub(super) spare_cap: usize,
+    /// Pages the toucher backs ahead for slots never used before (None: off).
+    pub(super) stock: Option<super::stock::Stock>,
     /// Warm-start work, hottest first (after every other read).
     pub(super) warm: VecDeque<SlotKey>,
     /// Read by warm start and not hit by a demand yet.
@@ -168,6 +170,7 @@ impl Actor {
             Msg::SetBudget(bytes) => {
                 let evicted = self.cache.set_budget(bytes);
                 self.evict(&evicted);
+                self.set_stock_room();
             }
             // The touches were folded in before this message.
             Msg::Drain => {}

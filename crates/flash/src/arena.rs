@@ -111,6 +111,11 @@ impl Arena {
         self.region(layer, proj).map(|r| r.len as u64).unwrap_or(0)
     }
 
+    /// `bytes` rounded up to whole pages.
+    pub fn pages_of(&self, bytes: u64) -> usize {
+        (bytes as usize).div_ceil(self.page) * self.page
+    }
+
     /// (destination address, file offset, length) of one expert slice.
     pub fn slot(&self, layer: u32, proj: Proj, expert: u32) -> Option<(*mut u8, u64, u64)> {
         let r = self.region(layer, proj)?;
@@ -174,25 +179,11 @@ impl Arena {
         if len != dlen || n == 0 || from == to {
             return false;
         }
-        let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
-        // MREMAP_FIXED replaces n bytes of `to`'s inner pages with `from`'s;
-        // DONTUNMAP leaves `from` mapped and empty (it reads as zeros until
-        // loaded again). Both ranges are whole pages inside their own slots
-        // (inner_pages) in our private anonymous reservations, and distinct
-        // slots never share an inner page; `from` is evicted (unpinned) and `to`
-        // a miss being loaded, so no matmul reads either while they move, and
-        // no other mapping is touched.
+        // `from` is evicted (unpinned) and `to` a miss being loaded, so no
+        // matmul reads either while they move; both are whole pages inside
+        // their own slots (inner_pages), and distinct slots never share one.
         // SAFETY: as the comment above says.
-        let moved = unsafe {
-            libc::mremap(
-                s_begin as *mut libc::c_void,
-                n,
-                n,
-                flags,
-                d_begin as *mut libc::c_void,
-            )
-        };
-        if moved == libc::MAP_FAILED {
+        if !unsafe { remap(s_begin, n, d_begin) } {
             return false;
         }
         // SAFETY: what is left of `from`'s inner pages (at most one page), an
@@ -200,6 +191,59 @@ impl Arena {
         unsafe { dont_need(s_begin + n, s_end - s_begin - n) };
         true
     }
+
+    /// Move up to `src_len` bytes of whole, backed pages at `src` (the
+    /// toucher's cell) under slot `to`'s inner pages, so the read into `to`
+    /// faults none of them in. Returns the bytes moved (0: nothing changed).
+    /// Crate-private: only the flash actor may call it, for a miss being loaded.
+    ///
+    /// # Safety
+    /// `[src, src + src_len)` is page-aligned private anonymous memory of the
+    /// caller's, which nothing reads or writes meanwhile.
+    pub(crate) unsafe fn move_in(
+        &self,
+        proj: Proj,
+        to: (u32, u32),
+        src: *mut u8,
+        src_len: usize,
+    ) -> usize {
+        let Some((dst, _, len)) = self.slot(to.0, proj, to.1) else {
+            return 0;
+        };
+        let (d_begin, d_end) = self.inner_pages(dst, len);
+        let n = (d_end - d_begin).min(src_len / self.page * self.page);
+        debug_assert_eq!(src as usize % self.page, 0);
+        // `to` is a miss being loaded (no matmul reads it) and [d_begin,
+        // d_begin + n) is whole pages inside it; the source is the caller's.
+        // SAFETY: as the comment above says, and the caller's contract.
+        if n == 0 || !unsafe { remap(src as usize, n, d_begin) } {
+            return 0;
+        }
+        n
+    }
+}
+
+/// `mremap` `n` bytes of pages at `from` over the pages at `to`
+/// (`MREMAP_FIXED` replaces them); `MREMAP_DONTUNMAP` keeps `from` mapped,
+/// empty (it reads zero until written again). False when the kernel refuses
+/// (before Linux 5.7): nothing changed.
+///
+/// # Safety
+/// Both ranges are whole pages of private anonymous mappings of the caller's,
+/// apart from each other, which nothing reads or writes meanwhile.
+unsafe fn remap(from: usize, n: usize, to: usize) -> bool {
+    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+    // SAFETY: the caller's contract above.
+    let moved = unsafe {
+        libc::mremap(
+            from as *mut libc::c_void,
+            n,
+            n,
+            flags,
+            to as *mut libc::c_void,
+        )
+    };
+    moved != libc::MAP_FAILED
 }
 
 /// `madvise(MADV_DONTNEED)` of `len` bytes at `begin` (nothing when 0): on

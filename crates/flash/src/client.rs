@@ -15,6 +15,7 @@ use super::fast_hits::{FastHits, Touch, TOUCH_CAPACITY};
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
 use super::residency::Residency;
+use super::stock::Stock;
 use super::{
     open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ReaderNote,
     ShardFile, SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
@@ -266,6 +267,7 @@ impl Flash {
             prefetched: HashMap::new(),
             spares: Default::default(),
             spare_cap: 0,
+            stock: None,
             warm: VecDeque::new(),
             warm_unused: HashSet::new(),
             watch,
@@ -277,6 +279,9 @@ impl Flash {
         // ahead: up to a layer's slots are kept to take those reads.
         let widest = state.n_expert.iter().copied().max().unwrap_or(0) as usize;
         state.spare_cap = ((SPARE_MAX_BYTES / max_slot) as usize).max(widest).max(4);
+        let widest_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
+        state.stock = Stock::new(cfg.pretouch_bytes, arena.pages_of(widest_slice))?;
+        state.set_stock_room();
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())
             .spawn(move || {

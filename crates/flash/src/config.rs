@@ -22,6 +22,9 @@ pub struct FlashConfig {
     pub prefetch_max_experts: u32,
     /// Which unpinned slot the cache gives up first (`--cache-policy`).
     pub policy: CachePolicy,
+    /// Pages backed ahead of the cache's growth by the toucher thread
+    /// (`--pretouch-mb`; 0: none, each fill of a new slot faults its own in).
+    pub pretouch_bytes: u64,
 }
 
 impl Default for FlashConfig {
@@ -34,6 +37,7 @@ impl Default for FlashConfig {
             prefetch_layers: 0,
             prefetch_max_experts: 0,
             policy: CachePolicy::default(),
+            pretouch_bytes: 0,
         }
     }
 }

@@ -16,6 +16,10 @@ pub struct FlashCounters {
     /// Page faults the flash thread took in its reads (a read landing on
     /// pages no evicted slot gave it: each one allocated and zeroed).
     pub read_faults: AtomicU64,
+    /// Bytes of misses' slots given pages the toucher backed ahead, and
+    /// projections of misses that found no ready cell (each faulted its pages in).
+    pub touched_bytes: AtomicU64,
+    pub touch_misses: AtomicU64,
     pub resident_bytes: AtomicU64,
     pub peak_resident_bytes: AtomicU64,
     /// Prefetched bytes that the next demand of their layer used.

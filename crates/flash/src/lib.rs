@@ -33,6 +33,7 @@ mod recycle;
 mod residency;
 mod ring;
 mod shards;
+mod stock;
 mod uring;
 mod watch;
 

@@ -43,6 +43,15 @@ impl Actor {
             }
         }
         self.trim_spares();
+        self.set_stock_room();
+    }
+
+    /// Tell the toucher how much the cache may still grow by.
+    pub(super) fn set_stock_room(&self) {
+        if let Some(stock) = &self.stock {
+            let c = &self.cache;
+            stock.set_room(c.budget_bytes().saturating_sub(c.resident_bytes()));
+        }
     }
 
     /// Retract, judge and count evicted `keys`, and keep their pages as the
@@ -66,8 +75,8 @@ impl Actor {
             .store(self.cache.resident_bytes(), Ordering::Relaxed);
     }
 
-    /// Pages for projection `p` of miss `m`: its own, still in place, or the
-    /// newest spare's of the same size (moved).
+    /// Pages for projection `p` of miss `m`: its own, still in place, the
+    /// newest spare's of the same size (moved), or a cell the toucher backed.
     fn give_pages(&mut self, p: Proj, m: SlotKey) {
         let spares = &mut self.spares[p.index()];
         if let Some(i) = spares.iter().position(|s| *s == m) {
@@ -77,6 +86,7 @@ impl Actor {
         let len = |k: &SlotKey| self.arena.slot(k.layer, p, k.expert).map(|s| s.2);
         let want = len(&m);
         let Some(i) = spares.iter().rposition(|s| len(s) == want) else {
+            self.give_touched(p, m);
             return;
         };
         let s = spares.remove(i).expect("a position inside the list");
@@ -86,6 +96,29 @@ impl Actor {
         {
             self.arena.release(s.layer, p, s.expert);
         }
+    }
+
+    /// A ready cell's pages under projection `p` of miss `m`, when the
+    /// toucher has one (a slot never used before would fault each page in).
+    fn give_touched(&mut self, p: Proj, m: SlotKey) {
+        let Some(stock) = &self.stock else {
+            return;
+        };
+        let Some(cell) = stock.ready() else {
+            self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // The cell is the actor's until `taken` (the ring's protocol), page
+        // aligned in the stock's own private anonymous region.
+        // SAFETY: as the comment above says.
+        let moved = unsafe {
+            self.arena
+                .move_in(p, (m.layer, m.expert), cell.addr, cell.bytes)
+        };
+        stock.taken();
+        self.counters
+            .touched_bytes
+            .fetch_add(moved as u64, Ordering::Relaxed);
     }
 
     /// Release the oldest spares of each projection past the cap.

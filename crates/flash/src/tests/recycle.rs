@@ -78,3 +78,50 @@ fn a_projection_of_another_size_in_the_next_layer_still_reads_into_recycled_page
         }
     }
 }
+
+#[test]
+fn with_pages_touched_ahead_a_cache_that_grows_reads_into_them_without_faults() {
+    let (f, specs) = mixed_specs();
+    let cfg = |pretouch_bytes| FlashConfig {
+        budget_bytes: 1 << 20,
+        request_capacity: 4,
+        pretouch_bytes,
+        ..FlashConfig::default()
+    };
+    let faults = |f: &Flash| f.counters().read_faults.load(Ordering::Relaxed);
+    let all = [0u32, 1, 2, 3];
+    // Without the toucher, each fresh slot faults its pages in on the read.
+    let cold = Flash::spawn(&one_file(f.path()), specs.clone(), cfg(0)).unwrap();
+    for layer in 0..3 {
+        cold.client(Requester::Verify).demand(layer, &all).unwrap();
+    }
+    assert!(faults(&cold) >= 24, "{} faults", faults(&cold));
+    let flash = Flash::spawn(&one_file(f.path()), specs.clone(), cfg(64 * PAGE)).unwrap();
+    let mut client = flash.client(Requester::Verify);
+    let c = flash.counters();
+    let t0 = std::time::Instant::now();
+    // The toucher fills its cells (3 pages each, the widest slice) while the
+    // run computes; here, until it has had the time to fill some.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for layer in 0..3 {
+        let r = client.demand(layer, &all).unwrap();
+        assert_eq!(r.misses, 4, "a cache that grows: layer {layer} is read");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    }
+    let moved = c.touched_bytes.load(Ordering::Relaxed);
+    assert!(moved >= 4 * 2 * PAGE, "{moved} bytes given touched pages");
+    assert!(
+        faults(&flash) * 4 <= faults(&cold),
+        "{} faults with the toucher, {} without",
+        faults(&flash),
+        faults(&cold)
+    );
+    for s in &specs {
+        for e in all {
+            let (dst, off, len) = flash.arena().slot(s.layer, s.proj, e).unwrap();
+            // SAFETY: resident (the budget holds all 3 layers), nobody writes it now.
+            let got = unsafe { std::slice::from_raw_parts(dst, len as usize) };
+            assert_eq!(got, &expect(off, len)[..], "{s:?} expert {e}");
+        }
+    }
+}
