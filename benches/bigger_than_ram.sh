@@ -10,7 +10,8 @@
 #   ROUTE_FROM=TRACE forces every cell's routing from a route trace
 #   (`--route-from`: the reads, stalls and cache are the traced model's) and
 #   runs the real-routing cells: resident, cache 0 serial, 25% / auto with
-#   overlap with and without prediction, 50% with both;
+#   overlap with and without prediction, 50% with both, auto without the
+#   toucher (--pretouch-mb 0: every new slot faults its pages in on the read);
 #   CELL_LOCK=FILE takes that flock around each run (not around the balloon),
 #   so other work on the host waits between cells and never during one;
 #   RESIDENT_AGAIN=1 runs --resident again as the last cell (the noise band);
@@ -78,6 +79,7 @@ if [ -n "${ROUTE_FROM:-}" ]; then
     cell p50-overlap "$NS" --cache-mb 50% --overlap
     cell p50-overlap-predict "$NS" --cache-mb 50% --overlap --predict-prefetch
     cell auto-overlap "$NS" --cache-mb auto --overlap
+    cell auto-overlap-untouched "$NS" --cache-mb auto --overlap --pretouch-mb 0
     cell auto-overlap-predict "$NS" --cache-mb auto --overlap --predict-prefetch
 else
     [ -n "${ALL_CELLS:-}" ] && cell c0-serial "$NS" --cache-mb 0
