@@ -29,9 +29,6 @@ const MAX_CELLS: usize = 64;
 /// Capacity of the toucher's channel: one wake-up waiting is enough.
 const TOUCHER_CAPACITY: usize = 1;
 
-/// How long the toucher sleeps without a wake-up before it looks again.
-const IDLE_WAIT: Duration = Duration::from_millis(50);
-
 /// What the flash actor tells the toucher.
 enum ToToucher {
     /// A cell was taken or the cache's room grew.
@@ -215,7 +212,8 @@ impl Drop for Stock {
 }
 
 /// The toucher's loop: back the next cell while there is room, else wait for
-/// a wake-up (or a while); stop on [`ToToucher::Stop`] or when the actor is gone.
+/// a wake-up (a cell taken, the room grown: never lost, since the one waiting
+/// is kept); stop on [`ToToucher::Stop`] or when the actor is gone.
 fn toucher(s: &Shared, rx: &Receiver<ToToucher>) {
     loop {
         let f = s.filled.load(Ordering::Relaxed);
@@ -228,10 +226,9 @@ fn toucher(s: &Shared, rx: &Receiver<ToToucher>) {
             s.filled.store(f + 1, Ordering::Release);
             rx.try_recv().ok()
         } else {
-            match rx.recv_timeout(IDLE_WAIT) {
+            match rx.recv() {
                 Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(_) => return,
             }
         };
         if let Some(ToToucher::Stop { done }) = msg {
