@@ -17,7 +17,8 @@ pub struct FlashCounters {
     /// pages no evicted slot gave it: each one allocated and zeroed).
     pub read_faults: AtomicU64,
     /// Bytes of misses' slots given pages the toucher backed ahead, and
-    /// projections of misses that found no ready cell (each faulted its pages in).
+    /// projections of misses that found no ready cell while the cache had
+    /// room to grow (each faulted its pages in).
     pub touched_bytes: AtomicU64,
     pub touch_misses: AtomicU64,
     pub resident_bytes: AtomicU64,

@@ -105,7 +105,9 @@ impl Actor {
             return;
         };
         let Some(cell) = stock.ready() else {
-            self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);
+            if stock.has_room() {
+                self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);
+            }
             return;
         };
         // The cell is the actor's until `taken` (the ring's protocol), page

@@ -147,6 +147,11 @@ impl Stock {
         }
     }
 
+    /// Whether the cache may still grow (the toucher works only then).
+    pub(crate) fn has_room(&self) -> bool {
+        self.shared.room_bytes.load(Ordering::Relaxed) > 0
+    }
+
     /// The oldest ready cell, if the toucher has one.
     pub(crate) fn ready(&self) -> Option<Cell> {
         let t = self.shared.taken.load(Ordering::Relaxed);
