@@ -4,6 +4,7 @@
 //! read it in place. Evicting releases the pages (`madvise(MADV_DONTNEED)`), so
 //! RSS follows what the cache holds.
 
+use super::map_budget::MapBudget;
 use super::FlashError;
 use crate::proj::Proj;
 
@@ -33,6 +34,8 @@ pub struct Arena {
     regions: Vec<Option<Region>>,
     n_proj: usize,
     page: usize,
+    /// Which slot ranges pages were moved into, within the mapping budget.
+    moves: MapBudget,
 }
 
 // The arena only hands out raw addresses; who writes (the flash actor,
@@ -50,6 +53,15 @@ pub const N_PROJ: usize = Proj::COUNT;
 
 impl Arena {
     pub fn new(specs: &[TensorSpec]) -> Result<Self, FlashError> {
+        Self::with_move_budget(specs, MapBudget::host_max_ranges())
+    }
+
+    /// As [`Arena::new`], with at most `max_moved_ranges` distinct slot
+    /// ranges ever moved into (see [`MapBudget`]).
+    pub(crate) fn with_move_budget(
+        specs: &[TensorSpec],
+        max_moved_ranges: usize,
+    ) -> Result<Self, FlashError> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let n_layer = specs
@@ -88,10 +100,13 @@ impl Arena {
                 file_offset: s.file_offset,
             });
         }
+        let stride = specs.iter().map(|s| s.n_expert as usize).max().unwrap_or(0);
+        let moves = MapBudget::new(regions.len(), stride, max_moved_ranges);
         Ok(Self {
             regions,
             n_proj: N_PROJ,
             page,
+            moves,
         })
     }
 
@@ -109,6 +124,12 @@ impl Arena {
     /// Bytes reserved for (layer, proj).
     pub fn region_len(&self, layer: u32, proj: Proj) -> u64 {
         self.region(layer, proj).map(|r| r.len as u64).unwrap_or(0)
+    }
+
+    /// Whether pages may be moved into slot `to` of `proj` (the mapping budget).
+    fn admit_move(&self, proj: Proj, to: (u32, u32)) -> bool {
+        self.moves
+            .admit(to.0 as usize * self.n_proj + proj.index(), to.1)
     }
 
     /// `bytes` rounded up to whole pages.
@@ -176,7 +197,7 @@ impl Arena {
         let ((s_begin, s_end), (d_begin, d_end)) =
             (self.inner_pages(src, len), self.inner_pages(dst, dlen));
         let n = (s_end - s_begin).min(d_end - d_begin);
-        if len != dlen || n == 0 || from == to {
+        if len != dlen || n == 0 || from == to || !self.admit_move(proj, to) {
             return false;
         }
         // `from` is evicted (unpinned) and `to` a miss being loaded, so no
@@ -216,7 +237,7 @@ impl Arena {
         // `to` is a miss being loaded (no matmul reads it) and [d_begin,
         // d_begin + n) is whole pages inside it; the source is the caller's.
         // SAFETY: as the comment above says, and the caller's contract.
-        if n == 0 || !unsafe { remap(src as usize, n, d_begin) } {
+        if n == 0 || !self.admit_move(proj, to) || !unsafe { remap(src as usize, n, d_begin) } {
             return 0;
         }
         n
@@ -421,5 +442,32 @@ mod tests {
             !a.move_slot(Proj::Gate, (0, 2), (0, 2)),
             "a slot onto itself"
         );
+    }
+
+    #[test]
+    fn past_the_mapping_budget_a_new_range_is_refused_and_an_old_one_moves() {
+        let page = Arena::new(&[]).unwrap().page as u64;
+        let spec = TensorSpec {
+            layer: 0,
+            proj: Proj::Gate,
+            file_offset: 0,
+            slice_bytes: 2 * page,
+            n_expert: 4,
+        };
+        let a = Arena::with_move_budget(&[spec], 1).unwrap();
+        for e in 0..3u32 {
+            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
+            // SAFETY: the slot is inside the arena's live mapping, nothing reads it.
+            unsafe { std::ptr::write_bytes(dst, e as u8 + 1, len as usize) };
+        }
+        assert!(a.move_slot(Proj::Gate, (0, 0), (0, 3)), "the one new range");
+        assert!(
+            !a.move_slot(Proj::Gate, (0, 1), (0, 2)),
+            "a second is refused"
+        );
+        assert!(bytes(&a, 1).iter().all(|&b| b == 2), "nothing moved");
+        assert!(bytes(&a, 2).iter().all(|&b| b == 3));
+        assert!(a.move_slot(Proj::Gate, (0, 2), (0, 3)), "moved into before");
+        assert!(bytes(&a, 3).iter().all(|&b| b == 3));
     }
 }

@@ -25,6 +25,7 @@ mod fast_hits;
 mod fault;
 mod idle_reads;
 mod io;
+mod map_budget;
 mod probe;
 mod probe_fresh;
 mod protocol;
