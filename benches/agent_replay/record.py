@@ -112,32 +112,19 @@ def run_claude(cli, home, url):
                           text=True, timeout=180)
 
 
+def codex_config(url):
+    """Codex's config.toml: the template tests/integration/agents.rs uses too."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                        "tests", "integration", "codex_config.toml")
+    with open(path) as f:
+        return f.read().replace("{MODEL}", MODEL).replace("{URL}", url)
+
+
 def run_codex(cli, home, url):
     codex_home = os.path.join(home, ".codex")
     os.makedirs(codex_home, exist_ok=True)
     with open(os.path.join(codex_home, "config.toml"), "w") as f:
-        f.write(f'''model = "{MODEL}"
-model_provider = "bmoe"
-approval_policy = "never"
-sandbox_mode = "read-only"
-check_for_update_on_startup = false
-
-[model_providers.bmoe]
-name = "bmoe"
-base_url = "{url}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[otel]
-exporter = "none"
-''')
+        f.write(codex_config(url))
     env = isolated(home, {"CODEX_HOME": codex_home})
     return subprocess.run([cli, "exec", "--skip-git-repo-check", "--color", "never", PROMPT],
                           env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True,

@@ -303,32 +303,12 @@ fn claude_code_finishes_a_turn_in_print_mode() {
 }
 
 /// Codex's config: the bmoe provider (the Responses API), no update check,
-/// no analytics, feedback or OpenTelemetry export.
+/// no analytics, feedback or OpenTelemetry export (codex_config.toml, which
+/// benches/agent_replay/record.py writes too).
 fn codex_config(url: &str) -> String {
-    format!(
-        r#"model = "{MODEL}"
-model_provider = "bmoe"
-approval_policy = "never"
-sandbox_mode = "read-only"
-check_for_update_on_startup = false
-
-[model_providers.bmoe]
-name = "bmoe"
-base_url = "{url}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[otel]
-exporter = "none"
-"#
-    )
+    include_str!("codex_config.toml")
+        .replace("{MODEL}", MODEL)
+        .replace("{URL}", url)
 }
 
 /// `codex exec ARGS` inside `ns` against `server`, HOME in `home` and

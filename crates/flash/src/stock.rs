@@ -47,8 +47,6 @@ struct Shared {
     /// Bytes the cache may still grow by (budget less resident): the toucher
     /// keeps at most this much ready, so pages are never backed for nothing.
     room_bytes: AtomicU64,
-    /// Cells the toucher has backed, over the run.
-    touched_cells: AtomicU64,
 }
 
 // The region is written only by the toucher (zeros into the cells it backs)
@@ -122,7 +120,6 @@ impl Stock {
             filled: AtomicUsize::new(0),
             taken: AtomicUsize::new(0),
             room_bytes: AtomicU64::new(0),
-            touched_cells: AtomicU64::new(0),
         });
         let (tx, rx) = bounded(TOUCHER_CAPACITY);
         let s = shared.clone();
@@ -175,10 +172,10 @@ impl Stock {
         self.wake();
     }
 
-    /// Cells the toucher has backed so far.
+    /// Cells the toucher has backed so far (each one once `filled` passes it).
     #[cfg(test)]
     pub(crate) fn touched_cells(&self) -> u64 {
-        self.shared.touched_cells.load(Ordering::Relaxed)
+        self.shared.filled.load(Ordering::Acquire) as u64
     }
 
     fn wake(&self) {
@@ -229,7 +226,6 @@ fn toucher(s: &Shared, rx: &Receiver<ToToucher>) {
         let work = f - t < s.n_cells && ready_bytes < s.room_bytes.load(Ordering::Relaxed);
         let msg = if work {
             populate(s.cell(f), s.cell_bytes);
-            s.touched_cells.fetch_add(1, Ordering::Relaxed);
             s.filled.store(f + 1, Ordering::Release);
             rx.try_recv().ok()
         } else {
