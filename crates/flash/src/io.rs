@@ -216,6 +216,18 @@ impl PreadReader {
             bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)?,
         })
     }
+
+    /// The fallback as `open_reader` builds it without io_uring: O_DIRECT on `path`.
+    #[cfg(test)]
+    pub(crate) fn open_direct(path: &Path, max_slice_bytes: u64) -> std::io::Result<Self> {
+        Ok(Self {
+            file: Box::new(open(path, true)?),
+            path: path.to_path_buf(),
+            direct: true,
+            bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)
+                .map_err(std::io::Error::other)?,
+        })
+    }
 }
 
 // SAFETY: owned by the flash actor's thread only.

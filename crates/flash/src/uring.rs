@@ -304,10 +304,13 @@ impl UringReader {
                 offset: f.off + f.done,
             });
         }
-        // A direct read whose progress is not aligned cannot continue in place.
+        // O_DIRECT moves whole blocks except where the file ends: a direct read
+        // whose progress is not aligned reached the end of the file.
         if f.bounce.is_none() && self.direct && f.done % ALIGN != 0 {
-            let e = std::io::Error::other("unaligned short O_DIRECT read");
-            return Progress::Failed(self.read_error(f.off + f.done, e));
+            return Progress::Failed(FlashError::ShortFile {
+                path: self.path.clone(),
+                offset: f.off + f.done,
+            });
         }
         f.retries += 1;
         stats.retries += 1;

@@ -60,18 +60,41 @@ fn reads_exact_bytes_direct_and_buffered_at_several_depths() {
 #[test]
 fn reading_past_the_end_is_an_error_not_garbage() {
     let f = pattern_file(10_000);
-    for direct in [true, false] {
-        let (mut r, _) = open_reader(f.path(), direct, 2, 64 * 1024).unwrap();
-        let mut buf = vec![0u8; 8192];
-        let op = ReadOp {
-            dst: buf.as_mut_ptr(),
-            file_offset: 8192,
-            len: 8192,
-        };
-        // SAFETY: buf is valid for 8192 bytes.
-        let e = unsafe { r.read_all(&[op]) }.unwrap_err();
-        assert!(e.to_string().contains("truncated"), "{e}");
+    // A page-aligned destination reads in place (O_DIRECT returns the file's
+    // unaligned tail); one a byte off goes through a bounce buffer.
+    let layout = std::alloc::Layout::from_size_align(8192 + 4096, 4096).unwrap();
+    // SAFETY: non-zero size layout; freed below.
+    let base = unsafe { std::alloc::alloc_zeroed(layout) };
+    let readers = || -> Vec<(&str, Box<dyn SliceReader>)> {
+        let direct_pread = PreadReader::open_direct(f.path(), 64 * 1024).unwrap();
+        vec![
+            (
+                "io_uring direct",
+                open_reader(f.path(), true, 2, 64 * 1024).unwrap().0,
+            ),
+            (
+                "io_uring buffered",
+                open_reader(f.path(), false, 2, 64 * 1024).unwrap().0,
+            ),
+            ("pread direct", Box::new(direct_pread)),
+        ]
+    };
+    for skew in [0usize, 1] {
+        for (name, mut r) in readers() {
+            let op = ReadOp {
+                // SAFETY: skew < 4096, inside the allocation.
+                dst: unsafe { base.add(skew) },
+                file_offset: 8192,
+                len: 8192,
+            };
+            // SAFETY: dst is valid for 8192 bytes (the allocation holds 12288).
+            let e = unsafe { r.read_all(&[op]) }.unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("truncated"), "{name} skew={skew}: {msg}");
+        }
     }
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(base, layout) };
 }
 
 #[test]
