@@ -89,6 +89,7 @@ else
 fi
 # the baseline again, for its noise band (RESIDENT_AGAIN=1)
 [ -n "${RESIDENT_AGAIN:-}" ] && cell resident-again "${N_RESIDENT:-16}" --resident
-[ -n "$BPID" ] && kill "$BPID"
+# reaped before returning, so a next run sizing its own balloon sees the memory back
+[ -n "$BPID" ] && { kill "$BPID"; wait "$BPID" 2>/dev/null; }
 BPID=
 rm -f "$OUT/.balloon-ready"
