@@ -212,9 +212,10 @@ impl Streamer {
         let (moved, none) = (ld(&c.touched_bytes), ld(&c.touch_misses));
         (moved + none > 0).then(|| {
             format!(
-                "moe-pretouch: {:.1} MiB of new slots read into pages backed ahead, {none} \
-                 slices found none ready; {} page faults in the reads",
+                "moe-pretouch: {:.1} MiB of new slots read into pages backed ahead \
+                 ({:.1} MiB backed), {none} slices found none ready; {} page faults in the reads",
                 moved as f64 / MIB as f64,
+                ld(&c.pretouched_bytes) as f64 / MIB as f64,
                 ld(&c.read_faults)
             )
         })

@@ -273,6 +273,9 @@ impl Actor {
         misses: &[SlotKey],
         projs: &[Proj],
     ) -> Result<ReadStats, FlashError> {
+        if let Some(what) = self.arena.lost() {
+            return Err(FlashError::MappingLost(what.to_string()));
+        }
         self.ops.clear();
         for k in misses {
             for &p in projs {

@@ -36,6 +36,9 @@ pub struct Arena {
     page: usize,
     /// Which slot ranges pages were moved into, within the mapping budget.
     moves: MapBudget,
+    /// Set when a refused move left a hole that could not be mapped again:
+    /// every later read fails with it ([`Arena::lost`]).
+    lost: std::sync::OnceLock<String>,
 }
 
 // The arena only hands out raw addresses; who writes (the flash actor,
@@ -107,6 +110,7 @@ impl Arena {
             n_proj: N_PROJ,
             page,
             moves,
+            lost: std::sync::OnceLock::new(),
         })
     }
 
@@ -127,9 +131,55 @@ impl Arena {
     }
 
     /// Whether pages may be moved into slot `to` of `proj` (the mapping budget).
-    fn admit_move(&self, proj: Proj, to: (u32, u32)) -> bool {
-        self.moves
-            .admit(to.0 as usize * self.n_proj + proj.index(), to.1)
+    pub(crate) fn may_move_into(&self, proj: Proj, to: (u32, u32)) -> bool {
+        self.moves.admit(self.region_index(proj, to), to.1)
+    }
+
+    fn region_index(&self, proj: Proj, slot: (u32, u32)) -> usize {
+        slot.0 as usize * self.n_proj + proj.index()
+    }
+
+    /// Move `n` bytes of pages at `from` over slot `to`'s first inner pages at
+    /// `dst` and record it; a hole a refusal left is mapped again, or the
+    /// arena is marked lost. True when the pages moved.
+    ///
+    /// # Safety
+    /// As [`remap`]'s.
+    unsafe fn move_pages(
+        &self,
+        proj: Proj,
+        from: usize,
+        n: usize,
+        to: (u32, u32),
+        dst: usize,
+    ) -> bool {
+        // SAFETY: the caller's contract.
+        match unsafe { remap(from, n, dst) } {
+            Ok(true) => {
+                let region = self.region_index(proj, to);
+                self.moves.moved_into(region, to.1, n / self.page);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                let what = format!(
+                    "a refused page move ({e}) left {n} bytes of layer {} {} expert {}'s \
+                     memory unmapped at {dst:#x}, and they could not be mapped again",
+                    to.0,
+                    proj.name(),
+                    to.1
+                );
+                tracing::error!("{what}");
+                self.lost.get_or_init(|| what);
+                false
+            }
+        }
+    }
+
+    /// Why the arena's memory can no longer be read into, if a refused page
+    /// move left a hole in it (see [`map_again`]).
+    pub(crate) fn lost(&self) -> Option<&str> {
+        self.lost.get().map(String::as_str)
     }
 
     /// `bytes` rounded up to whole pages.
@@ -178,13 +228,14 @@ impl Arena {
     /// whole inner pages, so the read into `to` needs no page faults and no
     /// zeroing, and `from` becomes an empty reservation again. Slices need not
     /// be page multiples (gpt-oss's MXFP4 experts are not): the two slots' inner
-    /// pages are counted apart, the smaller count moves, and a page of `from`
+    /// pages are counted apart, the smaller count moves (of `from`'s, only
+    /// those that are one mapping: see [`MapBudget`]), and a page of `from`
     /// left over goes back to the kernel; the edge pages a slot shares with
     /// its neighbours are never touched. `MREMAP_DONTUNMAP` keeps `from` mapped
     /// throughout: unmapping it and mapping it again would leave a moment in
     /// which another thread's `mmap` (an allocation, a dense weight's anonymous
     /// copy) could be placed in the hole and then be replaced by the refill.
-    /// Returns false (nothing changed) when the slots do not qualify or the
+    /// Returns false (nothing moved) when the slots do not qualify or the
     /// kernel refuses (before Linux 5.7); the caller then releases `from`.
     /// Crate-private: only the flash actor may call it, with `from` evicted
     /// and `to` a miss being loaded (neither is read by a matmul meanwhile).
@@ -196,18 +247,24 @@ impl Arena {
         };
         let ((s_begin, s_end), (d_begin, d_end)) =
             (self.inner_pages(src, len), self.inner_pages(dst, dlen));
-        let n = (s_end - s_begin).min(d_end - d_begin);
-        if len != dlen || n == 0 || from == to || !self.admit_move(proj, to) {
+        // Only `from`'s pages that are one mapping may move (see MapBudget).
+        let one = self.moves.one_mapping_pages(
+            self.region_index(proj, from),
+            from.1,
+            (s_end - s_begin) / self.page,
+        );
+        let n = (one * self.page).min(d_end - d_begin);
+        if len != dlen || n == 0 || from == to || !self.may_move_into(proj, to) {
             return false;
         }
         // `from` is evicted (unpinned) and `to` a miss being loaded, so no
         // matmul reads either while they move; both are whole pages inside
         // their own slots (inner_pages), and distinct slots never share one.
         // SAFETY: as the comment above says.
-        if !unsafe { remap(s_begin, n, d_begin) } {
+        if !unsafe { self.move_pages(proj, s_begin, n, to, d_begin) } {
             return false;
         }
-        // SAFETY: what is left of `from`'s inner pages (at most one page), an
+        // SAFETY: what is left of `from`'s inner pages (what did not move), an
         // evicted slot's own.
         unsafe { dont_need(s_begin + n, s_end - s_begin - n) };
         true
@@ -234,10 +291,13 @@ impl Arena {
         let (d_begin, d_end) = self.inner_pages(dst, len);
         let n = (d_end - d_begin).min(src_len / self.page * self.page);
         debug_assert_eq!(src as usize % self.page, 0);
+        if n == 0 || !self.may_move_into(proj, to) {
+            return 0;
+        }
         // `to` is a miss being loaded (no matmul reads it) and [d_begin,
         // d_begin + n) is whole pages inside it; the source is the caller's.
         // SAFETY: as the comment above says, and the caller's contract.
-        if n == 0 || !self.admit_move(proj, to) || !unsafe { remap(src as usize, n, d_begin) } {
+        if !unsafe { self.move_pages(proj, src as usize, n, to, d_begin) } {
             return 0;
         }
         n
@@ -246,13 +306,15 @@ impl Arena {
 
 /// `mremap` `n` bytes of pages at `from` over the pages at `to`
 /// (`MREMAP_FIXED` replaces them); `MREMAP_DONTUNMAP` keeps `from` mapped,
-/// empty (it reads zero until written again). False when the kernel refuses
-/// (before Linux 5.7): nothing changed.
+/// empty (it reads zero until written again). Ok(false) when the kernel
+/// refuses (before Linux 5.7; a source of two mappings): `from` unchanged and
+/// `to` mapped, with its pages or fresh ones. Err when `to` was left unmapped
+/// and could not be mapped again ([`map_again`]).
 ///
 /// # Safety
 /// Both ranges are whole pages of private anonymous mappings of the caller's,
 /// apart from each other, which nothing reads or writes meanwhile.
-unsafe fn remap(from: usize, n: usize, to: usize) -> bool {
+unsafe fn remap(from: usize, n: usize, to: usize) -> std::io::Result<bool> {
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: the caller's contract above.
     let moved = unsafe {
@@ -264,7 +326,47 @@ unsafe fn remap(from: usize, n: usize, to: usize) -> bool {
             to as *mut libc::c_void,
         )
     };
-    moved != libc::MAP_FAILED
+    if moved != libc::MAP_FAILED {
+        return Ok(true);
+    }
+    let refused = std::io::Error::last_os_error();
+    // SAFETY: `to` is the caller's (the contract above).
+    match unsafe { map_again(to, n) } {
+        true => Ok(false),
+        false => Err(refused),
+    }
+}
+
+/// Linux 5.7-6.15 unmap an `mremap`'s destination before they check its
+/// source, so a refusal may leave [to, to + n) a hole, where another thread's
+/// `mmap` could land: map the hole again with fresh zero pages, never over
+/// another mapping (`MAP_FIXED_NOREPLACE`). True when the whole range is
+/// mapped (untouched by the refusal, or mapped again).
+///
+/// # Safety
+/// [to, to + n) is whole pages the caller owns and nothing reads meanwhile.
+unsafe fn map_again(to: usize, n: usize) -> bool {
+    let at = to as *mut libc::c_void;
+    // madvise fails with ENOMEM where part of the range is not mapped.
+    // SAFETY: MADV_NORMAL changes no contents; the range is the caller's.
+    if unsafe { libc::madvise(at, n, libc::MADV_NORMAL) } == 0 {
+        return true;
+    }
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: NOREPLACE maps only where nothing is mapped, so no existing
+    // memory is affected.
+    let p = unsafe { libc::mmap(at, n, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return false;
+    }
+    if p != at {
+        // A kernel that ignored the flag placed it elsewhere: not ours to keep.
+        // SAFETY: the mapping just made, of n bytes.
+        unsafe { libc::munmap(p, n) };
+        return false;
+    }
+    true
 }
 
 /// `madvise(MADV_DONTNEED)` of `len` bytes at `begin` (nothing when 0): on
@@ -370,104 +472,4 @@ impl Drop for AnonBuffer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whether each page of [begin, end) is resident (`mincore`).
-    fn resident(begin: usize, end: usize, page: usize) -> Vec<bool> {
-        let mut v = vec![0u8; (end - begin) / page];
-        // SAFETY: [begin, end) is whole pages of the arena's live mapping and
-        // `v` has a byte per page.
-        let rc = unsafe { libc::mincore(begin as *mut libc::c_void, end - begin, v.as_mut_ptr()) };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-        v.iter().map(|b| b & 1 == 1).collect()
-    }
-
-    /// Slot `e`'s bytes.
-    fn bytes(a: &Arena, e: u32) -> &[u8] {
-        let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
-        // SAFETY: the slot is inside the arena's live mapping.
-        unsafe { std::slice::from_raw_parts(dst, len as usize) }
-    }
-
-    #[test]
-    fn a_slot_that_is_not_a_page_multiple_moves_its_own_pages_and_spares_its_neighbours() {
-        let page = Arena::new(&[]).unwrap().page;
-        let slice = 3 * page as u64 + 1000;
-        let spec = TensorSpec {
-            layer: 0,
-            proj: Proj::Gate,
-            file_offset: 0,
-            slice_bytes: slice,
-            n_expert: 4,
-        };
-        let a = Arena::new(&[spec]).unwrap();
-        for e in 0..3u32 {
-            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
-            // SAFETY: the slot is inside the arena's live mapping, nothing reads it.
-            unsafe { std::ptr::write_bytes(dst, e as u8 + 1, len as usize) };
-        }
-        let inner = |e: u32| {
-            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
-            a.inner_pages(dst, len)
-        };
-        let (to_begin, to_end) = inner(3);
-        assert!(
-            resident(to_begin, to_end, page).iter().all(|r| !r),
-            "never written"
-        );
-        assert!(a.move_slot(Proj::Gate, (0, 1), (0, 3)));
-        let (from_begin, from_end) = inner(1);
-        assert!(
-            resident(from_begin, from_end, page).iter().all(|r| !r),
-            "the moved slot keeps no page of its own"
-        );
-        let moved = ((from_end - from_begin) / page).min((to_end - to_begin) / page);
-        assert!(moved >= 2, "{moved}");
-        let now = resident(to_begin, to_end, page);
-        assert!(now[..moved].iter().all(|r| *r), "the miss's pages: {now:?}");
-        for e in [0u32, 2] {
-            assert!(
-                bytes(&a, e).iter().all(|&b| b == e as u8 + 1),
-                "neighbour {e}"
-            );
-        }
-        // The moved slot's edge pages are shared, so they stay; its own read zero.
-        let one = bytes(&a, 1);
-        let (start, _, _) = a.slot(0, Proj::Gate, 1).unwrap();
-        let head = from_begin - start as usize;
-        assert!(one[..head].iter().all(|&b| b == 2));
-        assert!(one[head..head + moved * page].iter().all(|&b| b == 0));
-        assert!(
-            !a.move_slot(Proj::Gate, (0, 2), (0, 2)),
-            "a slot onto itself"
-        );
-    }
-
-    #[test]
-    fn past_the_mapping_budget_a_new_range_is_refused_and_an_old_one_moves() {
-        let page = Arena::new(&[]).unwrap().page as u64;
-        let spec = TensorSpec {
-            layer: 0,
-            proj: Proj::Gate,
-            file_offset: 0,
-            slice_bytes: 2 * page,
-            n_expert: 4,
-        };
-        let a = Arena::with_move_budget(&[spec], 1).unwrap();
-        for e in 0..3u32 {
-            let (dst, _, len) = a.slot(0, Proj::Gate, e).unwrap();
-            // SAFETY: the slot is inside the arena's live mapping, nothing reads it.
-            unsafe { std::ptr::write_bytes(dst, e as u8 + 1, len as usize) };
-        }
-        assert!(a.move_slot(Proj::Gate, (0, 0), (0, 3)), "the one new range");
-        assert!(
-            !a.move_slot(Proj::Gate, (0, 1), (0, 2)),
-            "a second is refused"
-        );
-        assert!(bytes(&a, 1).iter().all(|&b| b == 2), "nothing moved");
-        assert!(bytes(&a, 2).iter().all(|&b| b == 3));
-        assert!(a.move_slot(Proj::Gate, (0, 2), (0, 3)), "moved into before");
-        assert!(bytes(&a, 3).iter().all(|&b| b == 3));
-    }
-}
+mod tests;

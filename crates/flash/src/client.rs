@@ -280,7 +280,8 @@ impl Flash {
         let widest = state.n_expert.iter().copied().max().unwrap_or(0) as usize;
         state.spare_cap = ((SPARE_MAX_BYTES / max_slot) as usize).max(widest).max(4);
         let widest_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
-        state.stock = Stock::new(cfg.pretouch_bytes, arena.pages_of(widest_slice))?;
+        let cell_bytes = arena.pages_of(widest_slice);
+        state.stock = Stock::new(cfg.pretouch_bytes, cell_bytes, state.counters.clone())?;
         state.set_stock_room();
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())

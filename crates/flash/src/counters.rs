@@ -21,6 +21,8 @@ pub struct FlashCounters {
     /// room to grow (each faulted its pages in).
     pub touched_bytes: AtomicU64,
     pub touch_misses: AtomicU64,
+    /// Bytes the toucher has backed ahead (cells filled, refills included).
+    pub pretouched_bytes: AtomicU64,
     pub resident_bytes: AtomicU64,
     pub peak_resident_bytes: AtomicU64,
     /// Prefetched bytes that the next demand of their layer used.

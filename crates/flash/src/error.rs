@@ -40,6 +40,8 @@ pub enum FlashError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{0}; the run stops rather than read expert slices into memory that may be another allocation's")]
+    MappingLost(String),
     #[error("flash configuration: {0}")]
     Config(String),
     #[error("the flash actor has stopped: {0}")]

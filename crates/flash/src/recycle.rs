@@ -104,7 +104,11 @@ impl Actor {
         let Some(stock) = &self.stock else {
             return;
         };
-        let Some(cell) = stock.ready() else {
+        let cell = match self.arena.may_move_into(p, (m.layer, m.expert)) {
+            true => stock.ready(),
+            false => None, // past the mapping budget: the cell stays ready
+        };
+        let Some(cell) = cell else {
             if stock.has_room() {
                 self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);
             }
@@ -117,7 +121,7 @@ impl Actor {
             self.arena
                 .move_in(p, (m.layer, m.expert), cell.addr, cell.bytes)
         };
-        stock.taken();
+        stock.taken(moved);
         self.counters
             .touched_bytes
             .fetch_add(moved as u64, Ordering::Relaxed);

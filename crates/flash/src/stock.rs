@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
-use super::FlashError;
+use super::{FlashCounters, FlashError};
 
 /// Cells at most (a tiny fixture's slices would make thousands).
 const MAX_CELLS: usize = 64;
@@ -47,6 +47,8 @@ struct Shared {
     /// Bytes the cache may still grow by (budget less resident): the toucher
     /// keeps at most this much ready, so pages are never backed for nothing.
     room_bytes: AtomicU64,
+    /// `pretouched_bytes`: what the toucher has backed, for the summary.
+    counters: Arc<FlashCounters>,
 }
 
 // The region is written only by the toucher (zeros into the cells it backs)
@@ -88,7 +90,11 @@ pub(crate) struct Cell {
 impl Stock {
     /// A stock of about `total_bytes` in cells of `cell_bytes` (a page
     /// multiple), and its toucher thread; None when `total_bytes` is 0.
-    pub(crate) fn new(total_bytes: u64, cell_bytes: usize) -> Result<Option<Self>, FlashError> {
+    pub(crate) fn new(
+        total_bytes: u64,
+        cell_bytes: usize,
+        counters: Arc<FlashCounters>,
+    ) -> Result<Option<Self>, FlashError> {
         if total_bytes == 0 || cell_bytes == 0 {
             return Ok(None);
         }
@@ -120,6 +126,7 @@ impl Stock {
             filled: AtomicUsize::new(0),
             taken: AtomicUsize::new(0),
             room_bytes: AtomicU64::new(0),
+            counters,
         });
         let (tx, rx) = bounded(TOUCHER_CAPACITY);
         let s = shared.clone();
@@ -161,11 +168,28 @@ impl Stock {
         })
     }
 
-    /// The cell [`Stock::ready`] gave is done with (its pages moved or left):
-    /// it goes back to the toucher.
-    pub(crate) fn taken(&self) {
+    /// The cell [`Stock::ready`] gave is done with, its first `moved_bytes`
+    /// (whole pages) moved out: what is left of it goes back to the kernel (a
+    /// narrower slice than the cell holds no pages outside the cache's budget),
+    /// and the cell to the toucher.
+    pub(crate) fn taken(&self, moved_bytes: usize) {
         let t = self.shared.taken.load(Ordering::Relaxed);
         debug_assert!(t < self.shared.filled.load(Ordering::Acquire));
+        let (addr, bytes) = (self.shared.cell(t), self.shared.cell_bytes);
+        debug_assert_eq!(moved_bytes % page_bytes(), 0);
+        if moved_bytes < bytes {
+            // The cell is the actor's until the store below, and
+            // [addr + moved, addr + bytes) whole pages of the stock's own
+            // private anonymous region.
+            // SAFETY: as the comment above says.
+            unsafe {
+                libc::madvise(
+                    addr.add(moved_bytes) as *mut libc::c_void,
+                    bytes - moved_bytes,
+                    libc::MADV_DONTNEED,
+                )
+            };
+        }
         // Release: the actor's mremap out of the cell happened before the
         // toucher may populate it again.
         self.shared.taken.store(t + 1, Ordering::Release);
@@ -227,6 +251,7 @@ fn toucher(s: &Shared, rx: &Receiver<ToToucher>) {
         let msg = if work {
             populate(s.cell(f), s.cell_bytes);
             s.filled.store(f + 1, Ordering::Release);
+            (s.counters.pretouched_bytes).fetch_add(s.cell_bytes as u64, Ordering::Relaxed);
             rx.try_recv().ok()
         } else {
             match rx.recv() {
@@ -265,6 +290,11 @@ fn lower_priority() {
     }
 }
 
+fn page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
+}
+
 /// Back every page of [addr, addr + len) (a cell the toucher owns) with a
 /// write to each: each fault holds only the region's own lock for one page,
 /// where `MADV_POPULATE_WRITE` would hold the process's mapping lock for the
@@ -272,8 +302,7 @@ fn lower_priority() {
 /// actor's `mremap` waits for it (measured: the flash wait grew by 100 ms a
 /// token on the Qwen3 Q8_0 shape at auto).
 fn populate(addr: *mut u8, len: usize) {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let page = page_bytes();
     for off in (0..len).step_by(page) {
         // SAFETY: inside the cell (off < len), which the toucher owns; a
         // private anonymous page reads zero, so writing zero changes nothing.
@@ -312,16 +341,28 @@ mod tests {
     #[test]
     fn the_toucher_backs_cells_only_within_the_room_and_refills_what_is_taken() {
         let cell = 4 * page();
-        let mut s = Stock::new((8 * cell) as u64, cell).unwrap().unwrap();
+        let counters = Arc::new(FlashCounters::default());
+        let mut s = Stock::new((8 * cell) as u64, cell, counters.clone())
+            .unwrap()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(s.ready().is_none(), "no room yet: nothing backed");
         s.set_room((3 * cell) as u64);
         wait_ready(&s, 3);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(s.touched_cells(), 3, "three cells of room, three cells");
+        let backed = counters.pretouched_bytes.load(Ordering::Relaxed);
+        assert_eq!(backed, 3 * cell as u64, "counted");
         let c = s.ready().unwrap();
         assert_eq!((c.bytes, resident_pages(c.addr, c.bytes)), (cell, 4));
-        s.taken();
+        s.set_room(0);
+        s.taken(page());
+        assert_eq!(
+            resident_pages(c.addr, c.bytes),
+            1,
+            "a cell taken in part keeps only the part it gave (no room: not refilled)"
+        );
+        s.set_room((3 * cell) as u64);
         wait_ready(&s, 4);
         assert!(s.stop(Duration::from_secs(5)));
         assert!(s.stop(Duration::from_secs(5)), "stopping twice is fine");
@@ -329,6 +370,7 @@ mod tests {
 
     #[test]
     fn no_bytes_no_stock() {
-        assert!(Stock::new(0, 4096).unwrap().is_none());
+        let counters = Arc::new(FlashCounters::default());
+        assert!(Stock::new(0, 4096, counters).unwrap().is_none());
     }
 }

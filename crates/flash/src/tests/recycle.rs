@@ -96,13 +96,20 @@ fn with_pages_touched_ahead_a_cache_that_grows_reads_into_them_without_faults() 
         cold.client(Requester::Verify).demand(layer, &all).unwrap();
     }
     assert!(faults(&cold) >= 24, "{} faults", faults(&cold));
-    let flash = Flash::spawn(&one_file(f.path()), specs.clone(), cfg(64 * PAGE)).unwrap();
+    // Cells of 3 pages (the widest slice): 42 of them, more than the 36 slices
+    // read below, so no read depends on how soon the toucher refills one.
+    let flash = Flash::spawn(&one_file(f.path()), specs.clone(), cfg(128 * PAGE)).unwrap();
     let mut client = flash.client(Requester::Verify);
     let c = flash.counters();
     let t0 = std::time::Instant::now();
-    // The toucher fills its cells (3 pages each, the widest slice) while the
-    // run computes; here, until it has had the time to fill some.
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The toucher fills its cells while the run computes; here, before it.
+    while c.pretouched_bytes.load(Ordering::Relaxed) < 42 * 3 * PAGE {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the toucher stalled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     for layer in 0..3 {
         let r = client.demand(layer, &all).unwrap();
         assert_eq!(r.misses, 4, "a cache that grows: layer {layer} is read");
