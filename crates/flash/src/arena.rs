@@ -154,13 +154,15 @@ impl Arena {
         dst: usize,
     ) -> bool {
         // SAFETY: the caller's contract.
-        match unsafe { remap(from, n, dst) } {
-            Ok(true) => {
-                let region = self.region_index(proj, to);
-                self.moves.moved_into(region, to.1, n / self.page);
-                true
-            }
-            Ok(false) => false,
+        let remapped = unsafe { remap(from, n, dst) };
+        if let Ok(Remapped::Moved | Remapped::MappedAgain) = remapped {
+            // Either way [dst, dst + n) is now a mapping of its own.
+            let region = self.region_index(proj, to);
+            self.moves.moved_into(region, to.1, n / self.page);
+        }
+        match remapped {
+            Ok(Remapped::Moved) => true,
+            Ok(Remapped::Refused | Remapped::MappedAgain) => false,
             Err(e) => {
                 let what = format!(
                     "a refused page move ({e}) left {n} bytes of layer {} {} expert {}'s \
@@ -304,17 +306,26 @@ impl Arena {
     }
 }
 
+/// What [`remap`] did; when the kernel refused (before Linux 5.7; a source
+/// of two mappings), `from` is unchanged.
+#[derive(Debug, PartialEq, Eq)]
+enum Remapped {
+    Moved,
+    /// Refused, `to` untouched.
+    Refused,
+    /// Refused after unmapping `to`, which is fresh zero pages now.
+    MappedAgain,
+}
+
 /// `mremap` `n` bytes of pages at `from` over the pages at `to`
 /// (`MREMAP_FIXED` replaces them); `MREMAP_DONTUNMAP` keeps `from` mapped,
-/// empty (it reads zero until written again). Ok(false) when the kernel
-/// refuses (before Linux 5.7; a source of two mappings): `from` unchanged and
-/// `to` mapped, with its pages or fresh ones. Err when `to` was left unmapped
-/// and could not be mapped again ([`map_again`]).
+/// empty (it reads zero until written again). Err when the kernel refused,
+/// left `to` unmapped, and it could not be mapped again ([`map_again`]).
 ///
 /// # Safety
 /// Both ranges are whole pages of private anonymous mappings of the caller's,
 /// apart from each other, which nothing reads or writes meanwhile.
-unsafe fn remap(from: usize, n: usize, to: usize) -> std::io::Result<bool> {
+unsafe fn remap(from: usize, n: usize, to: usize) -> std::io::Result<Remapped> {
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: the caller's contract above.
     let moved = unsafe {
@@ -327,30 +338,27 @@ unsafe fn remap(from: usize, n: usize, to: usize) -> std::io::Result<bool> {
         )
     };
     if moved != libc::MAP_FAILED {
-        return Ok(true);
+        return Ok(Remapped::Moved);
     }
     let refused = std::io::Error::last_os_error();
     // SAFETY: `to` is the caller's (the contract above).
-    match unsafe { map_again(to, n) } {
-        true => Ok(false),
-        false => Err(refused),
-    }
+    unsafe { map_again(to, n) }.ok_or(refused)
 }
 
 /// Linux 5.7-6.15 unmap an `mremap`'s destination before they check its
 /// source, so a refusal may leave [to, to + n) a hole, where another thread's
 /// `mmap` could land: map the hole again with fresh zero pages, never over
-/// another mapping (`MAP_FIXED_NOREPLACE`). True when the whole range is
-/// mapped (untouched by the refusal, or mapped again).
+/// another mapping (`MAP_FIXED_NOREPLACE`). None when part of it stays
+/// unmapped.
 ///
 /// # Safety
 /// [to, to + n) is whole pages the caller owns and nothing reads meanwhile.
-unsafe fn map_again(to: usize, n: usize) -> bool {
+unsafe fn map_again(to: usize, n: usize) -> Option<Remapped> {
     let at = to as *mut libc::c_void;
     // madvise fails with ENOMEM where part of the range is not mapped.
     // SAFETY: MADV_NORMAL changes no contents; the range is the caller's.
     if unsafe { libc::madvise(at, n, libc::MADV_NORMAL) } == 0 {
-        return true;
+        return Some(Remapped::Refused);
     }
     let flags =
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
@@ -358,15 +366,15 @@ unsafe fn map_again(to: usize, n: usize) -> bool {
     // memory is affected.
     let p = unsafe { libc::mmap(at, n, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if p == libc::MAP_FAILED {
-        return false;
+        return None;
     }
     if p != at {
         // A kernel that ignored the flag placed it elsewhere: not ours to keep.
         // SAFETY: the mapping just made, of n bytes.
         unsafe { libc::munmap(p, n) };
-        return false;
+        return None;
     }
-    true
+    Some(Remapped::MappedAgain)
 }
 
 /// `madvise(MADV_DONTNEED)` of `len` bytes at `begin` (nothing when 0): on
