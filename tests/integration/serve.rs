@@ -434,6 +434,27 @@ fn the_api_key_guards_every_route_but_health() {
     assert!(!metrics.contains("status=\"413\""), "{metrics}");
 }
 
+/// Until the server's `/metrics` shows `n` requests waiting (a request sent
+/// is queued by the server's own thread, some time after the send).
+fn wait_for_queue_depth(server: &Server, n: u32) {
+    let t0 = Instant::now();
+    loop {
+        let (_, metrics) = server.request("GET", "/metrics", "", &[]);
+        let depth = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("bmoe_queue_depth "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if depth == Some(n as f64) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{n} request(s) never waited: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_exits_0() {
     let server = Server::start(&["--queue", "1"]);
@@ -452,7 +473,7 @@ fn a_full_queue_answers_429_a_client_that_leaves_frees_the_engine_and_sigterm_ex
         &completion(PROSE, json!({"max_tokens": 4})).to_string(),
         &[],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_queue_depth(&server, 1);
     let raw = server.raw(
         "POST",
         "/v1/completions",
