@@ -440,11 +440,7 @@ fn wait_for_queue_depth(server: &Server, n: u32) {
     let t0 = Instant::now();
     loop {
         let (_, metrics) = server.request("GET", "/metrics", "", &[]);
-        let depth = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("bmoe_queue_depth "))
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        if depth == Some(n as f64) {
+        if crate::serve_load::gauge(&metrics, "bmoe_queue_depth") == n as f64 {
             return;
         }
         assert!(

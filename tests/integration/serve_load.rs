@@ -176,7 +176,7 @@ fn settled_metrics(server: &Server) -> String {
 }
 
 /// A metric without labels (NaN when absent).
-fn gauge(metrics: &str, name: &str) -> f64 {
+pub(crate) fn gauge(metrics: &str, name: &str) -> f64 {
     metrics
         .lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))

@@ -65,8 +65,7 @@ impl Arena {
         specs: &[TensorSpec],
         max_moved_ranges: usize,
     ) -> Result<Self, FlashError> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let page = page_bytes();
         let n_layer = specs
             .iter()
             .map(|s| s.layer as usize + 1)
@@ -154,15 +153,14 @@ impl Arena {
         dst: usize,
     ) -> bool {
         // SAFETY: the caller's contract.
-        let remapped = unsafe { remap(from, n, dst) };
-        if let Ok(Remapped::Moved | Remapped::MappedAgain) = remapped {
-            // Either way [dst, dst + n) is now a mapping of its own.
-            let region = self.region_index(proj, to);
-            self.moves.moved_into(region, to.1, n / self.page);
-        }
-        match remapped {
-            Ok(Remapped::Moved) => true,
-            Ok(Remapped::Refused | Remapped::MappedAgain) => false,
+        match unsafe { remap(from, n, dst) } {
+            Ok(Remapped::Refused) => false,
+            Ok(r) => {
+                // Moved or mapped again: [dst, dst + n) is a mapping of its own.
+                let region = self.region_index(proj, to);
+                self.moves.moved_into(region, to.1, n / self.page);
+                r == Remapped::Moved
+            }
             Err(e) => {
                 let what = format!(
                     "a refused page move ({e}) left {n} bytes of layer {} {} expert {}'s \
@@ -304,6 +302,12 @@ impl Arena {
         }
         n
     }
+}
+
+/// This host's page size.
+pub(crate) fn page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
 }
 
 /// What [`remap`] did; when the kernel refused (before Linux 5.7; a source

@@ -154,15 +154,8 @@ pub fn open_reader(
             notes.push(ReaderNote::NoUring {
                 error: e.to_string(),
             });
-            Ok((
-                Box::new(PreadReader {
-                    file: Box::new(file),
-                    path: path.to_path_buf(),
-                    direct,
-                    bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)?,
-                }),
-                notes,
-            ))
+            let pread = PreadReader::over(Box::new(file), path, direct, max_slice_bytes)?;
+            Ok((Box::new(pread), notes))
         }
     }
 }
@@ -209,24 +202,32 @@ impl PreadReader {
         path: &Path,
         max_slice_bytes: u64,
     ) -> Result<Self, FlashError> {
+        Self::over(source, path, false, max_slice_bytes)
+    }
+
+    /// A reader over `source` (opened with O_DIRECT when `direct`).
+    fn over(
+        file: Box<dyn RawSource>,
+        path: &Path,
+        direct: bool,
+        max_slice_bytes: u64,
+    ) -> Result<Self, FlashError> {
         Ok(Self {
-            file: source,
+            file,
             path: path.to_path_buf(),
-            direct: false,
+            direct,
             bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)?,
         })
     }
 
     /// The fallback as `open_reader` builds it without io_uring: O_DIRECT on `path`.
     #[cfg(test)]
-    pub(crate) fn open_direct(path: &Path, max_slice_bytes: u64) -> std::io::Result<Self> {
-        Ok(Self {
-            file: Box::new(open(path, true)?),
+    pub(crate) fn open_direct(path: &Path, max_slice_bytes: u64) -> Result<Self, FlashError> {
+        let file = open(path, true).map_err(|source| FlashError::Open {
             path: path.to_path_buf(),
-            direct: true,
-            bounce: Bounce::new((max_slice_bytes + 2 * ALIGN) as usize)
-                .map_err(std::io::Error::other)?,
-        })
+            source,
+        })?;
+        Self::over(Box::new(file), path, true, max_slice_bytes)
     }
 }
 

@@ -104,10 +104,9 @@ impl Actor {
         let Some(stock) = &self.stock else {
             return;
         };
-        let cell = match self.arena.may_move_into(p, (m.layer, m.expert)) {
-            true => stock.ready(),
-            false => None, // past the mapping budget: the cell stays ready
-        };
+        // Past the mapping budget the cell stays ready.
+        let admitted = self.arena.may_move_into(p, (m.layer, m.expert));
+        let cell = admitted.then(|| stock.ready()).flatten();
         let Some(cell) = cell else {
             if stock.has_room() {
                 self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
+use super::arena::page_bytes;
 use super::{FlashCounters, FlashError};
 
 /// Cells at most (a tiny fixture's slices would make thousands).
@@ -290,11 +291,6 @@ fn lower_priority() {
     }
 }
 
-fn page_bytes() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
-}
-
 /// Back every page of [addr, addr + len) (a cell the toucher owns) with a
 /// write to each: each fault holds only the region's own lock for one page,
 /// where `MADV_POPULATE_WRITE` would hold the process's mapping lock for the
@@ -314,10 +310,7 @@ fn populate(addr: *mut u8, len: usize) {
 mod tests {
     use super::*;
 
-    fn page() -> usize {
-        // SAFETY: sysconf has no preconditions.
-        unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
-    }
+    use super::page_bytes as page;
 
     fn resident_pages(addr: *mut u8, len: usize) -> usize {
         let mut v = vec![0u8; len / page()];

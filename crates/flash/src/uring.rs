@@ -298,15 +298,10 @@ impl UringReader {
         if f.done >= needed {
             return Progress::Done;
         }
-        if res == 0 {
-            return Progress::Failed(FlashError::ShortFile {
-                path: self.path.clone(),
-                offset: f.off + f.done,
-            });
-        }
         // O_DIRECT moves whole blocks except where the file ends: a direct read
-        // whose progress is not aligned reached the end of the file.
-        if f.bounce.is_none() && self.direct && f.done % ALIGN != 0 {
+        // whose progress is not aligned reached the end of the file too.
+        let unaligned_end = f.bounce.is_none() && self.direct && f.done % ALIGN != 0;
+        if res == 0 || unaligned_end {
             return Progress::Failed(FlashError::ShortFile {
                 path: self.path.clone(),
                 offset: f.off + f.done,
