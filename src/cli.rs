@@ -134,7 +134,7 @@ pub struct ReplayArgs {
         long,
         value_name = "POLICY,...",
         value_delimiter = ',',
-        default_value = "lru,lfu,cycle"
+        default_value = "lru,lfu,cycle,learned"
     )]
     pub policy: Vec<bmoe_flash::cache::CachePolicy>,
 }

@@ -246,7 +246,7 @@ mod tests {
         let d = replay::demands(&recs);
         let rows = vec![replay_budget(&h, &d, 2 << 20, &CachePolicy::ALL)];
         let t = table(&h, &d, &rows);
-        assert_eq!(t.lines().count(), 2 + 4, "{t}");
+        assert_eq!(t.lines().count(), 2 + CachePolicy::ALL.len() + 1, "{t}");
         assert!(t.contains("| 2.0 MiB | 25% | lru |"), "{t}");
         assert!(t.lines().last().unwrap().contains("| optimum |"), "{t}");
         assert!(t.lines().last().unwrap().ends_with("| +0.0 |"), "{t}");

@@ -167,9 +167,10 @@ pub struct StreamArgs {
     #[arg(long, hide = true, value_name = "SPEC")]
     pub inject_faults: Option<bmoe_flash::FaultPlan>,
     /// Which cached expert slot goes first when the cache is full: lru (least
-    /// recently used), lfu (least often used, counts aged) or cycle (longest
-    /// expected wait to its next use, from the fixed layer order and use counts).
-    /// `bmoe replay` compares them on a route trace (docs/cache.md).
+    /// recently used), lfu (least often used, counts aged), cycle (longest
+    /// expected wait to its next use, from the fixed layer order and use counts)
+    /// or learned (the lowest chance of reuse at its layer's next visit, learned
+    /// online from each slot's recency and frequency, for the wait). `bmoe replay` compares them on a route trace (docs/cache.md).
     #[arg(long, value_name = "POLICY", default_value_t = defaults().policy)]
     pub cache_policy: CachePolicy,
     /// Start the expert cache warm: read the hottest experts of earlier runs
@@ -363,8 +364,8 @@ mod tests {
         assert_eq!(d.cache, bmoe::stream::CacheSize::Auto, "docs: auto");
         assert_eq!(
             d.policy,
-            bmoe_flash::cache::CachePolicy::Cycle,
-            "docs: cycle"
+            bmoe_flash::cache::CachePolicy::Learned,
+            "docs: learned"
         );
         assert_eq!(
             bmoe_flash::FlashConfig::default().policy,

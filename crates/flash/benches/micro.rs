@@ -70,17 +70,23 @@ fn cache(c: &mut Criterion) {
 }
 
 /// Qwen3-30B-A3B's expert grid (48 layers x 128 experts, top-8, Q8_0 slots
-/// of 4.78 MiB) at half its experts, the `cycle` policy: every request of a
-/// full cache ranks the ~3,000 resident slots to pick its victims.
+/// of 4.78 MiB) at half its experts, the `cycle` and `learned` policies: every
+/// request of a full cache ranks the ~3,000 resident slots to pick its victims
+/// (`learned` also updates its model over the layer's 128 slots).
 fn cache_big_cycle(c: &mut Criterion) {
+    for policy in [
+        bmoe_flash::cache::CachePolicy::Cycle,
+        bmoe_flash::cache::CachePolicy::Learned,
+    ] {
+        cache_big(c, policy);
+    }
+}
+
+fn cache_big(c: &mut Criterion, policy: bmoe_flash::cache::CachePolicy) {
     let (layers, experts) = (48u32, 128u32);
     let slot = 3 * 1_671_168u64;
     let budget = slot * (layers * experts) as u64 / 2;
-    let mut cache = ExpertCache::with_policy(
-        budget,
-        vec![slot; layers as usize],
-        bmoe_flash::cache::CachePolicy::Cycle,
-    );
+    let mut cache = ExpertCache::with_policy(budget, vec![slot; layers as usize], policy);
     let mut routing = Routing {
         rng: Rng(0x9e37),
         layer: 0,
@@ -94,7 +100,7 @@ fn cache_big_cycle(c: &mut Criterion) {
     while cache.resident_bytes() + 8 * slot <= budget {
         request(&mut cache);
     }
-    c.bench_function("cache_request_qwen3_q8_half_cycle", |b| {
+    c.bench_function(&format!("cache_request_qwen3_q8_half_{policy}"), |b| {
         b.iter(|| black_box(request(&mut cache)))
     });
 }

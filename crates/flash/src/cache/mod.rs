@@ -4,6 +4,7 @@
 //! returns; `bmoe replay` drives the same code from a route trace.
 
 mod policy;
+mod reuse;
 mod slot_map;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use slot_map::SlotMap;
 
 pub use policy::{reads_whole_layer, CachePolicy, UseCounts, AGE_PASSES};
+pub use reuse::ReuseModel;
 
 /// One cached unit: all projections of one expert of one layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,6 +70,8 @@ pub struct ExpertCache {
     budget_bytes: u64,
     policy: CachePolicy,
     counts: UseCounts,
+    /// The `learned` policy's model (fed only under that policy).
+    reuse: ReuseModel,
     /// Bytes of one slot, per layer.
     slot_bytes: Vec<u64>,
     /// Dense, not hashed: the eviction scan looks up every resident slot.
@@ -96,6 +100,7 @@ impl ExpertCache {
             budget_bytes,
             policy,
             counts: UseCounts::default(),
+            reuse: ReuseModel::default(),
             slot_bytes,
             entries: SlotMap::default(),
             lru: BTreeMap::new(),
@@ -180,6 +185,9 @@ impl ExpertCache {
             for &k in keys {
                 self.counts.used(k);
             }
+            if self.policy == CachePolicy::Learned {
+                self.visit_layers(keys);
+            }
         }
         for &k in keys {
             if self.pinned[requester.index()].contains(&k) {
@@ -204,6 +212,18 @@ impl ExpertCache {
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
         debug_assert!(self.accounting_holds(), "{self:?}");
         plan
+    }
+
+    /// One visit of each layer `keys` name, for the reuse model (a demand
+    /// names one layer; a request that named several visits each once).
+    fn visit_layers(&mut self, keys: &[SlotKey]) {
+        let mut rest = keys.to_vec();
+        while let Some(layer) = rest.first().map(|k| k.layer) {
+            let (this, other): (Vec<SlotKey>, Vec<SlotKey>) =
+                rest.into_iter().partition(|k| k.layer == layer);
+            self.reuse.visit(layer, &this);
+            rest = other;
+        }
     }
 
     /// Release `requester`'s pins on `layer` only; returns the evictions that
@@ -393,6 +413,10 @@ impl ExpertCache {
             CachePolicy::Lru => 0.0,
             CachePolicy::Lfu => f64::from(self.counts.uses(k)),
             CachePolicy::Cycle => -self.counts.steps_to_next_use(k, n),
+            CachePolicy::Learned => {
+                let d = f64::from(self.counts.steps_to_layer(k.layer, n));
+                -d / self.reuse.chance(k)
+            }
         };
         // One walk in tick order: demoted slots (ticks below TICK_BASE, the
         // latest demotion lowest) come before every normally used one.

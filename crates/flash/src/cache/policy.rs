@@ -21,18 +21,30 @@ pub enum CachePolicy {
     /// layers, a slot of layer l used on a share p of passes is next needed
     /// after d(l) + n (1/p - 1) steps, d(l) = (l - c - 1) mod n + 1. The
     /// default: the best hit rate in every replay of docs/cache.md.
-    #[default]
     Cycle,
+    /// The slot whose learned chance of being routed at its layer's next
+    /// visit is lowest for the wait until that visit ([`super::ReuseModel`]):
+    /// rank d(l) / q, d(l) as for `Cycle`, q learned online from every slot's
+    /// recency and decayed frequency. The default: the best hit rate of the
+    /// policies on every real trace of docs/cache.md, tune and holdout splits.
+    #[default]
+    Learned,
 }
 
 impl CachePolicy {
-    pub const ALL: [CachePolicy; 3] = [CachePolicy::Lru, CachePolicy::Lfu, CachePolicy::Cycle];
+    pub const ALL: [CachePolicy; 4] = [
+        CachePolicy::Lru,
+        CachePolicy::Lfu,
+        CachePolicy::Cycle,
+        CachePolicy::Learned,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             CachePolicy::Lru => "lru",
             CachePolicy::Lfu => "lfu",
             CachePolicy::Cycle => "cycle",
+            CachePolicy::Learned => "learned",
         }
     }
 }
@@ -49,7 +61,9 @@ impl FromStr for CachePolicy {
         CachePolicy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown cache policy {s:?} (expected lru, lfu or cycle)"))
+            .ok_or_else(|| {
+                format!("unknown cache policy {s:?} (expected lru, lfu, cycle or learned)")
+            })
     }
 }
 
@@ -113,10 +127,19 @@ impl UseCounts {
     /// rank: larger goes first), over `n_layers` layers.
     pub fn steps_to_next_use(&self, key: SlotKey, n_layers: u32) -> f64 {
         let n = n_layers.max(1);
-        let current = self.layer.unwrap_or(n - 1);
-        let d = (key.layer + n - current % n - 1) % n + 1;
+        let d = self.steps_to_layer(key.layer, n);
         let p = (f64::from(self.uses(key)) + 1.0) / (f64::from(self.passes) + 2.0);
         f64::from(d) + f64::from(n) * (1.0 / p.min(1.0) - 1.0)
+    }
+}
+
+impl UseCounts {
+    /// Layer steps from the last verify demand's layer to `layer`'s next
+    /// visit, d(l) = (l - c - 1) mod n + 1, in 1..=n over `n_layers` layers.
+    pub fn steps_to_layer(&self, layer: u32, n_layers: u32) -> u32 {
+        let n = n_layers.max(1);
+        let current = self.layer.unwrap_or(n - 1);
+        (layer % n + n - current % n - 1) % n + 1
     }
 }
 
@@ -156,7 +179,7 @@ mod tests {
         assert!("mru"
             .parse::<CachePolicy>()
             .unwrap_err()
-            .contains("lru, lfu or cycle"));
+            .contains("lru, lfu, cycle or learned"));
     }
 
     #[test]

@@ -102,6 +102,16 @@ impl<T> SlotMap<T> {
         })
     }
 
+    /// The entries of `layer` as (expert, value), in expert order.
+    pub(crate) fn row_mut(&mut self, layer: u32) -> impl Iterator<Item = (u32, &mut T)> {
+        self.rows
+            .get_mut(layer as usize)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(e, v)| v.as_mut().map(|v| (e as u32, v)))
+    }
+
     /// Keep the entries `keep` says to (it may change them).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&mut T) -> bool) {
         for cell in self.rows.iter_mut().flatten() {
@@ -141,6 +151,11 @@ mod tests {
         });
         assert_eq!(m.len(), 1);
         assert_eq!(m.get(&k(1, 2)), Some(&4));
+        assert_eq!(
+            m.row_mut(1).map(|(e, v)| (e, *v)).collect::<Vec<_>>(),
+            vec![(2, 4)]
+        );
+        assert_eq!(m.row_mut(8).count(), 0);
         assert_eq!(m.remove(&k(1, 2)), Some(4));
         assert_eq!(m.remove(&k(1, 2)), None);
         assert_eq!(m.len(), 0);
