@@ -100,6 +100,7 @@ impl RunReport {
         )];
         v.extend(self.warm_line());
         v.push(self.cache_line());
+        v.extend(bound_line(t, self.decode_bytes_per_token()));
         v
     }
 
@@ -327,6 +328,34 @@ fn gate_line(g: &crate::generate::GateStats) -> String {
     }
 }
 
+/// `moe-bound:` this run's decode against the bounds its own counters set, per
+/// token: compute (the time outside flash waits), the reads (their own time for
+/// the bytes read) and the overlap of the two (the slower one), with the share
+/// of the overlap bound the decode reached. None without a decode.
+fn bound_line(t: &PerToken, read_bytes: f64) -> Option<String> {
+    let compute_ms = (t.wall - t.stall).max(0.0);
+    let overlap_ms = compute_ms.max(t.io);
+    (t.wall > 0.0 && overlap_ms > 0.0).then(|| {
+        let rate = |ms: f64| format!("{:.2} tok/s", 1e3 / ms);
+        let reads = match t.io > 0.0 {
+            true => format!(
+                "{} ({:.2} MiB/token at their own {:.0} MiB/s)",
+                rate(t.io),
+                read_bytes / MIB,
+                read_bytes / MIB * 1e3 / t.io
+            ),
+            false => "none".to_string(),
+        };
+        format!(
+            "moe-bound: compute {} ({compute_ms:.1} ms/token), reads {reads}, \
+             overlap bound {}: decode at {:.2} of it",
+            rate(compute_ms),
+            rate(overlap_ms),
+            overlap_ms / t.wall,
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -342,6 +371,7 @@ mod tests {
             prefill,
             wall_ms,
             stall_ms: wall_ms / 2.0,
+            io_ms: wall_ms / 4.0,
             misses,
             hits,
             read_bytes: misses * 1024 * 1024,
@@ -419,17 +449,31 @@ mod tests {
             "{}",
             v[4]
         );
+        // 75 ms a token, 37.5 of it waiting, the reads' own time 18.75.
         assert!(
-            v[5].starts_with("prefill: stopped before its first micro-batch ended"),
-            "a prefill of no recorded tokens says it was stopped, not 0 tokens in 0 s: {}",
+            v[5].starts_with(
+                "moe-bound: compute 26.67 tok/s (37.5 ms/token), \
+                 reads 53.33 tok/s (2.00 MiB/token at their own 107 MiB/s)"
+            ),
+            "{}",
             v[5]
         );
-        assert!(v[6].starts_with("load: 0.00 s"), "{}", v[6]);
+        assert!(
+            v[5].ends_with("overlap bound 26.67 tok/s: decode at 0.50 of it"),
+            "{}",
+            v[5]
+        );
+        assert!(
+            v[6].starts_with("prefill: stopped before its first micro-batch ended"),
+            "a prefill of no recorded tokens says it was stopped, not 0 tokens in 0 s: {}",
+            v[6]
+        );
+        assert!(v[7].starts_with("load: 0.00 s"), "{}", v[7]);
         assert_eq!(
             v.last().map(String::as_str),
             Some("note: dense model (no expert tensors): running resident, nothing to stream")
         );
-        assert_eq!(v.len(), 8, "no prefetch, drop or speculation lines: {v:?}");
+        assert_eq!(v.len(), 9, "no prefetch, drop or speculation lines: {v:?}");
     }
 
     #[test]
