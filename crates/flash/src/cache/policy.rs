@@ -20,7 +20,7 @@ pub enum CachePolicy {
     /// next use goes first. In layer steps from the current layer c, over n
     /// layers, a slot of layer l used on a share p of passes is next needed
     /// after d(l) + n (1/p - 1) steps, d(l) = (l - c - 1) mod n + 1. The
-    /// default: the best hit rate in every replay of docs/cache.md.
+    /// default before `Learned`.
     Cycle,
     /// The slot whose learned chance of being routed at its layer's next
     /// visit is lowest for the wait until that visit ([`super::ReuseModel`]):
@@ -131,9 +131,7 @@ impl UseCounts {
         let p = (f64::from(self.uses(key)) + 1.0) / (f64::from(self.passes) + 2.0);
         f64::from(d) + f64::from(n) * (1.0 / p.min(1.0) - 1.0)
     }
-}
 
-impl UseCounts {
     /// Layer steps from the last verify demand's layer to `layer`'s next
     /// visit, d(l) = (l - c - 1) mod n + 1, in 1..=n over `n_layers` layers.
     pub fn steps_to_layer(&self, layer: u32, n_layers: u32) -> u32 {
