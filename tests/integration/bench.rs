@@ -88,8 +88,8 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     let summary = read(&out.join("summary.md"));
     assert!(
         summary.contains(
-            "| round | routed d1 MiB/s | routed d4 MiB/s | cache 50% cycle d1 MiB/s | \
-             cache 50% cycle d4 MiB/s | resident tok/s |"
+            "| round | routed d1 MiB/s | routed d4 MiB/s | cache 50% learned d1 MiB/s | \
+             cache 50% learned d4 MiB/s | resident tok/s |"
         ),
         "a probe per set and depth:\n{summary}"
     );
@@ -119,7 +119,7 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     };
     let (routed_reads, routed_pairs) = set("routed");
     assert!(routed_pairs > 0 && routed_pairs < pairs, "{summary}");
-    let (half_reads, _) = set("cache 50% cycle");
+    let (half_reads, _) = set("cache 50% learned");
     assert!(half_reads < routed_reads, "{summary}");
     assert!(summary.contains("the workload routes to"), "{summary}");
     assert!(out.join("runs/workload-trace.trace").exists());
