@@ -217,6 +217,14 @@ impl ExpertCache {
     /// One visit of each layer `keys` name, for the reuse model (a demand
     /// names one layer; a request that named several visits each once).
     fn visit_layers(&mut self, keys: &[SlotKey]) {
+        let Some(first) = keys.first().map(|k| k.layer) else {
+            return;
+        };
+        if keys.iter().all(|k| k.layer == first) {
+            // The usual demand: no copy on the flash thread.
+            self.reuse.visit(first, keys);
+            return;
+        }
         let mut rest = keys.to_vec();
         while let Some(layer) = rest.first().map(|k| k.layer) {
             let (this, other): (Vec<SlotKey>, Vec<SlotKey>) =
