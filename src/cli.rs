@@ -36,7 +36,9 @@ pub mod sampling;
 pub mod serve;
 pub mod spec;
 pub mod stream;
+pub mod tokens;
 pub mod trace;
+pub mod usage;
 
 #[derive(Debug, Parser)]
 #[command(

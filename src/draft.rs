@@ -53,6 +53,8 @@ use crate::stream::DraftHookParts;
 pub(crate) const DRAFT_QUEUE_CAPACITY: usize = 4;
 /// Replies from the draft actor in flight.
 pub(crate) const DRAFT_REPLY_CAPACITY: usize = 1;
+/// Capacity of the channel the draft actor reports its start on, once.
+const READY_CAPACITY: usize = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DraftError {
@@ -160,7 +162,8 @@ impl<'scope, 't: 'scope> MtpActor<'scope, 't> {
     ) -> Result<Self, DraftError> {
         let (tx, req_rx) = bounded::<Call<'t>>(DRAFT_QUEUE_CAPACITY);
         let (reply_tx, rx) = bounded::<Answer<'t>>(DRAFT_REPLY_CAPACITY);
-        let (ready_tx, ready_rx) = bounded::<(Result<(), LlamaError>, TargetTurn<'t>)>(1);
+        let (ready_tx, ready_rx) =
+            bounded::<(Result<(), LlamaError>, TargetTurn<'t>)>(READY_CAPACITY);
         let abort = Arc::new(AtomicBool::new(false));
         let thread_abort = abort.clone();
         let mut turn = target.lend()?;

@@ -28,9 +28,8 @@ pub struct ChatArgs {
     pub streaming: StreamingArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// The most tokens of each reply (at least 1; the context left caps it too).
-    #[arg(help_heading = "Chat", short = 'n', long = "n-predict", value_name = "N", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
-    pub n_predict: u32,
+    #[command(flatten, next_help_heading = "Chat")]
+    pub tokens: super::tokens::TokensArg,
     /// End a reply where this text first appears (left out of the output);
     /// repeat the flag for several.
     #[arg(help_heading = "Chat", long, value_name = "TEXT")]
@@ -64,9 +63,9 @@ impl ChatArgs {
     /// The engine's configuration: the shared groups', with -n and --stop.
     fn engine_config(&self, model: PathBuf) -> Result<RunConfig, checks::UsageError> {
         let extras = StreamExtras::default();
-        let mut cfg = self
-            .shared()
-            .engine_config(model, String::new(), self.n_predict, extras)?;
+        let mut cfg =
+            self.shared()
+                .engine_config(model, String::new(), self.tokens.n_predict, extras)?;
         cfg.stop = self.stop.clone();
         Ok(cfg)
     }

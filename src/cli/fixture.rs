@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use bmoe::fixture::{self, shapes, smollm2, tiny_mtp, upcycle};
 use bmoe::llama;
 
-use super::checks::{self, UsageError};
+use super::usage::{self, UsageError};
 
 #[derive(Debug, Subcommand)]
 pub enum FixtureCmd {
@@ -159,7 +159,7 @@ fn fixture_upcycle(a: UpcycleArgs) -> Result<()> {
         || fixture::cache_dir().map(|d| d.join(upcycle::default_file_name(&params))),
         Ok,
     )?;
-    checks::output_file("-o", &out, &[from.as_path()])?;
+    usage::output_file("-o", &out, &[from.as_path()])?;
     ensure_parent(&out)?;
     fixture::build_upcycle(&from, &out, &params, false)
         .with_context(|| format!("upcycle {}", from.display()))?;
@@ -177,7 +177,7 @@ fn fixture_zoo(a: ZooArgs) -> Result<()> {
     let src = smollm2::ensure(None)?;
     let output = a.output.as_path();
     fixture::refuse_directory(output)?;
-    checks::output_file("-o", output, &[src.as_path()])?;
+    usage::output_file("-o", output, &[src.as_path()])?;
     ensure_parent(output)?;
     let build = |out: &Path| bmoe::fixture::zoo::build(&src, out, family, quant, a.seed);
     let Some(n) = a.split else {
@@ -202,7 +202,7 @@ fn fixture_shape(a: &ZooArgs) -> Result<()> {
     let src = smollm2::ensure(None)?;
     let out = a.output.as_path();
     fixture::refuse_directory(out)?;
-    checks::output_file("-o", out, &[src.as_path()])?;
+    usage::output_file("-o", out, &[src.as_path()])?;
     ensure_parent(out)?;
     let _lock = fixture::lock::BuildLock::acquire(out)?;
     let plan = shapes::plan(&src, &shape, n_layer)?;
@@ -241,7 +241,7 @@ fn fixture_tiny_mtp(a: TinyMtpArgs) -> Result<()> {
         None => fixture::cache_dir()?.join(tiny_mtp_file_name(&a)),
     };
     fixture::refuse_directory(&out)?;
-    checks::output_file("-o", &out, &[src.as_path()])?;
+    usage::output_file("-o", &out, &[src.as_path()])?;
     ensure_parent(&out)?;
     let _lock = fixture::lock::BuildLock::acquire(&out)?;
     let bytes = tiny_mtp::build(&src, &out, &params)?;

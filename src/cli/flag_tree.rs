@@ -1,6 +1,7 @@
 //! Tests over the clap tree: run, chat and serve each take exactly the
-//! groups they compose, hide none of them, and refuse another command's
-//! flags while parsing (exit 2, the flag named).
+//! groups they compose (`-n` is one group all three share), hide none of
+//! them, and refuse another command's flags while parsing (exit 2, the flag
+//! named).
 
 use std::collections::BTreeSet;
 
@@ -13,6 +14,7 @@ use super::prompt_cache::PromptCacheArgs;
 use super::sampling::SamplingArgs;
 use super::spec::SpecArgs;
 use super::stream::StreamingArgs;
+use super::tokens::TokensArg;
 
 /// A group's `clap::Args::augment_args`.
 type Augment = fn(clap::Command) -> clap::Command;
@@ -46,7 +48,8 @@ fn subcommand(name: &str) -> clap::Command {
 
 /// What each command composes: the three shared groups and its own.
 fn expected(name: &str) -> BTreeSet<String> {
-    let shared: [Augment; 3] = [
+    let shared: [Augment; 4] = [
+        TokensArg::augment_args,
         ModelArgs::augment_args,
         StreamingArgs::augment_args,
         SamplingArgs::augment_args,
@@ -60,11 +63,10 @@ fn expected(name: &str) -> BTreeSet<String> {
             ],
             &[],
         ),
-        "chat" => (vec![], &["n_predict", "stop", "system", "resume"]),
+        "chat" => (vec![], &["stop", "system", "resume"]),
         "serve" => (
             vec![PromptCacheArgs::augment_args],
             &[
-                "n_predict",
                 "host",
                 "port",
                 "parallel",

@@ -7,8 +7,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use bmoe::engine::DEFAULT_N_PREDICT;
-
 /// The prompt and how its continuation is generated.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Generation")]
@@ -19,9 +17,8 @@ pub struct GenerationArgs {
     /// Read the prompt from a file.
     #[arg(short, long)]
     pub file: Option<PathBuf>,
-    /// Tokens to generate (at least 1).
-    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
-    pub n_predict: u32,
+    #[command(flatten)]
+    pub tokens: super::tokens::TokensArg,
     /// End generation where this text first appears (left out of the output);
     /// repeat the flag for several.
     #[arg(long, value_name = "TEXT")]

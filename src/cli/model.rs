@@ -9,10 +9,10 @@ use clap::Args;
 
 use bmoe::engine::{RunConfig, DEFAULT_N_CTX};
 
-use super::checks::{self, UsageError};
 use super::rpc::RpcArgs;
 use super::sampling::SamplingArgs;
 use super::stream::{StreamExtras, StreamingArgs};
+use super::usage::{self, UsageError};
 
 /// Which model runs, and how it is laid out and computed.
 #[derive(Debug, Args)]
@@ -88,5 +88,5 @@ fn template_file(args: &ModelArgs) -> Result<Option<String>, UsageError> {
     let Some(path) = &args.chat_template_file else {
         return Ok(None);
     };
-    checks::read_text_file("the --chat-template-file", path, "").map(Some)
+    usage::read_text_file("the --chat-template-file", path, "").map(Some)
 }

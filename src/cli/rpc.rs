@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 
-use super::checks::UsageError;
+use super::usage::UsageError;
 use bmoe::engine::{RpcConfig, RpcLayers};
 use bmoe::llama::rpc::ServerOptions;
 

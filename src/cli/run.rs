@@ -118,7 +118,7 @@ pub(super) fn run_config(
     };
     let mut cfg = args
         .shared()
-        .engine_config(model, prompt, gen.n_predict, extras)?;
+        .engine_config(model, prompt, gen.tokens.n_predict, extras)?;
     cfg.chat = gen.chat;
     cfg.ignore_eos = gen.ignore_eos;
     cfg.stop = gen.stop.clone();

@@ -6,7 +6,7 @@ use clap::Args;
 
 use bmoe_decode::sampling::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 
-use super::checks::UsageError;
+use super::usage::UsageError;
 
 /// Sampling through llama.cpp's sampler chain (greedy unless --temp > 0);
 /// serve's requests' defaults.

@@ -22,9 +22,8 @@ pub struct ServeArgs {
     pub streaming: StreamingArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// The reply length of a request without `max_tokens` (at least 1).
-    #[arg(help_heading = "Server", short = 'n', long = "n-predict", value_name = "N", default_value_t = bmoe::engine::DEFAULT_N_PREDICT, value_parser = clap::value_parser!(u32).range(1..))]
-    pub n_predict: u32,
+    #[command(flatten, next_help_heading = "Server")]
+    pub tokens: super::tokens::TokensArg,
     /// Address to listen on (loopback unless told otherwise).
     #[arg(help_heading = "Server", long, default_value = "127.0.0.1")]
     pub host: IpAddr,
@@ -89,7 +88,7 @@ impl ServeArgs {
             reserved_bytes: prompt_cache.map_or(0, |pc| pc.ram_bytes),
         };
         self.shared()
-            .engine_config(model, String::new(), self.n_predict, extras)
+            .engine_config(model, String::new(), self.tokens.n_predict, extras)
     }
 }
 

@@ -13,7 +13,7 @@ use bmoe_output::PendingFile;
 use bmoe_trace::route_trace::{TraceWriter, MAX_EXPERTS};
 use bmoe_trace::trace_import::{self, ImportFormat, Imported, Sizes};
 
-use super::checks::{self, UsageError};
+use super::usage::{self, UsageError};
 
 #[derive(Debug, Subcommand)]
 pub enum TraceCmd {
@@ -61,7 +61,7 @@ fn import(a: ImportArgs) -> Result<()> {
         .chain(&a.like)
         .map(|p| p.as_path())
         .collect();
-    checks::output_file("-o", &a.out, &inputs)?;
+    usage::output_file("-o", &a.out, &inputs)?;
     let input =
         bmoe::user_file::read_regular(&a.input).map_err(|e| usage(&a.input, e.to_string()))?;
     let sizes = sizes(&a)?;

@@ -6,9 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::config::{RunConfig, MTP_UBATCH};
+use super::error::EngineError;
+use super::mode::Mode;
+use super::note::Note;
+use super::prefill::TARGET_UBATCH;
 use super::prefill::{choose_ubatch, PrefillFacts};
-use super::{EngineError, Mode, RunConfig, MTP_UBATCH, TARGET_UBATCH};
-use super::{Note, Startup};
+use super::startup::Startup;
 use crate::chat::ChatTemplate;
 use crate::draft::MtpActorConfig;
 use crate::generate;
@@ -259,7 +263,7 @@ fn start_watchdog(
     let timeout = cfg
         .rpc
         .as_ref()
-        .map_or(super::rpc::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
+        .map_or(super::rpc_config::DEFAULT_RPC_TIMEOUT, |c| c.timeout);
     let peers = r.hosts.peers.clone();
     Ok(crate::llama::rpc::watchdog::Watchdog::start(
         r.waiting.clone(),
@@ -357,7 +361,7 @@ pub(super) fn target_context(
     shape: Batching,
     notes: &mut Vec<Note>,
     watch: Watchers,
-) -> Result<(Context, Option<SharedAnon>), super::EngineError> {
+) -> Result<(Context, Option<SharedAnon>), EngineError> {
     let Watchers { remote, force } = watch;
     let force = force.map(RouteCursor::new);
     let Batching { ubatch, n_seq } = shape;

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use bmoe_decode::telemetry::TelemetryConfig;
 
-use super::EngineError;
-use super::{Mode, Note};
+use super::error::EngineError;
+use super::mode::Mode;
+use super::note::Note;
+use super::prefill::{TARGET_UBATCH, UBATCH_MIN};
 use crate::layout::MoeLayout;
 use crate::stream::{StreamError, Streamer};
 
@@ -21,12 +23,12 @@ pub const DEFAULT_N_PREDICT: u32 = 128;
 pub const DEFAULT_N_CTX: u32 = 2048;
 /// `--draft`'s default: drafts verified per decode with speculation.
 pub const DEFAULT_DRAFT: u32 = 3;
-/// The target context's logical and physical batch.
-pub const TARGET_UBATCH: u32 = 512;
 // A verify batch ([last, d1..dN]) must fit one ubatch of each context, and a
 // hybrid target needs n_ubatch >= n_rs_seq (= the draft width) + 2. Neither
 // width is a setting, so this is checked here rather than refused at load.
 const _: () = assert!(MAX_DRAFT + 2 <= MTP_UBATCH && MAX_DRAFT + 2 <= TARGET_UBATCH);
+// A verify batch fits the smallest `--ubatch` too.
+const _: () = assert!(MAX_DRAFT + 2 <= UBATCH_MIN);
 
 /// Self-speculative decoding: where drafts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -174,13 +176,13 @@ pub struct RunConfig {
     /// `--spec`, `--draft`).
     pub speculation: SpecConfig,
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
-    pub ubatch: super::Ubatch,
+    pub ubatch: super::prefill::Ubatch,
     /// `--temp` and the other sampling flags (greedy by default).
     pub sampling: bmoe_decode::sampling::SamplingParams,
     /// `--stop`: text that ends generation.
     pub stop: Vec<String>,
     /// `--rpc`: the last layers on llama.cpp RPC hosts.
-    pub rpc: Option<super::rpc::RpcConfig>,
+    pub rpc: Option<super::rpc_config::RpcConfig>,
     /// `bmoe run --prompt-cache-file FILE`: the prompt's state restored and saved.
     pub prompt_cache: Option<PathBuf>,
     /// Where a model file's whole-file hash (what names its prompt-cache
@@ -216,7 +218,7 @@ impl RunConfig {
             },
             n_expert_used: None,
             speculation: SpecConfig::default(),
-            ubatch: super::Ubatch::Auto,
+            ubatch: super::prefill::Ubatch::Auto,
             sampling: Default::default(),
             stop: Vec::new(),
             rpc: None,

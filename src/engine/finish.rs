@@ -2,20 +2,38 @@
 //! CSV trailer and `BMOE_DONE`, and the [`RunReport`].
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bmoe_decode::metrics::PredictorTally;
 use bmoe_decode::telemetry::{json_object, Telemetry};
 use bmoe_flash::cache::Requester;
 
 use super::assemble::{Assembly, Backend, Loaded};
+use super::config::SpecConfig;
+use super::error::EngineError;
 use super::note::Note;
 use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
-use super::{EngineError, Metered, PrefetchReport, RunReport, SpecConfig};
+use super::run_report::{PrefetchReport, RunReport, TokenRow};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
 use crate::stream::memory;
+
+/// What the generation produced and measured, before the run's totals.
+pub(super) struct Metered {
+    pub(super) res: Result<Generation, GenerateError>,
+    pub(super) rows: Vec<TokenRow>,
+    /// From the first token to the last kept one (see [`super::report::decode_rate`]).
+    pub(super) decode_span: Duration,
+    /// Predictive prefetch: experts guessed and guesses the routing used.
+    pub(super) predicted: PredictorTally,
+    /// When the prefill started.
+    pub(super) started: Instant,
+    /// Kernel-reported storage reads of the process when generation started.
+    pub(super) kernel_read_bytes_before: Option<u64>,
+    /// Bytes of the distinct expert slices the prompt's pass routed to.
+    pub(super) prefill_distinct_bytes: u64,
+}
 
 /// How generation ended, as the engine saw it.
 pub(super) struct Ended {
@@ -25,7 +43,7 @@ pub(super) struct Ended {
     pub(super) observer_failure: Option<String>,
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
-    pub(super) startup: super::Startup,
+    pub(super) startup: super::startup::Startup,
 }
 
 /// The run's failure, if any: a streaming error that aborted a decode, else
@@ -107,7 +125,7 @@ struct TrailerFacts<'a> {
     failed: bool,
     dropped_events: u64,
     head: &'a HeadReport,
-    startup: &'a super::Startup,
+    startup: &'a super::startup::Startup,
     closing: &'a Closing,
     /// `--route-from`: the trace whose routing was forced.
     route_from: Option<&'a std::path::Path>,

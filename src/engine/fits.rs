@@ -15,7 +15,9 @@
 
 use crate::layout::MoeLayout;
 
-use super::{Mode, RunConfig, MTP_UBATCH, TARGET_UBATCH};
+use super::config::{RunConfig, MTP_UBATCH};
+use super::mode::Mode;
+use super::prefill::TARGET_UBATCH;
 
 /// Kept free beyond the file and the run's own buffers: the process (its
 /// threads, the tokenizer, llama.cpp's own allocations that the estimate

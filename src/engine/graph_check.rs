@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::TARGET_UBATCH;
+use super::prefill::TARGET_UBATCH;
 use crate::layout::MoeLayout;
 use crate::llama::{Context, ContextParams, LlamaError, Model, ModelParams};
 

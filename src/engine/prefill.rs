@@ -10,11 +10,12 @@
 
 use std::time::Duration;
 
-use super::{TokenRow, TARGET_UBATCH};
+use bmoe_decode::telemetry::Row as TokenRow;
 
 /// The smallest `--ubatch` (a verify batch of the widest draft must fit one).
 pub(crate) const UBATCH_MIN: u32 = 16;
-const _: () = assert!(super::MAX_DRAFT + 2 <= UBATCH_MIN);
+/// The target context's logical and physical batch.
+pub const TARGET_UBATCH: u32 = 512;
 /// The largest micro-batch auto picks (its compute buffers grow with it).
 pub const UBATCH_MAX: u32 = 8192;
 /// Auto rounds the micro-batch up to a multiple of this.

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::RunConfig;
+use super::config::RunConfig;
 use crate::llama::{Context, Token};
 use crate::prompt_cache::{self, Ident};
 

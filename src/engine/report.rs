@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bmoe_decode::metrics::PredictorTally;
 use bmoe_flash::cache::Requester;
 
-use super::{PrefetchReport, RunReport, TokenRow};
+use super::run_report::{PrefetchReport, RunReport, TokenRow};
 use crate::draft::HeadReport;
 use crate::generate;
 use crate::stream::{StreamConfig, Streamer};

@@ -7,52 +7,21 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bmoe_decode::metrics::DecodeMetrics;
 
-use super::{EngineError, Note, RpcSplit, RunConfig};
+use super::config::RunConfig;
+use super::error::EngineError;
+use super::note::{Note, RpcSplit};
+use super::rpc_config::{RpcConfig, RpcLayers};
 use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
 use crate::llama::rpc::net::{self, NetBytes};
 use crate::llama::rpc::{self, RpcHosts};
 use crate::llama::{BatchShape, EvalObserver, NodeView};
-
-/// `--rpc-timeout`'s default: a decode that hears nothing from the hosts for
-/// this long has lost one.
-pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// `--rpc HOST:PORT,...` with `--rpc-layers` and `--rpc-timeout`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RpcConfig {
-    pub endpoints: Vec<String>,
-    pub layers: RpcLayers,
-    pub timeout: Duration,
-}
-
-/// How many trailing layers go to the hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RpcLayers {
-    /// As many as the hosts' reported free memory holds.
-    Auto,
-    Count(u32),
-}
-
-impl FromStr for RpcLayers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            n => n
-                .parse()
-                .map(Self::Count)
-                .map_err(|_| format!("{s:?}: give a layer count or auto")),
-        }
-    }
-}
 
 /// The hosts of a run and what they hold.
 pub(super) struct RpcRun {
@@ -324,6 +293,7 @@ impl EvalObserver for RemoteClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::rpc_config::DEFAULT_RPC_TIMEOUT;
 
     #[test]
     fn a_route_trace_needs_a_layer_with_experts_left_here() {

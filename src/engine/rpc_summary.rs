@@ -4,8 +4,9 @@
 //! protocol's overhead (ggml's RPC client resends the serialized graph
 //! with every decode, docs/scale-out.md) is visible.
 
+use super::note::Note;
 use super::report::mean;
-use super::{Note, RunReport};
+use super::run_report::RunReport;
 
 const KIB: f64 = 1024.0;
 

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use bmoe_decode::metrics::DecodeMetrics;
 
 use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
-use super::{EngineError, Note, RunConfig, Speculation};
+use super::config::{RunConfig, Speculation};
+use super::error::EngineError;
+use super::note::Note;
 use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::llama::{Context, Model, Target, Token};
@@ -31,7 +33,30 @@ pub struct Session {
     /// `--chat-template-file`'s template (None: the model's own).
     template_source: Option<String>,
     /// `--rpc`'s hosts: a NaN names them too.
-    rpc: Option<super::RpcConfig>,
+    rpc: Option<super::rpc_config::RpcConfig>,
+    /// `--ngram`: each greedy turn drafts from its own prompt and reply.
+    ngram: Option<NgramSpec>,
+}
+
+/// The n-gram drafts a session's turns take: the shortest match that may
+/// draft and the drafts verified per decode.
+#[derive(Debug, Clone, Copy)]
+struct NgramSpec {
+    min_match: u32,
+    draft_max: u32,
+}
+
+impl NgramSpec {
+    /// `--ngram` (ungated); the gate and the MTP head are run's alone.
+    fn of(cfg: &RunConfig) -> Option<Self> {
+        match cfg.speculation.source {
+            Speculation::Ngram { min_match } if !cfg.speculation.gated => Some(Self {
+                min_match,
+                draft_max: cfg.speculation.draft_max,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// What one turn (or a session's turns together) decoded and read.
@@ -46,6 +71,9 @@ pub struct TurnFigures {
     pub(crate) decode: Duration,
     /// The decodes' streaming counters (zeros when resident).
     pub(crate) metrics: DecodeMetrics,
+    /// N-gram drafts proposed and those the target's argmax confirmed.
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
 }
 
 impl TurnFigures {
@@ -78,6 +106,8 @@ impl TurnFigures {
         self.prefill += o.prefill;
         self.decode += o.decode;
         self.metrics.add(o.metrics.clone());
+        self.drafted_tokens += o.drafted_tokens;
+        self.accepted_tokens += o.accepted_tokens;
     }
 }
 
@@ -98,6 +128,7 @@ impl Session {
     /// [`Self::open`] with a context of `n_seq` sequences, each of `-c`
     /// positions, for generations side by side ([`generate::Multi`]).
     pub(crate) fn open_seqs(cfg: &RunConfig, n_seq: u32) -> Result<Self, EngineError> {
+        let ngram = NgramSpec::of(cfg);
         let mut cfg = cfg.clone();
         cfg.speculation.source = Speculation::Off;
         let Assembly { ctx, mut loaded } = assemble::assemble(&cfg, Prompt::Longest, n_seq)?;
@@ -127,6 +158,7 @@ impl Session {
             totals: TurnFigures::default(),
             template_source: cfg.chat_template,
             rpc: cfg.rpc,
+            ngram,
         })
     }
 
@@ -277,9 +309,16 @@ impl Session {
         sink: &mut dyn GenerationSink,
     ) -> Result<Turn, EngineError> {
         let cached = self.reusable(prompt);
+        // Drafts are checked against greedy picks, which a grammar does not
+        // constrain: a sampled or constrained turn goes without.
+        let ngram = self
+            .ngram
+            .filter(|_| opts.sampling.is_greedy() && opts.grammar.is_none());
+        let mut drafter = ngram.map(|n| generate::NgramDrafter::new(n.min_match as usize));
         let opts = Options {
             cached,
             n_batch: self.ubatch as usize,
+            draft_max: ngram.map_or(opts.draft_max, |n| n.draft_max as usize),
             ..opts.clone()
         };
         let mut metering = Metering {
@@ -288,7 +327,10 @@ impl Session {
         };
         let t0 = Instant::now();
         let mut target = Target::new(&mut self.ctx);
-        let res = generate::generate_opts(&mut target, prompt, &opts, &mut metering, None);
+        let drafter = drafter
+            .as_mut()
+            .map(|d| d as &mut dyn generate::Drafter<'_>);
+        let res = generate::generate_opts(&mut target, prompt, &opts, &mut metering, drafter);
         let g = match res {
             Ok(g) => g,
             Err(e) => {
@@ -307,6 +349,8 @@ impl Session {
             prefill: g.prefill,
             decode: t0.elapsed().saturating_sub(g.prefill),
             metrics: metering.metrics,
+            drafted_tokens: g.spec.drafted,
+            accepted_tokens: g.spec.accepted,
         };
         self.totals.add(&figures);
         Ok(Turn {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bmoe_decode::metrics::PredictorTally;
 use bmoe_decode::telemetry::Telemetry;
 
-use super::TokenRow;
+use super::run_report::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
 use crate::stream::memory;
 

@@ -1,8 +1,9 @@
 //! The summary lines printed on stderr after the answer: pure functions of a
 //! [`RunReport`], one per line family (generation, moe-*, speculation).
 
+use super::mode::Mode;
 use super::report::mean;
-use super::{Mode, RunReport, TokenRow};
+use super::run_report::{RunReport, TokenRow};
 use crate::generate::{SpecStats, StopReason};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -361,7 +362,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::{PrefetchReport, SpecConfig};
+    use crate::engine::config::SpecConfig;
+    use crate::engine::run_report::PrefetchReport;
     use crate::generate::Generation;
     use crate::layout::MoeLayout;
 
@@ -401,7 +403,7 @@ mod tests {
                 row(false, 50.0, 0, 8),
             ],
             mode: Mode::Stream(()),
-            notes: vec![crate::engine::Note::DenseResident],
+            notes: vec![crate::engine::note::Note::DenseResident],
             cache_budget_bytes: 64 << 20,
             reader: "io_uring".into(),
             flash_read_bytes: 12 << 20,
@@ -424,8 +426,8 @@ mod tests {
                 ..MoeLayout::default()
             },
             done_line: String::new(),
-            startup: crate::engine::Startup::default(),
-            prefill: crate::engine::PrefillReport::default(),
+            startup: crate::engine::startup::Startup::default(),
+            prefill: crate::engine::prefill::PrefillReport::default(),
         }
     }
 

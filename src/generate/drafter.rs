@@ -1,7 +1,8 @@
 //! Draft sources for the verify loop: the [`Drafter`] trait, the MTP head on
 //! this thread ([`MtpDrafter`]) and the n-gram matcher ([`NgramDrafter`]).
 
-use super::GenerateError;
+use super::error::GenerateError;
+use super::outcome::GateStep;
 use crate::llama::{Batch, MtpHead, Target, TargetTurn, Token};
 
 /// A source of draft tokens for the verify loop, for a generation holding the
@@ -33,8 +34,14 @@ pub trait Drafter<'t> {
         Vec::new()
     }
     /// What the speculation gate decided for the last draft (gated sources).
-    fn gate_step(&self) -> Option<super::GateStep> {
+    fn gate_step(&self) -> Option<GateStep> {
         None
+    }
+    /// Whether the source reads the target's past (the MTP head's hidden
+    /// states), so it must see the whole prompt decoded: no prefix reused
+    /// from the KV cache. A source that reads only the tokens does not.
+    fn follows_target(&self) -> bool {
+        true
     }
 }
 
@@ -167,6 +174,11 @@ impl NgramDrafter {
 impl<'t> Drafter<'t> for NgramDrafter {
     fn name(&self) -> &'static str {
         "ngram"
+    }
+
+    /// The matcher reads the corpus's tokens only: a reused prefix is fine.
+    fn follows_target(&self) -> bool {
+        false
     }
 
     fn draft(&mut self, _target: &mut Target<'t>, corpus: &[Token], max: usize) -> Drafted {

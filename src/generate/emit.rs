@@ -3,7 +3,7 @@
 
 use bmoe_decode::text::{StopStrings, Utf8Stream};
 
-use super::{GenerationSink, Limit, StopReason};
+use super::outcome::{GenerationSink, Limit, StopReason};
 use crate::llama::{Model, Token};
 
 /// One generation's output so far.

@@ -12,18 +12,10 @@
 use bmoe_decode::spec_gate::upkeep::{HeadStep, Upkeep};
 use bmoe_decode::spec_gate::{self, Choice, Gate, HeldBack, Source, StepCost};
 
-use super::{Accepted, Drafted, Drafter, Follow, GenerateError, NgramDrafter};
+use super::drafter::{Accepted, Drafted, Drafter, Follow, NgramDrafter};
+use super::error::GenerateError;
+use super::outcome::{GateStats, GateStep};
 use crate::llama::{Target, Token};
-
-/// What the gate decided on one step, for the telemetry row.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GateStep {
-    /// The source whose draft the gate judged.
-    pub(crate) source: Source,
-    /// Drafts the source had.
-    pub(crate) available: usize,
-    pub(crate) choice: Choice,
-}
 
 /// Where a gated step's drafts come from.
 pub enum Sources<'d, 't> {
@@ -34,28 +26,6 @@ pub enum Sources<'d, 't> {
         ngram: &'d mut NgramDrafter,
         head: &'d mut dyn Drafter<'t>,
     },
-}
-
-/// The gate's decisions over a run (the summary's `spec-gate:` line).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GateStats {
-    pub steps: u64,
-    /// Steps that verified at least one draft, and the drafts they verified.
-    pub(crate) drafted_steps: u64,
-    pub(crate) drafted: u64,
-    /// Steps whose source had nothing to draft.
-    pub(crate) no_draft: u64,
-    /// Steps that verified fewer drafts than the source had, and of them the
-    /// ones that verified none.
-    pub(crate) shortened: u64,
-    pub(crate) held_to_plain: u64,
-    /// One-token drafts taken against the estimates to refresh them.
-    pub explored: u64,
-    /// Steps that verified drafts, per source (`Source as usize`).
-    pub(crate) drafted_steps_by: [u64; 2],
-    /// Steps the MTP head rested (no catch-up), and the times it woke.
-    pub rested: u64,
-    pub woke: u64,
 }
 
 impl GateStats {

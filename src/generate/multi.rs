@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use bmoe_decode::metrics::DecodeMetrics;
 
 use super::emit::Emitter;
+use super::error::GenerateError;
+use super::outcome::{Generation, GenerationSink, Options, SpecStats, StopReason};
 use super::picker::Picker;
 use super::verify::check_prompt;
-use super::{GenerateError, Generation, GenerationSink, Options, SpecStats, StopReason};
 use crate::llama::{Batch, Context, LlamaError, Token};
 
 /// One generation to run beside others (drafts are not used here).

@@ -3,7 +3,7 @@
 
 use bmoe_decode::sampling::{argmax, argmax_where, SamplingParams};
 
-use super::GenerateError;
+use super::error::GenerateError;
 use crate::llama::{Context, Grammar, Model, Sampler, Token};
 
 /// The choice from a row of logits: the argmax, or a draw through

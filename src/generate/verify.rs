@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use super::drafter::{Accepted, Drafter, Follow};
 use super::emit::Emitter;
-use super::picker::Picker;
-use super::{
-    Accepted, DecodeStep, Drafter, Follow, GateStep, GenerateError, Generation, GenerationSink,
-    Limit, Options, SpecStats, StopReason,
+use super::error::GenerateError;
+use super::outcome::{
+    DecodeStep, GateStep, Generation, GenerationSink, Limit, Options, SpecStats, StopReason,
 };
+use super::picker::Picker;
 use crate::llama::{Batch, Context, LlamaError, Model, Target, Token};
 
 /// [`generate`](super::generate) with an optional drafter: each step drafts up
@@ -50,8 +51,10 @@ pub fn generate_opts<'t>(
     let limit = opts.limit;
     let ctx = target.ctx()?;
     check_prompt(ctx, prompt)?;
-    if drafter.is_some() && (!opts.sampling.is_greedy() || opts.cached > 0) {
-        return Err(GenerateError::DraftNeedsGreedy);
+    if let Some(d) = drafter.as_deref() {
+        if !opts.sampling.is_greedy() || (opts.cached > 0 && d.follows_target()) {
+            return Err(GenerateError::DraftNeedsGreedy);
+        }
     }
     if drafter.is_some() && opts.grammar.is_some() {
         return Err(GenerateError::DraftWithGrammar);

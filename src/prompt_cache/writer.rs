@@ -15,6 +15,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use super::disk::{self, DiskIndex};
 use super::{entry, Ident, Stats};
 
+/// Capacity of the shutdown's reply channel: the writer's one "done".
+const DONE_CAPACITY: usize = 1;
+
 /// Entries that may wait for the writer; more are dropped with a note.
 pub(super) const WRITE_QUEUE_CAPACITY: usize = 2;
 
@@ -66,7 +69,7 @@ impl Writer {
     /// The shutdown message, then the join, within `deadline`.
     pub(super) fn stop(self, deadline: Duration) -> bool {
         let t0 = Instant::now();
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let (done_tx, done_rx) = crossbeam_channel::bounded(DONE_CAPACITY);
         if self.tx.send_timeout(Msg::Stop(done_tx), deadline).is_err() {
             return false;
         }

@@ -22,6 +22,12 @@ use crate::engine::{RunConfig, Session, TurnFigures};
 use crate::generate::{Finished, GenerateError, Generation, Multi, StopReason};
 use crate::llama::Model;
 
+/// Capacities of the worker's one-shot channels: the stop message (only
+/// [`Worker::stop`] sends it), the model's ready report, the join's "done".
+const STOP_CAPACITY: usize = 1;
+const READY_CAPACITY: usize = 1;
+const DONE_CAPACITY: usize = 1;
+
 /// The engine thread and its queue's sending side.
 pub(crate) struct Worker {
     pub(crate) jobs: crossbeam_channel::Sender<Job>,
@@ -60,8 +66,8 @@ impl Worker {
         prompt_cache: Option<crate::prompt_cache::Config>,
     ) -> Result<(Self, ModelReady), ServeError> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(queue);
-        let (stop, stop_rx) = crossbeam_channel::bounded::<Stop>(1);
-        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (stop, stop_rx) = crossbeam_channel::bounded::<Stop>(STOP_CAPACITY);
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(READY_CAPACITY);
         let handle = std::thread::Builder::new()
             .name("bmoe-engine".into())
             .spawn(move || {
@@ -114,7 +120,7 @@ impl Worker {
     /// detached, the process exit reclaims it; or it had panicked).
     pub(crate) fn stop(self, deadline: Duration) -> bool {
         let t0 = Instant::now();
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(DONE_CAPACITY);
         // The stop channel holds one message and only this call sends: the
         // send fails only when the thread is already gone, which the join
         // below reports (`done_rx` then sees its sender dropped).
@@ -283,6 +289,8 @@ fn complete(session: &mut Session, f: Finished<JobSink>, restored: usize) {
         prefill: g.prefill,
         decode: g.decode,
         metrics: f.share,
+        drafted_tokens: g.spec.drafted,
+        accepted_tokens: g.spec.accepted,
     };
     session.record(&TurnFigures {
         decode: Duration::ZERO,

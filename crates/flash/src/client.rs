@@ -22,6 +22,9 @@ use super::{
 };
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
+/// Capacity of the shutdown's reply channel: the actor's one "done".
+const DONE_CAPACITY: usize = 1;
+
 /// Owner's handle: spawns the actor, hands out clients, shuts it down.
 pub struct Flash {
     tx: Option<Sender<Msg>>,
@@ -395,7 +398,7 @@ impl Flash {
             return true;
         };
         let t0 = Instant::now();
-        let (done_tx, done_rx) = bounded::<()>(1);
+        let (done_tx, done_rx) = bounded::<()>(DONE_CAPACITY);
         // The request channel is bounded: wait for room, at most the deadline.
         // A send to an actor that is already gone fails at once; `done_rx` then
         // sees its sender dropped, and the join below reports how it ended.

@@ -30,6 +30,9 @@ const MAX_CELLS: usize = 64;
 /// Capacity of the toucher's channel: one wake-up waiting is enough.
 const TOUCHER_CAPACITY: usize = 1;
 
+/// Capacity of the shutdown's reply channel: the toucher's one "done".
+const DONE_CAPACITY: usize = 1;
+
 /// What the flash actor tells the toucher.
 enum ToToucher {
     /// A cell was taken or the cache's room grew.
@@ -216,7 +219,7 @@ impl Stock {
             return true;
         };
         let t0 = Instant::now();
-        let (done_tx, done_rx) = bounded::<()>(1);
+        let (done_tx, done_rx) = bounded::<()>(DONE_CAPACITY);
         if self
             .tx
             .send_timeout(ToToucher::Stop { done: done_tx }, deadline)

@@ -17,6 +17,9 @@ use super::BenchError;
 /// The thread's name, as `/proc/self/task/TID/comm` shows it.
 const NAME: &str = "bmoe-neighbour";
 
+/// Capacity of the channel the busy thread sends its thread id on, once.
+const TID_CAPACITY: usize = 1;
+
 /// A running neighbour; dropping it stops the thread and joins it.
 #[derive(Debug)]
 pub(crate) struct Neighbour {
@@ -30,7 +33,7 @@ impl Neighbour {
     /// Start the busy thread; returns once it runs.
     pub(crate) fn start() -> Result<Self, BenchError> {
         let stop = Arc::new(AtomicBool::new(false));
-        let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
+        let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(TID_CAPACITY);
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name(NAME.into())

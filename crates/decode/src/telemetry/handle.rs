@@ -13,6 +13,9 @@ use std::time::Duration;
 use bmoe_output::PendingFile;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 
+/// Capacity of the shutdown's reply channel: the writer's one "done".
+const DONE_CAPACITY: usize = 1;
+
 use super::actor::{run, Event};
 use super::{Row, TelemetryError, COLUMNS};
 
@@ -145,7 +148,7 @@ impl Telemetry {
             Some(kv) => kv.1 = dropped,
             None => trailer.push(("dropped_events".into(), dropped)),
         }
-        let (done_tx, done_rx) = bounded(1);
+        let (done_tx, done_rx) = bounded(DONE_CAPACITY);
         if let Some(tx) = self.tx.take() {
             let _ = tx.send_timeout(
                 Event::End {

@@ -158,15 +158,11 @@ fn a_hole_a_refused_move_left_is_mapped_again_and_a_mapped_range_kept() {
     unsafe { std::ptr::write_bytes(buf.as_ptr(), 7, 4 * page) };
     // SAFETY: pages 1 and 2 of the buffer, which nothing else uses; the
     // test maps them again below before the buffer is dropped.
-    assert_eq!(
-        unsafe { libc::munmap((base + page) as *mut _, 2 * page) },
-        0
-    );
+    let unmapped = unsafe { libc::munmap((base + page) as *mut _, 2 * page) };
+    assert_eq!(unmapped, 0);
     // SAFETY: the hole is the buffer's range.
-    assert_eq!(
-        unsafe { map_again(base + page, 2 * page) },
-        Some(Remapped::MappedAgain)
-    );
+    let again = unsafe { map_again(base + page, 2 * page) };
+    assert_eq!(again, Some(Remapped::MappedAgain));
     // SAFETY: the buffer's 4 pages, all mapped again.
     let all = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), 4 * page) };
     assert!(
@@ -176,10 +172,7 @@ fn a_hole_a_refused_move_left_is_mapped_again_and_a_mapped_range_kept() {
     assert!(all[..page].iter().chain(&all[3 * page..]).all(|&b| b == 7));
     all[page] = 1;
     // SAFETY: the buffer's range, mapped.
-    assert_eq!(
-        unsafe { map_again(base, 4 * page) },
-        Some(Remapped::Refused),
-        "already mapped"
-    );
+    let again = unsafe { map_again(base, 4 * page) };
+    assert_eq!(again, Some(Remapped::Refused), "already mapped");
     assert_eq!((all[0], all[page]), (7, 1), "and left as it was");
 }

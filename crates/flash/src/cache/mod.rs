@@ -423,7 +423,8 @@ impl ExpertCache {
             CachePolicy::Cycle => -self.counts.steps_to_next_use(k, n),
             CachePolicy::Learned => {
                 let d = f64::from(self.counts.steps_to_layer(k.layer, n));
-                -d / self.reuse.chance(k)
+                let own = (self.counts.use_share(k), self.counts.passes());
+                -d / reuse::blended(self.reuse.chance(k), own)
             }
         };
         // One walk in tick order: demoted slots (ticks below TICK_BASE, the

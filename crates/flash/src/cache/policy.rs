@@ -128,8 +128,18 @@ impl UseCounts {
     pub fn steps_to_next_use(&self, key: SlotKey, n_layers: u32) -> f64 {
         let n = n_layers.max(1);
         let d = self.steps_to_layer(key.layer, n);
+        f64::from(d) + f64::from(n) * (1.0 / self.use_share(key) - 1.0)
+    }
+
+    /// The share of passes that routed `key` (Laplace's estimate, at most 1).
+    pub fn use_share(&self, key: SlotKey) -> f64 {
         let p = (f64::from(self.uses(key)) + 1.0) / (f64::from(self.passes) + 2.0);
-        f64::from(d) + f64::from(n) * (1.0 / p.min(1.0) - 1.0)
+        p.min(1.0)
+    }
+
+    /// Passes counted (halved every [`AGE_PASSES`]).
+    pub fn passes(&self) -> u32 {
+        self.passes
     }
 
     /// Layer steps from the last verify demand's layer to `layer`'s next

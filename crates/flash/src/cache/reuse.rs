@@ -26,6 +26,23 @@ const BUCKETS: usize = (RECENCY_BUCKETS + 1) * FREQUENCY_BUCKETS;
 /// PRIOR_SUCCESSES: an unseen bucket ranks as an unlikely slot.
 const PRIOR_TRIALS: f64 = 1.0;
 const PRIOR_SUCCESSES: f64 = 0.05;
+/// The slot's own share of passes weighs as much as this many passes of the
+/// learned table: passes/(passes + OWN_SHARE_PASSES) is the table's weight.
+/// Early in a run (few passes, thin buckets) the slot's own share leads; the
+/// ageing keeps passes at 32..64, so it keeps a weight of 0.24-0.38 after.
+/// Tuned on the tune splits (5, 10, 20, 40, 80, 300 tried; docs/cache.md).
+const OWN_SHARE_PASSES: f64 = 20.0;
+
+/// A slot's chance of reuse for the `learned` rank: the table's `learned`
+/// chance blended with `own`, the slot's own share of passes that routed it
+/// and the passes counted ([`super::policy::UseCounts`]).
+pub fn blended(learned: f64, own: (f64, u32)) -> f64 {
+    let (share, passes) = own;
+    let w = f64::from(passes) / (f64::from(passes) + OWN_SHARE_PASSES);
+    let q = w * learned + (1.0 - w) * share;
+    debug_assert!(q > 0.0 && q <= 1.0, "{q}");
+    q
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct History {
@@ -163,6 +180,18 @@ mod tests {
         let just_used = m.chance(k(0, 1));
         assert!(due > 0.9, "{due}");
         assert!(just_used < 0.1, "{just_used}");
+    }
+
+    #[test]
+    fn the_slots_own_share_leads_early_and_the_table_later() {
+        // No passes yet: the slot's own share alone.
+        assert!((blended(0.9, (0.1, 0)) - 0.1).abs() < 1e-12);
+        // Many passes: mostly the table.
+        let late = blended(0.9, (0.1, 1_000));
+        assert!(late > 0.88 && late < 0.9, "{late}");
+        // Between: between the two.
+        let mid = blended(0.9, (0.1, 20));
+        assert!((mid - 0.5).abs() < 1e-12, "{mid}");
     }
 
     #[test]

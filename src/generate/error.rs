@@ -1,0 +1,32 @@
+//! Why a generation failed.
+
+use crate::chat::TemplateError;
+use crate::llama::LlamaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Llama(#[from] LlamaError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error("the prompt is empty: it has no tokens (give text with -p/--prompt or -f/--file; with a chat template, one that renders the conversation as text)")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt_tokens} tokens but the context holds {n_ctx}; raise -c/--ctx or shorten the prompt")]
+    PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
+    #[error("llama.cpp returned no logits for the last position")]
+    NoLogits,
+    #[error("the model computed NaN for the next token's scores: its tensor data is likely corrupt; check the file against its published checksum, or download it again")]
+    NanLogits,
+    #[error("could not trim the rejected drafts from the KV cache at position {pos}")]
+    Rollback { pos: i32 },
+    #[error("drafts are verified against greedy picks on a prompt prefilled from its start: speculation needs temperature 0 and no reused prefix")]
+    DraftNeedsGreedy,
+    #[error("drafts are verified against the target's own argmax, which a grammar does not constrain: a constrained generation runs without speculation")]
+    DraftWithGrammar,
+    #[error("the output grammar allows no token here (none of the vocabulary's tokens continues it, or it is complete and the end of text is banned)")]
+    GrammarDeadEnd,
+    #[error("every sequence of the context is generating")]
+    NoFreeSequence,
+    #[error("MTP draft actor: {0}")]
+    DraftActor(String),
+}
