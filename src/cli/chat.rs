@@ -30,6 +30,10 @@ pub struct ChatArgs {
     pub sampling: SamplingArgs,
     #[command(flatten, next_help_heading = "Chat")]
     pub tokens: super::tokens::TokensArg,
+    /// `--ngram` (and its `--draft`, `--ngram-min-match`); the MTP head and
+    /// the gate are run's.
+    #[command(flatten)]
+    pub spec: super::spec::SpecArgs,
     /// End a reply where this text first appears (left out of the output);
     /// repeat the flag for several.
     #[arg(help_heading = "Chat", long, value_name = "TEXT")]
@@ -67,6 +71,7 @@ impl ChatArgs {
             self.shared()
                 .engine_config(model, String::new(), self.tokens.n_predict, extras)?;
         cfg.stop = self.stop.clone();
+        cfg.speculation = self.spec.config();
         Ok(cfg)
     }
 }
@@ -77,6 +82,7 @@ const HELP: &str = "/reset forgets the conversation, /stats shows the last turn'
 pub fn chat(args: ChatArgs) -> Result<()> {
     checks::warn_threads_above_cores(args.model.threads);
     checks::shared_args(&args.shared())?;
+    checks::chat_speculation(&args.spec, &args.sampling)?;
     let resumed = args.resume.as_deref().map(read_transcript).transpose()?;
     let model = super::commands::model_or_default(&args.model.model)?;
     let cfg = args.engine_config(model)?;
@@ -431,14 +437,23 @@ fn figures_line(f: &TurnFigures) -> String {
         .hit_pct()
         .map_or("resident".into(), |h| format!("hit {h:.1}%"));
     format!(
-        "prompt {} tokens ({} reused from the KV cache, {} prefilled), {} generated, decode {:.2} tok/s, {hit}, {:.1} MiB/token",
+        "prompt {} tokens ({} reused from the KV cache, {} prefilled), {} generated, decode {:.2} tok/s, {hit}, {:.1} MiB/token{}",
         f.reused_tokens + f.prefilled_tokens,
         f.reused_tokens,
         f.prefilled_tokens,
         f.generated_tokens,
         f.decode_tok_s(),
-        f.mib_per_token()
+        f.mib_per_token(),
+        drafts_part(f)
     )
+}
+
+/// ", drafts: A of D accepted" when the turns drafted (`--ngram`).
+fn drafts_part(f: &TurnFigures) -> String {
+    match f.drafted_tokens {
+        0 => String::new(),
+        d => format!(", drafts: {} of {d} accepted", f.accepted_tokens),
+    }
 }
 
 /// "1 turn", "2 turns".

@@ -63,7 +63,7 @@ fn expected(name: &str) -> BTreeSet<String> {
             ],
             &[],
         ),
-        "chat" => (vec![], &["stop", "system", "resume"]),
+        "chat" => (vec![SpecArgs::augment_args], &["stop", "system", "resume"]),
         "serve" => (
             vec![PromptCacheArgs::augment_args],
             &[

@@ -1,5 +1,6 @@
-//! Run's speculation group: `--ngram`, `--mtp`, `--spec` and their settings
-//! (chat and serve decode without drafts).
+//! The speculation group: `--ngram`, `--mtp`, `--spec` and their settings.
+//! Run takes all of it; chat takes it for `--ngram` alone (the rest is
+//! refused after parsing); serve decodes without drafts.
 
 use clap::Args;
 

@@ -392,3 +392,46 @@ fn resume_refuses_a_fifo_or_a_device_at_once() {
         assert!(err.contains("not a regular file"), "{file}: {err}");
     }
 }
+
+/// `bmoe chat --ngram` (issue 74): the first reply is the text `bmoe run
+/// --chat --ngram` writes for the same message; the second turn drafts on a
+/// prefix reused from the KV cache, and /stats counts the drafts kept (the
+/// text may differ from chat's own without drafts at a near tie: a verify
+/// row is not bit-identical to one row). --mtp is refused, naming the fix.
+#[test]
+fn chat_with_ngram_drafts_writes_runs_text_and_refuses_the_head() {
+    let msg = "Copy this line exactly: def distance(a, b): dx = a.x - b.x; \
+               dy = a.y - b.y; return math.sqrt(dx * dx + dy * dy)";
+    let input = format!("{msg}\n/stats\nAgain, exactly.\n/stats\n/quit\n");
+    let drafted = chat_piped(&["-n", "48", "--ngram"], input.as_bytes());
+    assert!(drafted.status.success(), "{}", stderr(&drafted));
+    let m = e8k2().to_str().unwrap();
+    let args = ["run", "-m", m, "-t", "2", "--chat", "--ngram", "-n", "48"];
+    let run = super::common::bmoe(&[&args[..], &["-p", msg]].concat());
+    assert!(run.status.success(), "{}", stderr(&run));
+    let first = stdout(&run);
+    assert!(
+        stdout(&drafted).starts_with(first.trim_end()),
+        "chat's first reply is run's text: {first:?} / {:?}",
+        stdout(&drafted)
+    );
+    let err = stderr(&drafted);
+    let turns: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("last turn:"))
+        .collect();
+    assert_eq!(turns.len(), 2, "{err}");
+    assert!(
+        turns[1].contains("reused from the KV cache"),
+        "{}",
+        turns[1]
+    );
+    for t in &turns {
+        let kept = t.split("drafts: ").nth(1).expect("a drafts figure");
+        let accepted: u64 = kept.split(' ').next().unwrap().parse().unwrap();
+        assert!(accepted > 0, "{t}");
+    }
+    let mtp = chat_piped(&["--mtp"], b"Hi.\n");
+    assert_eq!(mtp.status.code(), Some(2), "{}", stderr(&mtp));
+    assert!(stderr(&mtp).contains("--ngram only"), "{}", stderr(&mtp));
+}
