@@ -12,8 +12,10 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::owned::{self, Kind, EXT, TEMP_PREFIX};
-use super::{common_prefix, entry, ident::hex, Ident};
+use super::entry;
+use super::hit::common_prefix;
+use super::ident::{hex, Ident};
+use super::owned::{self, Kind, EXT};
 /// Distinct reasons a warning names, with a file each (the rest counted).
 const WARN_EXAMPLES: usize = 3;
 /// A temporary file this old was left by a process that died mid-write.
@@ -211,55 +213,6 @@ pub(super) fn touch(path: &Path) {
     if let Ok(f) = crate::user_file::open_regular(path) {
         let _ = f.set_modified(SystemTime::now());
     }
-}
-
-/// Write `path` whole or not at all: `write` fills a file beside it, which
-/// is synced and renamed into place (a failure removes it), so a reader, or
-/// another server on the same directory, never sees half a file.
-pub(crate) fn write_beside<T>(
-    path: &Path,
-    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    let tmp = temp_beside(path);
-    let written = (|| {
-        let mut f = private_file(&tmp)?;
-        let out = write(&mut f)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(out)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
-/// A new file readable by its owner only (0600: entries hold prompts),
-/// never through a symlink planted at its name.
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
-/// A temporary name beside `path`, unique to this process and moment.
-fn temp_beside(path: &Path) -> PathBuf {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(
-        "{TEMP_PREFIX}{}-{nanos}-{name}",
-        std::process::id()
-    ))
 }
 
 /// One file under the cache directory.

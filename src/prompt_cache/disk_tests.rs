@@ -3,6 +3,7 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::prompt_cache::entry::write_entry;
+use crate::prompt_cache::owned::TEMP_PREFIX;
 
 use crate::prompt_cache::entry::tests::ident;
 
@@ -181,7 +182,7 @@ fn a_fifo_named_like_an_entry_is_skipped_without_opening_it() {
     assert!(!idx.knows(&fifo));
     assert!(make_room(root.path(), 1 << 20, 1));
     assert!(fifo.exists(), "not removed either");
-    assert!(!crate::prompt_cache::is_cache_file(&fifo));
+    assert!(!crate::prompt_cache::entry::is_cache_file(&fifo));
 }
 
 #[test]

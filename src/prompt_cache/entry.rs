@@ -7,9 +7,10 @@
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
-use super::{Ident, PromptCacheError};
+use super::error::PromptCacheError;
+use super::ident::Ident;
+use super::owned::MAGIC;
 
-pub const MAGIC: &[u8; 8] = b"BMOEPC\x00\x01";
 /// The most tokens or ident bytes a head may claim (a damaged length is not
 /// allowed to allocate without bound).
 const MAX_HEAD_ITEMS: u32 = 1 << 24;
@@ -62,7 +63,7 @@ pub fn write_entry(
     tokens: &[i32],
     state: &[u8],
 ) -> Result<u64, PromptCacheError> {
-    super::disk::write_beside(path, |f| {
+    super::owned::write_beside(path, |f| {
         let mut w = BufWriter::new(f);
         let n = write_to(&mut w, ident, tokens, state)?;
         w.flush()?;

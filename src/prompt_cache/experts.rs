@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::PromptCacheError;
+use super::error::PromptCacheError;
 
 const MAGIC: &[u8; 8] = b"BMOEXS01";
 /// The most slots a file may name (a bound on what a damaged count asks for).
@@ -73,7 +73,7 @@ impl ExpertSet {
     /// Write the set under `root` (beside its place, then renamed into it).
     pub fn write(&self, root: &Path) -> Result<PathBuf, PromptCacheError> {
         let path = Self::path_in(root, self.identity);
-        super::disk::write_beside(&path, |f| f.write_all(&self.to_bytes()))
+        super::owned::write_beside(&path, |f| f.write_all(&self.to_bytes()))
             .map_err(|e| PromptCacheError::io(&path, e))?;
         Ok(path)
     }

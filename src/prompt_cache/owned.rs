@@ -9,8 +9,10 @@ use std::fs::DirEntry;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
-use super::entry::MAGIC;
+/// The first bytes of every entry file (`entry.rs` writes them).
+pub const MAGIC: &[u8; 8] = b"BMOEPC\x00\x01";
 
 /// The marker's file name in each folder the cache made.
 pub(super) const MARKER: &str = "BMOE-PROMPT-CACHE";
@@ -109,6 +111,55 @@ pub(super) fn has_magic(path: &Path) -> bool {
     crate::user_file::open_regular(path)
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok_and(|()| &magic == MAGIC)
+}
+
+/// Write `path` whole or not at all: `write` fills a file beside it, which
+/// is synced and renamed into place (a failure removes it), so a reader, or
+/// another server on the same directory, never sees half a file.
+pub(crate) fn write_beside<T>(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let tmp = temp_beside(path);
+    let written = (|| {
+        let mut f = private_file(&tmp)?;
+        let out = write(&mut f)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(out)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// A new file readable by its owner only (0600: entries hold prompts),
+/// never through a symlink planted at its name.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A temporary name beside `path`, unique to this process and moment.
+fn temp_beside(path: &Path) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(
+        "{TEMP_PREFIX}{}-{nanos}-{name}",
+        std::process::id()
+    ))
 }
 
 #[cfg(test)]

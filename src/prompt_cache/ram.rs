@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{common_prefix, Hit};
+use super::hit::{common_prefix, Hit};
 
 struct RamEntry {
-    /// Who may restore it ([`super::PromptCache::lookup`]'s scope).
+    /// Who may restore it ([`super::cache::PromptCache::lookup`]'s scope).
     scope: u64,
     tokens: Arc<[i32]>,
     state: Arc<Vec<u8>>,

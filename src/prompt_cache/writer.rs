@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::disk::{self, DiskIndex};
-use super::{entry, Ident, Stats};
+use super::entry;
+use super::hit::Stats;
+use super::ident::Ident;
 
 /// Capacity of the shutdown's reply channel: the writer's one "done".
 const DONE_CAPACITY: usize = 1;

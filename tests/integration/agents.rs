@@ -26,20 +26,20 @@ use std::time::{Duration, Instant};
 use super::common::{self, agent_model, npm_cli, smollm2, CLAUDE_CODE, CODEX};
 
 /// The bound on one agent's turn (a hang is a defect, not a slow test).
-const TURN_S: u64 = 120;
+pub(crate) const TURN_S: u64 = 120;
 
 /// The model name the agents ask for (`--served-name`: /v1/models lists it).
-const MODEL: &str = "zoo-agent";
+pub(crate) const MODEL: &str = "zoo-agent";
 
 /// A network namespace with only loopback, held by a sleeping process.
-struct Netns {
+pub(crate) struct Netns {
     holder: Child,
 }
 
 impl Netns {
     /// A fresh namespace with loopback up, or `None` (said on stderr) where
     /// none can be made here.
-    fn new() -> Option<Netns> {
+    pub(crate) fn new() -> Option<Netns> {
         let spawned = Command::new("unshare")
             .args(["--net", "sh", "-c"])
             .arg("ip link set lo up && echo ready && exec sleep 3600")
@@ -69,7 +69,7 @@ impl Netns {
     }
 
     /// `program` to be run inside the namespace.
-    fn command(&self, program: &Path) -> Command {
+    pub(crate) fn command(&self, program: &Path) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net=/proc/{}/ns/net", self.holder.id()))
             .arg("--")
@@ -87,19 +87,19 @@ impl Drop for Netns {
 
 /// `bmoe serve -v` on the agent fixture inside `ns`, its log kept; killed
 /// when dropped.
-struct AgentServer {
+pub(crate) struct AgentServer {
     child: Child,
     port: u16,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl AgentServer {
-    fn start(ns: &Netns) -> AgentServer {
+    pub(crate) fn start(ns: &Netns) -> AgentServer {
         Self::with_context(ns, 65536)
     }
 
     /// The server with a context of `n_ctx` tokens (`-c`).
-    fn with_context(ns: &Netns, n_ctx: u32) -> AgentServer {
+    pub(crate) fn with_context(ns: &Netns, n_ctx: u32) -> AgentServer {
         let m = agent_model().to_str().unwrap().to_string();
         let c = n_ctx.to_string();
         let child = ns
@@ -139,12 +139,12 @@ impl AgentServer {
         server
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The log so far, after a moment for its last lines to arrive.
-    fn log(&self) -> Vec<String> {
+    pub(crate) fn log(&self) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(300));
         self.log.lock().expect("log").clone()
     }
@@ -158,7 +158,7 @@ impl Drop for AgentServer {
 }
 
 /// Every HTTP status the server's `-v` log gives (`status=NNN`).
-fn logged_statuses(log: &[String]) -> Vec<u16> {
+pub(crate) fn logged_statuses(log: &[String]) -> Vec<u16> {
     log.iter()
         .flat_map(|l| l.split_whitespace())
         .filter_map(|w| w.strip_prefix("status="))
@@ -169,7 +169,7 @@ fn logged_statuses(log: &[String]) -> Vec<u16> {
 /// The server's `-v` log (tower-http's `finished processing request` lines)
 /// shows every request of the agent answered 2xx, at least one of them with
 /// a generated reply.
-fn assert_all_answered(log: &[String], agent: &str) {
+pub(crate) fn assert_all_answered(log: &[String], agent: &str) {
     let finished: Vec<&String> = log
         .iter()
         .filter(|l| l.contains("finished processing request"))
@@ -203,13 +203,13 @@ fn assert_all_answered(log: &[String], agent: &str) {
 
 /// A scratch folder inside the target directory (Codex refuses to put its
 /// helpers under /tmp).
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
 }
 
 /// The environment every agent gets: only these variables, HOME and the XDG
 /// folders inside `home`.
-fn isolated(cmd: &mut Command, home: &Path) {
+pub(crate) fn isolated(cmd: &mut Command, home: &Path) {
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
@@ -224,7 +224,7 @@ fn isolated(cmd: &mut Command, home: &Path) {
 }
 
 /// Run `cmd`, killing it and failing the test after `secs`; both pipes drained.
-fn output_within(cmd: &mut Command, secs: u64, what: &str) -> Output {
+pub(crate) fn output_within(cmd: &mut Command, secs: u64, what: &str) -> Output {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -250,7 +250,7 @@ fn output_within(cmd: &mut Command, secs: u64, what: &str) -> Output {
 }
 
 /// The agent's turn finished with exit 0 and a non-empty reply, the fixture's.
-fn assert_turn(o: &Output, agent: &str, log: &[String]) {
+pub(crate) fn assert_turn(o: &Output, agent: &str, log: &[String]) {
     let reply = common::stdout(o);
     assert!(
         o.status.success() && reply.contains("Hello"),
@@ -263,7 +263,12 @@ fn assert_turn(o: &Output, agent: &str, log: &[String]) {
 
 /// `claude -p PROMPT` inside `ns` against `server`, HOME in `home`;
 /// `--continue` goes on with the folder's last session.
-fn claude_command(ns: &Netns, server: &AgentServer, home: &Path, prompt: &str) -> Command {
+pub(crate) fn claude_command(
+    ns: &Netns,
+    server: &AgentServer,
+    home: &Path,
+    prompt: &str,
+) -> Command {
     let (package, version, bin) = CLAUDE_CODE;
     let claude = npm_cli(package, version, bin);
     let mut cmd = ns.command(&claude);
@@ -305,7 +310,7 @@ fn claude_code_finishes_a_turn_in_print_mode() {
 /// Codex's config: the bmoe provider (the Responses API), no update check,
 /// no analytics, feedback or OpenTelemetry export (codex_config.toml, which
 /// benches/agent_replay/record.py writes too).
-fn codex_config(url: &str) -> String {
+pub(crate) fn codex_config(url: &str) -> String {
     include_str!("codex_config.toml")
         .replace("{MODEL}", MODEL)
         .replace("{URL}", url)
@@ -313,7 +318,7 @@ fn codex_config(url: &str) -> String {
 
 /// `codex exec ARGS` inside `ns` against `server`, HOME in `home` and
 /// CODEX_HOME in `home/.codex` (its config.toml `codex_config`, then `extra`).
-fn codex_command(
+pub(crate) fn codex_command(
     ns: &Netns,
     server: &AgentServer,
     home: &Path,
@@ -346,193 +351,4 @@ fn codex_finishes_a_turn_in_exec_mode() {
     let log = server.log();
     assert_turn(&o, "codex exec", &log);
     assert_all_answered(&log, "codex exec");
-}
-
-/// Words `w0 w1 ...`: a prompt of about four tokens a word on the fixture.
-fn words(n: usize) -> String {
-    (0..n).map(|i| format!("w{i} ")).collect()
-}
-
-/// `n` sentences of English, about ten tokens each: text whose size the
-/// agents estimate about right (four characters a token), unlike `words`.
-fn sentences(n: usize) -> String {
-    "The quick brown fox jumps over the lazy dog. ".repeat(n)
-}
-
-/// The server's `-v` log shows at least one request refused with the
-/// over-context 400 (`prompt is too long: N tokens > M maximum`), and no
-/// request answered 5xx or failed after its status: never a 500, never a
-/// reply cut short. Returns each refusal's `(N, M)`.
-fn assert_refused_over_context(log: &[String], agent: &str) -> Vec<(u64, u64)> {
-    let tail = || log[log.len().saturating_sub(40)..].join("\n");
-    let refusals: Vec<(u64, u64)> = log
-        .iter()
-        .filter_map(|l| l.split("refused: prompt is too long: ").nth(1))
-        .filter_map(|rest| {
-            let mut w = rest.split_whitespace();
-            let n = w.next()?.parse().ok()?;
-            let m = w.nth(2)?.parse().ok()?;
-            Some((n, m))
-        })
-        .collect();
-    let statuses = logged_statuses(log);
-    assert!(
-        !refusals.is_empty() && statuses.contains(&400),
-        "{agent}: the server logged no over-context 400:\n{}",
-        tail()
-    );
-    assert!(
-        statuses.iter().all(|s| *s < 500),
-        "{agent}: the server answered a 5xx ({statuses:?}):\n{}",
-        tail()
-    );
-    let failed: Vec<&String> = log
-        .iter()
-        .filter(|l| l.contains(" ERROR ") || l.contains("generation failed"))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{agent}: a generation failed: {failed:?}"
-    );
-    eprintln!(
-        "{agent}: {} request(s), {} refused as over the context {refusals:?}",
-        statuses.len(),
-        refusals.len()
-    );
-    refusals
-}
-
-/// One turn of Claude Code whose prompt alone outgrows `-c`: Claude Code
-/// cannot compact a single exchange, so it stops (exit 1) with its
-/// `Prompt is too long` line naming the server's figures.
-#[test]
-fn claude_code_stops_on_a_prompt_past_the_context() {
-    let Some(ns) = Netns::new() else { return };
-    let server = AgentServer::with_context(&ns, 16384);
-    let home = scratch();
-    let prompt = format!("{} Say hello.", words(2000));
-    let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
-    let o = output_within(&mut cmd, TURN_S, "claude -p");
-    let log = server.log();
-    let said = format!("{}{}", common::stdout(&o), common::stderr(&o));
-    let refusals = assert_refused_over_context(&log, "claude -p");
-    let (n, m) = refusals[refusals.len() - 1];
-    assert!(
-        !o.status.success()
-            && said.contains("Prompt is too long")
-            && said.contains(&format!("~{n} tokens (limit {m})")),
-        "claude -p did not stop with the over-context message ({}):\n{said}",
-        o.status
-    );
-}
-
-/// A Claude Code session (`claude -p --continue`) that outgrows `-c`: on the
-/// 400 Claude Code compacts the conversation (a summary request) and sends
-/// the turn again, which fits; every turn finishes with the fixture's reply.
-#[test]
-fn claude_code_compacts_a_session_that_outgrows_the_context() {
-    let Some(ns) = Netns::new() else { return };
-    // Claude Code's own prompt is about 12k tokens on the fixture; each turn
-    // adds about 6k: the first fits, the second does not.
-    let server = AgentServer::with_context(&ns, 20480);
-    let home = scratch();
-    for turn in 1..=2 {
-        let prompt = format!("Turn {turn}. {} Say hello.", words(1500));
-        let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
-        if turn > 1 {
-            cmd.arg("--continue");
-        }
-        let o = output_within(&mut cmd, TURN_S, "claude -p --continue");
-        assert_turn(&o, "claude -p --continue", &server.log());
-    }
-    let log = server.log();
-    assert_refused_over_context(&log, "claude -p --continue");
-    let last = log
-        .iter()
-        .rposition(|l| l.contains("refused: prompt is too long"))
-        .expect("a refusal");
-    assert!(
-        log[last..].iter().any(|l| l.contains("request answered")),
-        "claude -p --continue sent nothing that fit after the 400"
-    );
-}
-
-/// A Codex session (`codex exec`, then `codex exec resume --last`) that
-/// outgrows `-c`: Codex knows no window for the model (it falls back to a
-/// large one), so it does not compact first; on the 400's
-/// `context_length_exceeded` it stops (exit 1) with its own line for it.
-#[test]
-fn codex_stops_when_a_session_outgrows_the_context() {
-    let Some(ns) = Netns::new() else { return };
-    // Codex's own prompt is about 6.4k tokens on the fixture; each turn adds
-    // about 1.5k: turns 1 to 3 fit, 4 does not.
-    let server = AgentServer::with_context(&ns, 12288);
-    let home = scratch();
-    let mut stopped = None;
-    for turn in 1..=5 {
-        let prompt = format!("Turn {turn}. {} Say hello.", words(400));
-        let args: &[&str] = if turn == 1 {
-            &["--sandbox", "read-only", prompt.as_str()]
-        } else {
-            &["resume", "--last", prompt.as_str()]
-        };
-        let mut cmd = codex_command(&ns, &server, home.path(), "", args);
-        let o = output_within(&mut cmd, TURN_S, "codex exec");
-        if !o.status.success() {
-            stopped = Some((turn, o));
-            break;
-        }
-        assert_turn(&o, "codex exec", &server.log());
-    }
-    let log = server.log();
-    let (turn, o) = stopped.expect("codex's session never outgrew the context");
-    assert!(turn > 1, "the first turn already outgrew the context");
-    let said = common::stderr(&o);
-    assert!(
-        said.contains("Codex ran out of room in the model's context window"),
-        "codex exec did not stop with its context-window message:\n{said}"
-    );
-    assert_refused_over_context(&log, "codex exec");
-}
-
-/// Claude Code told the server's window (`CLAUDE_CODE_MAX_CONTEXT_TOKENS`,
-/// its window for a model it does not know) compacts before the window is
-/// full: a session whose turns together hold far more than `-c` goes on,
-/// every request it makes answered 2xx (no 400 to recover from), with the
-/// summary requests of its compactions between the turns.
-#[test]
-fn claude_code_told_the_window_compacts_before_it() {
-    let Some(ns) = Netns::new() else { return };
-    // Claude Code's own prompt is about 13k tokens here (12k, and the git
-    // status of the folder the test runs in); each turn adds about 3.5k. From
-    // the second turn on it compacts first: the summary request (the history
-    // so far and its instructions) and the turn after it both fit.
-    let server = AgentServer::with_context(&ns, 20480);
-    let home = scratch();
-    let turns = 3;
-    for turn in 1..=turns {
-        let prompt = format!("Turn {turn}. {} Say hello.", sentences(350));
-        let mut cmd = claude_command(&ns, &server, home.path(), &prompt);
-        cmd.env("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "20480");
-        if turn > 1 {
-            cmd.arg("--continue");
-        }
-        let o = output_within(&mut cmd, TURN_S, "claude -p --continue");
-        assert_turn(&o, "claude -p --continue", &server.log());
-        assert!(
-            !common::stderr(&o).contains("doesn't recognize the model"),
-            "told the window, Claude Code still warned of an unknown model's:\n{}",
-            common::stderr(&o)
-        );
-    }
-    let log = server.log();
-    assert_all_answered(&log, "claude -p --continue");
-    let answered = log
-        .iter()
-        .filter(|l| l.contains("request answered"))
-        .count();
-    assert!(
-        answered > turns,
-        "Claude Code made {answered} request(s) for {turns} turns: it did not compact"
-    );
 }

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use proc_macro2::{TokenStream, TokenTree};
 use syn::visit::Visit;
 
+mod crates;
 mod cycles;
+mod planted;
 
 /// One room of docs/architecture.md: the top-level modules it is made of and
 /// what it may import besides itself (rooms whole, or single items).
@@ -440,129 +442,5 @@ fn every_file_keeps_the_import_rules() {
         bad.is_empty(),
         "imports against docs/architecture.md:\n{}",
         bad.join("\n")
-    );
-}
-
-#[test]
-fn a_planted_violation_of_each_rule_is_caught() {
-    let all: Vec<&str> = ROOMS
-        .iter()
-        .flat_map(|r| r.modules.iter().copied())
-        .collect();
-    let mut planted = 0;
-    for room in &ROOMS {
-        let here = modules(&[room.modules[0], "x"]);
-        for target in &all {
-            let target_room = room_of(target).expect("a room");
-            let may = target_room.name == room.name
-                || EVERYONE.contains(target)
-                || room.may_import.contains(&target_room.name);
-            let src = format!("use crate::{target}::Thing;");
-            let found = violations(&here, &src).expect("parses");
-            assert_eq!(found.is_empty(), may, "{} naming {target}", room.name);
-            planted += usize::from(!may);
-        }
-    }
-    assert!(planted > 40, "only {planted} violations planted");
-    // Every way of writing a path is seen.
-    let engine_x = modules(&["engine", "x"]);
-    for bad in [
-        "use crate::lab::bench;",
-        "use crate::lab;",
-        "use crate::lab as l;",
-        "use crate::{stream, lab::bench};",
-        "use super::super::lab::X;",
-        "fn f() -> crate::lab::Cell { todo!() }",
-        "fn f() { let _ = crate::lab::run(); }",
-        "fn f() { println!(\"{}\", crate::lab::NAME); }",
-        "fn f() { crate::lab::say!(\"x\"); }",
-        "mod inner { use super::super::super::serve::X; }",
-        "#[cfg(test)] mod tests { use crate::{lab, x}; }",
-    ] {
-        assert!(
-            !violations(&engine_x, bad).expect("parses").is_empty(),
-            "missed: {bad}"
-        );
-    }
-    for fine in [
-        "use super::sink;",
-        "use crate::stream::StreamConfig;",
-        "use std::collections::HashMap;",
-        "// crate::lab::bench\nfn a() {}",
-        "fn f() { let lab = 3; let _ = lab + 1; }",
-        "mod tests { use super::*; }",
-    ] {
-        assert_eq!(
-            violations(&engine_x, fine).expect("parses"),
-            vec![],
-            "wrongly caught: {fine}"
-        );
-    }
-    // A single item of a room: stream may read fixture::cache_dir only.
-    let stream_x = modules(&["stream", "x"]);
-    assert!(violations(&stream_x, "use crate::fixture::cache_dir;")
-        .unwrap()
-        .is_empty());
-    assert!(!violations(&stream_x, "use crate::fixture::smollm2;")
-        .unwrap()
-        .is_empty());
-}
-
-/// The workspace crates each names (as a dependency of any kind, dev and
-/// build ones too) in its manifest `text`.
-fn crate_deps(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.split_once(" = ").map(|(name, _)| name.trim()))
-        .filter(|name| name.starts_with("bmoe-"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// A pair of crates that name each other (a dependency loop, dev ones too).
-fn crate_loop(manifests: &[(String, String)]) -> Option<(String, String)> {
-    for (a, text_a) in manifests {
-        for (b, text_b) in manifests {
-            if a < b && crate_deps(text_a).contains(b) && crate_deps(text_b).contains(a) {
-                return Some((a.clone(), b.clone()));
-            }
-        }
-    }
-    None
-}
-
-/// Issue 65: no two crates depend on each other, not even for their tests
-/// or benches (bmoe-flash's bench of bmoe-decode's n-gram matcher and
-/// bmoe-decode's tests of bmoe-flash's xorshift were one such loop).
-#[test]
-fn no_two_crates_depend_on_each_other() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
-    let manifests: Vec<(String, String)> = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .filter_map(|d| {
-            let text = std::fs::read_to_string(d.path().join("Cargo.toml")).ok()?;
-            let name = text
-                .lines()
-                .find_map(|l| l.strip_prefix("name = "))?
-                .trim_matches('"')
-                .to_string();
-            Some((name, text))
-        })
-        .collect();
-    assert!(manifests.len() >= 3, "{manifests:?}");
-    assert_eq!(crate_loop(&manifests), None);
-    let planted = [
-        (
-            "bmoe-a".to_string(),
-            "[dev-dependencies]\nbmoe-b = { path = \"../b\" }\n".to_string(),
-        ),
-        (
-            "bmoe-b".to_string(),
-            "[dependencies]\nbmoe-a = { path = \"../a\" }\n".to_string(),
-        ),
-    ];
-    assert_eq!(
-        crate_loop(&planted),
-        Some(("bmoe-a".into(), "bmoe-b".into()))
     );
 }

@@ -6,12 +6,12 @@
 
 use crate::common::*;
 
-fn read(p: &std::path::Path) -> String {
+pub(crate) fn read(p: &std::path::Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
 /// The summary's cells-table row of `cell`, split into cells.
-fn row<'a>(summary: &'a str, cell: &str) -> Vec<&'a str> {
+pub(crate) fn row<'a>(summary: &'a str, cell: &str) -> Vec<&'a str> {
     let line = summary
         .lines()
         .find(|l| l.starts_with(&format!("| {cell} ")))
@@ -21,7 +21,11 @@ fn row<'a>(summary: &'a str, cell: &str) -> Vec<&'a str> {
 
 /// `bmoe bench` on E8K2 with `cells` (written to DIR/cells.txt), output in
 /// DIR/out, a short probe, and `extra` flags; at most 300 s.
-fn bench_e8k2(dir: &std::path::Path, cells: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) fn bench_e8k2(
+    dir: &std::path::Path,
+    cells: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let cells_path = dir.join("cells.txt");
     std::fs::write(&cells_path, cells).unwrap();
     let out = dir.join("out");
@@ -228,12 +232,12 @@ fn bench_refuses_bad_plans_before_running_anything() {
 }
 
 /// MemAvailable now, in MiB.
-fn available_mib() -> i64 {
+pub(crate) fn available_mib() -> i64 {
     (bmoe::stream::memory::mem_available_bytes().unwrap() / (1024 * 1024)) as i64
 }
 
 /// A `KEY: N kB` line of a `/proc` status file, in MiB.
-fn kb_line_mib(file: &str, key: &str) -> i64 {
+pub(crate) fn kb_line_mib(file: &str, key: &str) -> i64 {
     let text = read(std::path::Path::new(file));
     let line = text.lines().find(|l| l.starts_with(key)).unwrap();
     let kb: i64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -241,7 +245,7 @@ fn kb_line_mib(file: &str, key: &str) -> i64 {
 }
 
 /// The host's anonymous memory and this process's, in MiB.
-fn anon_mib() -> (i64, i64) {
+pub(crate) fn anon_mib() -> (i64, i64) {
     (
         kb_line_mib("/proc/meminfo", "AnonPages:"),
         kb_line_mib("/proc/self/status", "RssAnon:"),
@@ -249,7 +253,7 @@ fn anon_mib() -> (i64, i64) {
 }
 
 /// This process's `oom_score_adj`.
-fn oom_score_adj() -> String {
+pub(crate) fn oom_score_adj() -> String {
     read(std::path::Path::new("/proc/self/oom_score_adj"))
         .trim()
         .to_string()
@@ -327,7 +331,7 @@ fn balloon_holds_its_memory_and_a_ram_limited_bench_cleans_it_up() {
 }
 
 /// The summary's runs-table rows, in the order the runs ran, split into cells.
-fn run_rows(summary: &str) -> Vec<Vec<&str>> {
+pub(crate) fn run_rows(summary: &str) -> Vec<Vec<&str>> {
     let start = summary.find("## Runs, in the order they ran").unwrap();
     summary[start..]
         .lines()
@@ -442,76 +446,4 @@ fn until_stable_adds_rounds_up_to_its_limit_and_says_so() {
     let summary = read(&dir2.path().join("out/summary.md"));
     assert_eq!(run_rows(&summary).len(), 5, "{summary}");
     assert!(summary.contains("(relative) after 2 rounds"), "{summary}");
-}
-
-/// Pids of the processes whose parent is `parent` and whose command line
-/// holds `word`.
-fn children_running(parent: u32, word: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // The fields after the command's closing parenthesis: state, ppid, ...
-        let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
-        let ppid = after.split_whitespace().nth(1).and_then(|p| p.parse().ok());
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if ppid == Some(parent) && cmd.contains(word) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// Whether `pid` is gone (or a zombie nobody reaped: it runs no more).
-fn gone(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, a)| a.split_whitespace().next());
-    matches!(state, None | Some("Z") | Some("X"))
-}
-
-#[test]
-fn a_bench_killed_outright_takes_its_running_child_with_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let cells = dir.path().join("cells.txt");
-    std::fs::write(&cells, "c0: --cache-mb 0\n").unwrap();
-    let out = dir.path().join("out");
-    let mut bench = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(["bench", "-m", e8k2().to_str().unwrap(), "--cells"])
-        .arg(&cells)
-        .arg("-o")
-        .arg(&out)
-        .args(["-n", "400", "--probe-seconds", "0.2", "--probe-depths", "1"])
-        .env("BMOE_CACHE_DIR", smollm2().parent().unwrap())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    let child = loop {
-        // A cell's run (cache 0, 400 tokens: minutes), not the probe's quick resident one.
-        if let Some(&pid) = children_running(bench.id(), "--cache-mb 0").first() {
-            break pid;
-        }
-        if t0.elapsed() > std::time::Duration::from_secs(120) || bench.try_wait().unwrap().is_some()
-        {
-            let _ = bench.kill();
-            panic!("no bmoe run child seen");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    bench.kill().unwrap(); // SIGKILL: the bench cannot clean up.
-    bench.wait().unwrap();
-    let t1 = std::time::Instant::now();
-    while !gone(child) {
-        assert!(
-            t1.elapsed() < std::time::Duration::from_secs(10),
-            "bmoe run {child} outlived its killed bench"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }

@@ -383,7 +383,7 @@ fn save_never_writes_over_a_file_that_is_not_a_transcript() {
 fn resume_refuses_a_fifo_or_a_device_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("chat.json");
-    super::errors::mkfifo(&fifo);
+    super::errors_paths::mkfifo(&fifo);
     for file in [fifo.to_str().unwrap(), "/dev/zero"] {
         let m = e8k2().to_str().unwrap();
         let o = super::common::bmoe_within(&["chat", "-m", m, "--resume", file], 20);

@@ -2,13 +2,16 @@
 //! files built by bmoe's own fixtures.
 
 mod agents;
+mod agents_context;
 mod architecture;
 mod bench;
+mod bench_kill;
 mod cache_warm;
 mod chat;
 mod common;
 mod constrained;
 mod errors;
+mod errors_paths;
 mod eval_hook;
 mod faults;
 mod fits;
@@ -26,15 +29,18 @@ mod replay;
 mod route_from;
 mod rpc;
 mod rpc_serve;
+mod rpc_server;
 mod run;
 mod sampling;
 mod schema_refusals;
 mod serve;
 mod serve_dialects;
+mod serve_lifecycle;
 mod serve_load;
 mod serve_requests;
 mod shapes;
 mod speculation;
+mod speculation_mtp;
 mod split;
 mod stream;
 mod streaming;

@@ -311,7 +311,7 @@ fn plant_fifos(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .map(|f| {
             let fifo = f.join("fifo.bpc");
-            super::errors::mkfifo(&fifo);
+            super::errors_paths::mkfifo(&fifo);
             fifo
         })
         .collect()

@@ -20,7 +20,9 @@ pub(crate) struct Server {
 }
 
 /// Each line `r` reads, sent to the receiver returned.
-fn line_channel(r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+pub(crate) fn line_channel(
+    r: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for l in BufReader::new(r).lines().map_while(Result::ok) {
@@ -36,7 +38,7 @@ impl Server {
     }
 
     /// With `extra` rpc-server flags.
-    fn start_with(extra: &[&str]) -> Self {
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -74,7 +76,7 @@ impl Server {
 
     /// Its stderr lines until one contains `want` (None when none did
     /// within `secs`), all of them.
-    fn stderr_until(&self, want: &str, secs: u64) -> (bool, String) {
+    pub(crate) fn stderr_until(&self, want: &str, secs: u64) -> (bool, String) {
         let t0 = Instant::now();
         let mut all = String::new();
         while t0.elapsed() < Duration::from_secs(secs) {
@@ -91,7 +93,7 @@ impl Server {
 
     /// Wait for the run's own connection: bmoe's greeting comes first (one
     /// connection, closed at once), ggml's client second.
-    fn wait_for_client(&self) {
+    pub(crate) fn wait_for_client(&self) {
         let t0 = Instant::now();
         let mut accepted = 0;
         while t0.elapsed() < Duration::from_secs(60) {
@@ -122,7 +124,7 @@ pub(crate) fn run_text(model: &str, n: u32, extra: &[&str]) -> std::process::Out
 
 /// The model's text resident in one process, then split with `layers` on the
 /// server and the rest streamed at cache 0, with --overlap and at 25%.
-fn split_equals_resident(model: &str, layers: &str) {
+pub(crate) fn split_equals_resident(model: &str, layers: &str) {
     let server = Server::start();
     let resident = run_text(model, 16, &["--resident"]);
     assert!(resident.status.success(), "{}", stderr(&resident));
@@ -201,7 +203,7 @@ fn two_hosts_share_the_remote_layers_and_the_text_stays_the_resident_one() {
 
 /// Start a long run against `server`, wait until it decodes, then `act` on
 /// the server; the run must end with exit 5 and `why` within `secs`.
-fn lose_the_server_mid_decode(act: libc::c_int, extra: &[&str], why: &str, secs: u64) {
+pub(crate) fn lose_the_server_mid_decode(act: libc::c_int, extra: &[&str], why: &str, secs: u64) {
     let server = Server::start();
     let csv = std::env::temp_dir().join(format!("bmoe-rpc-lost-{}-{act}.csv", std::process::id()));
     let mut args = vec![
@@ -315,7 +317,7 @@ fn the_server_stays_on_loopback_unless_asked_and_bad_splits_are_refused() {
 
 /// A server of another protocol version: it answers the client's HELLO
 /// (command 14) with version 8.0.0, as a newer ggml-rpc would.
-fn fake_newer_server() -> String {
+pub(crate) fn fake_newer_server() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
@@ -392,161 +394,4 @@ fn a_route_trace_with_every_layer_remote_is_refused_up_front() {
     args[10] = "29";
     let o = bmoe_within(&args, 60);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
-}
-
-/// The cache files of `dir` (ggml's names), largest first.
-fn cache_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .expect("cache dir")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.file_name().unwrap().len() == 16)
-        .collect();
-    v.sort_by_key(|p| std::cmp::Reverse(std::fs::metadata(p).unwrap().len()));
-    v
-}
-
-#[test]
-fn damaged_cache_files_are_removed_at_start_and_the_text_stays_the_resident_one() {
-    let m = e8k2().to_str().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap();
-    let resident = run_text(m, 8, &["--resident"]);
-    assert!(resident.status.success(), "{}", stderr(&resident));
-    let rpc = |s: &Server| {
-        let o = run_text(
-            m,
-            8,
-            &["--rpc", &s.addr, "--rpc-layers", "15", "--cache-mb", "0"],
-        );
-        assert!(o.status.success(), "{}", stderr(&o));
-        assert_eq!(stdout(&o), stdout(&resident), "{}", stderr(&o));
-    };
-    // The first load fills the cache.
-    let server = Server::start_with(&["--cache", d]);
-    rpc(&server);
-    drop(server);
-    let files = cache_files(dir.path());
-    assert!(!files.is_empty(), "nothing cached in {d}");
-    let big = &files[0];
-    let name = big.file_name().unwrap().to_str().unwrap();
-    let len = std::fs::metadata(big).unwrap().len();
-    // A file cut short (a server killed mid-write, a full disk), then one
-    // overwritten with plausible floats.
-    let cut_short = |p: &std::path::Path| {
-        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
-        f.set_len(1_000_000).unwrap();
-    };
-    let scribbled = |p: &std::path::Path| {
-        let floats: Vec<u8> = (0..len / 4)
-            .flat_map(|i| (0.01f32 * (i % 97) as f32).to_le_bytes())
-            .collect();
-        std::fs::write(p, floats).unwrap();
-    };
-    for damage in [&cut_short as &dyn Fn(&std::path::Path), &scribbled] {
-        damage(big);
-        let server = Server::start_with(&["--cache", d]);
-        let (found, err) = server.stderr_until("1 damaged removed", 30);
-        assert!(found, "{err}");
-        let said = format!("removed the damaged cache file {d}/{name}: its bytes hash to");
-        assert!(err.contains(&said), "{err}");
-        assert!(!big.exists(), "{big:?} kept");
-        // The load sends that tensor again (and caches it): the resident text.
-        rpc(&server);
-        drop(server);
-        assert_eq!(std::fs::metadata(big).map(|m| m.len()).ok(), Some(len));
-    }
-}
-
-#[test]
-fn a_silent_client_is_dropped_after_the_first_byte_timeout_and_the_next_is_served() {
-    let server = Server::start_with(&["--first-byte-timeout", "1"]);
-    let mut silent = TcpStream::connect(&server.addr).unwrap();
-    silent
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let t0 = Instant::now();
-    let mut buf = [0u8; 1];
-    // Closed by the server (EOF or a reset), not a read timeout.
-    match std::io::Read::read(&mut silent, &mut buf) {
-        Ok(n) => assert_eq!(n, 0),
-        Err(e) => assert!(
-            !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
-            "still held after {:?}: {e}",
-            t0.elapsed()
-        ),
-    }
-    let (found, err) = server.stderr_until("sent nothing within 1 s", 30);
-    assert!(found, "{err}");
-    let m = e8k2().to_str().unwrap();
-    let o = run_text(m, 2, &["--rpc", &server.addr, "--rpc-layers", "2"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-}
-
-#[test]
-fn rpc_server_on_port_0_prints_the_port_it_took_at_once_through_a_pipe() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(["rpc-server", "--port", "0", "-t", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start rpc-server");
-    let lines = line_channel(child.stdout.take().unwrap());
-    let t0 = Instant::now();
-    let mut endpoint = None;
-    while endpoint.is_none() && t0.elapsed() < Duration::from_secs(30) {
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200)) {
-            endpoint = l
-                .split_once("endpoint")
-                .and_then(|(_, r)| r.split_once(':'))
-                .map(|(_, a)| a.trim().to_string());
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    // No client connected: the banner came out before one.
-    let endpoint = endpoint.expect("no endpoint line within 30 s");
-    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
-    assert_ne!(port, 0, "{endpoint}");
-}
-
-#[test]
-fn a_cache_that_is_not_a_writable_folder_is_refused() {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    for dir in ["/proc/1", file.path().to_str().unwrap()] {
-        let o = bmoe_within(&["rpc-server", "--port", "0", "--cache", dir], 30);
-        assert_eq!(o.status.code(), Some(2), "{dir}: {}", stderr(&o));
-        assert!(
-            stderr(&o).contains(&format!("--cache {dir}: ")),
-            "{}",
-            stderr(&o)
-        );
-    }
-    let o = bmoe_within(&["rpc-server", "--port", "0", "--cache", "/proc/1"], 30);
-    assert!(stderr(&o).contains("not writable"), "{}", stderr(&o));
-}
-
-#[test]
-fn rpc_flags_without_rpc_and_duplicate_hosts_are_refused_and_inspect_takes_auto() {
-    let m = e8k2().to_str().unwrap();
-    let run = ["run", "-m", m, "-p", "Hi", "-n", "2"];
-    for extra in [["--rpc-layers", "3"], ["--rpc-timeout", "5"]] {
-        let args: Vec<&str> = run.iter().chain(&extra).copied().collect();
-        let o = bmoe_within(&args, 60);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains("--rpc <HOST:PORT"), "{}", stderr(&o));
-    }
-    let args: Vec<&str> = run.iter().chain(&["--rpc", "a:1,a:1"]).copied().collect();
-    let o = bmoe_within(&args, 60);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("duplicate host a:1"), "{}", stderr(&o));
-    let o = bmoe_within(&["inspect", m, "--rpc-layers", "auto"], 60);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("--rpc-layers auto") && stdout(&o).contains("all 30 layers"),
-        "{}",
-        stdout(&o)
-    );
 }

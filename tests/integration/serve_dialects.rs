@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::serve::{run_client_script, Server};
+use super::serve::Server;
+use super::serve_lifecycle::run_client_script;
 
 #[test]
 fn the_openai_clients_responses_api_works() {

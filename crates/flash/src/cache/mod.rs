@@ -422,9 +422,11 @@ impl ExpertCache {
             CachePolicy::Lfu => f64::from(self.counts.uses(k)),
             CachePolicy::Cycle => -self.counts.steps_to_next_use(k, n),
             CachePolicy::Learned => {
+                // Cycle's expected wait, d + n (1/q - 1), at the learned q.
                 let d = f64::from(self.counts.steps_to_layer(k.layer, n));
                 let own = (self.counts.use_share(k), self.counts.passes());
-                -d / reuse::blended(self.reuse.chance(k), own)
+                let q = reuse::blended(self.reuse.chance(k), own);
+                -(d + f64::from(n) * (1.0 / q - 1.0))
             }
         };
         // One walk in tick order: demoted slots (ticks below TICK_BASE, the

@@ -22,10 +22,10 @@ pub enum CachePolicy {
     /// after d(l) + n (1/p - 1) steps, d(l) = (l - c - 1) mod n + 1. The
     /// default before `Learned`.
     Cycle,
-    /// The slot whose learned chance of being routed at its layer's next
-    /// visit is lowest for the wait until that visit ([`super::ReuseModel`]):
-    /// rank d(l) / q, d(l) as for `Cycle`, q learned online from every slot's
-    /// recency and decayed frequency. The default: the best hit rate of the
+    /// `Cycle`'s longest expected wait, d(l) + n (1/q - 1), at a chance q of
+    /// being routed at the layer's next visit learned online from every
+    /// slot's recency and decayed frequency ([`super::ReuseModel`]), blended
+    /// with the slot's own share of passes while the table is thin. The default: the best hit rate of the
     /// policies on every real trace of docs/cache.md, tune and holdout splits.
     #[default]
     Learned,
