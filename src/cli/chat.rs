@@ -30,10 +30,8 @@ pub struct ChatArgs {
     pub sampling: SamplingArgs,
     #[command(flatten, next_help_heading = "Chat")]
     pub tokens: super::tokens::TokensArg,
-    /// `--ngram` (and its `--draft`, `--ngram-min-match`); the MTP head and
-    /// the gate are run's.
     #[command(flatten)]
-    pub spec: super::spec::SpecArgs,
+    pub spec: super::spec::ChatSpecArgs,
     /// End a reply where this text first appears (left out of the output);
     /// repeat the flag for several.
     #[arg(help_heading = "Chat", long, value_name = "TEXT")]
@@ -82,7 +80,7 @@ const HELP: &str = "/reset forgets the conversation, /stats shows the last turn'
 pub fn chat(args: ChatArgs) -> Result<()> {
     checks::warn_threads_above_cores(args.model.threads);
     checks::shared_args(&args.shared())?;
-    checks::chat_speculation(&args.spec, &args.sampling)?;
+    args.sampling.check_speculation(args.spec.ngram)?;
     let resumed = args.resume.as_deref().map(read_transcript).transpose()?;
     let model = super::commands::model_or_default(&args.model.model)?;
     let cfg = args.engine_config(model)?;

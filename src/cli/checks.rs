@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use super::model::Shared;
-use super::sampling::SamplingArgs;
 use super::spec::SpecArgs;
 pub use super::usage::{
     bench_out_dir, output_file, prompt_text, read_prompt_file, read_text_file, UsageError,
@@ -135,21 +134,6 @@ pub fn run_args(args: &RunArgs) -> Result<(), UsageError> {
         ));
     }
     Ok(())
-}
-
-/// `bmoe chat` speculates with `--ngram` alone, greedy: the MTP head's draft
-/// actor and the gate are run's (each reply would need its own head
-/// context and gate history).
-pub fn chat_speculation(spec: &SpecArgs, sampling: &SamplingArgs) -> Result<(), UsageError> {
-    if spec.mtp || spec.spec.is_some() {
-        return Err(UsageError(
-            "bmoe chat drafts with --ngram only; --mtp and --spec (the MTP head, the cost \
-             gate) are bmoe run's: use --ngram, or bmoe run"
-                .into(),
-        ));
-    }
-    sampling.check_speculation(spec.uses_ngram())?;
-    speculation_pairing(spec)
 }
 
 /// Each source's own flags need that source (clap's `requires` accepts any

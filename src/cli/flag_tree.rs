@@ -12,7 +12,7 @@ use super::generation::{GenerationArgs, OutputArgs};
 use super::model::ModelArgs;
 use super::prompt_cache::PromptCacheArgs;
 use super::sampling::SamplingArgs;
-use super::spec::SpecArgs;
+use super::spec::{ChatSpecArgs, SpecArgs};
 use super::stream::StreamingArgs;
 use super::tokens::TokensArg;
 
@@ -63,7 +63,10 @@ fn expected(name: &str) -> BTreeSet<String> {
             ],
             &[],
         ),
-        "chat" => (vec![SpecArgs::augment_args], &["stop", "system", "resume"]),
+        "chat" => (
+            vec![ChatSpecArgs::augment_args],
+            &["stop", "system", "resume"],
+        ),
         "serve" => (
             vec![PromptCacheArgs::augment_args],
             &[

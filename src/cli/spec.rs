@@ -1,6 +1,6 @@
 //! The speculation group: `--ngram`, `--mtp`, `--spec` and their settings.
-//! Run takes all of it; chat takes it for `--ngram` alone (the rest is
-//! refused after parsing); serve decodes without drafts.
+//! Run takes all of it; chat takes the n-gram part (`ChatSpecArgs`); serve
+//! decodes without drafts.
 
 use clap::Args;
 
@@ -103,6 +103,42 @@ impl SpecArgs {
                 predemand: self.head_predemand,
             },
             (false, false) => engine::Speculation::Off,
+        }
+    }
+}
+
+/// Chat's speculation: n-gram drafts only, the same flags as run's (the MTP
+/// head's draft actor and the cost gate are run's alone).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Speculation")]
+pub struct ChatSpecArgs {
+    /// Self-speculative decoding with n-gram drafts, as `bmoe run --ngram`:
+    /// each greedy reply drafts from the conversation's earlier tokens and
+    /// keeps only tokens equal to the model's own argmax.
+    #[arg(long)]
+    pub ngram: bool,
+    /// Draft width: tokens verified per decode with --ngram (1..=8).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DRAFT, requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=MAX_DRAFT as i64))]
+    pub draft: u32,
+    /// Shortest suffix match that may draft with --ngram.
+    /// Default 3.
+    #[arg(long, value_name = "M", requires = "ngram", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub ngram_min_match: Option<u32>,
+}
+
+impl ChatSpecArgs {
+    /// The engine's speculation settings: n-gram drafts, ungated, or none.
+    pub fn config(&self) -> engine::SpecConfig {
+        let min_match = self
+            .ngram_min_match
+            .unwrap_or(bmoe_decode::ngram::DEFAULT_MIN_MATCH as u32);
+        engine::SpecConfig {
+            source: match self.ngram {
+                true => engine::Speculation::Ngram { min_match },
+                false => engine::Speculation::Off,
+            },
+            draft_max: self.draft,
+            gated: false,
         }
     }
 }

@@ -397,7 +397,7 @@ fn resume_refuses_a_fifo_or_a_device_at_once() {
 /// --chat --ngram` writes for the same message; the second turn drafts on a
 /// prefix reused from the KV cache, and /stats counts the drafts kept (the
 /// text may differ from chat's own without drafts at a near tie: a verify
-/// row is not bit-identical to one row). --mtp is refused, naming the fix.
+/// row is not bit-identical to one row). --mtp is not chat's flag.
 #[test]
 fn chat_with_ngram_drafts_writes_runs_text_and_refuses_the_head() {
     let msg = "Copy this line exactly: def distance(a, b): dx = a.x - b.x; \
@@ -433,5 +433,5 @@ fn chat_with_ngram_drafts_writes_runs_text_and_refuses_the_head() {
     }
     let mtp = chat_piped(&["--mtp"], b"Hi.\n");
     assert_eq!(mtp.status.code(), Some(2), "{}", stderr(&mtp));
-    assert!(stderr(&mtp).contains("--ngram only"), "{}", stderr(&mtp));
+    assert!(stderr(&mtp).contains("--mtp"), "{}", stderr(&mtp));
 }

@@ -284,14 +284,17 @@ fn each_commands_help_lists_only_what_it_takes() {
         "--csv",
         "--progress",
         "--route-trace",
-        "--ngram",
         "--mtp",
         "--spec",
-        "--draft",
         "--ignore-eos",
         "--show-prompt",
     ] {
         assert!(!chat.contains(flag), "chat --help lists {flag}:\n{chat}");
+        assert!(!serve.contains(flag), "serve --help lists {flag}:\n{serve}");
+    }
+    // Chat drafts with the n-gram matcher alone; serve not at all.
+    for flag in ["--ngram", "--draft"] {
+        assert!(chat.contains(flag), "chat --help: {flag}");
         assert!(!serve.contains(flag), "serve --help lists {flag}:\n{serve}");
     }
     assert!(!serve.contains("--stop"), "{serve}");
@@ -308,7 +311,7 @@ fn each_commands_help_lists_only_what_it_takes() {
         &["serve", "-p", "x"][..],
         &["serve", "--stop", "x"],
         &["chat", "--csv", "t.csv"],
-        &["chat", "--ngram"],
+        &["chat", "--mtp"],
     ] {
         let o = bmoe(argv);
         let err = crate::common::stderr(&o);
