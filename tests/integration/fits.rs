@@ -148,8 +148,23 @@ fn inspect_forecast_measures_compute_from_the_model_cut_to_two_depths() {
         ms("cut to 2 blocks ") > 0.0 && ms(", 4 blocks ") > 0.0,
         "{line}"
     );
-    assert!(ms("= compute ") >= ms(", 4 blocks "), "{line}");
-    assert!(out.contains("its compute is the compute probe's"), "{out}");
+    // Under a busy host the deeper cut can run no faster than the shallow
+    // one; the forecast then says so and keeps the decode probe's compute.
+    // (The times are printed to 0.01 ms, so a verdict is checked against
+    // them where they differ.)
+    let (two, four) = (ms("cut to 2 blocks "), ms(", 4 blocks "));
+    if line.contains("the cells below use it") {
+        assert!(four >= two, "{line}");
+        assert!(ms("= compute ") >= four, "{line}");
+        assert!(out.contains("its compute is the compute probe's"), "{out}");
+    } else {
+        assert!(
+            line.contains("not used: the deeper cut ran no slower"),
+            "{line}"
+        );
+        assert!(four <= two, "{line}");
+        assert!(!out.contains("its compute is the compute probe's"), "{out}");
+    }
     // The copies were removed.
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");

@@ -100,11 +100,11 @@ fn expert_sets(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The server's log lines until every one of `wanted` has been seen
-/// (within 30 s: a hang fails).
+/// The server's log lines, from its start, until every one of `wanted` has
+/// been seen (within 30 s: a hang fails).
 pub(super) fn log_has(s: &Server, wanted: &[&str]) -> Vec<String> {
     let t0 = Instant::now();
-    let mut lines = Vec::new();
+    let mut lines = s.started.clone();
     let log = s.log.lock().unwrap();
     while !wanted
         .iter()

@@ -19,6 +19,9 @@ pub struct Server {
     pub port: u16,
     /// The server's stderr lines after it started listening.
     pub log: std::sync::Mutex<std::sync::mpsc::Receiver<String>>,
+    /// Its stderr lines up to the listening one: the engine thread logs
+    /// beside the listener, so a line of its start may come before it.
+    pub started: Vec<String>,
 }
 
 impl Server {
@@ -55,6 +58,7 @@ impl Server {
             child,
             port: 0,
             log: std::sync::Mutex::new(rx),
+            started: Vec::new(),
         };
         let err = server.child.stderr.take().expect("stderr");
         std::thread::spawn(move || {
@@ -70,6 +74,7 @@ impl Server {
                 .unwrap()
                 .recv_timeout(Duration::from_secs(60).saturating_sub(t0.elapsed()))
                 .unwrap_or_else(|_| panic!("bmoe serve did not start listening"));
+            server.started.push(line.clone());
             if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
                 server.port = rest.split('/').next().unwrap().parse().expect("port");
                 return server;

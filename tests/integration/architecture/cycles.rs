@@ -164,12 +164,14 @@ fn no_file_of_a_face_folder_imports_through_its_face() {
     }
 }
 
+/// A planted file of a test tree: its module path (`a::b`) and source.
+fn file(module: &str, source: &str) -> (Vec<String>, String) {
+    let m: Vec<String> = module.split("::").map(str::to_string).collect();
+    (m, source.to_string())
+}
+
 #[test]
 fn a_file_naming_its_face_is_found() {
-    let file = |module: &str, source: &str| {
-        let m: Vec<String> = module.split("::").map(str::to_string).collect();
-        (m, source.to_string())
-    };
     let mut tree = vec![
         file("engine", "mod config; mod run; pub use config::RunConfig;"),
         file("engine::config", "pub struct RunConfig;"),
@@ -187,10 +189,6 @@ fn a_file_naming_its_face_is_found() {
 
 #[test]
 fn a_planted_import_cycle_is_found() {
-    let file = |module: &str, source: &str| {
-        let m: Vec<String> = module.split("::").map(str::to_string).collect();
-        (m, source.to_string())
-    };
     // A dialect, the job's leaf and the routes: no cycle.
     let mut tree = vec![
         file("serve", "mod job; mod d; mod routes; use routes::router;"),
