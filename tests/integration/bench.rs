@@ -128,14 +128,24 @@ fn bench_runs_the_matrix_interleaved_against_the_bound() {
     assert!(summary.contains("the workload routes to"), "{summary}");
     assert!(out.join("runs/workload-trace.trace").exists());
     let serial = row(&summary, "serial (baseline)");
-    // | name | runs | tok/s | CI | per run | x baseline | ... | bound | of bound |
-    // prefill s | prefill x baseline | prefill reads x distinct | text |
+    // | name | runs | tok/s | CI | per run | x baseline | ... | read bound |
+    // compute bound | overlap bound | of bound | prefill s | prefill x baseline |
+    // prefill reads x distinct | text |
     assert_eq!(serial[2], "2", "baseline ran twice: {serial:?}");
     assert_eq!(serial[6], "1.00x");
     assert_eq!(*serial.iter().rev().nth(1).unwrap(), "yes", "{serial:?}");
     let tok_s: f64 = serial[3].parse().unwrap();
     let bound: f64 = serial[serial.len() - 7].parse().unwrap();
     assert!(tok_s > 0.0 && bound > 0.0, "{serial:?}");
+    // The overlap bound is the slower of the read and compute bounds (means
+    // over the runs: at most the smaller mean); a cell that reads nothing
+    // counted has no read bound.
+    let read: f64 = serial[serial.len() - 9].parse().unwrap();
+    let compute: f64 = serial[serial.len() - 8].parse().unwrap();
+    assert!(bound <= read.min(compute) + 0.01, "{serial:?}");
+    let res = row(&summary, "res");
+    assert_eq!(res[res.len() - 9], "—", "{res:?}");
+    assert_eq!(res[res.len() - 7], res[res.len() - 8], "{res:?}");
     let prefill_s: f64 = serial[serial.len() - 5].parse().unwrap();
     assert!(prefill_s > 0.0, "{serial:?}");
     assert_eq!(serial[serial.len() - 4], "1.00x", "{serial:?}");

@@ -32,10 +32,15 @@ impl Bound {
     /// `depth` from probe set `set`: min(resident rate, bandwidth / bytes per
     /// token). A run that reads nothing is bound by compute alone.
     pub(crate) fn tok_s(&self, set: usize, depth: u32, bytes_per_token: f64) -> f64 {
-        match self.bandwidth_at(set, depth) {
-            Some(bw) if bytes_per_token > 0.0 => self.resident_tok_s.min(bw / bytes_per_token),
-            _ => self.resident_tok_s,
-        }
+        self.read_tok_s(set, depth, bytes_per_token)
+            .map_or(self.resident_tok_s, |r| self.resident_tok_s.min(r))
+    }
+
+    /// The read bound alone: the probed bandwidth over `bytes_per_token`
+    /// (None for a run that reads nothing, or a set without a probe).
+    pub(crate) fn read_tok_s(&self, set: usize, depth: u32, bytes_per_token: f64) -> Option<f64> {
+        let bw = self.bandwidth_at(set, depth)?;
+        (bytes_per_token > 0.0).then(|| bw / bytes_per_token)
     }
 }
 
@@ -91,5 +96,10 @@ mod tests {
         // Little read -> compute bound.
         assert_eq!(b.tok_s(0, 4, 1.0 * mib), 30.0);
         assert_eq!(b.tok_s(0, 4, 0.0), 30.0);
+        // The read bound alone: none where nothing is read or nothing probed.
+        assert!((b.read_tok_s(0, 4, 170.0 * mib).unwrap() - 10.0).abs() < 1e-9);
+        assert!((b.read_tok_s(0, 4, 1.0 * mib).unwrap() - 1700.0).abs() < 1e-9);
+        assert_eq!(b.read_tok_s(0, 4, 0.0), None);
+        assert_eq!(b.read_tok_s(2, 4, 170.0 * mib), None);
     }
 }

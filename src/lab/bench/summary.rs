@@ -42,14 +42,16 @@ impl RunResult {
         }
     }
 
-    /// The run's tok/s over its own round's bound (None: no bound or no figures).
+    /// The run's tok/s over its own round's overlap bound (None: no bound or
+    /// no figures).
     pub(crate) fn of_bound(&self, probes: &[RoundProbe]) -> Option<f64> {
         let f = self.figures()?;
-        let bound = self.bound_tok_s(probes, &f)?;
+        let bound = self.bounds(probes, &f)?.overlap_tok_s;
         (bound > 0.0).then(|| f.rate.tok_s / bound)
     }
 
-    fn bound_tok_s(&self, probes: &[RoundProbe], f: &RunFigures) -> Option<f64> {
+    /// Its own round's bounds at the bytes it read a token.
+    fn bounds(&self, probes: &[RoundProbe], f: &RunFigures) -> Option<RunBounds> {
         let depth = self
             .csv
             .as_ref()?
@@ -57,8 +59,35 @@ impl RunResult {
             .get("io_threads")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let p = of_round(probes, self.run)?;
-        Some(p.bound.tok_s(self.probe_set, depth, f.mib_per_token * MIB))
+        let b = &of_round(probes, self.run)?.bound;
+        let bytes = f.mib_per_token * MIB;
+        Some(RunBounds {
+            read_tok_s: b.read_tok_s(self.probe_set, depth, bytes),
+            compute_tok_s: b.resident_tok_s,
+            overlap_tok_s: b.tok_s(self.probe_set, depth, bytes),
+        })
+    }
+}
+
+/// A run's bounds, tok/s: its bytes a token at the round's probed bandwidth
+/// (None: it read nothing, or its slices had no probe), the round's resident
+/// decode, and the slower of the two.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RunBounds {
+    pub(crate) read_tok_s: Option<f64>,
+    pub(crate) compute_tok_s: f64,
+    pub(crate) overlap_tok_s: f64,
+}
+
+impl RunBounds {
+    /// The mean of each bound over `runs` (None without any).
+    fn mean(runs: &[RunBounds]) -> Option<RunBounds> {
+        let compute = mean_of(runs.iter().map(|b| b.compute_tok_s))?;
+        Some(RunBounds {
+            read_tok_s: mean_of(runs.iter().filter_map(|b| b.read_tok_s)),
+            compute_tok_s: compute,
+            overlap_tok_s: mean_of(runs.iter().map(|b| b.overlap_tok_s))?,
+        })
     }
 }
 
@@ -102,8 +131,8 @@ pub struct CellSummary {
     pub(crate) peak_rss_mib: Option<f64>,
     pub(crate) resident: bool,
     pub(crate) lossy: bool,
-    /// Mean over the runs of the bound of each run's own round.
-    pub(crate) bound_tok_s: Option<f64>,
+    /// Mean over the runs of the bounds of each run's own round.
+    pub(crate) bounds: Option<RunBounds>,
     /// Mean over the runs of tok/s over that bound.
     pub(crate) of_bound: Option<f64>,
     pub(crate) same_text: Option<bool>,
@@ -240,7 +269,11 @@ fn summarize_cell(cell: &Cell, n_runs: usize, ok: &[OkRun], probes: &[RoundProbe
             .map(String::as_str)
             == Some("resident"),
         lossy: first.is_some_and(|c| c.lossy()),
-        bound_tok_s: mean_of(ok.iter().filter_map(|x| x.0.bound_tok_s(probes, &x.2))),
+        bounds: RunBounds::mean(
+            &ok.iter()
+                .filter_map(|x| x.0.bounds(probes, &x.2))
+                .collect::<Vec<_>>(),
+        ),
         of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
         same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
         prefill_s: trailer_mean("prefill_s"),

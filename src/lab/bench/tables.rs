@@ -20,9 +20,9 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// The cells table's head (markdown).
 const CELLS_HEAD: &str = "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | \
      MiB/token | hit % | stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | \
-     peak RSS MiB | bound tok/s | of bound | prefill s | prefill x baseline | \
-     prefill reads x distinct | text = baseline |
-|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+     peak RSS MiB | read bound tok/s | compute bound tok/s | overlap bound tok/s | of bound | \
+     prefill s | prefill x baseline | prefill reads x distinct | text = baseline |
+|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ";
 
 /// The cells table (markdown): one row per cell, the baseline first.
@@ -57,7 +57,7 @@ fn name_and_runs(c: &CellSummary, baseline: bool) -> (String, String) {
 fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64>) -> String {
     let (name, runs) = name_and_runs(c, baseline);
     if c.per_run_tok_s.is_empty() {
-        return format!("| {name} | {runs} | — | | | | | | | | | | | | | | | | | | |\n");
+        return format!("| {name} | {runs} | — | | | | | | | | | | | | | | | | | | | | |\n");
     }
     let per_run = c
         .per_run_tok_s
@@ -90,7 +90,8 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
     };
     format!(
         "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {mib_per_token} | \
-         {} | {:.3} | {:.1} | {} | {} | {} | {} | {} | {of_bound} | {} | {} | {} | {text} |\n",
+         {} | {:.3} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {of_bound} | {} | {} | {} | \
+         {text} |\n",
         c.mean_tok_s,
         c.ci.0,
         c.ci.1,
@@ -102,7 +103,9 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
         opt(c.tokens_per_verify, 2),
         c.drafted_steps.clone().unwrap_or_else(|| "—".into()),
         opt(c.peak_rss_mib, 0),
-        opt(c.bound_tok_s, 2),
+        opt(c.bounds.and_then(|b| b.read_tok_s), 2),
+        opt(c.bounds.map(|b| b.compute_tok_s), 2),
+        opt(c.bounds.map(|b| b.overlap_tok_s), 2),
         opt(c.prefill_s, 2),
         prefill_ratio.map_or_else(|| "—".to_string(), |r| format!("{r:.2}x")),
         opt(c.prefill_read_multiple, 2),
@@ -319,6 +322,7 @@ pub fn legend(results: &[RunResult], cells: &[Cell]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{cells_table, of_bound_cell};
+    use crate::lab::bench::summary::RunBounds;
     use crate::lab::bench::CellSummary;
 
     /// A cell as a bench of 2 December summarized it.
@@ -341,7 +345,11 @@ mod tests {
             peak_rss_mib: Some(186.0),
             resident: false,
             lossy: false,
-            bound_tok_s: Some(3.26),
+            bounds: Some(RunBounds {
+                read_tok_s: Some(3.26),
+                compute_tok_s: 6.1,
+                overlap_tok_s: 3.26,
+            }),
             of_bound: Some(0.81),
             same_text: Some(true),
             prefill_s: Some(prefill_s),
@@ -365,28 +373,30 @@ mod tests {
             lines[0],
             "| cell | runs | tok/s | 95% CI | per run | x baseline | effective | MiB/token | hit % | \
              stall s/token | majflt/token | acceptance % | tok/verify | drafted steps | peak RSS MiB | \
-             bound tok/s | of bound | prefill s | prefill x baseline | prefill reads x distinct | \
-             text = baseline |"
+             read bound tok/s | compute bound tok/s | overlap bound tok/s | of bound | prefill s | \
+             prefill x baseline | prefill reads x distinct | text = baseline |"
         );
         assert_eq!(
             lines[1],
-            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
         // docs/results/bench-20261202-22-a/summary.md, the baseline's row.
         assert_eq!(
             lines[2],
             "| c0-serial (baseline) | 5 | 2.62 | 2.37–2.96 | 2.38 / 2.44 / 2.41 / 2.44 / 3.44 | \
-             1.00x | 2.62 | 189.84 | 0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 81% | 2.14 | \
+             1.00x | 2.62 | 189.84 | 0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 6.10 | 3.26 | 81% | \
+             2.14 | \
              1.00x | 1.00 | yes |"
         );
         assert_eq!(
             lines[3],
             "| c0-overlap LOSSY | 2 (1 failed) | 3.43 | 2.37–2.96 | 5.39 / 3.06 | 1.31x | 3.43 | — | \
-             0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 81% | 1.30 | 0.61x | 1.00 | yes |"
+             0.0 | 0.345 | 0.0 | — | — | — | 186 | 3.26 | 6.10 | 3.26 | 81% | 1.30 | 0.61x | 1.00 | \
+             yes |"
         );
         assert_eq!(
             lines[4],
-            "| broken | 2 (2 failed) | — | | | | | | | | | | | | | | | | | | |"
+            "| broken | 2 (2 failed) | — | | | | | | | | | | | | | | | | | | | | |"
         );
         assert_eq!(lines.len(), 5);
     }
