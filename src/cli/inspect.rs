@@ -360,7 +360,7 @@ impl Curve {
     fn outcome(&self, share: f64) -> CacheOutcome {
         match self {
             Curve::Published => CacheOutcome {
-                hit: forecast::interpolate(&forecast::PUBLISHED_CYCLE, share),
+                hit: forecast::interpolate(&forecast::PUBLISHED_DEFAULT, share),
                 fill_share: 0.0,
             },
             Curve::Trace((h, d)) => {
