@@ -121,25 +121,49 @@ pub struct CellSummary {
     /// ([`compare::rate_with_ci_runs`]); between-run drift is in it from 2 runs on.
     pub(crate) ci: (f64, f64),
     pub(crate) effective_tok_s: f64,
+    pub(crate) reads: CellReads,
+    pub(crate) spec: CellSpec,
+    pub(crate) peak_rss_mib: Option<f64>,
+    pub(crate) resident: bool,
+    pub(crate) lossy: bool,
+    /// Its runs' bounds (None: no run had a probe and figures).
+    pub(crate) bound: Option<CellBound>,
+    pub(crate) same_text: Option<bool>,
+    pub(crate) prefill: CellPrefill,
+}
+
+/// A cell's decode reads, means over its runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CellReads {
     pub(crate) mib_per_token: f64,
     pub(crate) hit_pct: Option<f64>,
     pub(crate) stall_s_per_token: f64,
     pub(crate) majflt_per_token: f64,
+}
+
+/// A speculating cell's figures (None for a cell that does not draft).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CellSpec {
     pub(crate) acceptance_pct: Option<f64>,
     pub(crate) tokens_per_verify: Option<f64>,
+    /// "D of V" drafted steps of verify decodes, its first run's.
     pub(crate) drafted_steps: Option<String>,
-    pub(crate) peak_rss_mib: Option<f64>,
-    pub(crate) resident: bool,
-    pub(crate) lossy: bool,
-    /// Mean over the runs of the bounds of each run's own round.
-    pub(crate) bounds: Option<RunBounds>,
-    /// Mean over the runs of tok/s over that bound.
-    pub(crate) of_bound: Option<f64>,
-    pub(crate) same_text: Option<bool>,
-    /// The prompt's pass: mean seconds, and (streamed) bytes read over the
-    /// distinct routed slices (1.0 is the floor).
-    pub(crate) prefill_s: Option<f64>,
-    pub(crate) prefill_read_multiple: Option<f64>,
+}
+
+/// The prompt's pass: mean seconds, and (streamed) bytes read over the
+/// distinct routed slices (1.0 is the floor).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CellPrefill {
+    pub(crate) s: Option<f64>,
+    pub(crate) read_multiple: Option<f64>,
+}
+
+/// A cell's bounds: the mean over its runs of each run's own round's, and
+/// the mean of each run's tok/s over its overlap bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CellBound {
+    pub(crate) tok_s: RunBounds,
+    pub(crate) reached: Option<f64>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -252,13 +276,17 @@ fn summarize_cell(cell: &Cell, n_runs: usize, ok: &[OkRun], probes: &[RoundProbe
         per_run_tok_s: per_run,
         ci: rate_ci(ok),
         effective_tok_s: avg(|f| f.effective_tok_s),
-        mib_per_token: avg(|f| f.mib_per_token),
-        hit_pct: opt_avg(|f| f.hit_pct),
-        stall_s_per_token: avg(|f| f.stall_ms_per_token) / 1e3,
-        majflt_per_token: avg(|f| f.majflt_per_token),
-        acceptance_pct: opt_avg(|f| f.acceptance_pct),
-        tokens_per_verify,
-        drafted_steps,
+        reads: CellReads {
+            mib_per_token: avg(|f| f.mib_per_token),
+            hit_pct: opt_avg(|f| f.hit_pct),
+            stall_s_per_token: avg(|f| f.stall_ms_per_token) / 1e3,
+            majflt_per_token: avg(|f| f.majflt_per_token),
+        },
+        spec: CellSpec {
+            acceptance_pct: opt_avg(|f| f.acceptance_pct),
+            tokens_per_verify,
+            drafted_steps,
+        },
         peak_rss_mib: ok
             .iter()
             .filter_map(|x| trailer_f64(x.1, "peak_rss_bytes"))
@@ -269,14 +297,20 @@ fn summarize_cell(cell: &Cell, n_runs: usize, ok: &[OkRun], probes: &[RoundProbe
             .map(String::as_str)
             == Some("resident"),
         lossy: first.is_some_and(|c| c.lossy()),
-        bounds: RunBounds::mean(
-            &ok.iter()
-                .filter_map(|x| x.0.bounds(probes, &x.2))
-                .collect::<Vec<_>>(),
-        ),
-        of_bound: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
+        bound: cell_bound(ok, probes),
         same_text: (!texts.is_empty()).then(|| texts.iter().all(|t| *t)),
-        prefill_s: trailer_mean("prefill_s"),
-        prefill_read_multiple: trailer_mean("prefill_read_multiple"),
+        prefill: CellPrefill {
+            s: trailer_mean("prefill_s"),
+            read_multiple: trailer_mean("prefill_read_multiple"),
+        },
     }
+}
+
+/// The bounds of a cell's successful runs.
+fn cell_bound(ok: &[OkRun], probes: &[RoundProbe]) -> Option<CellBound> {
+    let each: Vec<RunBounds> = ok.iter().filter_map(|x| x.0.bounds(probes, &x.2)).collect();
+    Some(CellBound {
+        tok_s: RunBounds::mean(&each)?,
+        reached: mean_of(ok.iter().filter_map(|x| x.0.of_bound(probes))),
+    })
 }

@@ -28,7 +28,7 @@ const CELLS_HEAD: &str = "| cell | runs | tok/s | 95% CI | per run | x baseline 
 /// The cells table (markdown): one row per cell, the baseline first.
 pub fn cells_table(s: &[CellSummary]) -> String {
     let base = s.first().map(|c| c.mean_tok_s).unwrap_or(0.0);
-    let base_prefill = s.first().and_then(|c| c.prefill_s);
+    let base_prefill = s.first().and_then(|c| c.prefill.s);
     let mut out = String::from(CELLS_HEAD);
     for (i, c) in s.iter().enumerate() {
         out.push_str(&cell_row(c, i == 0, base, base_prefill));
@@ -71,10 +71,12 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
         "—".into()
     };
     let of_bound = c
-        .of_bound
+        .bound
+        .and_then(|b| b.reached)
         .map_or_else(|| "—".into(), |x| format!("{:.0}%", x * 100.0));
     let prefill_ratio = c
-        .prefill_s
+        .prefill
+        .s
         .zip(base_prefill)
         .filter(|(_, b)| *b > 0.0)
         .map(|(p, b)| p / b);
@@ -86,7 +88,7 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
     // The mmap path's reads are page faults (majflt/token), not counted bytes.
     let mib_per_token = match c.resident {
         true => "—".to_string(),
-        false => format!("{:.2}", c.mib_per_token),
+        false => format!("{:.2}", c.reads.mib_per_token),
     };
     format!(
         "| {name} | {runs} | {:.2} | {:.2}–{:.2} | {per_run} | {ratio} | {:.2} | {mib_per_token} | \
@@ -96,19 +98,19 @@ fn cell_row(c: &CellSummary, baseline: bool, base: f64, base_prefill: Option<f64
         c.ci.0,
         c.ci.1,
         c.effective_tok_s,
-        opt(c.hit_pct, 1),
-        c.stall_s_per_token,
-        c.majflt_per_token,
-        opt(c.acceptance_pct, 1),
-        opt(c.tokens_per_verify, 2),
-        c.drafted_steps.clone().unwrap_or_else(|| "—".into()),
+        opt(c.reads.hit_pct, 1),
+        c.reads.stall_s_per_token,
+        c.reads.majflt_per_token,
+        opt(c.spec.acceptance_pct, 1),
+        opt(c.spec.tokens_per_verify, 2),
+        c.spec.drafted_steps.clone().unwrap_or_else(|| "—".into()),
         opt(c.peak_rss_mib, 0),
-        opt(c.bounds.and_then(|b| b.read_tok_s), 2),
-        opt(c.bounds.map(|b| b.compute_tok_s), 2),
-        opt(c.bounds.map(|b| b.overlap_tok_s), 2),
-        opt(c.prefill_s, 2),
+        opt(c.bound.and_then(|b| b.tok_s.read_tok_s), 2),
+        opt(c.bound.map(|b| b.tok_s.compute_tok_s), 2),
+        opt(c.bound.map(|b| b.tok_s.overlap_tok_s), 2),
+        opt(c.prefill.s, 2),
         prefill_ratio.map_or_else(|| "—".to_string(), |r| format!("{r:.2}x")),
-        opt(c.prefill_read_multiple, 2),
+        opt(c.prefill.read_multiple, 2),
     )
 }
 
@@ -322,7 +324,7 @@ pub fn legend(results: &[RunResult], cells: &[Cell]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{cells_table, of_bound_cell};
-    use crate::lab::bench::summary::RunBounds;
+    use crate::lab::bench::summary::{CellBound, CellPrefill, CellReads, CellSpec, RunBounds};
     use crate::lab::bench::CellSummary;
 
     /// A cell as a bench of 2 December summarized it.
@@ -335,25 +337,33 @@ mod tests {
             mean_tok_s: mean,
             ci: (2.37, 2.96),
             effective_tok_s: mean,
-            mib_per_token: 189.84,
-            hit_pct: Some(0.0),
-            stall_s_per_token: 0.345,
-            majflt_per_token: 0.0,
-            acceptance_pct: None,
-            tokens_per_verify: None,
-            drafted_steps: None,
+            reads: CellReads {
+                mib_per_token: 189.84,
+                hit_pct: Some(0.0),
+                stall_s_per_token: 0.345,
+                majflt_per_token: 0.0,
+            },
+            spec: CellSpec {
+                acceptance_pct: None,
+                tokens_per_verify: None,
+                drafted_steps: None,
+            },
             peak_rss_mib: Some(186.0),
             resident: false,
             lossy: false,
-            bounds: Some(RunBounds {
-                read_tok_s: Some(3.26),
-                compute_tok_s: 6.1,
-                overlap_tok_s: 3.26,
+            bound: Some(CellBound {
+                tok_s: RunBounds {
+                    read_tok_s: Some(3.26),
+                    compute_tok_s: 6.1,
+                    overlap_tok_s: 3.26,
+                },
+                reached: Some(0.81),
             }),
-            of_bound: Some(0.81),
             same_text: Some(true),
-            prefill_s: Some(prefill_s),
-            prefill_read_multiple: Some(1.0),
+            prefill: CellPrefill {
+                s: Some(prefill_s),
+                read_multiple: Some(1.0),
+            },
         }
     }
 
