@@ -68,7 +68,7 @@ impl ChatArgs {
         let mut cfg =
             self.shared()
                 .engine_config(model, String::new(), self.tokens.n_predict, extras)?;
-        cfg.stop = self.stop.clone();
+        cfg.job.stop = self.stop.clone();
         cfg.speculation = self.spec.config();
         Ok(cfg)
     }
@@ -119,9 +119,9 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         ident,
         last: None,
         opts: Options {
-            limit: Limit::from(cfg.n_predict),
-            sampling: cfg.sampling.clone(),
-            stop: cfg.stop.clone(),
+            limit: Limit::from(cfg.job.n_predict),
+            sampling: cfg.job.sampling.clone(),
+            stop: cfg.job.stop.clone(),
             ..Options::default()
         },
         model: cfg.model.clone(),

@@ -282,8 +282,8 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
         model.to_path_buf(),
         bmoe::lab::bench::WORKLOADS[0].1.to_string(),
     );
-    cfg.n_predict = args.resident_tokens.max(2);
-    cfg.ignore_eos = true;
+    cfg.job.n_predict = args.resident_tokens.max(2);
+    cfg.job.ignore_eos = true;
     cfg.mode = Mode::Resident;
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::lab::bench::warm_page_cache(model)

@@ -257,8 +257,8 @@ fn resident_decode(
     use bmoe::engine::{Mode, RunConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
     cfg.n_ctx = probe_ctx(l.n_ctx_train());
-    cfg.n_predict = tokens + 1;
-    cfg.ignore_eos = true;
+    cfg.job.n_predict = tokens + 1;
+    cfg.job.ignore_eos = true;
     cfg.mode = Mode::Resident;
     if let Some(t) = threads {
         cfg.threads = t;
@@ -285,8 +285,8 @@ fn decode_probe(model: &Path, l: &MoeLayout, tokens: u32) -> Result<forecast::De
     use bmoe::stream::{CacheSize, StreamConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
     cfg.n_ctx = probe_ctx(l.n_ctx_train());
-    cfg.n_predict = tokens + 1;
-    cfg.ignore_eos = true;
+    cfg.job.n_predict = tokens + 1;
+    cfg.job.ignore_eos = true;
     cfg.mode = Mode::Stream(StreamConfig {
         cache: CacheSize::Mib(0),
         ..StreamConfig::default()

@@ -65,7 +65,7 @@ impl Shared<'_> {
         let m = self.model;
         let mut cfg = RunConfig::new(model, prompt);
         cfg.chat_template = template_file(m)?;
-        cfg.n_predict = n_predict;
+        cfg.job.n_predict = n_predict;
         if let Some(t) = m.threads {
             cfg.threads = t;
         }
@@ -75,9 +75,10 @@ impl Shared<'_> {
         cfg.stream_explicit = self.streaming.stream.moe_stream;
         cfg.n_expert_used = m.n_expert_used;
         cfg.ubatch = m.ubatch;
-        cfg.sampling = self.sampling.params()?;
+        cfg.job.sampling = self.sampling.params()?;
         cfg.rpc = m.rpc.config();
-        cfg.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
+        cfg.prompt_states.model_id_memo =
+            bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
         Ok(cfg)
     }
 }

@@ -119,10 +119,10 @@ pub(super) fn run_config(
     let mut cfg = args
         .shared()
         .engine_config(model, prompt, gen.tokens.n_predict, extras)?;
-    cfg.chat = gen.chat;
-    cfg.ignore_eos = gen.ignore_eos;
-    cfg.stop = gen.stop.clone();
-    cfg.prompt_cache = gen.prompt_cache_file.clone();
+    cfg.job.chat = gen.chat;
+    cfg.job.ignore_eos = gen.ignore_eos;
+    cfg.job.stop = gen.stop.clone();
+    cfg.prompt_states.file = gen.prompt_cache_file.clone();
     cfg.route_from = gen.route_from.clone();
     cfg.telemetry.csv = outputs.csv.clone();
     cfg.telemetry.progress = outputs.progress;
@@ -191,13 +191,13 @@ fn show_prompt(cfg: &RunConfig) -> Result<()> {
         ..llama::ModelParams::default()
     };
     let model = llama::Model::load(&cfg.model, &params)?;
-    let (text, tokens) = if cfg.chat {
+    let (text, tokens) = if cfg.job.chat {
         let template = ChatTemplate::of(&model, cfg.chat_template.as_deref());
-        let (rendered, tokens) = template.user_prompt(&model, &cfg.prompt)?;
+        let (rendered, tokens) = template.user_prompt(&model, &cfg.job.prompt)?;
         (rendered.text, tokens.len())
     } else {
-        let tokens = model.tokenize(&cfg.prompt, true, false)?;
-        (cfg.prompt.clone(), tokens.len())
+        let tokens = model.tokenize(&cfg.job.prompt, true, false)?;
+        (cfg.job.prompt.clone(), tokens.len())
     };
     if tokens == 0 {
         return Err(EngineError::Generate(GenerateError::EmptyPrompt).into());
@@ -229,7 +229,8 @@ mod tests {
         let model = std::path::PathBuf::from("m.gguf");
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
         let mut default = super::RunConfig::new(model, "x".into());
-        default.model_id_memo = bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
+        default.prompt_states.model_id_memo =
+            bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
         default.resident_if_fits = true;
         assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
     }

@@ -117,7 +117,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let engine = args.engine_config(model, prompt_cache.as_ref())?;
     let cfg = ServeConfig {
-        defaults: engine.sampling.clone(),
+        defaults: engine.job.sampling.clone(),
         engine,
         // A supervised engine process serves its supervisor alone.
         addr: if engine_child {
@@ -251,7 +251,7 @@ mod tests {
             cfg.expect("a config")
         };
         let cfg = build(&["-n", "7"], Some(&pc));
-        assert_eq!(cfg.n_predict, 7);
+        assert_eq!(cfg.job.n_predict, 7);
         match &cfg.mode {
             bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 64 << 20),
             other => panic!("streamed: {other:?}"),

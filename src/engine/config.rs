@@ -150,13 +150,10 @@ impl SpecConfig {
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     pub model: PathBuf,
-    pub prompt: String,
-    pub chat: bool,
+    /// What to generate: the prompt and the per-job options.
+    pub job: JobConfig,
     /// A Jinja chat template to use instead of the model file's own.
     pub chat_template: Option<String>,
-    pub n_predict: u32,
-    /// `--ignore-eos`: never stop at the end of text.
-    pub ignore_eos: bool,
     pub threads: u32,
     pub n_ctx: u32,
     pub mode: Mode,
@@ -177,20 +174,39 @@ pub struct RunConfig {
     pub speculation: SpecConfig,
     /// `--ubatch`: the prompt's micro-batch (auto: the whole prompt when it fits).
     pub ubatch: super::prefill::Ubatch,
+    /// `--rpc`: the last layers on llama.cpp RPC hosts.
+    pub rpc: Option<super::rpc_config::RpcConfig>,
+    /// Prompt states kept on disk and how the model file is named for them.
+    pub prompt_states: PromptStates,
+    /// `--route-from TRACE`: every row's routing replaced by the trace's
+    /// (the text is meaningless by design).
+    pub route_from: Option<PathBuf>,
+}
+
+/// One generation's prompt and options: what `bmoe run` hands the engine
+/// beside its configuration.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    pub prompt: String,
+    /// Render `prompt` as a user message through the chat template.
+    pub chat: bool,
+    pub n_predict: u32,
+    /// `--ignore-eos`: never stop at the end of text.
+    pub ignore_eos: bool,
     /// `--temp` and the other sampling flags (greedy by default).
     pub sampling: bmoe_decode::sampling::SamplingParams,
     /// `--stop`: text that ends generation.
     pub stop: Vec<String>,
-    /// `--rpc`: the last layers on llama.cpp RPC hosts.
-    pub rpc: Option<super::rpc_config::RpcConfig>,
+}
+
+/// Where prompt states are kept.
+#[derive(Debug, Clone, Default)]
+pub struct PromptStates {
     /// `bmoe run --prompt-cache-file FILE`: the prompt's state restored and saved.
-    pub prompt_cache: Option<PathBuf>,
+    pub file: Option<PathBuf>,
     /// Where a model file's whole-file hash (what names its prompt-cache
     /// states) is remembered once computed (None: hashed at each use).
     pub model_id_memo: Option<PathBuf>,
-    /// `--route-from TRACE`: every row's routing replaced by the trace's
-    /// (the text is meaningless by design).
-    pub route_from: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -201,11 +217,15 @@ impl RunConfig {
     pub fn new(model: PathBuf, prompt: String) -> Self {
         RunConfig {
             model,
-            prompt,
-            chat: false,
+            job: JobConfig {
+                prompt,
+                chat: false,
+                n_predict: DEFAULT_N_PREDICT,
+                ignore_eos: false,
+                sampling: Default::default(),
+                stop: Vec::new(),
+            },
             chat_template: None,
-            n_predict: DEFAULT_N_PREDICT,
-            ignore_eos: false,
             threads: crate::llama::default_threads(),
             n_ctx: DEFAULT_N_CTX,
             mode: Mode::Stream(crate::stream::StreamConfig::default()),
@@ -219,11 +239,8 @@ impl RunConfig {
             n_expert_used: None,
             speculation: SpecConfig::default(),
             ubatch: super::prefill::Ubatch::Auto,
-            sampling: Default::default(),
-            stop: Vec::new(),
             rpc: None,
-            prompt_cache: None,
-            model_id_memo: None,
+            prompt_states: PromptStates::default(),
             route_from: None,
         }
     }
@@ -385,9 +402,9 @@ pub(super) fn preamble(
     kv("threads", cfg.threads.to_string());
     kv("n_ctx", n_ctx.to_string());
     kv("n_ubatch", n_ubatch.to_string());
-    kv("n_predict", cfg.n_predict.to_string());
-    kv("ignore_eos", (cfg.ignore_eos as u8).to_string());
-    kv("chat", (cfg.chat as u8).to_string());
+    kv("n_predict", cfg.job.n_predict.to_string());
+    kv("ignore_eos", (cfg.job.ignore_eos as u8).to_string());
+    kv("chat", (cfg.job.chat as u8).to_string());
     // The mode that ran: a streamed mode without a streamer (a dense model) ran resident.
     let ran = match (&cfg.mode, streamer) {
         (Mode::Stream(sc), Some(s)) => Mode::Stream((sc, s)),
@@ -422,8 +439,8 @@ pub(super) fn preamble(
     kv("spec", cfg.speculation.source.name().into());
     let gated = cfg.speculation.gated && cfg.speculation.is_on();
     kv("spec_gate", (gated as u8).to_string());
-    kv("temp", cfg.sampling.temperature.to_string());
-    kv("seed", cfg.sampling.seed.to_string());
+    kv("temp", cfg.job.sampling.temperature.to_string());
+    kv("seed", cfg.job.sampling.seed.to_string());
     let s = cfg.speculation.source;
     let draft_max = cfg.speculation.width();
     let min_match = s.ngram().unwrap_or(0);

@@ -15,9 +15,13 @@ fn layout() -> MoeLayout {
 }
 
 fn config(mode: Mode) -> RunConfig {
+    let base = RunConfig::new(PathBuf::from("m.gguf"), "hi".into());
     RunConfig {
-        n_predict: 16,
-        ignore_eos: true,
+        job: super::JobConfig {
+            n_predict: 16,
+            ignore_eos: true,
+            ..base.job.clone()
+        },
         threads: 2,
         n_ctx: 512,
         mode,
@@ -27,7 +31,7 @@ fn config(mode: Mode) -> RunConfig {
             draft_max: 4,
             gated: false,
         },
-        ..RunConfig::new(PathBuf::from("m.gguf"), "hi".into())
+        ..base
     }
 }
 

@@ -30,8 +30,8 @@ mod startup;
 mod summary;
 
 pub use config::{
-    RunConfig, SpecConfig, Speculation, DEFAULT_DRAFT, DEFAULT_N_CTX, DEFAULT_N_PREDICT, MAX_DRAFT,
-    MTP_UBATCH,
+    JobConfig, PromptStates, RunConfig, SpecConfig, Speculation, DEFAULT_DRAFT, DEFAULT_N_CTX,
+    DEFAULT_N_PREDICT, MAX_DRAFT, MTP_UBATCH,
 };
 pub use error::EngineError;
 pub use mode::Mode;

@@ -15,7 +15,7 @@ use crate::prompt_cache::{self, Ident};
 /// the KV streams of a state (`Context::state_streams`), the settings that
 /// change the KV values, the bmoe version.
 pub fn ident_of(cfg: &RunConfig, n_ctx: u32, state_streams: u32) -> std::io::Result<Ident> {
-    let memo = cfg.model_id_memo.as_deref();
+    let memo = cfg.prompt_states.model_id_memo.as_deref();
     let (model_bytes, model_hash) = prompt_cache::model_id(&cfg.model, memo)?;
     let drop_cold = cfg.mode.stream().map_or(0.0, |s| s.drop_cold);
     let k = cfg

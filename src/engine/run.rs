@@ -28,8 +28,8 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
         .transpose()?;
     let t_run = Instant::now();
     let text = Prompt::Text {
-        text: &cfg.prompt,
-        chat: cfg.chat,
+        text: &cfg.job.prompt,
+        chat: cfg.job.chat,
     };
     let mut a = assemble::assemble(cfg, text, 1)?;
     let pcache = prompt_file(cfg, a.loaded.n_ctx);
@@ -72,7 +72,7 @@ fn prompt_file(
     cfg: &RunConfig,
     n_ctx: u32,
 ) -> Option<(std::path::PathBuf, crate::prompt_cache::Ident)> {
-    let file = cfg.prompt_cache.clone()?;
+    let file = cfg.prompt_states.file.clone()?;
     if cfg.speculation.is_on() {
         crate::say!(
             "note: --prompt-cache-file is not used with speculation (--ngram, --mtp, --spec)"
@@ -187,12 +187,12 @@ fn generate_metered<'t>(
     let t0 = Instant::now();
     let opts = generate::Options {
         limit: generate::Limit {
-            n_predict: cfg.n_predict,
-            ignore_eos: cfg.ignore_eos,
+            n_predict: cfg.job.n_predict,
+            ignore_eos: cfg.job.ignore_eos,
         },
         n_batch: ubatch as usize,
-        sampling: cfg.sampling.clone(),
-        stop: cfg.stop.clone(),
+        sampling: cfg.job.sampling.clone(),
+        stop: cfg.job.stop.clone(),
         draft_max: cfg.speculation.draft_max as usize,
         cached,
         special_text: false,

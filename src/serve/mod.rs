@@ -96,7 +96,7 @@ pub fn serve(
         body_limit_bytes: cfg.body_limit_bytes,
         next_id: Default::default(),
         run_id: run_id(),
-        default_max_tokens: cfg.engine.n_predict,
+        default_max_tokens: cfg.engine.job.n_predict,
         context_length: loaded.n_ctx,
         call_format: loaded.call_format,
         thinks: loaded.thinks,

@@ -243,7 +243,7 @@ pub const PROSE: &str = "Once upon a time, in a small village by the sea, there 
 /// A library run of E8K2 on the prose prompt (2 threads, 512 context).
 pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig {
     let mut cfg = bmoe::engine::RunConfig::new(e8k2().to_path_buf(), PROSE.into());
-    cfg.n_predict = n;
+    cfg.job.n_predict = n;
     cfg.threads = 2;
     cfg.n_ctx = 512;
     cfg.mode = mode;

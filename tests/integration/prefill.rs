@@ -14,7 +14,7 @@ const PROMPT: &str = include_str!("../../benches/workloads/copy.txt");
 
 fn run(mode: Mode, ubatch: Ubatch) -> RunReport {
     let mut cfg = e8k2_config(mode, 4);
-    cfg.prompt = PROMPT.into();
+    cfg.job.prompt = PROMPT.into();
     cfg.ubatch = ubatch;
     bmoe::engine::run(&cfg, |_| {}).expect("run")
 }
