@@ -14,7 +14,9 @@ use super::error::EngineError;
 use super::note::Note;
 use super::prefill::{PrefillFacts, PrefillReport};
 use super::report::{self, Totals};
-use super::run_report::{PrefetchReport, RunReport, TokenRow};
+use super::run_report::{
+    ExpertUse, FlashTotals, MemoryTotals, PrefetchReport, RunReport, SpecReport, TokenRow,
+};
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
 use crate::stream::memory;
@@ -258,28 +260,36 @@ pub(super) fn report(
     Ok(RunReport {
         generation,
         decode_span: m.decode_span,
-        speculation: SpecConfig {
-            draft_max: a.cfg.speculation.width(),
-            ..a.cfg.speculation
+        spec: SpecReport {
+            config: SpecConfig {
+                draft_max: a.cfg.speculation.width(),
+                ..a.cfg.speculation
+            },
+            head_read_bytes: closing.split.head,
+            verify_read_bytes: closing.split.verify,
+            head: ended.head,
         },
-        head_read_bytes: closing.split.head,
-        verify_read_bytes: closing.split.verify,
-        head: ended.head,
         rows: m.rows,
         mode: backend.kind(),
         notes,
-        cache_budget_bytes: budget,
-        reader,
-        flash_read_bytes: flash_bytes,
-        kernel_read_bytes,
-        peak_resident_bytes: peak_resident,
+        flash: FlashTotals {
+            reader,
+            read_bytes: flash_bytes,
+            kernel_read_bytes,
+        },
+        memory: MemoryTotals {
+            cache_budget_bytes: budget,
+            peak_resident_bytes: peak_resident,
+            peak_rss_bytes: closing.peak_rss_bytes,
+            dense_bytes: a.layout.dense_bytes(),
+        },
         prefetch: prefetch(&backend, m.predicted),
         warm_lines,
-        experts_used: a.k,
-        experts_used_model: a.layout.n_expert_used,
-        drop_cold: backend.drop_cold(),
-        peak_rss_bytes: closing.peak_rss_bytes,
-        dense_bytes: a.layout.dense_bytes(),
+        experts: ExpertUse {
+            used: a.k,
+            model: a.layout.n_expert_used,
+            drop_cold: backend.drop_cold(),
+        },
         layout: a.layout,
         done_line,
         startup: ended.startup,

@@ -40,5 +40,5 @@ pub use prefill::{choose_ubatch, PrefillReport, Ubatch, TARGET_UBATCH, UBATCH_MA
 pub use report::DecodeSplit;
 pub use rpc_config::{RpcConfig, RpcLayers, DEFAULT_RPC_TIMEOUT};
 pub use run::run;
-pub use run_report::{PrefetchReport, RunReport};
+pub use run_report::{FlashTotals, MemoryTotals, PrefetchReport, RunReport};
 pub use session::{Session, Turn, TurnFigures};

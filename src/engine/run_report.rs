@@ -24,36 +24,22 @@ pub struct RunReport {
     pub generation: Generation,
     /// From the first token to the last (see [`super::report::decode_rate`]).
     pub(crate) decode_span: Duration,
-    /// The draft source and width (`Off` and 0 without speculation).
-    pub(crate) speculation: SpecConfig,
-    /// Streamed bytes read for the MTP head's passes and for the verify decodes.
-    pub(crate) head_read_bytes: u64,
-    pub(crate) verify_read_bytes: u64,
-    /// The MTP head's streaming on the draft actor (zeros otherwise).
-    pub(crate) head: HeadReport,
+    /// What speculation was set to and what the MTP head streamed.
+    pub(crate) spec: SpecReport,
     pub rows: Vec<TokenRow>,
     /// Where the experts came from: llama.cpp's mapping (`--resident`, or a
     /// dense model) or the flash actor.
     pub mode: Mode<()>,
     pub notes: Vec<Note>,
-    pub cache_budget_bytes: u64,
-    pub(crate) reader: String,
-    /// Flash actor's total bytes over the whole run (prefill included).
-    pub flash_read_bytes: u64,
-    /// Kernel-reported storage reads of the process over the generation.
-    pub(crate) kernel_read_bytes: Option<u64>,
-    pub(crate) peak_resident_bytes: u64,
-    pub(crate) peak_rss_bytes: u64,
+    /// What the flash actor read, and the kernel's count beside it.
+    pub flash: FlashTotals,
+    /// The cache's budget and the memory the run held.
+    pub memory: MemoryTotals,
     /// Read-ahead: settings and the flash actor's verdicts.
     pub prefetch: PrefetchReport,
     /// `--cache-warm`: what was read ahead and used, and the profile saved.
     pub(crate) warm_lines: Vec<String>,
-    /// Experts routed per token (after `--n-expert-used`) and the model's own count.
-    pub(crate) experts_used: u32,
-    pub(crate) experts_used_model: u32,
-    /// `--drop-cold-experts` threshold (0: off).
-    pub(crate) drop_cold: f32,
-    pub(crate) dense_bytes: u64,
+    pub(crate) experts: ExpertUse,
     pub layout: MoeLayout,
     /// The `BMOE_DONE` JSON object (the same totals as the CSV trailer).
     pub done_line: String,
@@ -61,6 +47,47 @@ pub struct RunReport {
     pub(crate) startup: Startup,
     /// The prompt's pass: its micro-batch, time and (streamed) reads.
     pub prefill: PrefillReport,
+}
+
+/// Speculation over a run.
+#[derive(Debug, Clone)]
+pub(crate) struct SpecReport {
+    /// The draft source and width (`Off` and 0 without speculation).
+    pub(crate) config: SpecConfig,
+    /// Streamed bytes read for the MTP head's passes and for the verify decodes.
+    pub(crate) head_read_bytes: u64,
+    pub(crate) verify_read_bytes: u64,
+    /// The MTP head's streaming on the draft actor (zeros otherwise).
+    pub(crate) head: HeadReport,
+}
+
+/// The flash actor's reads over a run.
+#[derive(Debug, Clone, Default)]
+pub struct FlashTotals {
+    /// The reader that ran (io_uring, or the fallback and why).
+    pub(crate) reader: String,
+    /// Bytes over the whole run (prefill included).
+    pub read_bytes: u64,
+    /// Kernel-reported storage reads of the process over the generation.
+    pub(crate) kernel_read_bytes: Option<u64>,
+}
+
+/// The memory a run was given and held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoryTotals {
+    pub cache_budget_bytes: u64,
+    pub(crate) peak_resident_bytes: u64,
+    pub(crate) peak_rss_bytes: u64,
+    pub(crate) dense_bytes: u64,
+}
+
+/// Experts routed per token (after `--n-expert-used`), the model's own
+/// count, and the `--drop-cold-experts` threshold (0: off).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpertUse {
+    pub(crate) used: u32,
+    pub(crate) model: u32,
+    pub(crate) drop_cold: f32,
 }
 
 /// What prefetching did over a run.

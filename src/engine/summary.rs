@@ -32,7 +32,7 @@ impl RunReport {
         }
         v.extend(self.drop_line());
         v.extend(self.rpc_line());
-        if self.speculation.is_on() {
+        if self.spec.config.is_on() {
             v.extend(self.speculation_lines());
         }
         v.push(self.prefill.line());
@@ -85,14 +85,15 @@ impl RunReport {
     /// `moe-stream:`, `moe-warm:` (when some decodes needed no read) and `moe-cache:`.
     fn stream_lines(&self, t: &PerToken) -> Vec<String> {
         let kernel = self
+            .flash
             .kernel_read_bytes
             .map(|b| format!("{:.1} MiB", b as f64 / MIB))
             .unwrap_or_else(|| "unavailable".into());
         let mut v = vec![format!(
             "moe-stream: {}, read {:.1} MiB ({:.2} MiB/token decode), kernel read_bytes {kernel}; \
              decode {:.1} ms/token = flash wait {:.1} (io {:.1}) + compute and cache management {:.1} (residual)",
-            self.reader,
-            self.flash_read_bytes as f64 / MIB,
+            self.flash.reader,
+            self.flash.read_bytes as f64 / MIB,
             self.decode_bytes_per_token() / MIB,
             t.wall,
             t.stall,
@@ -112,7 +113,7 @@ impl RunReport {
         let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
         let mut in_warm = false;
         for r in self.decode_rows() {
-            if !self.speculation.is_on() || r.mtp_batch > 0 {
+            if !self.spec.config.is_on() || r.mtp_batch > 0 {
                 decodes += 1;
                 in_warm = r.misses == 0;
                 if in_warm {
@@ -141,13 +142,13 @@ impl RunReport {
         format!(
             "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), decode hit {:.1}% ({dh}/{}), evictions {evictions}, peak resident {:.1} MiB, \
              peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
-            self.cache_budget_bytes as f64 / MIB,
+            self.memory.cache_budget_bytes as f64 / MIB,
             if total > 0 { hits as f64 * 100.0 / total as f64 } else { 0.0 },
             if dh + dm > 0 { dh as f64 * 100.0 / (dh + dm) as f64 } else { 0.0 },
             dh + dm,
-            self.peak_resident_bytes as f64 / MIB,
-            self.peak_rss_bytes as f64 / MIB,
-            self.dense_bytes as f64 / MIB,
+            self.memory.peak_resident_bytes as f64 / MIB,
+            self.memory.peak_rss_bytes as f64 / MIB,
+            self.memory.dense_bytes as f64 / MIB,
         )
     }
 
@@ -206,18 +207,18 @@ impl RunReport {
 
     /// `moe-drop:` (a lossy knob on).
     fn drop_line(&self) -> Option<String> {
-        if self.drop_cold <= 0.0 && self.experts_used == self.experts_used_model {
+        if self.experts.drop_cold <= 0.0 && self.experts.used == self.experts.model {
             return None;
         }
         let n = self.decode_rows().count();
         let dropped: u64 = self.rows.iter().map(|r| r.dropped_experts).sum();
-        let routed = n as u64 * self.experts_used as u64 * self.layout.n_layer as u64;
+        let routed = n as u64 * self.experts.used as u64 * self.layout.n_layer as u64;
         Some(format!(
             "moe-drop: LOSSY, top-k {} of the model's {}; --drop-cold-experts {}: dropped {dropped} \
              of {routed} routed experts in decodes ({:.2}/token)",
-            self.experts_used,
-            self.experts_used_model,
-            self.drop_cold,
+            self.experts.used,
+            self.experts.model,
+            self.experts.drop_cold,
             mean(dropped as f64, n)
         ))
     }
@@ -230,12 +231,12 @@ impl RunReport {
         let emitted = self.decode_rows().count() as f64;
         let rate = |ms: f64| if ms > 0.0 { emitted * 1e3 / ms } else { 0.0 };
         let (reported, effective) = (rate(decode_ms), rate(decode_ms + draft_ms));
-        let name = self.speculation.source.name();
+        let name = self.spec.config.source.name();
         let mut v = vec![
             format!(
                 "{name}: draft {}: acceptance {:.1}% ({} of {} drafted), {:.2} tokens per verify \
                  decode ({} tokens / {} decodes), drafted on {} of {} steps",
-                self.speculation.draft_max,
+                self.spec.config.draft_max,
                 if sp.drafted > 0 {
                     sp.accepted as f64 * 100.0 / sp.drafted as f64
                 } else {
@@ -259,7 +260,7 @@ impl RunReport {
             ),
         ];
         v.extend(sp.gate.map(|g| gate_line(&g)));
-        if self.mode == Mode::Stream(()) && self.speculation.source.head().is_some() {
+        if self.mode == Mode::Stream(()) && self.spec.config.source.head().is_some() {
             v.extend(self.mtp_stream_lines(sp));
         }
         v
@@ -268,18 +269,18 @@ impl RunReport {
     /// `mtp-flash:` (the head's bytes against the verify decodes') and `mtp-head:`.
     fn mtp_stream_lines(&self, sp: &SpecStats) -> [String; 2] {
         let steps = sp.steps.max(1) as f64;
-        let total = (self.head_read_bytes + self.verify_read_bytes).max(1) as f64;
-        let h = &self.head;
+        let total = (self.spec.head_read_bytes + self.spec.verify_read_bytes).max(1) as f64;
+        let h = &self.spec.head;
         [
             format!(
                 "mtp-flash: the head (drafting, catch-up and pre-demands) streamed {:.1} MiB \
                  ({:.1}% of head + verify, {:.2} MiB per step), the verify decodes {:.1} MiB \
                  (prefill included; {:.2} MiB per decode, {:.2} rows each)",
-                self.head_read_bytes as f64 / MIB,
-                self.head_read_bytes as f64 * 100.0 / total,
-                self.head_read_bytes as f64 / MIB / steps,
-                self.verify_read_bytes as f64 / MIB,
-                self.verify_read_bytes as f64 / MIB / steps,
+                self.spec.head_read_bytes as f64 / MIB,
+                self.spec.head_read_bytes as f64 * 100.0 / total,
+                self.spec.head_read_bytes as f64 / MIB / steps,
+                self.spec.verify_read_bytes as f64 / MIB,
+                self.spec.verify_read_bytes as f64 / MIB / steps,
                 (sp.steps + sp.drafted) as f64 / steps
             ),
             format!(
@@ -363,7 +364,9 @@ mod tests {
 
     use super::*;
     use crate::engine::config::SpecConfig;
-    use crate::engine::run_report::PrefetchReport;
+    use crate::engine::run_report::{
+        ExpertUse, FlashTotals, MemoryTotals, PrefetchReport, SpecReport,
+    };
     use crate::generate::Generation;
     use crate::layout::MoeLayout;
 
@@ -390,13 +393,15 @@ mod tests {
                 spec: SpecStats::default(),
             },
             decode_span: Duration::from_millis(200),
-            speculation: SpecConfig {
-                draft_max: 0,
-                ..SpecConfig::default()
+            spec: SpecReport {
+                config: SpecConfig {
+                    draft_max: 0,
+                    ..SpecConfig::default()
+                },
+                head_read_bytes: 0,
+                verify_read_bytes: 0,
+                head: Default::default(),
             },
-            head_read_bytes: 0,
-            verify_read_bytes: 0,
-            head: Default::default(),
             rows: vec![
                 row(true, 30.0, 8, 0),
                 row(false, 100.0, 4, 4),
@@ -404,18 +409,22 @@ mod tests {
             ],
             mode: Mode::Stream(()),
             notes: vec![crate::engine::note::Note::DenseResident],
-            cache_budget_bytes: 64 << 20,
-            reader: "io_uring".into(),
-            flash_read_bytes: 12 << 20,
-            kernel_read_bytes: None,
-            peak_resident_bytes: 0,
-            peak_rss_bytes: 0,
+            flash: FlashTotals {
+                reader: "io_uring".into(),
+                read_bytes: 12 << 20,
+                kernel_read_bytes: None,
+            },
+            memory: MemoryTotals {
+                cache_budget_bytes: 64 << 20,
+                ..MemoryTotals::default()
+            },
             prefetch: PrefetchReport::default(),
             warm_lines: Vec::new(),
-            experts_used: 2,
-            experts_used_model: 2,
-            drop_cold: 0.0,
-            dense_bytes: 0,
+            experts: ExpertUse {
+                used: 2,
+                model: 2,
+                drop_cold: 0.0,
+            },
             layout: MoeLayout {
                 arch: "llama".into(),
                 n_layer: 2,
@@ -483,7 +492,7 @@ mod tests {
         let mut r = streamed();
         r.mode = Mode::Resident;
         assert!(r.summary_lines().iter().all(|l| !l.starts_with("moe-")));
-        r.experts_used = 1;
+        r.experts.used = 1;
         let drop = r
             .summary_lines()
             .into_iter()

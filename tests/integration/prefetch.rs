@@ -56,9 +56,9 @@ fn prefetch_and_prediction_keep_every_token() {
         // Every byte read is in the flash total; rows hold all but the read-ahead
         // still in flight after the last decode.
         let rows: u64 = r.rows.iter().map(|x| x.read_bytes).sum();
-        assert!(rows <= r.flash_read_bytes, "{name}");
+        assert!(rows <= r.flash.read_bytes, "{name}");
         assert!(
-            rows + (p.read_bytes - row_prefetch) >= r.flash_read_bytes,
+            rows + (p.read_bytes - row_prefetch) >= r.flash.read_bytes,
             "{name}"
         );
         if name.contains("predict") {

@@ -178,7 +178,7 @@ fn a_cache_larger_than_memory_is_refused_with_what_fits() {
         ..StreamConfig::default()
     });
     let r = engine::run(&big, |_| {}).unwrap();
-    assert_eq!(r.cache_budget_bytes, 100 * 1024 * 1024);
+    assert_eq!(r.memory.cache_budget_bytes, 100 * 1024 * 1024);
     let how = r.notes.iter().find_map(|n| match n {
         engine::Note::CacheAuto(_) => Some(n.to_string()),
         _ => None,
