@@ -93,7 +93,7 @@ impl StreamHook {
             let Some(src) = node.src(i) else { continue };
             // Only model weights still served from the file mapping (never
             // activations or caches, never the streamed experts).
-            if !src.is_weight() || self.weights.contains_key(src.name()) {
+            if !src.is_weight() || self.model.weights.contains_key(src.name()) {
                 continue;
             }
             match anon_copy(&shared, &src) {

@@ -50,9 +50,9 @@ impl StreamHook {
         let Some(cursor) = self.opts.force.as_ref() else {
             return true;
         };
-        let mut buf = std::mem::take(&mut self.forced);
+        let mut buf = std::mem::take(&mut self.demand.forced);
         let res = force_node(cursor, node, &mut buf);
-        self.forced = buf;
+        self.demand.forced = buf;
         match res {
             Ok(()) => true,
             Err(e) => {

@@ -93,33 +93,32 @@ fn node_layer(name: &str) -> Option<u32> {
 pub(crate) struct StreamHook {
     client: FlashClient,
     arena: Arc<Arena>,
-    /// Expert weight tensor name -> (layer, projection index).
-    weights: HashMap<String, (u32, Proj)>,
-    n_expert: u32,
-    /// The layer whose experts were made resident most recently.
-    current: Option<u32>,
-    ids: Vec<i32>,
-    union: Vec<u32>,
+    /// The model's facts the callbacks read, fixed for the hook's life.
+    model: HookModel,
+    /// The demand being served: its layer, ids and scratch.
+    demand: Demand,
+    /// The decode running now.
+    decode: DecodeState,
     /// What the decodes since the last [`EvalObserver::take_metrics`] cost.
     metrics: DecodeMetrics,
     /// The first error met inside a callback (the decode was aborted for it).
     failure: Option<String>,
     abort: Arc<AtomicBool>,
     opts: HookOptions,
-    /// The graph segment computing now (from the last callback to the next), as
-    /// a `verify.segment` span, so a trace shows compute between the waits.
-    segment: Option<tracing::span::EnteredSpan>,
-    segments: u32,
-    /// Experts routed per token (`opts.k`, at least 1).
-    k: usize,
     prefetch_bytes_seen: u64,
     /// `--predict-prefetch`: the guesses not yet judged.
     predicted: HashMap<u32, Vec<u32>>,
-    row: Vec<f32>,
-    /// Positions (in the routed list of the single row) whose weight must be
-    /// zeroed at `ffn_moe_weights-L` because their expert was dropped.
-    drop_zero: Vec<u64>,
-    drop_layer: Option<u32>,
+    /// `--drop-cold-experts`: the routed positions to zero.
+    dropped: Dropped,
+}
+
+/// The model as the hook sees it.
+struct HookModel {
+    /// Expert weight tensor name -> (layer, projection index).
+    weights: HashMap<String, (u32, Proj)>,
+    n_expert: u32,
+    /// Experts routed per token (`opts.k`, at least 1).
+    k: usize,
     /// The router's "probabilities" are its logits, softmaxed over the picked
     /// experts only (gpt-oss): how `--drop-cold-experts` weighs them.
     logit_router: bool,
@@ -127,15 +126,43 @@ pub(crate) struct StreamHook {
     /// layer count (the layers a prompt batch runs through in order).
     expert_bytes: Vec<u64>,
     n_layer: u32,
+}
+
+/// The routing demand of one layer and its scratch buffers.
+#[derive(Default)]
+struct Demand {
+    /// The layer whose experts were made resident most recently.
+    current: Option<u32>,
+    ids: Vec<i32>,
+    union: Vec<u32>,
+    /// A row of the router's probabilities, or the layer's input (prediction).
+    row: Vec<f32>,
+    /// `--route-from`'s scratch: the forced ids of a demand.
+    forced: Vec<u16>,
+}
+
+/// The decode running now.
+#[derive(Default)]
+struct DecodeState {
+    /// Its batch, and its widest demand's rows (0 before its first demand).
+    batch: BatchShape,
+    rows: u32,
     /// The (layer, expert) slices batches demanded since the last
     /// single-token decode (a prompt's distinct routed slices).
     seen: HashSet<(u32, u32)>,
-    /// The decode running now: its batch, and its widest demand's rows (0
-    /// before its first demand).
-    batch: BatchShape,
-    rows: u32,
-    /// `--route-from`'s scratch: the forced ids of a demand.
-    forced: Vec<u16>,
+    /// The graph segment computing now (from the last callback to the next), as
+    /// a `verify.segment` span, so a trace shows compute between the waits.
+    segment: Option<tracing::span::EnteredSpan>,
+    segments: u32,
+}
+
+/// Positions (in the routed list of the single row) whose weight must be
+/// zeroed at `ffn_moe_weights-L` because their expert was dropped, and the
+/// layer they belong to.
+#[derive(Default)]
+struct Dropped {
+    zero: Vec<u64>,
+    layer: Option<u32>,
 }
 
 impl StreamHook {
@@ -156,35 +183,29 @@ impl StreamHook {
         } else {
             layout.n_expert_used
         };
-        Self {
-            client,
-            arena,
+        let model = HookModel {
             weights,
             n_expert: layout.n_expert,
-            current: None,
-            ids: Vec::new(),
-            union: Vec::new(),
-            metrics: DecodeMetrics::default(),
-            failure: None,
-            abort,
-            opts,
-            segment: None,
-            segments: 0,
             k: k.max(1) as usize,
-            prefetch_bytes_seen: 0,
-            predicted: HashMap::new(),
-            row: Vec::new(),
-            drop_zero: Vec::new(),
-            drop_layer: None,
             logit_router: layout.arch == "gpt-oss",
             expert_bytes: (0..layout.n_layer + layout.n_layer_nextn)
                 .map(|l| layout.layer_expert_bytes(l))
                 .collect(),
             n_layer: layout.n_layer,
-            seen: HashSet::new(),
-            batch: BatchShape::default(),
-            rows: 0,
-            forced: Vec::new(),
+        };
+        Self {
+            client,
+            arena,
+            model,
+            demand: Demand::default(),
+            decode: DecodeState::default(),
+            metrics: DecodeMetrics::default(),
+            failure: None,
+            abort,
+            opts,
+            prefetch_bytes_seen: 0,
+            predicted: HashMap::new(),
+            dropped: Dropped::default(),
         }
     }
 
@@ -227,15 +248,15 @@ impl EvalObserver for StreamHook {
         let name = node.name();
         name.starts_with(TOPK_PREFIX)
             || (self.opts.overlap && self.client.down_pending() && activation_layer(name).is_some())
-            || (!self.drop_zero.is_empty()
+            || (!self.dropped.zero.is_empty()
                 && name
                     .strip_prefix(WEIGHTS_PREFIX)
                     .and_then(|l| l.parse().ok())
-                    == self.drop_layer)
+                    == self.dropped.layer)
     }
 
     fn observe(&mut self, node: &NodeView<'_>) {
-        self.segment = None;
+        self.decode.segment = None;
         let name = node.name();
         if name.starts_with(TOPK_PREFIX) {
             if self.force_routing(node) {
@@ -250,16 +271,16 @@ impl EvalObserver for StreamHook {
     }
 
     fn decode_begin(&mut self, batch: BatchShape) {
-        self.batch = batch;
+        self.decode.batch = batch;
         if let Some(c) = self.opts.force.as_mut() {
             c.decode_begin(batch.rows);
         }
-        self.segments = 0;
+        self.decode.segments = 0;
         self.open_segment("decode start");
     }
 
     fn decode_end(&mut self) {
-        self.segment = None;
+        self.decode.segment = None;
         // The last layer's matmuls have run: its fast-path pins go.
         self.client.end_pass();
         self.trace_decode_end();
@@ -287,7 +308,10 @@ impl EvalObserver for StreamHook {
 impl StreamHook {
     /// `--route-trace`: the routed ids of every row of the demand just served.
     fn trace_demand(&mut self, layer: u32) {
-        self.rows = self.rows.max((self.ids.len() / self.k) as u32);
+        self.decode.rows = self
+            .decode
+            .rows
+            .max((self.demand.ids.len() / self.model.k) as u32);
         // A prompt's micro-batch without the row that wants logits keeps no
         // row through the last layer: a demand of nothing, which the format
         // has no record for (a reader refuses 0 ids).
@@ -295,34 +319,35 @@ impl StreamHook {
             .opts
             .route_trace
             .as_mut()
-            .filter(|_| !self.ids.is_empty())
+            .filter(|_| !self.demand.ids.is_empty())
         else {
             return;
         };
-        if let Err(e) = w.demand(layer, self.ids.iter().map(|&e| e as u32)) {
+        if let Err(e) = w.demand(layer, self.demand.ids.iter().map(|&e| e as u32)) {
             self.fail(format!("writing the route trace: {e}"));
         }
     }
 
     /// `--route-trace`: the decode's end (and a flush), after its demands.
     fn trace_decode_end(&mut self) {
-        let rows = std::mem::take(&mut self.rows);
+        let rows = std::mem::take(&mut self.decode.rows);
         let Some(w) = self.opts.route_trace.as_mut().filter(|_| rows > 0) else {
             return;
         };
         // The batch's own count of rows with logits: a family whose graph
         // keeps every row through the last layer (gpt-oss) would otherwise
         // look like a verify, and its prompt count as generation.
-        let outputs = self.batch.outputs.min(rows);
+        let outputs = self.decode.batch.outputs.min(rows);
         if let Err(e) = w.decode_end(rows, outputs) {
             self.fail(format!("writing the route trace: {e}"));
         }
     }
 
     fn open_segment(&mut self, after: &str) {
-        self.segments += 1;
-        self.segment = Some(
-            tracing::debug_span!("verify.segment", n = self.segments, after = after).entered(),
+        self.decode.segments += 1;
+        self.decode.segment = Some(
+            tracing::debug_span!("verify.segment", n = self.decode.segments, after = after)
+                .entered(),
         );
     }
 }

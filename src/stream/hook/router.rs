@@ -56,17 +56,18 @@ impl StreamHook {
         let Some(probs) = find_src(node, PROBS_PREFIX, 10) else {
             return Vec::new();
         };
-        if !probs.copy_f32_2d(&mut self.row) {
+        if !probs.copy_f32_2d(&mut self.demand.row) {
             return Vec::new();
         }
-        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
-        let picked: Vec<f32> = self.ids.iter().map(|&e| p(e)).collect();
-        let Some(w) = selected_weights(&picked, self.logit_router) else {
+        let p = |e: i32| self.demand.row.get(e as usize).copied().unwrap_or(0.0);
+        let picked: Vec<f32> = self.demand.ids.iter().map(|&e| p(e)).collect();
+        let Some(w) = selected_weights(&picked, self.model.logit_router) else {
             return Vec::new();
         };
-        let threshold = self.opts.drop_cold / self.k as f32;
+        let threshold = self.opts.drop_cold / self.model.k as f32;
         let top = (0..w.len()).max_by(|&a, &b| w[a].total_cmp(&w[b]));
-        self.ids
+        self.demand
+            .ids
             .iter()
             .enumerate()
             .filter(|&(i, _)| Some(i) != top && w[i] < threshold)
@@ -84,12 +85,13 @@ impl StreamHook {
             ));
             return false;
         };
-        if !probs.copy_f32_2d(&mut self.row) {
+        if !probs.copy_f32_2d(&mut self.demand.row) {
             self.fail(format!("layer {layer}: router probabilities unreadable"));
             return false;
         }
-        let p = |e: i32| self.row.get(e as usize).copied().unwrap_or(0.0);
+        let p = |e: i32| self.demand.row.get(e as usize).copied().unwrap_or(0.0);
         let Some(top) = self
+            .demand
             .ids
             .iter()
             .copied()
@@ -97,8 +99,8 @@ impl StreamHook {
         else {
             return true;
         };
-        self.drop_zero.clear();
-        for (i, &e) in self.ids.iter().enumerate() {
+        self.dropped.zero.clear();
+        for (i, &e) in self.demand.ids.iter().enumerate() {
             if e >= 0 && dropped.contains(&(e as u32)) {
                 // Observe phase of this very node: it is computed and the
                 // nodes that read it (weights, expert matmuls) have not run yet.
@@ -107,17 +109,17 @@ impl StreamHook {
                     self.fail(format!("{}: cannot rewrite a routed id", node.name()));
                     return false;
                 }
-                self.drop_zero.push(i as u64);
+                self.dropped.zero.push(i as u64);
             }
         }
-        self.drop_layer = Some(layer);
-        self.metrics.dropped += self.drop_zero.len() as u64;
+        self.dropped.layer = Some(layer);
+        self.metrics.dropped += self.dropped.zero.len() as u64;
         true
     }
 
     /// Zero the dropped positions' weights (observe phase of `ffn_moe_weights-L`).
     pub(super) fn zero_dropped_weights(&mut self, node: &NodeView<'_>) {
-        for &i in &self.drop_zero {
+        for &i in &self.dropped.zero {
             // Observe phase of this node: computed, not yet read by the
             // normalization that follows it.
             // SAFETY: as the comment above says.
@@ -127,19 +129,19 @@ impl StreamHook {
                 return;
             }
         }
-        self.drop_zero.clear();
-        self.drop_layer = None;
+        self.dropped.zero.clear();
+        self.dropped.layer = None;
     }
 
     /// Guess layer L+1's experts from layer L's MoE input (best first).
     pub(super) fn predict_next(&mut self, node: &NodeView<'_>, layer: u32) -> Option<Vec<u32>> {
         let p = self.opts.predictor.clone()?;
         let input = find_src(node, LOGITS_PREFIX, 10).and_then(|l| l.src(1))?;
-        if !input.copy_f32_2d(&mut self.row) || self.row.len() != p.n_embd() {
+        if !input.copy_f32_2d(&mut self.demand.row) || self.demand.row.len() != p.n_embd() {
             return None;
         }
-        let mut guess = Vec::with_capacity(self.k);
-        p.predict_next(layer, &self.row, &mut guess)
+        let mut guess = Vec::with_capacity(self.model.k);
+        p.predict_next(layer, &self.demand.row, &mut guess)
             .then_some(guess)
     }
 }

@@ -17,14 +17,19 @@ impl StreamHook {
     fn note_slices(&mut self, layer: u32, single: bool) {
         if single {
             // Per layer of every token: only a table that holds something is cleared.
-            if !self.seen.is_empty() {
-                self.seen.clear();
+            if !self.decode.seen.is_empty() {
+                self.decode.seen.clear();
             }
             return;
         }
-        let bytes = self.expert_bytes.get(layer as usize).copied().unwrap_or(0);
-        for &e in &self.union {
-            if self.seen.insert((layer, e)) {
+        let bytes = self
+            .model
+            .expert_bytes
+            .get(layer as usize)
+            .copied()
+            .unwrap_or(0);
+        for &e in &self.demand.union {
+            if self.decode.seen.insert((layer, e)) {
                 self.metrics.first_seen_bytes += bytes;
             }
         }
@@ -34,9 +39,15 @@ impl StreamHook {
     /// of every layer: read the next trunk layer whole while this one computes.
     fn whole_next_layer(&self, layer: u32) -> Option<Vec<u32>> {
         let next = layer + 1;
-        let has_experts = self.expert_bytes.get(next as usize).is_some_and(|&b| b > 0);
-        (next < self.n_layer && has_experts && reads_whole_layer(self.ids.len(), self.n_expert))
-            .then(|| (0..self.n_expert).collect())
+        let has_experts = self
+            .model
+            .expert_bytes
+            .get(next as usize)
+            .is_some_and(|&b| b > 0);
+        (next < self.model.n_layer
+            && has_experts
+            && reads_whole_layer(self.demand.ids.len(), self.model.n_expert))
+        .then(|| (0..self.model.n_expert).collect())
     }
 
     /// Wait for the down slices of the current layer (overlap mode), counting the stall.
@@ -44,7 +55,7 @@ impl StreamHook {
         if !self.client.down_pending() {
             return;
         }
-        let layer = self.current;
+        let layer = self.demand.current;
         let span = tracing::debug_span!("hook.wait_down", layer = layer.unwrap_or(u32::MAX));
         let _g = span.enter();
         let t0 = Instant::now();
@@ -56,7 +67,7 @@ impl StreamHook {
                 s.read_bytes += r.read_bytes;
             }
             Err(e) => {
-                self.current = None;
+                self.demand.current = None;
                 self.fail(format!("expert down read for layer {layer:?} failed: {e}"));
             }
         }
@@ -65,7 +76,7 @@ impl StreamHook {
     /// Rebind an expert matmul's weights to the arena (ask phase, before it runs).
     pub(super) fn bind(&mut self, node: &NodeView<'_>) {
         let Some(w) = node.src(0) else { return };
-        let Some(&(layer, proj)) = self.weights.get(w.name()) else {
+        let Some(&(layer, proj)) = self.model.weights.get(w.name()) else {
             return;
         };
         if proj == Proj::Down {
@@ -73,12 +84,12 @@ impl StreamHook {
             // activation node bmoe does not know.
             self.wait_down();
         }
-        if self.current != Some(layer) {
+        if self.demand.current != Some(layer) {
             self.fail(format!(
                 "expert matmul {} of layer {layer} ran without its routing being served \
                  (last served layer {:?}); stopping rather than computing with missing weights",
                 node.name(),
-                self.current
+                self.demand.current
             ));
             return;
         }
@@ -107,26 +118,29 @@ impl StreamHook {
         let Ok(layer) = node.name()[TOPK_PREFIX.len()..].parse::<u32>() else {
             return;
         };
-        if !node.copy_i32_2d(&mut self.ids) {
+        if !node.copy_i32_2d(&mut self.demand.ids) {
             self.fail(format!("{} is not a readable I32 tensor", node.name()));
             return;
         }
-        self.union.clear();
-        for &id in &self.ids {
-            if id < 0 || id as u32 >= self.n_expert {
+        self.demand.union.clear();
+        for &id in &self.demand.ids {
+            if id < 0 || id as u32 >= self.model.n_expert {
                 self.fail(format!("{}: expert id {id} out of range", node.name()));
                 return;
             }
-            self.union.push(id as u32);
+            self.demand.union.push(id as u32);
         }
-        self.union.sort_unstable();
-        self.union.dedup();
+        self.demand.union.sort_unstable();
+        self.demand.union.dedup();
         // One token's routing (a single-row decode): what prediction and the
         // lossy drop work on. Prompt batches are always served whole.
-        let single = self.ids.len() == self.k;
+        let single = self.demand.ids.len() == self.model.k;
         if single {
             if let Some(guess) = self.predicted.remove(&layer) {
-                let used = guess.iter().filter(|e| self.union.contains(e)).count();
+                let used = guess
+                    .iter()
+                    .filter(|e| self.demand.union.contains(e))
+                    .count();
                 self.metrics
                     .predicted
                     .add(layer, guess.len() as u64, used as u64);
@@ -144,21 +158,21 @@ impl StreamHook {
         }
         .filter(|_| self.is_local(layer + 1));
         if self.opts.fast_hits && droppable.is_empty() && hint.is_none() {
-            let span = tracing::debug_span!("hook.fast", layer, experts = self.union.len());
+            let span = tracing::debug_span!("hook.fast", layer, experts = self.demand.union.len());
             let _g = span.enter();
             let t0 = Instant::now();
-            if let Some(r) = self.client.try_hits(layer, &self.union) {
+            if let Some(r) = self.client.try_hits(layer, &self.demand.union) {
                 drop(_g);
                 self.served(node, layer, r, t0);
                 return;
             }
         }
-        let span = tracing::debug_span!("hook.wait", layer, experts = self.union.len());
+        let span = tracing::debug_span!("hook.wait", layer, experts = self.demand.union.len());
         let _g = span.enter();
         let t0 = Instant::now();
         let res = self.client.demand_with(
             layer,
-            &self.union,
+            &self.demand.union,
             &droppable,
             self.opts.overlap,
             hint.as_ref().map(|g| (layer + 1, g.as_slice())),
@@ -171,7 +185,7 @@ impl StreamHook {
         match res {
             Ok(r) => self.served(node, layer, r, t0),
             Err(e) => {
-                self.current = None;
+                self.demand.current = None;
                 self.fail(format!("expert read for layer {layer} failed: {e}"));
             }
         }
@@ -192,9 +206,9 @@ impl StreamHook {
         s.evictions += r.evictions as u64;
         s.demands += 1;
         if self.opts.route_log {
-            s.routed.push((layer, self.union.clone()));
+            s.routed.push((layer, self.demand.union.clone()));
         }
-        self.current = Some(layer);
+        self.demand.current = Some(layer);
         self.trace_demand(layer);
     }
 }
