@@ -38,8 +38,9 @@ pub(super) fn run_cell(
     };
     let before = sample();
     let args = &plan.cells[ci].args;
-    let (res, speeds) =
-        host::with_speed_samples(|| run_child(plan, args, &env.prompt_path, plan.tokens, stem));
+    let (res, speeds) = host::with_speed_samples(|| {
+        run_child(plan, args, &env.prompt_path, plan.workload.tokens, stem)
+    });
     let (mut failure, wall_s) = res?;
     let after = sample();
     drop(busy);

@@ -42,7 +42,7 @@ pub(crate) use bound::{Bound, RoundProbe};
 pub use cells::{
     cell_depths, parse_cells, preset, split_args, Cell, CellSettings, Settle, PRESETS,
 };
-pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable};
+pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable, Workload};
 pub use runner::{run_bench, FILES_IN_OUT_DIR};
 pub(crate) use summary::{summarize, CellSummary, RunResult};
 pub use tables::{cells_table, legend};

@@ -25,9 +25,8 @@ pub struct BenchPlan {
     pub cells: Vec<Cell>,
     /// Where the cells came from (a file or `preset NAME`).
     pub cells_source: String,
-    pub workload: String,
-    pub prompt: String,
-    pub tokens: u32,
+    /// What every run generates.
+    pub workload: Workload,
     pub repeats: u32,
     pub out_dir: PathBuf,
     /// Emulate a host with about this much available memory.
@@ -54,6 +53,14 @@ impl BenchPlan {
         self.until_stable
             .map_or(repeats, |s| s.max_rounds.max(repeats))
     }
+}
+
+/// The bench's prompt (`-w`: its name and text) and tokens a run (`-n`).
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub name: String,
+    pub prompt: String,
+    pub tokens: u32,
 }
 
 /// `--until-stable WIDTH --max-repeats N`.

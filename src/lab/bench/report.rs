@@ -108,9 +108,9 @@ fn write_header(md: &mut String, s: &SummaryInputs) {
     let _ = writeln!(
         md,
         "- workload: {} ({} bytes of prompt), {} tokens per run",
-        plan.workload,
-        plan.prompt.len(),
-        plan.tokens
+        plan.workload.name,
+        plan.workload.prompt.len(),
+        plan.workload.tokens
     );
     let _ = writeln!(
         md,

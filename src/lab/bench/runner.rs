@@ -122,7 +122,7 @@ fn prepare(plan: &BenchPlan) -> Result<(PathBuf, PathBuf, MoeLayout), BenchError
     let runs_dir = plan.out_dir.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(io_err("create", &runs_dir))?;
     let prompt_path = plan.out_dir.join(PROMPT_FILE);
-    std::fs::write(&prompt_path, &plan.prompt).map_err(io_err("write", &prompt_path))?;
+    std::fs::write(&prompt_path, &plan.workload.prompt).map_err(io_err("write", &prompt_path))?;
     let layout = MoeLayout::open(&plan.model)
         .map_err(|e| BenchError::Config(format!("open {}: {e}", plan.model.display())))?;
     if !layout.is_moe() {

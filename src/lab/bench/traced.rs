@@ -88,7 +88,7 @@ pub fn workload(
         trace.display().to_string(),
     ];
     args.extend_from_slice(extra);
-    let (failure, _) = run_child(plan, &args, prompt_path, plan.tokens, stem)?;
+    let (failure, _) = run_child(plan, &args, prompt_path, plan.workload.tokens, stem)?;
     let all = whole_file(layout, plan.cells.len());
     let read = match failure {
         Some(f) => Err(format!("the traced run failed ({f})")),
