@@ -27,28 +27,15 @@ pub(super) struct Actor {
     pub(super) reader: Box<dyn SliceReader>,
     pub(super) counters: Arc<FlashCounters>,
     pub(super) ops: Vec<ReadOp>,
-    pub(super) prefetch_layers: u32,
-    pub(super) prefetch_max_experts: u32,
-    /// Experts read per idle step (a demand waits at most this long).
-    pub(super) prefetch_chunk: usize,
-    /// Per layer: the experts of its last verify demand (temporal prefetch).
-    pub(super) history: Vec<Vec<u32>>,
-    /// Prefetch work, most urgent first.
-    pub(super) queue: VecDeque<SlotKey>,
+    /// Read-ahead: its settings, the layers' last demands and its work.
+    pub(super) ahead: ReadAhead,
     /// Background reads for a requester, oldest first (before prefetch work).
     pub(super) background: VecDeque<(Requester, SlotKey)>,
-    /// Read by prefetch, not yet judged by a demand of their layer: bytes.
-    pub(super) prefetched: HashMap<SlotKey, u64>,
-    /// Per projection: evicted slots whose pages of it are kept (oldest
-    /// first) to be moved under the next misses, so a read never lands on
-    /// fresh pages (a fault per page).
-    pub(super) spares: [VecDeque<SlotKey>; N_PROJ],
-    pub(super) spare_cap: usize,
-    /// Pages the toucher backs ahead for slots never used before (None: off).
-    pub(super) stock: Option<super::stock::Stock>,
-    /// Warm-start work, hottest first (after every other read).
+    /// Pages kept or backed ahead so that a read never lands on fresh pages.
+    pub(super) pages: PageStock,
+    /// Warm-start work, hottest first (after every other read), and what it
+    /// read that no demand hit yet.
     pub(super) warm: VecDeque<SlotKey>,
-    /// Read by warm start and not hit by a demand yet.
     pub(super) warm_unused: HashSet<SlotKey>,
     /// The model file's identity at start, checked before demands.
     /// The model's files, watched for replacement or truncation.
@@ -61,6 +48,31 @@ pub(super) struct Actor {
     pub(super) touches: Receiver<Touch>,
 }
 
+/// The actor's read-ahead (`--prefetch`, `--predict-prefetch`).
+pub(super) struct ReadAhead {
+    pub(super) layers: u32,
+    pub(super) max_experts: u32,
+    /// Experts read per idle step (a demand waits at most this long).
+    pub(super) chunk: usize,
+    /// Per layer: the experts of its last verify demand (temporal prefetch).
+    pub(super) history: Vec<Vec<u32>>,
+    /// Prefetch work, most urgent first.
+    pub(super) queue: VecDeque<SlotKey>,
+    /// Read by prefetch, not yet judged by a demand of their layer: bytes.
+    pub(super) prefetched: HashMap<SlotKey, u64>,
+}
+
+/// Pages for the reads of slots: recycled from evicted slots, or backed ahead.
+pub(super) struct PageStock {
+    /// Per projection: evicted slots whose pages of it are kept (oldest
+    /// first) to be moved under the next misses, so a read never lands on
+    /// fresh pages (a fault per page).
+    pub(super) spares: [VecDeque<SlotKey>; N_PROJ],
+    pub(super) spare_cap: usize,
+    /// Pages the toucher backs ahead for slots never used before (None: off).
+    pub(super) stock: Option<super::stock::Stock>,
+}
+
 impl Actor {
     /// Serve messages in order; while prefetch work is queued and no message
     /// waits, read ahead one small chunk at a time (demands always go first).
@@ -69,8 +81,9 @@ impl Actor {
     pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<Sender<()>> {
         let done = loop {
             self.drain_touches();
-            let idle_work =
-                !self.queue.is_empty() || !self.background.is_empty() || !self.warm.is_empty();
+            let idle_work = !self.ahead.queue.is_empty()
+                || !self.background.is_empty()
+                || !self.warm.is_empty();
             let msg = if !idle_work {
                 match rx.recv() {
                     Ok(m) => m,
@@ -82,7 +95,7 @@ impl Actor {
                     Err(TryRecvError::Empty) => {
                         if !self.background.is_empty() {
                             self.background_step();
-                        } else if !self.queue.is_empty() {
+                        } else if !self.ahead.queue.is_empty() {
                             self.prefetch_step();
                         } else {
                             self.warm_step();
@@ -131,8 +144,8 @@ impl Actor {
                         continue;
                     }
                     let k = SlotKey { layer, expert: e };
-                    if !self.cache.contains(k) && !self.queue.contains(&k) {
-                        self.queue.push_front(k);
+                    if !self.cache.contains(k) && !self.ahead.queue.contains(&k) {
+                        self.ahead.queue.push_front(k);
                     }
                 }
             }

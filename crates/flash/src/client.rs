@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
-use super::actor::Actor;
+use super::actor::{Actor, PageStock, ReadAhead};
 use super::fast_hits::{FastHits, Touch, TOUCH_CAPACITY};
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
@@ -261,16 +261,20 @@ impl Flash {
             reader,
             counters: counters.clone(),
             ops: Vec::new(),
-            prefetch_layers: cfg.prefetch_layers,
-            prefetch_max_experts: cfg.prefetch_max_experts,
-            prefetch_chunk: (cfg.queue_depth as usize / N_PROJ).max(1),
-            history: vec![Vec::new(); n_layer],
-            queue: VecDeque::new(),
+            ahead: ReadAhead {
+                layers: cfg.prefetch_layers,
+                max_experts: cfg.prefetch_max_experts,
+                chunk: (cfg.queue_depth as usize / N_PROJ).max(1),
+                history: vec![Vec::new(); n_layer],
+                queue: VecDeque::new(),
+                prefetched: HashMap::new(),
+            },
             background: VecDeque::new(),
-            prefetched: HashMap::new(),
-            spares: Default::default(),
-            spare_cap: 0,
-            stock: None,
+            pages: PageStock {
+                spares: Default::default(),
+                spare_cap: 0,
+                stock: None,
+            },
             warm: VecDeque::new(),
             warm_unused: HashSet::new(),
             watch,
@@ -281,10 +285,10 @@ impl Flash {
         // A prompt's batch evicts a whole layer while the next one is read
         // ahead: up to a layer's slots are kept to take those reads.
         let widest = state.n_expert.iter().copied().max().unwrap_or(0) as usize;
-        state.spare_cap = ((SPARE_MAX_BYTES / max_slot) as usize).max(widest).max(4);
+        state.pages.spare_cap = ((SPARE_MAX_BYTES / max_slot) as usize).max(widest).max(4);
         let widest_slice = specs.iter().map(|s| s.slice_bytes).max().unwrap_or(0);
         let cell_bytes = arena.pages_of(widest_slice);
-        state.stock = Stock::new(cfg.pretouch_bytes, cell_bytes, state.counters.clone())?;
+        state.pages.stock = Stock::new(cfg.pretouch_bytes, cell_bytes, state.counters.clone())?;
         state.set_stock_room();
         let join = std::thread::Builder::new()
             .name("bmoe-flash".into())

@@ -13,8 +13,7 @@ impl Actor {
     /// A verify demand of `experts` at `layer` hit `hits`: count the warm
     /// slots used, and a single token's routing for the profile.
     pub(super) fn note_demand_hits(&mut self, layer: u32, experts: &[u32], hits: &[SlotKey]) {
-        let single =
-            self.prefetch_max_experts > 0 && experts.len() <= self.prefetch_max_experts as usize;
+        let single = self.ahead.max_experts > 0 && experts.len() <= self.ahead.max_experts as usize;
         if single {
             self.counters.count_decode_uses(layer, experts);
         }
@@ -69,9 +68,9 @@ impl Actor {
     /// The next chunk of the plan not yet resident, and how many resident
     /// ones were passed over.
     fn warm_chunk(&mut self) -> (Vec<SlotKey>, u64) {
-        let mut keys = Vec::with_capacity(self.prefetch_chunk);
+        let mut keys = Vec::with_capacity(self.ahead.chunk);
         let mut skipped = 0u64;
-        while keys.len() < self.prefetch_chunk {
+        while keys.len() < self.ahead.chunk {
             let Some(k) = self.warm.pop_front() else {
                 break;
             };

@@ -15,8 +15,8 @@ impl Actor {
         let Some(&(owner, _)) = self.background.front() else {
             return;
         };
-        let mut keys = Vec::with_capacity(self.prefetch_chunk);
-        while keys.len() < self.prefetch_chunk {
+        let mut keys = Vec::with_capacity(self.ahead.chunk);
+        while keys.len() < self.ahead.chunk {
             match self.background.front() {
                 Some(&(r, k)) if r == owner => {
                     self.background.pop_front();
@@ -52,20 +52,21 @@ impl Actor {
     }
 
     fn n_layer(&self) -> u32 {
-        self.history.len() as u32
+        self.ahead.history.len() as u32
     }
 
     /// Layers a prefetch may still help once `layer` has been demanded.
     fn in_window(&self, layer: u32, candidate: u32) -> bool {
         let n = self.n_layer().max(1);
         let ahead = (candidate + n - layer % n) % n;
-        ahead >= 1 && ahead <= self.prefetch_layers.max(1)
+        ahead >= 1 && ahead <= self.ahead.layers.max(1)
     }
 
     /// A verify demand of `layer` arrived: judge what was prefetched for it,
     /// drop stale queued work, queue the next layers' history.
     pub(super) fn after_verify_demand(&mut self, layer: u32, experts: &[u32]) {
         let judged: Vec<SlotKey> = self
+            .ahead
             .prefetched
             .keys()
             .filter(|k| k.layer == layer)
@@ -73,7 +74,7 @@ impl Actor {
             .collect();
         let mut unused = Vec::new();
         for k in judged {
-            let bytes = self.prefetched.remove(&k).unwrap_or(0);
+            let bytes = self.ahead.prefetched.remove(&k).unwrap_or(0);
             let c = if experts.contains(&k.expert) {
                 &self.counters.prefetch_useful_bytes
             } else {
@@ -86,27 +87,27 @@ impl Actor {
         self.cache.demote(&unused);
         let evicted = self.cache.release_layer(Requester::Prefetch, layer);
         self.evict(&evicted);
-        if self.prefetch_max_experts == 0 || experts.len() <= self.prefetch_max_experts as usize {
-            if let Some(h) = self.history.get_mut(layer as usize) {
+        if self.ahead.max_experts == 0 || experts.len() <= self.ahead.max_experts as usize {
+            if let Some(h) = self.ahead.history.get_mut(layer as usize) {
                 h.clear();
                 h.extend_from_slice(experts);
             }
         }
-        let queue = std::mem::take(&mut self.queue);
-        self.queue = queue
+        let queue = std::mem::take(&mut self.ahead.queue);
+        self.ahead.queue = queue
             .into_iter()
             .filter(|k| self.in_window(layer, k.layer))
             .collect();
         let n = self.n_layer();
-        for d in 1..=self.prefetch_layers {
+        for d in 1..=self.ahead.layers {
             let l = (layer + d) % n.max(1);
-            for i in 0..self.history[l as usize].len() {
+            for i in 0..self.ahead.history[l as usize].len() {
                 let k = SlotKey {
                     layer: l,
-                    expert: self.history[l as usize][i],
+                    expert: self.ahead.history[l as usize][i],
                 };
-                if !self.cache.contains(k) && !self.queue.contains(&k) {
-                    self.queue.push_back(k);
+                if !self.cache.contains(k) && !self.ahead.queue.contains(&k) {
+                    self.ahead.queue.push_back(k);
                 }
             }
         }
@@ -114,9 +115,9 @@ impl Actor {
 
     /// Read one chunk of queued prefetch work.
     pub(super) fn prefetch_step(&mut self) {
-        let mut keys = Vec::with_capacity(self.prefetch_chunk);
-        while keys.len() < self.prefetch_chunk {
-            let Some(k) = self.queue.pop_front() else {
+        let mut keys = Vec::with_capacity(self.ahead.chunk);
+        while keys.len() < self.ahead.chunk {
+            let Some(k) = self.ahead.queue.pop_front() else {
                 break;
             };
             if !self.cache.contains(k) {
@@ -135,7 +136,7 @@ impl Actor {
                 self.count_idle_read(Requester::Prefetch, &stats);
                 for k in &plan.misses {
                     let b = self.slot_bytes.get(k.layer as usize).copied().unwrap_or(0);
-                    self.prefetched.insert(*k, b);
+                    self.ahead.prefetched.insert(*k, b);
                 }
             }
             Err(e) => {
@@ -161,11 +162,11 @@ impl Actor {
 
     /// Prefetched slots that leave the cache before their demand are wasted.
     pub(super) fn note_evicted(&mut self, keys: &[SlotKey]) {
-        if self.prefetched.is_empty() {
+        if self.ahead.prefetched.is_empty() {
             return;
         }
         for k in keys {
-            if let Some(b) = self.prefetched.remove(k) {
+            if let Some(b) = self.ahead.prefetched.remove(k) {
                 self.counters
                     .prefetch_wasted_bytes
                     .fetch_add(b, Ordering::Relaxed);

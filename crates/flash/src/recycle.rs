@@ -48,7 +48,7 @@ impl Actor {
 
     /// Tell the toucher how much the cache may still grow by.
     pub(super) fn set_stock_room(&self) {
-        if let Some(stock) = &self.stock {
+        if let Some(stock) = &self.pages.stock {
             let c = &self.cache;
             stock.set_room(c.budget_bytes().saturating_sub(c.resident_bytes()));
         }
@@ -60,7 +60,7 @@ impl Actor {
         self.residency.retract_all(keys);
         self.note_evicted(keys);
         self.forget_warm(keys);
-        for spares in &mut self.spares {
+        for spares in &mut self.pages.spares {
             for k in keys {
                 if !spares.contains(k) {
                     spares.push_back(*k);
@@ -78,7 +78,7 @@ impl Actor {
     /// Pages for projection `p` of miss `m`: its own, still in place, the
     /// newest spare's of the same size (moved), or a cell the toucher backed.
     fn give_pages(&mut self, p: Proj, m: SlotKey) {
-        let spares = &mut self.spares[p.index()];
+        let spares = &mut self.pages.spares[p.index()];
         if let Some(i) = spares.iter().position(|s| *s == m) {
             spares.remove(i);
             return;
@@ -101,7 +101,7 @@ impl Actor {
     /// A ready cell's pages under projection `p` of miss `m`, when the
     /// toucher has one (a slot never used before would fault each page in).
     fn give_touched(&mut self, p: Proj, m: SlotKey) {
-        let Some(stock) = &self.stock else {
+        let Some(stock) = &self.pages.stock else {
             return;
         };
         // Past the mapping budget the cell stays ready.
@@ -129,8 +129,8 @@ impl Actor {
     /// Release the oldest spares of each projection past the cap.
     fn trim_spares(&mut self) {
         for p in Proj::ALL {
-            while self.spares[p.index()].len() > self.spare_cap {
-                let k = self.spares[p.index()].pop_front().expect("non-empty");
+            while self.pages.spares[p.index()].len() > self.pages.spare_cap {
+                let k = self.pages.spares[p.index()].pop_front().expect("non-empty");
                 self.arena.release(k.layer, p, k.expert);
             }
         }
