@@ -117,7 +117,11 @@ pub struct Cell {
 /// Weight bytes one token's compute reads: the dense weights (the token
 /// embedding only where it is also the output matrix) and the routed experts.
 pub fn weight_bytes_per_token(l: &MoeLayout) -> u64 {
-    let embd = if l.output_is_tied() { 0 } else { l.embd_bytes };
+    let embd = if l.output_is_tied() {
+        0
+    } else {
+        l.tally.embd_bytes
+    };
     l.dense_bytes().saturating_sub(embd) + l.routed_bytes_per_token()
 }
 
@@ -252,7 +256,7 @@ mod tests {
     fn a_cell_adds_reads_to_compute_and_the_bound_takes_the_slower() {
         let mut l = crate::layout::two_blocks();
         // Tied: the embedding is the output matrix.
-        (l.output_bytes, l.output_matrix) = (4, false);
+        (l.tally.output_bytes, l.tally.output_matrix) = (4, false);
         let host = HostFacts {
             read_bytes_per_s: 600.0,
             weight_bytes_per_s: 1000.0 * 8.0,

@@ -65,6 +65,7 @@ pub fn report(path: &std::path::Path, l: &MoeLayout) -> String {
         );
     }
     let types: Vec<String> = l
+        .tally
         .types
         .iter()
         .map(|(t, (n, b))| format!("{t} x{n} ({})", mib(*b)))
@@ -320,9 +321,9 @@ mod tests {
             ],
             8,
         );
-        l.block_bytes = BTreeMap::from([(0, 3 * 8 * 1024 + 2048)]);
-        l.total_tensor_bytes = 3 * 8 * 1024 + 2048 + 4096;
-        l.output_bytes = 4096;
+        l.tally.block_bytes = BTreeMap::from([(0, 3 * 8 * 1024 + 2048)]);
+        l.tally.total_bytes = 3 * 8 * 1024 + 2048 + 4096;
+        l.tally.output_bytes = 4096;
         let none = rpc_split(&l, 0);
         assert!(
             none.contains("--rpc-layers 0: the output layer on"),
@@ -345,8 +346,8 @@ mod tests {
     fn auto_gets_exactly_the_layers_its_free_memory_is_said_to_hold() {
         let mut l = layout(Vec::new(), 8);
         l.n_layer = 4;
-        l.block_bytes = BTreeMap::from([(0, 7000), (1, 7001), (2, 9000), (3, 123_457)]);
-        l.output_bytes = 4096;
+        l.tally.block_bytes = BTreeMap::from([(0, 7000), (1, 7001), (2, 9000), (3, 123_457)]);
+        l.tally.output_bytes = 4096;
         for n in 0..=4 {
             let need = rpc_free_needed(&l, n);
             assert_eq!(l.blocks_fitting(need), n, "{n} blocks at {need}");

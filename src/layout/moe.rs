@@ -76,14 +76,13 @@ pub struct MoeLayout {
     /// experts per token (deepseek4's `hash_layer_count`).
     pub(crate) hash_layers: u32,
     pub experts: Vec<ExpertTensor>,
-    pub(crate) total_tensor_bytes: u64,
+    /// What the tensor table holds: bytes by block, type and role.
+    pub(crate) tally: TensorTally,
     /// Bytes of all files.
     pub(crate) file_bytes: u64,
     /// The model's files: one, or the shards of a split model in order.
     pub shards: Vec<Shard>,
     pub(crate) alignment: u64,
-    /// Tensor count and bytes per ggml type name.
-    pub(crate) types: BTreeMap<String, (u32, u64)>,
     /// Blocks the tensor table names (`blk.N.*`: the largest N + 1).
     pub(crate) blocks_in_table: u32,
     /// Tensors named like stacked experts (`blk.N.*exps.weight`) whose
@@ -92,6 +91,16 @@ pub struct MoeLayout {
     /// What the header says about a context's memory (None: it lacks the
     /// attention hyperparameters; no memory check then).
     pub(crate) ctx: Option<CtxShape>,
+    /// The last layers handed to RPC hosts ([`MoeLayout::hand_off`]).
+    pub remote: Option<RemoteShare>,
+}
+
+/// The tensor table's bytes, by what they are.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TensorTally {
+    pub(crate) total_bytes: u64,
+    /// Tensor count and bytes per ggml type name.
+    pub(crate) types: BTreeMap<String, (u32, u64)>,
     /// Bytes of each block's tensors (blocks the table names), and of the
     /// tensors outside blocks whose name starts with `output` (the output
     /// layer), and the token embedding's: what a remote share holds.
@@ -101,8 +110,6 @@ pub struct MoeLayout {
     /// Whether the file has its own output matrix (`output.weight`); without
     /// one llama.cpp uses the token embedding as the output.
     pub(crate) output_matrix: bool,
-    /// The last layers handed to RPC hosts ([`MoeLayout::hand_off`]).
-    pub remote: Option<RemoteShare>,
 }
 
 /// N of a `blk.N.*` tensor name.
@@ -143,18 +150,13 @@ impl MoeLayout {
             n_expert_used: int("expert_used_count"),
             hash_layers: int("hash_layer_count"),
             experts: Vec::new(),
-            total_tensor_bytes: 0,
+            tally: TensorTally::default(),
             file_bytes: 0,
             shards: Vec::new(),
             alignment: g.alignment(),
-            types: BTreeMap::new(),
             blocks_in_table: 0,
             unknown_experts: Vec::new(),
             ctx: CtxShape::of(files),
-            block_bytes: BTreeMap::new(),
-            output_bytes: 0,
-            embd_bytes: 0,
-            output_matrix: false,
             remote: None,
         };
         for f in files {
@@ -181,17 +183,17 @@ impl MoeLayout {
             match block_of(&t.name) {
                 Some(b) => {
                     self.blocks_in_table = self.blocks_in_table.max(b.saturating_add(1));
-                    *self.block_bytes.entry(b).or_default() += t.size_bytes;
+                    *self.tally.block_bytes.entry(b).or_default() += t.size_bytes;
                 }
                 None if t.name.starts_with("output") => {
-                    self.output_bytes += t.size_bytes;
-                    self.output_matrix |= t.name == "output.weight";
+                    self.tally.output_bytes += t.size_bytes;
+                    self.tally.output_matrix |= t.name == "output.weight";
                 }
-                None if t.name.starts_with("token_embd.") => self.embd_bytes += t.size_bytes,
+                None if t.name.starts_with("token_embd.") => self.tally.embd_bytes += t.size_bytes,
                 None => {}
             }
-            self.total_tensor_bytes += t.size_bytes;
-            let e = self.types.entry(t.ggml_type.name()).or_default();
+            self.tally.total_bytes += t.size_bytes;
+            let e = self.tally.types.entry(t.ggml_type.name()).or_default();
             e.0 += 1;
             e.1 += t.size_bytes;
             if let Some((layer, proj)) = parse_expert_name(&t.name) {
@@ -265,7 +267,7 @@ impl MoeLayout {
 
     /// Whether the token embedding is also the output matrix (no `output.weight`).
     pub fn output_is_tied(&self) -> bool {
-        !self.output_matrix
+        !self.tally.output_matrix
     }
 
     /// The hidden state's width (None where the header lacks it).
@@ -298,7 +300,8 @@ impl MoeLayout {
 
     pub fn dense_bytes(&self) -> u64 {
         let remote = self.remote.as_ref().map_or(0, |r| r.local_bytes_freed);
-        self.total_tensor_bytes
+        self.tally
+            .total_bytes
             .saturating_sub(self.expert_bytes())
             .saturating_sub(remote)
     }

@@ -15,15 +15,15 @@ impl MoeLayout {
     /// hosts must hold), without changing the layout.
     pub fn remote_bytes(&self, blocks: u32) -> u64 {
         let first = self.blocks().saturating_sub(blocks);
-        let layers: u64 = self.block_bytes.range(first..).map(|(_, b)| *b).sum();
+        let layers: u64 = self.tally.block_bytes.range(first..).map(|(_, b)| *b).sum();
         // A model without output.weight reuses the token embedding, which
         // llama.cpp then places with the output layer as well.
         let tied = if self.output_is_tied() {
-            self.embd_bytes
+            self.tally.embd_bytes
         } else {
             0
         };
-        layers + self.output_bytes + tied
+        layers + self.tally.output_bytes + tied
     }
 
     /// The most trailing blocks whose bytes fit in `free_bytes` (with an
@@ -43,14 +43,19 @@ impl MoeLayout {
         let blocks = blocks.min(self.blocks());
         let first_block = self.blocks() - blocks;
         self.experts.retain(|e| e.layer < first_block);
-        let layers: u64 = self.block_bytes.range(first_block..).map(|(_, b)| *b).sum();
+        let layers: u64 = self
+            .tally
+            .block_bytes
+            .range(first_block..)
+            .map(|(_, b)| *b)
+            .sum();
         let share = RemoteShare {
             first_block,
             blocks,
             remote_bytes: self.remote_bytes(blocks),
             // The remote blocks (dense and experts) and the output layer (a
             // tied embedding stays here too, for the input).
-            local_bytes_freed: layers + self.output_bytes,
+            local_bytes_freed: layers + self.tally.output_bytes,
             local_routed_bytes_per_token: 0,
         };
         self.remote = Some(share);
@@ -92,14 +97,17 @@ pub(crate) mod tests {
             n_expert: 4,
             n_expert_used: 2,
             experts,
-            total_tensor_bytes: 2700,
+            tally: crate::layout::moe::TensorTally {
+                total_bytes: 2700,
+                block_bytes: BTreeMap::from([(0, 1000), (1, 1000)]),
+                output_bytes: 300,
+                embd_bytes: 400,
+                output_matrix: true,
+                ..Default::default()
+            },
             file_bytes: 2800,
             alignment: 32,
             blocks_in_table: 2,
-            block_bytes: BTreeMap::from([(0, 1000), (1, 1000)]),
-            output_bytes: 300,
-            embd_bytes: 400,
-            output_matrix: true,
             ..MoeLayout::default()
         }
     }
@@ -124,7 +132,7 @@ pub(crate) mod tests {
     fn a_tied_output_takes_the_embedding_along_and_auto_fits_what_is_free() {
         let mut l = two_blocks();
         // output_norm only: the output reuses token_embd.
-        (l.output_bytes, l.output_matrix) = (4, false);
+        (l.tally.output_bytes, l.tally.output_matrix) = (4, false);
         assert_eq!(l.remote_bytes(1), 1000 + 4 + 400);
         // An eighth is kept for the hosts' KV and buffers.
         assert_eq!(l.blocks_fitting(1404 * 8 / 7 + 1), 1);
