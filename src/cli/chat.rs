@@ -15,10 +15,10 @@ use bmoe::generate::{Limit, Options, StopReason};
 use bmoe::llama::Token;
 use bmoe::prompt_cache::Ident;
 
-use super::checks;
 use super::model::{ModelArgs, Shared};
 use super::sampling::SamplingArgs;
 use super::stream::{StreamExtras, StreamingArgs};
+use super::usage;
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -63,7 +63,7 @@ impl ChatArgs {
     }
 
     /// The engine's configuration: the shared groups', with -n and --stop.
-    fn engine_config(&self, model: PathBuf) -> Result<RunConfig, checks::UsageError> {
+    fn engine_config(&self, model: PathBuf) -> Result<RunConfig, usage::UsageError> {
         let extras = StreamExtras::default();
         let mut cfg =
             self.shared()
@@ -78,11 +78,11 @@ const HELP: &str = "/reset forgets the conversation, /stats shows the last turn'
 
 /// `bmoe chat`: load once, then one turn per line until Ctrl-D or /quit.
 pub fn chat(args: ChatArgs) -> Result<()> {
-    checks::warn_threads_above_cores(args.model.threads);
-    checks::shared_args(&args.shared())?;
+    super::model::warn_threads_above_cores(args.model.threads);
+    super::model::shared_args(&args.shared())?;
     args.sampling.check_speculation(args.spec.ngram)?;
     let resumed = args.resume.as_deref().map(read_transcript).transpose()?;
-    let model = super::commands::model_or_default(&args.model.model)?;
+    let model = super::model::model_or_default(&args.model.model)?;
     let cfg = args.engine_config(model)?;
     let mut session = Session::open(&cfg)?;
     for note in &session.notes {
@@ -301,7 +301,7 @@ impl Chat {
         let state = state_file(file);
         let inputs: Vec<&Path> = self.inputs.iter().map(PathBuf::as_path).collect();
         for f in [file, state.as_path()] {
-            if let Err(e) = checks::output_file("/save", f, &inputs) {
+            if let Err(e) = usage::output_file("/save", f, &inputs) {
                 bmoe::say!("({e})");
                 return;
             }
@@ -370,7 +370,7 @@ const MAX_TRANSCRIPT_BYTES: u64 = 64 << 20;
 /// a usage error, found without blocking.
 fn read_transcript(file: &Path) -> Result<(String, Conversation)> {
     let refused = |why: String| {
-        checks::UsageError(format!(
+        usage::UsageError(format!(
             "--resume {}: {why} (give a file /save wrote)",
             file.display()
         ))
@@ -389,7 +389,7 @@ fn read_transcript(file: &Path) -> Result<(String, Conversation)> {
     let json = String::from_utf8(bytes)
         .map_err(|_| refused("not a bmoe chat transcript (not text)".into()))?;
     Conversation::from_json(&json)
-        .map_err(|e| checks::UsageError(format!("--resume {}: {e}", file.display())).into())
+        .map_err(|e| usage::UsageError(format!("--resume {}: {e}", file.display())).into())
 }
 
 /// Continue the conversation `c` saved in `file`: its KV state restored from

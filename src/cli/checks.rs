@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use super::model::Shared;
+use super::args::{BenchArgs, Command, RunArgs};
+use super::model::{shared_args, shared_inputs};
 use super::spec::SpecArgs;
 pub use super::usage::{
     bench_out_dir, output_file, prompt_text, read_prompt_file, read_text_file, UsageError,
 };
-use super::{Command, RunArgs};
 
 /// The files a command reads, which no output may replace (the global
 /// `--trace-chrome` is checked against them).
@@ -43,23 +43,6 @@ pub fn inputs(cmd: &Command) -> Vec<&Path> {
     }
 }
 
-/// What run, chat and serve all read: the model, the chat template file
-/// and the `--cache-warm` profile (read, then updated: no other output may
-/// replace it).
-pub fn shared_inputs<'a>(s: &Shared<'a>) -> Vec<&'a Path> {
-    let warm = match &s.streaming.stream.cache_warm {
-        bmoe::stream::WarmSource::File(f) => Some(f.as_path()),
-        _ => None,
-    };
-    s.model
-        .model
-        .iter()
-        .chain(s.model.chat_template_file.iter())
-        .map(|p| p.as_path())
-        .chain(warm)
-        .collect()
-}
-
 /// What `run` reads: the shared inputs, the prompt file and the
 /// `--route-from` trace.
 pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
@@ -72,7 +55,7 @@ pub fn run_inputs(a: &RunArgs) -> Vec<&Path> {
 
 /// What `bench` reads: the model, the cells file, the `--route-from`
 /// trace, a workload given as a prompt file.
-pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
+pub fn bench_inputs(a: &BenchArgs) -> Vec<&Path> {
     let workload = Path::new(&a.workload);
     a.model
         .iter()
@@ -81,21 +64,6 @@ pub fn bench_inputs(a: &super::BenchArgs) -> Vec<&Path> {
         .map(|p| p.as_path())
         .chain(workload.is_file().then_some(workload))
         .collect()
-}
-
-/// The flag values of the groups run, chat and serve share that clap
-/// cannot check.
-pub fn shared_args(s: &Shared) -> Result<(), UsageError> {
-    s.sampling.params()?;
-    let drop_cold = s.streaming.stream.drop_cold_experts;
-    if !(drop_cold.is_finite() && (0.0..=1.0).contains(&drop_cold)) {
-        return Err(UsageError(format!(
-            "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
-             experts weighted below 0.75 x 1/k)",
-            drop_cold
-        )));
-    }
-    Ok(())
 }
 
 /// The flag values and pairings of `bmoe run` that clap cannot check: called
@@ -178,20 +146,6 @@ fn route_from_pairing(args: &RunArgs) -> Result<(), UsageError> {
     }
 }
 
-/// More compute threads than cores make every decode wait for descheduled
-/// workers: measured on a 2-core host, E8K2 took 4.5 s per token at -t 3 and
-/// 13.7 s at -t 8 (against tens of ms at -t 2).
-pub fn warn_threads_above_cores(threads: Option<u32>) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    if let Some(t) = threads.filter(|&t| t > cores) {
-        bmoe::say!(
-            "warning: -t {t} is more than the {cores} cores available: each decode then waits for \
-             descheduled threads (measured on 2 cores: -t 3 over 100x slower than -t 2); \
-             leave -t out to use {cores}"
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,7 +158,7 @@ mod tests {
                 extra,
             ]
             .concat();
-            run_args(&crate::cli::parse_run(&argv)).map_err(|e| e.0)
+            run_args(&crate::cli::args::parse_run(&argv)).map_err(|e| e.0)
         };
         for (flags, named) in [
             (&["--ngram"][..], "--ngram/--mtp/--spec"),

@@ -1,16 +1,17 @@
 //! `bmoe bench` and `bmoe probe`: the commands that measure around a run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
 use bmoe::engine::{self, Mode, RunConfig};
-use bmoe::fixture;
 use bmoe::layout::MoeLayout;
 
-use super::checks::{self, UsageError};
-use super::{BenchArgs, Cli, Command, ProbeArgs};
+use super::args::{BenchArgs, Cli, Command, ProbeArgs};
+use super::checks;
+use super::model::model_or_default;
+use super::usage::UsageError;
 
 /// `bmoe bench`: check the cells and flags, run the matrix, print the cells
 /// table and say where the summary is.
@@ -200,14 +201,6 @@ fn bench_outcome(outcome: &bmoe::lab::bench::BenchOutcome) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The model given with -m, or the default one (prepared if need be).
-pub(crate) fn model_or_default(model: &Option<PathBuf>) -> Result<PathBuf> {
-    Ok(match model {
-        Some(m) => m.clone(),
-        None => fixture::ensure_default_moe().context("prepare the default model")?,
-    })
 }
 
 /// `bmoe probe`: read bandwidth per queue depth on the model's expert slices,

@@ -40,7 +40,7 @@ fn union(groups: &[Augment], extra: &[&str]) -> BTreeSet<String> {
 
 /// The subcommand `name` of bmoe's command line.
 fn subcommand(name: &str) -> clap::Command {
-    super::command()
+    super::args::command()
         .find_subcommand(name)
         .unwrap_or_else(|| panic!("a {name} subcommand"))
         .clone()
@@ -146,7 +146,7 @@ fn another_commands_flag_is_a_usage_error_naming_it() {
     ];
     for argv in refused {
         let flag = argv.iter().rfind(|a| a.starts_with('-')).expect("a flag");
-        let e = super::command()
+        let e = super::args::command()
             .try_get_matches_from([&["bmoe"][..], argv].concat())
             .expect_err(&format!("{argv:?} is refused"));
         assert_eq!(e.kind(), ErrorKind::UnknownArgument, "{argv:?}: {e}");

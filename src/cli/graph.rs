@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use bmoe::layout::MoeLayout;
 
-use super::checks::UsageError;
+use super::usage::UsageError;
 
 /// What one child said about K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::Args;
 
-use super::checks::UsageError;
+use super::usage::UsageError;
 use bmoe::engine::RpcLayers;
 use bmoe::forecast::{self, CacheOutcome, HostFacts};
 use bmoe::layout::MoeLayout;

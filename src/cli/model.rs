@@ -3,9 +3,12 @@
 //! the engine settings those shared groups (model, streaming, sampling)
 //! build: each command adds only its own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::{Context as _, Result};
 use clap::Args;
+
+use bmoe::fixture;
 
 use bmoe::engine::{RunConfig, DEFAULT_N_CTX};
 
@@ -90,4 +93,58 @@ fn template_file(args: &ModelArgs) -> Result<Option<String>, UsageError> {
         return Ok(None);
     };
     usage::read_text_file("the --chat-template-file", path, "").map(Some)
+}
+
+/// What run, chat and serve all read: the model, the chat template file
+/// and the `--cache-warm` profile (read, then updated: no other output may
+/// replace it).
+pub fn shared_inputs<'a>(s: &Shared<'a>) -> Vec<&'a Path> {
+    let warm = match &s.streaming.stream.cache_warm {
+        bmoe::stream::WarmSource::File(f) => Some(f.as_path()),
+        _ => None,
+    };
+    s.model
+        .model
+        .iter()
+        .chain(s.model.chat_template_file.iter())
+        .map(|p| p.as_path())
+        .chain(warm)
+        .collect()
+}
+
+/// The flag values of the groups run, chat and serve share that clap
+/// cannot check.
+pub fn shared_args(s: &Shared) -> Result<(), UsageError> {
+    s.sampling.params()?;
+    let drop_cold = s.streaming.stream.drop_cold_experts;
+    if !(drop_cold.is_finite() && (0.0..=1.0).contains(&drop_cold)) {
+        return Err(UsageError(format!(
+            "--drop-cold-experts {}: give a fraction in 0..=1 (0 is off; 0.75 skips missing \
+             experts weighted below 0.75 x 1/k)",
+            drop_cold
+        )));
+    }
+    Ok(())
+}
+
+/// More compute threads than cores make every decode wait for descheduled
+/// workers: measured on a 2-core host, E8K2 took 4.5 s per token at -t 3 and
+/// 13.7 s at -t 8 (against tens of ms at -t 2).
+pub fn warn_threads_above_cores(threads: Option<u32>) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    if let Some(t) = threads.filter(|&t| t > cores) {
+        bmoe::say!(
+            "warning: -t {t} is more than the {cores} cores available: each decode then waits for \
+             descheduled threads (measured on 2 cores: -t 3 over 100x slower than -t 2); \
+             leave -t out to use {cores}"
+        );
+    }
+}
+
+/// The model given with -m, or the default one (prepared if need be).
+pub fn model_or_default(model: &Option<PathBuf>) -> Result<PathBuf> {
+    Ok(match model {
+        Some(m) => m.clone(),
+        None => fixture::ensure_default_moe().context("prepare the default model")?,
+    })
 }

@@ -8,7 +8,7 @@ use clap::Args;
 
 use bmoe::prompt_cache::Config;
 
-use super::checks::UsageError;
+use super::usage::UsageError;
 
 const MIB: u64 = 1 << 20;
 

@@ -3,20 +3,42 @@
 
 use std::fmt::Write as _;
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
+use clap::Args;
 
 use bmoe::stream::CacheSize;
 use bmoe_flash::cache::CachePolicy;
 use bmoe_trace::replay::{self, Demands, ReplayStats};
 use bmoe_trace::route_trace::{TraceError, TraceHeader, TraceReader, TraceRecord};
 
-use super::checks::UsageError;
-use super::ReplayArgs;
+use super::usage::UsageError;
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The route trace (written by `bmoe run --route-trace FILE`).
+    pub trace: PathBuf,
+    /// Cache budgets: MiB or shares of the model's expert bytes, comma-separated.
+    #[arg(
+        long,
+        value_name = "MIB|P%,...",
+        value_delimiter = ',',
+        default_value = "10%,25%,50%"
+    )]
+    pub cache_mb: Vec<bmoe::stream::CacheSize>,
+    /// Policies to replay, comma-separated.
+    #[arg(
+        long,
+        value_name = "POLICY,...",
+        value_delimiter = ',',
+        default_value = "lru,lfu,cycle,learned"
+    )]
+    pub policy: Vec<bmoe_flash::cache::CachePolicy>,
+}
 
 /// Read the trace (a trace cut mid-record, by a run killed mid-decode, is
 /// replayed up to its last whole record, with a note), replay, print.

@@ -10,9 +10,9 @@ use bmoe::engine::{self, EngineError, RunConfig, RunReport};
 use bmoe::generate::GenerateError;
 use bmoe::llama;
 
+use super::args::RunArgs;
 use super::checks::{self, UsageError};
 use super::stream::StreamExtras;
-use super::RunArgs;
 
 /// `bmoe run`: check the arguments, run the engine with its text on stdout,
 /// then write the summary and the `BMOE_DONE` line.
@@ -88,7 +88,7 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
         }
     };
     checks::prompt_text(&prompt, gen.chat)?;
-    checks::warn_threads_above_cores(args.model.threads);
+    super::model::warn_threads_above_cores(args.model.threads);
     checks::run_args(args)?;
     Ok(prompt)
 }
@@ -97,7 +97,7 @@ fn checked_prompt(args: &RunArgs) -> Result<String> {
 /// checked against it.
 fn model_of(args: &RunArgs) -> Result<PathBuf> {
     let m = &args.model;
-    let model = super::commands::model_or_default(&m.model)?;
+    let model = super::model::model_or_default(&m.model)?;
     if let Some(k) = m.n_expert_used {
         super::graph::check_experts_used(&model, k, m.ctx)?;
     }
@@ -225,7 +225,7 @@ mod tests {
     /// flag given, resident when the model fits in memory).
     #[test]
     fn a_run_without_flags_is_the_engines_default_run() {
-        let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
+        let args = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x"]);
         let model = std::path::PathBuf::from("m.gguf");
         let cfg = super::run_config(&args, model.clone(), "x".into()).expect("a config");
         let mut default = super::RunConfig::new(model, "x".into());

@@ -9,10 +9,10 @@ use clap::Args;
 
 use bmoe::serve::{self, supervisor, ServeConfig};
 
-use super::checks::{self, UsageError};
 use super::model::{ModelArgs, Shared};
 use super::sampling::SamplingArgs;
 use super::stream::{StreamExtras, StreamingArgs};
+use super::usage::UsageError;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -94,8 +94,8 @@ impl ServeArgs {
 
 /// `bmoe serve`: check, load, serve until SIGINT/SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    checks::warn_threads_above_cores(args.model.threads);
-    checks::shared_args(&args.shared())?;
+    super::model::warn_threads_above_cores(args.model.threads);
+    super::model::shared_args(&args.shared())?;
     for key in &args.api_key {
         check_api_key(key)?;
     }
@@ -111,7 +111,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let prompt_cache = args.prompt_cache.config()?;
-    let model = super::commands::model_or_default(&args.model.model)?;
+    let model = super::model::model_or_default(&args.model.model)?;
     if !args.model.rpc.rpc.is_empty() && !engine_child {
         return supervise(&args);
     }
@@ -223,14 +223,14 @@ mod tests {
     fn serve_args(argv: &[&str]) -> ServeArgs {
         use clap::FromArgMatches;
         let argv = [&["bmoe", "serve"][..], argv].concat();
-        let m = crate::cli::command()
+        let m = crate::cli::args::command()
             .try_get_matches_from(argv)
             .expect("parses");
-        match crate::cli::Cli::from_arg_matches(&m)
+        match crate::cli::args::Cli::from_arg_matches(&m)
             .expect("a command")
             .command
         {
-            crate::cli::Command::Serve(a) => a,
+            crate::cli::args::Command::Serve(a) => a,
             other => panic!("not serve: {other:?}"),
         }
     }

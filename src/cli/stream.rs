@@ -223,7 +223,7 @@ mod tests {
 
     /// `bmoe run`'s clap command.
     fn run_command() -> clap::Command {
-        crate::cli::command()
+        crate::cli::args::command()
             .find_subcommand("run")
             .expect("a run subcommand")
             .clone()
@@ -278,7 +278,7 @@ mod tests {
             if takes_value {
                 argv.push(sample(id).unwrap_or_else(|| panic!("a sample value for {id}")));
             }
-            let err = crate::cli::command()
+            let err = crate::cli::args::command()
                 .try_get_matches_from(&argv)
                 .expect_err(&format!("--resident {flag} is refused"));
             assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{flag}: {err}");
@@ -287,7 +287,7 @@ mod tests {
             assert!(text.contains(&flag), "{flag} named: {text}");
             // Without --resident the same flag is taken.
             argv.retain(|a| *a != "--resident");
-            crate::cli::command()
+            crate::cli::args::command()
                 .try_get_matches_from(&argv)
                 .unwrap_or_else(|e| panic!("{argv:?} is taken: {e}"));
         }
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn any_streaming_flag_given_keeps_the_run_streamed() {
         use super::StreamExtras;
-        let plain = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
+        let plain = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x"]);
         assert!(!plain.streaming.stream_given);
         assert!(plain.streaming.resident_if_fits(&StreamExtras::default()));
         // A route trace records streamed routing: it streams.
@@ -321,11 +321,11 @@ mod tests {
                     .unwrap_or_else(|| sample(id).expect("a sample").to_string());
                 argv.push(&value);
             }
-            let a = crate::cli::parse_run(&argv);
+            let a = crate::cli::args::parse_run(&argv);
             assert!(a.streaming.stream_given, "{argv:?}");
             assert!(!a.streaming.resident_if_fits(&StreamExtras::default()));
         }
-        let resident = crate::cli::parse_run(&["bmoe", "run", "-p", "x", "--resident"]);
+        let resident = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x", "--resident"]);
         assert!(!resident
             .streaming
             .resident_if_fits(&StreamExtras::default()));
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn the_help_defaults_are_what_a_run_uses() {
-        let args = crate::cli::parse_run(&["bmoe", "run", "-p", "x"]);
+        let args = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x"]);
         let resolved = format!("{:?}", args.streaming.stream.config());
         let default = format!("{:?}", bmoe::stream::StreamConfig::default());
         assert_eq!(

@@ -7,7 +7,7 @@
 //! compute buffers llama.cpp touches only at the first decode (estimated),
 //! minus a stated headroom, capped by `--cache-ceil-mb` and by the experts.
 
-const MIB: u64 = 1024 * 1024;
+pub(super) const MIB: u64 = 1024 * 1024;
 
 /// Memory left for everything else (the allocator, the reader's buffers,
 /// the rest of the system).

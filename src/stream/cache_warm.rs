@@ -14,7 +14,7 @@ use bmoe_flash::warm_profile::{
 use bmoe_flash::FlashCounters;
 use bmoe_output::PendingFile;
 
-use super::StreamError;
+use super::error::StreamError;
 use crate::layout::MoeLayout;
 
 const MIB: f64 = 1024.0 * 1024.0;

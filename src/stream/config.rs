@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use bmoe_flash::cache::CachePolicy;
 use bmoe_flash::FaultPlan;
 
-use super::{StreamError, WarmSource, HEADROOM_BYTES, MIB};
+use super::{budget::HEADROOM_BYTES, budget::MIB, cache_warm::WarmSource, error::StreamError};
 use crate::layout::MoeLayout;
 
 /// The largest `--cache-mb` / `--cache-ceil-mb` whose byte count fits a u64.
@@ -19,7 +19,7 @@ pub enum CacheSize {
     /// A share of the model's expert bytes (`25%`), resolved at load.
     Percent(f64),
     /// What the host can spare once the model and its contexts exist
-    /// ([`super::AutoTerms`]), capped by `--cache-ceil-mb`.
+    /// ([`super::budget::AutoTerms`]), capped by `--cache-ceil-mb`.
     Auto,
 }
 
@@ -159,7 +159,7 @@ pub const PRETOUCH_DEFAULT_MIB: u64 = 64;
 
 /// The cache budget the engine starts with, in bytes (never more than all
 /// experts): `auto` starts at 0 (the working set) until
-/// [`super::Streamer::settle_auto`] decides it, once the contexts exist.
+/// [`super::streamer::Streamer::settle_auto`] decides it, once the contexts exist.
 pub fn resolve_cache_bytes(
     cfg: &StreamConfig,
     layout: &MoeLayout,

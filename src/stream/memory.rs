@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use super::StreamError;
+use super::error::StreamError;
 
 /// The one parser of the kernel's `key: value` files (`/proc/meminfo`,
 /// `/proc/self/status`, `/proc/self/io`): `key`'s number, a value in kB

@@ -22,10 +22,8 @@ pub use cache_warm::{WarmSession, WarmSource};
 pub use config::{resolve_cache_bytes, CacheSize, DenseMode, StreamConfig, MAX_CACHE_MB};
 pub(crate) use error::StreamError;
 pub use files::probe_slices;
-pub(crate) use hook::{DenseAnon, ForcedRouting, HookOptions, SharedAnon, StreamHook};
+pub(crate) use hook::{ForcedRouting, SharedAnon};
 pub use note::StreamNote;
-pub(crate) use predict::Predictor;
-pub(crate) use streamer::{DraftHookParts, Streamer};
+pub(crate) use streamer::hooks::DraftHookParts;
+pub(crate) use streamer::Streamer;
 pub use trace::header as route_trace_header;
-
-const MIB: u64 = 1024 * 1024;

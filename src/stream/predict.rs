@@ -10,7 +10,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::StreamError;
+use super::error::StreamError;
 use crate::layout::MoeLayout;
 use crate::llama::gguf::{GgufFile, GgufShards, TensorInfo};
 use crate::llama::quant::dequantize;

@@ -1,10 +1,8 @@
 //! A running streamer: the flash actor started over the model's files, the
 //! cache budget, and what the verify and draft hooks are built from.
 
-mod hooks;
+pub(super) mod hooks;
 mod mapping;
-
-pub(crate) use hooks::DraftHookParts;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,8 +15,9 @@ use bmoe_output::PendingFile;
 use super::files::{shard_files, specs};
 use super::memory::{self, FileMapping};
 use super::{
-    cache_warm, resolve_cache_bytes, trace, AutoTerms, CacheSize, Predictor, StreamConfig,
-    StreamError, StreamNote, WarmSession, WarmSource, HEADROOM_BYTES, MIB,
+    budget::AutoTerms, budget::HEADROOM_BYTES, budget::MIB, cache_warm, cache_warm::WarmSession,
+    cache_warm::WarmSource, config::resolve_cache_bytes, config::CacheSize, config::StreamConfig,
+    error::StreamError, note::StreamNote, predict::Predictor, trace,
 };
 use crate::layout::MoeLayout;
 

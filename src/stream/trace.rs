@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use bmoe_output::PendingFile;
 use bmoe_trace::route_trace::{TraceHeader, TraceWriter};
 
-use super::StreamError;
+use super::error::StreamError;
 use crate::layout::MoeLayout;
 
 /// The writer the verify hook owns.

@@ -192,8 +192,9 @@ struct Checker {
     room: &'static Room,
     module: Vec<String>,
     found: Vec<Violation>,
-    /// Every path of bmoe the file names, absolute (the module graph).
-    named: Vec<Vec<String>>,
+    /// Every path of bmoe the file names, absolute, each with the module
+    /// (the file's or an inline one's) that names it: the module graph.
+    named: Vec<(Vec<String>, Vec<String>)>,
     /// The modules the file declares (`mod reply;`): a bare path starting
     /// with one of them (`reply::Head`) names it, outside inline `mod`s.
     children: Vec<String>,
@@ -235,7 +236,7 @@ impl Checker {
 
     fn check(&mut self, segments: &[String], line: usize) {
         if let Some(abs) = self.absolute(segments) {
-            self.named.push(abs.clone());
+            self.named.push((self.module.clone(), abs.clone()));
             if !allowed(self.room, &abs) {
                 self.found.push(Violation {
                     line,
@@ -359,8 +360,12 @@ fn violations(module: &[String], source: &str) -> Result<Vec<Violation>, syn::Er
 
 /// Every absolute path of bmoe that `source`, the file of module `module`
 /// (in a room), names: `use` trees, paths, macro tokens, `super::` and
-/// `self::` resolved, as [`violations`] reads them.
-fn named_paths(module: &[String], source: &str) -> Result<Vec<Vec<String>>, syn::Error> {
+/// `self::` resolved, as [`violations`] reads them; each with the module
+/// that names it (`module`, or an inline `mod` of the file below it).
+fn named_paths(
+    module: &[String],
+    source: &str,
+) -> Result<Vec<(Vec<String>, Vec<String>)>, syn::Error> {
     // The binary's edge, cli, has no row of the table: its files are read
     // as the edges' (the room only matters to `violations`).
     let room = module

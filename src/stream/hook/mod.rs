@@ -4,13 +4,16 @@
 //! weight tensor at the engine's arena, so no expert byte is read from
 //! llama.cpp's mapping.
 
+mod anon;
 mod dense;
 mod force;
+mod forced;
+mod names;
 mod router;
 mod serve;
 
-pub(crate) use dense::{DenseAnon, SharedAnon};
-pub(crate) use force::ForcedRouting;
+pub(crate) use anon::{DenseAnon, SharedAnon};
+pub(crate) use forced::ForcedRouting;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,37 +23,10 @@ use bmoe_decode::metrics::DecodeMetrics;
 use bmoe_flash::cache::Requester;
 use bmoe_flash::{Arena, FlashClient, FlashCounters};
 
+use self::names::{activation_layer, node_layer, TOPK_PREFIX, WEIGHTS_PREFIX};
 use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};
 use crate::llama::{BatchShape, EvalObserver, NodeView};
-
-const TOPK_PREFIX: &str = "ffn_moe_topk-";
-const WEIGHTS_PREFIX: &str = "ffn_moe_weights-";
-const LOGITS_PREFIX: &str = "ffn_moe_logits-";
-const PROBS_PREFIX: &str = "ffn_moe_probs-";
-
-/// The activation between the gate/up and the down expert matmuls, by the names
-/// llama.cpp's build_moe_ffn gives it: in overlap mode the down slices are
-/// awaited there, after the gate/up matmuls have run.
-const ACTIVATIONS: [&str; 10] = [
-    "ffn_moe_swiglu-",
-    "ffn_moe_silu-",
-    "ffn_moe_geglu-",
-    "ffn_moe_gelu-",
-    "ffn_moe_reglu-",
-    "ffn_moe_relu-",
-    "ffn_moe_situ-",
-    "ffn_moe_swiglu_oai-",
-    "ffn_moe_swiglu_limited-",
-    "ffn_moe_relu_sqr-",
-];
-
-fn activation_layer(name: &str) -> Option<u32> {
-    ACTIVATIONS
-        .iter()
-        .find_map(|p| name.strip_prefix(p))
-        .and_then(|l| l.parse().ok())
-}
 
 /// What a hook does besides serving the routed experts (the verify hook
 /// sets most; the MTP head's hook only `k`, `route_log` and `anon`).
@@ -83,11 +59,6 @@ pub(crate) struct HookOptions {
     pub(crate) fast_hits: bool,
     /// `--route-from`: every row's routed ids replaced by the trace's.
     pub(crate) force: Option<super::route_from::RouteCursor>,
-}
-
-/// The block of a node named `NAME-N` (llama.cpp's per-layer names).
-fn node_layer(name: &str) -> Option<u32> {
-    name.rsplit_once('-')?.1.parse().ok()
 }
 
 pub(crate) struct StreamHook {

@@ -2,7 +2,8 @@
 //! lossy drop of cold experts (`--drop-cold-experts`) and the guess of the next
 //! layer's experts (`--predict-prefetch`).
 
-use super::{StreamHook, LOGITS_PREFIX, PROBS_PREFIX};
+use super::names::{LOGITS_PREFIX, PROBS_PREFIX};
+use super::StreamHook;
 use crate::llama::{llama_max_src, NodeView};
 
 /// Breadth-first search up a node's sources (a few levels) for a node whose

@@ -7,7 +7,8 @@ use std::time::Instant;
 use bmoe_flash::cache::reads_whole_layer;
 use bmoe_flash::DemandReply;
 
-use super::{StreamHook, TOPK_PREFIX};
+use super::names::TOPK_PREFIX;
+use super::StreamHook;
 use crate::layout::Proj;
 use crate::llama::NodeView;
 

@@ -9,7 +9,7 @@ use bmoe_flash::cache::Requester;
 use super::Streamer;
 use crate::layout::MoeLayout;
 use crate::stream::route_from::RouteCursor;
-use crate::stream::{fault, HookOptions, SharedAnon, StreamHook};
+use crate::stream::{fault, hook::HookOptions, hook::SharedAnon, hook::StreamHook};
 
 impl Streamer {
     /// The verify context's observer: its hook (see [`Self::verify_hook`]),

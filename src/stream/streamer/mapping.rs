@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::Streamer;
 use crate::stream::memory::{self, FileMapping};
-use crate::stream::{DenseAnon, DenseMode, SharedAnon, StreamError, MIB};
+use crate::stream::{
+    budget::MIB, config::DenseMode, error::StreamError, hook::DenseAnon, hook::SharedAnon,
+};
 
 impl Streamer {
     /// After the model is loaded: drop the expert ranges of llama.cpp's mapping

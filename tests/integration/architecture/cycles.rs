@@ -6,31 +6,47 @@ use std::path::Path;
 
 use super::{module_path, named_paths, rust_files};
 
-/// The module graph of a folder's files: each file's module path and the
+/// The module graph of a folder's files: each module's path and the
 /// files of the same folder it names (by the longest module path that
 /// starts what it names; a name of a folder's `mod.rs` reaches that file,
-/// re-exports included). A `mod` declaration is no edge.
+/// re-exports included). A `mod` declaration is no edge. A file's inline
+/// `mod tests` is a module of its own, as a `_tests.rs` file beside it is
+/// ([`graph_module`]): what it names are its edges, not the file's.
 fn file_graph(files: &[(Vec<String>, String)]) -> Vec<(String, BTreeSet<String>)> {
     let modules: Vec<&Vec<String>> = files.iter().map(|(m, _)| m).collect();
-    files
-        .iter()
-        .map(|(module, source)| {
-            let named = named_paths(module, source)
-                .unwrap_or_else(|e| panic!("{}: does not parse: {e}", module.join("::")));
-            let reached = named
+    let mut graph: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for (module, source) in files {
+        let named = named_paths(module, source)
+            .unwrap_or_else(|e| panic!("{}: does not parse: {e}", module.join("::")));
+        graph.push((module.join("::"), BTreeSet::new()));
+        for (from, abs) in named {
+            let node = test_module(module, &from).unwrap_or_else(|| module.clone());
+            let reached = modules
                 .iter()
-                .filter_map(|abs| {
-                    modules
-                        .iter()
-                        .filter(|m| abs.starts_with(m))
-                        .max_by_key(|m| m.len())
-                })
-                .filter(|m| *m != &module)
-                .map(|m| m.join("::"))
-                .collect();
-            (module.join("::"), reached)
-        })
-        .collect()
+                .filter(|m| abs.starts_with(m))
+                .max_by_key(|m| m.len());
+            let Some(to) = reached.filter(|m| ***m != node) else {
+                continue;
+            };
+            let node = node.join("::");
+            let at = match graph.iter().position(|(f, _)| *f == node) {
+                Some(at) => at,
+                None => {
+                    graph.push((node, BTreeSet::new()));
+                    graph.len() - 1
+                }
+            };
+            graph[at].1.insert(to.join("::"));
+        }
+    }
+    graph
+}
+
+/// The inline test module (`module::tests`) that `from`, a module a file
+/// of `module` names something in, lies in, if it does.
+fn test_module(module: &[String], from: &[String]) -> Option<Vec<String>> {
+    let inside = from.len() > module.len() && from.starts_with(module);
+    (inside && from[module.len()] == "tests").then(|| from[..=module.len()].to_vec())
 }
 
 /// One import cycle of the graph (its files in order, the first again at
@@ -243,4 +259,93 @@ fn a_planted_import_cycle_is_found() {
         cycle,
         ["serve::d", "serve::d::reply", "serve::d"].map(String::from)
     );
+}
+
+#[test]
+fn zz_diag_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut srcs = vec![root.join("src")];
+    for c in ["decode", "flash", "trace", "output"] {
+        srcs.push(root.join("crates").join(c).join("src"));
+    }
+    for src in srcs {
+        let mut dirs = vec![src.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            for e in std::fs::read_dir(&dirs[i]).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                }
+            }
+            i += 1;
+        }
+        for d in dirs {
+            let mut paths = Vec::new();
+            rust_files(&d, &mut paths);
+            let sib = d.with_extension("rs");
+            if d != src && sib.exists() {
+                paths.push(sib);
+            }
+            paths.sort();
+            let files: Vec<_> = paths
+                .iter()
+                .map(|f| {
+                    let rel = f.strip_prefix(&src).unwrap();
+                    (graph_module(&src, rel), std::fs::read_to_string(f).unwrap())
+                })
+                .collect();
+            let g = file_graph(&files);
+            let reach = |a: &str, b: &str| -> bool {
+                let mut seen = BTreeSet::new();
+                let mut st = vec![a.to_string()];
+                while let Some(x) = st.pop() {
+                    if x == b {
+                        return true;
+                    }
+                    if !seen.insert(x.clone()) {
+                        continue;
+                    }
+                    if let Some((_, n)) = g.iter().find(|(f, _)| *f == x) {
+                        st.extend(n.iter().cloned());
+                    }
+                }
+                false
+            };
+            for (u, n) in &g {
+                for v in n {
+                    if reach(v, u) {
+                        let Some(src_u) = &files.iter().find(|(m, _)| m.join("::") == *u) else {
+                            println!("EDGE {} | {} -> {}", d.display(), u, v);
+                            continue;
+                        };
+                        let named: Vec<Vec<String>> = named_paths(&src_u.0, &src_u.1)
+                            .unwrap()
+                            .into_iter()
+                            .map(|x| x.1)
+                            .collect();
+                        let vm: Vec<String> = v
+                            .split("::")
+                            .filter(|s| !s.is_empty())
+                            .map(String::from)
+                            .collect();
+                        let names: BTreeSet<String> = named
+                            .iter()
+                            .filter(|p| {
+                                p.starts_with(&vm)
+                                    && files
+                                        .iter()
+                                        .map(|(m, _)| m)
+                                        .filter(|m| p.starts_with(m))
+                                        .max_by_key(|m| m.len())
+                                        == Some(&vm)
+                            })
+                            .map(|p| p.join("::"))
+                            .collect();
+                        println!("EDGE {} | {} -> {} : {:?}", d.display(), u, v, names);
+                    }
+                }
+            }
+        }
+    }
 }
