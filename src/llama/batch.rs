@@ -2,9 +2,10 @@
 
 use llama_cpp_sys_2 as sys;
 
-use super::Token;
+/// A vocabulary token id, as llama.cpp numbers them.
+pub type Token = i32;
 
-/// A token batch for [`super::Context::decode`].
+/// A token batch for [`super::context::Context::decode`].
 pub struct Batch {
     raw: sys::llama_batch,
     capacity: usize,
@@ -96,11 +97,11 @@ impl Batch {
     }
 
     /// Its rows and the rows that ask for logits.
-    pub(crate) fn shape(&self) -> super::BatchShape {
+    pub(crate) fn shape(&self) -> super::eval::BatchShape {
         let outputs = (0..self.len())
             .filter(|&i| self.get(i).is_some_and(|(_, _, logits)| logits))
             .count();
-        super::BatchShape {
+        super::eval::BatchShape {
             rows: self.len() as u32,
             outputs: outputs as u32,
         }

@@ -10,7 +10,7 @@ use bmoe_decode::metrics::DecodeMetrics;
 use llama_cpp_sys_2 as sys;
 
 use super::eval::{trampoline, ObserverCell};
-use super::{Batch, EvalObserver, LlamaError, Model};
+use super::{batch::Batch, error::LlamaError, eval::EvalObserver, model::Model};
 
 /// Which graph a context computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -262,12 +262,12 @@ pub trait EvalObserver {
         true
     }
     /// A decode of `batch` is about to start (called by
-    /// [`Context::decode`](super::Context::decode)).
+    /// [`Context::decode`](super::context::Context::decode)).
     fn decode_begin(&mut self, _batch: BatchShape) {}
     /// The decode returned (successfully or not).
     fn decode_end(&mut self) {}
     /// What the decodes since the last call cost (handed out by
-    /// [`Context::take_metrics`](super::Context::take_metrics)).
+    /// [`Context::take_metrics`](super::context::Context::take_metrics)).
     fn take_metrics(&mut self) -> DecodeMetrics {
         DecodeMetrics::default()
     }

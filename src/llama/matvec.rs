@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
 
+use super::error::LlamaError;
 use super::quant::{quantize, GgmlType};
-use super::LlamaError;
 
 /// The weight matrix measured: large enough to leave the caches, as a
 /// model's weights do.

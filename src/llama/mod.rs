@@ -24,8 +24,7 @@ mod seq_state;
 mod target;
 mod utf8_guard;
 
-pub(crate) use backend::init_backend;
-pub use batch::Batch;
+pub use batch::{Batch, Token};
 pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
 pub use eval::{llama_max_src, BatchShape, EvalObserver, NodeView};
@@ -34,6 +33,3 @@ pub use model::{ChatMessage, Model, ModelParams, RpcPlacement};
 pub use mtp::MtpHead;
 pub(crate) use sampler::Sampler;
 pub use target::{Target, TargetTurn};
-
-/// A vocabulary token id, as llama.cpp numbers them.
-pub type Token = i32;

@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use llama_cpp_sys_2 as sys;
 
 use super::target::TargetTurn;
-use super::{Batch, Context, LlamaError, Token};
+use super::{batch::Batch, batch::Token, context::Context, error::LlamaError};
 
 /// The MTP draft head: a draft context of type MTP on the target's model, and
 /// the speculative state tying it to the target context.
@@ -40,7 +40,7 @@ fn status(what: &str, rc: sys::llama_rs_status) -> Result<(), LlamaError> {
 }
 
 impl MtpHead {
-    /// Tie `draft` (a context of kind [`super::ContextKind::Mtp`] on the same
+    /// Tie `draft` (a context of kind [`super::context::ContextKind::Mtp`] on the same
     /// model) to the target of `turn`. Call before the target's first decode
     /// (it turns on the target's hidden-state output).
     pub fn new(

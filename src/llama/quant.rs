@@ -4,7 +4,7 @@ use std::ffi::{c_void, CStr};
 
 use llama_cpp_sys_2 as sys;
 
-use super::LlamaError;
+use super::error::LlamaError;
 
 /// A ggml tensor type (`enum ggml_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

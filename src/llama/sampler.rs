@@ -10,7 +10,7 @@ use llama_cpp_sys_2 as sys;
 
 use super::grammar::{Grammar, GrammarSampler};
 use super::utf8_guard::Utf8Guard;
-use super::{LlamaError, Model, Token};
+use super::{batch::Token, error::LlamaError, model::Model};
 
 /// A sampler chain and the scratch array it works on.
 pub(crate) struct Sampler {

@@ -18,7 +18,7 @@
 
 use llama_cpp_sys_2 as sys;
 
-use super::{Context, LlamaError};
+use super::{context::Context, error::LlamaError};
 
 /// `magic | seq_id | n_stream`: the bytes before the first stream.
 const HEAD: usize = 12;

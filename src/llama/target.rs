@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
-use super::{Context, LlamaError};
+use super::{context::Context, error::LlamaError};
 
 /// The target context lent to the MTP head: the exclusive borrow of it, which,
 /// unlike a `&mut Context`, may cross to the draft actor's thread and back.

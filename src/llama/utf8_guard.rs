@@ -7,7 +7,7 @@
 //! continue the reply as valid UTF-8 (a character may still end in a later
 //! token), so the grammar counts the characters the reply holds.
 
-use super::{Model, Token};
+use super::{batch::Token, model::Model};
 
 /// How a token's bytes stand alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

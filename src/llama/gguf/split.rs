@@ -9,8 +9,8 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use super::{GgufFile, TensorInfo};
-use crate::llama::LlamaError;
+use super::file::{GgufFile, TensorInfo};
+use crate::llama::error::LlamaError;
 
 pub(crate) const KEY_NO: &str = "split.no";
 pub(crate) const KEY_COUNT: &str = "split.count";

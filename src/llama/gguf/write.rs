@@ -10,9 +10,9 @@ use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
-use super::GgufFile;
+use super::file::GgufFile;
+use crate::llama::error::LlamaError;
 use crate::llama::quant::GgmlType;
-use crate::llama::LlamaError;
 
 /// Builds a gguf file: metadata and tensor descriptors through ggml's writer,
 /// tensor data streamed by the caller in order (so multi-GB files never sit in memory).
@@ -33,7 +33,7 @@ impl GgufBuilder {
                 "alignment {alignment} is not a power of two"
             )));
         }
-        crate::llama::init_backend();
+        crate::llama::backend::init_backend();
         // SAFETY: creates an empty gguf context; freed in Drop.
         let ctx = NonNull::new(unsafe { sys::gguf_init_empty() })
             .ok_or_else(|| LlamaError::Gguf("gguf_init_empty failed".into()))?;

@@ -4,8 +4,8 @@ use std::ffi::{c_char, CString};
 
 use llama_cpp_sys_2 as sys;
 
-use super::Model;
-use crate::llama::LlamaError;
+use super::handle::Model;
+use crate::llama::error::LlamaError;
 
 /// One message of a chat, for [`Model::apply_builtin_template`].
 #[derive(Debug, Clone)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
 
-use super::Model;
+use super::handle::Model;
 use crate::llama::gguf::GgufShards;
-use crate::llama::{init_backend, LlamaError};
+use crate::llama::{backend::init_backend, error::LlamaError};
 
 /// How to load a model.
 #[derive(Debug, Clone)]

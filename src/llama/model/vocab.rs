@@ -5,8 +5,8 @@ use std::ffi::c_char;
 
 use llama_cpp_sys_2 as sys;
 
-use super::Model;
-use crate::llama::{LlamaError, Token};
+use super::handle::Model;
+use crate::llama::{batch::Token, error::LlamaError};
 
 impl Model {
     /// End-of-generation token (EOS, EOT, `<|im_end|>`, ...).

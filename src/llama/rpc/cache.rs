@@ -124,12 +124,12 @@ fn check(dir: &Path, name: &str) -> bool {
         Err(e) => format!("it cannot be read ({e})"),
     };
     match std::fs::remove_file(&path) {
-        Ok(()) => super::tell(format!(
+        Ok(()) => super::error::tell(format!(
             "rpc-server: removed the damaged cache file {}: {why}; a client sends that tensor \
              again",
             path.display()
         )),
-        Err(e) => super::tell(format!(
+        Err(e) => super::error::tell(format!(
             "rpc-server: the cache file {} is damaged ({why}) and could not be removed ({e}); \
              remove it, or restart without --cache",
             path.display()
@@ -144,7 +144,7 @@ pub fn verify_dir(dir: &Path, threads: usize) -> std::io::Result<Verified> {
     let files = listing(dir)?;
     let total_bytes: u64 = files.iter().map(|(_, (len, _))| len).sum();
     if total_bytes > SAY_CHECKING_BYTES {
-        super::tell(format!(
+        super::error::tell(format!(
             "rpc-server: checking {} cache files ({:.1} GiB) in {} against their hashes before \
              serving",
             files.len(),

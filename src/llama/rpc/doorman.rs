@@ -101,7 +101,7 @@ fn drop_client(c: Accepted, after: Duration) {
     // SAFETY: shutdown on an fd touches no memory; a stale fd only fails.
     let rc = unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
     if rc == 0 {
-        super::tell(format!(
+        super::error::tell(format!(
             "rpc-server: dropped the client {}: it sent nothing within {} s of connecting \
              (--first-byte-timeout); the server takes the next client",
             c.peer,

@@ -4,7 +4,7 @@
 //! Two sides, one binary, so both speak the same protocol version by
 //! construction: [`serve`] runs ggml's own RPC server (`bmoe rpc-server`), and
 //! [`connect`] reaches servers for `--rpc` and returns their devices for
-//! llama.cpp's layer placement ([`crate::llama::ModelParams::rpc`]).
+//! llama.cpp's layer placement ([`crate::llama::model::ModelParams::rpc`]).
 //!
 //! ggml's RPC client has no error path: a host that cannot be reached, speaks
 //! another protocol version or drops the connection ends in `GGML_ABORT`
@@ -18,10 +18,12 @@
 
 pub mod cache;
 pub mod doorman;
+mod error;
 pub mod net;
 mod reach;
 pub mod watchdog;
 
+pub use error::{RpcError, EXIT_REMOTE_LOST, PROTOCOL_VERSION};
 pub use reach::resolve;
 
 use std::ffi::{c_char, CStr, CString};
@@ -30,21 +32,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
-
-/// A line on stderr for the server's operator (the seam writes its own
-/// lines; it does not import `stdio`).
-fn tell(line: String) {
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
-}
-
-/// The exit code of a run that lost an RPC host (refused at start, dropped or
-/// stalled mid-run, or another protocol version).
-pub const EXIT_REMOTE_LOST: i32 = 5;
-
-/// The RPC protocol version of this build (`ggml-rpc.h`).
-pub const PROTOCOL_VERSION: &str = "7.0.0";
-const PROTOCOL_MAJOR: u8 = 7;
-const PROTOCOL_MINOR: u8 = 0;
 
 // ggml-rpc.h is not in llama-cpp-sys-2's bindings; these are its declarations
 // for the version the crate bundles (0.1.161, protocol 7.0.0).
@@ -57,41 +44,6 @@ extern "C" {
         n_devices: usize,
         devices: *mut sys::ggml_backend_dev_t,
     );
-}
-
-/// What can go wrong with RPC hosts.
-#[derive(Debug, thiserror::Error)]
-pub enum RpcError {
-    #[error("--rpc {0:?}: give IPv4 HOST:PORT (e.g. 127.0.0.1:50052), each host once")]
-    BadAddress(String),
-    #[error("--rpc: duplicate host {0}; give each host once")]
-    Duplicate(String),
-    #[error(
-        "the RPC host {endpoint} speaks protocol {theirs}, this bmoe {ours}: run the same bmoe \
-         build on both sides"
-    )]
-    Version {
-        endpoint: String,
-        theirs: String,
-        ours: &'static str,
-    },
-    #[error("the RPC stall watchdog could not start: {0}")]
-    Watchdog(String),
-    #[error(
-        "cannot reach the RPC host {endpoint}: {reason}; start `bmoe rpc-server` there \
-         (same bmoe version) or drop it from --rpc"
-    )]
-    Unreachable { endpoint: String, reason: String },
-    #[error("the RPC host {0} reports no devices")]
-    NoDevices(String),
-    #[error("rpc-server: cannot listen on {endpoint}: {reason}")]
-    Listen { endpoint: String, reason: String },
-    #[error("rpc-server on {0} stopped (ggml's server returned: see its messages above)")]
-    ServerStopped(String),
-    #[error("rpc-server --cache {dir}: {reason}")]
-    Cache { dir: String, reason: String },
-    #[error("rpc-server: cannot start the first-byte deadline's thread: {0}")]
-    Doorman(String),
 }
 
 /// One device of an RPC host: llama.cpp places layers on it.
@@ -153,7 +105,7 @@ pub fn connect(endpoints: &[String]) -> Result<RpcHosts, RpcError> {
         };
         reach::greet(e, addr, reach::REACH_TIMEOUT)?;
     }
-    crate::llama::init_backend();
+    crate::llama::backend::init_backend();
     arm_lost_host_exit();
     let mut devices = Vec::new();
     for p in &peers {
@@ -232,7 +184,7 @@ pub fn serve(opts: &ServerOptions) -> Result<(), RpcError> {
     doorman::guard(bound.port(), opts.first_byte_timeout)
         .map_err(|e| RpcError::Doorman(e.to_string()))?;
     line_buffered_stdout();
-    crate::llama::init_backend();
+    crate::llama::backend::init_backend();
     let bad = || RpcError::BadAddress(endpoint.clone());
     let c_end = CString::new(endpoint.as_str()).map_err(|_| bad())?;
     let c_cache = opts
@@ -269,7 +221,7 @@ fn verify_cache(dir: &Path, threads: u32) -> Result<(), RpcError> {
         reason: e.to_string(),
     };
     let v = cache::verify_dir(dir, threads as usize).map_err(fail)?;
-    tell(format!(
+    error::tell(format!(
         "rpc-server: cache {}: {} files ({} MiB) match their hashes{}",
         dir.display(),
         v.good.len(),

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use super::{RpcError, PROTOCOL_MAJOR, PROTOCOL_MINOR, PROTOCOL_VERSION};
+use super::error::{RpcError, PROTOCOL_MAJOR, PROTOCOL_MINOR, PROTOCOL_VERSION};
 
 /// How long the connect and the greeting's answer may each take.
 pub(super) const REACH_TIMEOUT: Duration = Duration::from_secs(5);

@@ -37,12 +37,12 @@ impl Watchdog {
         waiting: Arc<AtomicBool>,
         peers: Vec<SocketAddr>,
         timeout: Duration,
-    ) -> Result<Self, super::RpcError> {
+    ) -> Result<Self, super::error::RpcError> {
         let (stop, rx) = bounded(STOP_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("bmoe-rpc-watch".into())
             .spawn(move || watch(&waiting, &peers, timeout, &rx))
-            .map_err(|e| super::RpcError::Watchdog(e.to_string()))?;
+            .map_err(|e| super::error::RpcError::Watchdog(e.to_string()))?;
         Ok(Self {
             stop,
             thread: Some(thread),

@@ -4,8 +4,9 @@
 use serde_json::{Map, Value};
 
 use super::kinds::{self, Emits};
-use super::{escape, only, refuse, RefusalKind, SchemaRefusal, Walk};
-use super::{MAX_ENUM_BYTES, MAX_ENUM_VALUES};
+use super::refusal::{refuse, RefusalKind, SchemaRefusal};
+use super::refusal::{MAX_ENUM_BYTES, MAX_ENUM_VALUES};
+use super::{escape, only, Walk};
 
 impl Walk<'_> {
     /// `allOf`: the converter merges its members' properties (all of them

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{refuse, RefusalKind, SchemaRefusal};
+use super::refusal::{refuse, RefusalKind, SchemaRefusal};
 
 /// A JSON type, as a bit in a set of them (an integer is a number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{RefusalKind, MAX_PATTERN_BYTES, MAX_REPEAT};
+use super::refusal::{RefusalKind, MAX_PATTERN_BYTES, MAX_REPEAT};
 
 type Refusal = (RefusalKind, String);
 

@@ -194,7 +194,7 @@ fn the_check_is_linear_and_bounded_in_size() {
 /// within its own: no parse error, no runaway build).
 #[test]
 fn what_passes_converts_and_parses() {
-    use crate::llama::Grammar;
+    use crate::llama::grammar::Grammar;
     for s in [
         json!({"type": "string", "maxLength": MAX_REPEAT}),
         json!({"type": "string", "minLength": MAX_REPEAT}),
@@ -219,7 +219,7 @@ fn what_passes_converts_and_parses() {
 #[test]
 #[ignore]
 fn measure_growth() {
-    use crate::llama::Grammar;
+    use crate::llama::grammar::Grammar;
     for n in [16u64, 100, 500, 1000, 2000] {
         let s = json!({"type": "string", "maxLength": n});
         let t = std::time::Instant::now();
