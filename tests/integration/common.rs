@@ -167,7 +167,7 @@ pub fn stderr(o: &Output) -> String {
 }
 
 pub fn sha256(path: &Path) -> String {
-    smollm2::sha256_file(path).expect("hash")
+    bmoe::fixture::sha256_file(path).expect("hash")
 }
 
 /// The number right after `key` on the summary line starting with `prefix`.
