@@ -188,13 +188,17 @@ fn resolve(module: &[String], segments: &[String]) -> Option<Vec<String>> {
 
 /// The visitor over one file: its room, its module path (inline `mod`s
 /// pushed as they are entered), and what it found.
+/// A path a file names, absolute, and the module (the file's or an inline
+/// one's) that names it.
+type Named = (Vec<String>, Vec<String>);
+
 struct Checker {
     room: &'static Room,
     module: Vec<String>,
     found: Vec<Violation>,
     /// Every path of bmoe the file names, absolute, each with the module
     /// (the file's or an inline one's) that names it: the module graph.
-    named: Vec<(Vec<String>, Vec<String>)>,
+    named: Vec<Named>,
     /// The modules the file declares (`mod reply;`): a bare path starting
     /// with one of them (`reply::Head`) names it, outside inline `mod`s.
     children: Vec<String>,
@@ -362,10 +366,7 @@ fn violations(module: &[String], source: &str) -> Result<Vec<Violation>, syn::Er
 /// (in a room), names: `use` trees, paths, macro tokens, `super::` and
 /// `self::` resolved, as [`violations`] reads them; each with the module
 /// that names it (`module`, or an inline `mod` of the file below it).
-fn named_paths(
-    module: &[String],
-    source: &str,
-) -> Result<Vec<(Vec<String>, Vec<String>)>, syn::Error> {
+fn named_paths(module: &[String], source: &str) -> Result<Vec<Named>, syn::Error> {
     // The binary's edge, cli, has no row of the table: its files are read
     // as the edges' (the room only matters to `violations`).
     let room = module

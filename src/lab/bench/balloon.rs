@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bmoe_flash::AnonBuffer;
 
-use super::{child, BenchError};
+use super::{child, error::BenchError};
 
 const MIB: u64 = 1024 * 1024;
 const PAGE: usize = 4096;

@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use super::child::run_child;
+use super::env::BenchEnv;
 use super::host;
 use super::neighbour::Neighbour;
-use super::runner::BenchEnv;
-use super::{BenchError, RunResult};
+use super::{error::BenchError, summary::RunResult};
 use crate::lab::compare::{self, RunCsv};
 
 /// Run one (cell, round) and judge it: the failure (if any), the CSV, whether

@@ -1,7 +1,7 @@
 //! The cells of a bench matrix: parsing a cells file (`name: flags` lines)
 //! and the built-in presets.
 
-use super::BenchError;
+use super::error::BenchError;
 use crate::stream::StreamConfig;
 
 /// One configuration of the matrix: a name, the `bmoe run` flags, and what

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{io_err, BenchError, BenchPlan};
+use super::{error::io_err, error::BenchError, plan::BenchPlan};
 
 /// This process's `oom_score_adj` as it was before anything of the bench
 /// changed it: read once, by the first caller (the balloon calls this before

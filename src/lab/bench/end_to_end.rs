@@ -7,9 +7,9 @@
 
 use std::fmt::Write as _;
 
+use super::cells::Cell;
 use super::ratio::paired_ratio;
 use super::summary::{trailer_f64, RunResult};
-use super::Cell;
 
 /// The run's end-to-end decode rate, when it succeeded with a readable CSV.
 fn end_to_end_tok_s(r: &RunResult) -> Option<f64> {

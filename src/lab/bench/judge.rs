@@ -5,7 +5,7 @@
 
 use super::bound::RoundProbe;
 use super::host;
-use super::RunResult;
+use super::summary::RunResult;
 
 /// Flag every run whose conditions differ from its reference beyond the
 /// thresholds in [`host`]: a cell's reference is its round's baseline run;

@@ -20,6 +20,8 @@ mod cell_run;
 mod cells;
 mod child;
 mod end_to_end;
+mod env;
+mod error;
 mod host;
 mod judge;
 mod neighbour;
@@ -34,51 +36,12 @@ mod tables;
 mod traced;
 mod workload;
 
-use std::path::{Path, PathBuf};
-
-use crate::lab::compare;
-
-pub(crate) use bound::{Bound, RoundProbe};
 pub use cells::{
     cell_depths, parse_cells, preset, split_args, Cell, CellSettings, Settle, PRESETS,
 };
+pub use error::BenchError;
 pub use plan::{BenchOutcome, BenchPlan, ProbeSettings, UntilStable, Workload};
 pub use runner::{run_bench, FILES_IN_OUT_DIR};
-pub(crate) use summary::{summarize, CellSummary, RunResult};
+
 pub use tables::{cells_table, legend};
 pub use workload::{warm_page_cache, workload, WORKLOADS};
-
-/// Errors of planning, running or summarizing a bench.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("{source_name}:{line}: {msg}")]
-    Cells {
-        source_name: String,
-        line: usize,
-        msg: String,
-    },
-    #[error("unknown preset {name:?}; presets: {known}")]
-    Preset { name: String, known: String },
-    #[error("unknown workload {name:?}: give one of {known} or a prompt file that exists")]
-    Workload { name: String, known: String },
-    #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("balloon: {0}")]
-    Balloon(String),
-    #[error("{0}")]
-    Config(String),
-    #[error(transparent)]
-    Compare(#[from] compare::CompareError),
-    #[error("stopped by signal {0} while measuring the bound")]
-    Interrupted(i32),
-}
-
-pub(super) fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
-    let path = path.to_path_buf();
-    move |source| BenchError::Io { what, path, source }
-}

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use super::error::BenchError;
 use super::host::{self, HostSample};
-use super::BenchError;
 
 /// The thread's name, as `/proc/self/task/TID/comm` shows it.
 const NAME: &str = "bmoe-neighbour";

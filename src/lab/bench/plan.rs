@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Cell, CellSummary};
+use super::{cells::Cell, summary::CellSummary};
 
 /// The read probe and resident-rate settings.
 #[derive(Debug, Clone)]

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::bound::RoundProbe;
 use super::child::run_child;
+use super::env::BenchEnv;
 use super::host;
-use super::runner::BenchEnv;
 use super::traced::ProbePlan;
-use super::{io_err, BenchError, BenchPlan, Bound};
+use super::{bound::Bound, error::io_err, error::BenchError, plan::BenchPlan};
 use crate::lab::compare::{self, RunCsv};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -64,7 +64,7 @@ pub(super) fn resident_rate(
     prompt_path: &Path,
     stem: &Path,
 ) -> Result<f64, BenchError> {
-    super::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
+    super::workload::warm_page_cache(&plan.model).map_err(io_err("read", &plan.model))?;
     let mut args = vec!["--resident".to_string()];
     args.extend(
         super::cells::widest_context(&plan.cells)

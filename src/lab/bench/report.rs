@@ -5,9 +5,12 @@
 use std::fmt::Write as _;
 
 use super::host;
+use super::plan::BenchPlan;
 use super::tables::{flags_cell, probes_table, ratios_table};
-use super::BenchPlan;
-use super::{cells_table, legend, Cell, CellSummary, RoundProbe, RunResult};
+use super::{
+    bound::RoundProbe, cells::Cell, summary::CellSummary, summary::RunResult, tables::cells_table,
+    tables::legend,
+};
 use crate::lab::compare::{self, RunCsv};
 use crate::layout::MoeLayout;
 

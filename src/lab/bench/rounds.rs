@@ -4,9 +4,11 @@
 
 use super::balloon::{self, Balloon};
 use super::cell_run::run_cell;
+use super::env::BenchEnv;
 use super::probe::{probe_line, probe_round};
-use super::runner::BenchEnv;
-use super::{BenchError, BenchPlan, RoundProbe, RunResult, UntilStable};
+use super::{
+    bound::RoundProbe, error::BenchError, plan::BenchPlan, plan::UntilStable, summary::RunResult,
+};
 
 /// The matrix as it ran: every run and every round's probe.
 #[derive(Default)]

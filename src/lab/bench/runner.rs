@@ -11,33 +11,20 @@
 use std::path::PathBuf;
 
 use super::balloon::{self, Balloon};
+use super::env::BenchEnv;
 use super::host;
 use super::judge::flag_conditions;
 use super::probe::resident_rate;
 use super::report::{summary_md, utc_now, SummaryInputs};
 use super::rounds::run_matrix;
-use super::traced::{self, ProbePlan};
-use super::{io_err, summarize, BenchError, BenchOutcome, BenchPlan};
+use super::traced;
+use super::{
+    error::io_err, error::BenchError, plan::BenchOutcome, plan::BenchPlan, summary::summarize,
+};
 use crate::layout::MoeLayout;
 use crate::stream::memory;
 
 const MIB: f64 = 1024.0 * 1024.0;
-
-/// What every step of a bench reads: the plan, where its files go, the
-/// model's layout and device, and the resident rate fixed before a balloon.
-pub(super) struct BenchEnv<'a> {
-    pub(super) plan: &'a BenchPlan,
-    pub(super) runs_dir: PathBuf,
-    pub(super) prompt_path: PathBuf,
-    pub(super) layout: MoeLayout,
-    /// What the read probe reads (the workload's routed slices, and per cache
-    /// size the slices it misses on, when traced) and which set bounds each cell.
-    pub(super) probe: ProbePlan,
-    pub(super) device: Option<(u32, u32)>,
-    /// Measured once before the balloon: under it the page cache cannot hold
-    /// the model and a resident run would be a disk measurement.
-    pub(super) fixed_resident_tok_s: Option<f64>,
-}
 
 /// Run the whole bench.
 pub fn run_bench(plan: &BenchPlan) -> Result<BenchOutcome, BenchError> {

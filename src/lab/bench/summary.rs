@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::bound::{of_round, RoundProbe};
 use super::host::Conditions;
 use super::ratio::{paired_ratio, PairedRatio};
-use super::{BenchError, Cell};
+use super::{cells::Cell, error::BenchError};
 use crate::lab::compare::{self, RunCsv, RunFigures};
 
 const MIB: f64 = 1024.0 * 1024.0;

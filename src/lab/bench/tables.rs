@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::bound::{of_round, RoundProbe};
 use super::summary::{cell_ratio, mean_of};
 use super::traced::ProbeSlices;
-use super::{Cell, CellSummary, RunResult};
+use super::{cells::Cell, summary::CellSummary, summary::RunResult};
 use crate::lab::compare::{self, RunCsv};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -324,8 +324,8 @@ pub fn legend(results: &[RunResult], cells: &[Cell]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{cells_table, of_bound_cell};
+    use crate::lab::bench::summary::CellSummary;
     use crate::lab::bench::summary::{CellBound, CellPrefill, CellReads, CellSpec, RunBounds};
-    use crate::lab::bench::CellSummary;
 
     /// A cell as a bench of 2 December summarized it.
     fn cell(name: &str, per_run: &[f64], mean: f64, prefill_s: f64) -> CellSummary {

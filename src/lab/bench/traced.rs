@@ -15,8 +15,8 @@ use bmoe_trace::route_trace::{TraceHeader, TraceReader, TraceRecord};
 
 use super::cells::Cell;
 use super::child::run_child;
-use super::BenchError;
-use super::BenchPlan;
+use super::error::BenchError;
+use super::plan::BenchPlan;
 use crate::layout::MoeLayout;
 use crate::stream::CacheSize;
 
@@ -254,7 +254,7 @@ fn slices_of(layout: &MoeLayout, file: &Path, keys: &[SlotKey]) -> Vec<(u64, u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::bench::CellSettings;
+    use crate::lab::bench::cells::CellSettings;
     use crate::stream::StreamConfig;
 
     fn cell(stream: Option<StreamConfig>) -> Cell {

@@ -1,7 +1,7 @@
 //! The prompts a bench runs (shipped workloads or a prompt file) and warming
 //! the model file into the page cache.
 
-use super::BenchError;
+use super::error::BenchError;
 
 /// The shipped prompts (benches/workloads/): (name, text).
 pub const WORKLOADS: &[(&str, &str)] = &[

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::CompareError;
+use super::error::CompareError;
 
 /// One run's CSV.
 #[derive(Debug, Clone)]

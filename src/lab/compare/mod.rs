@@ -7,56 +7,22 @@
 
 mod bootstrap;
 mod csv;
+mod error;
 mod render;
 mod run_figures;
 
-use std::path::PathBuf;
-
-pub(crate) use bootstrap::{rate_with_ci, rate_with_ci_runs, RateCi};
+pub(crate) use bootstrap::rate_with_ci_runs;
 pub use csv::RunCsv;
+pub use error::CompareError;
 pub use render::compare;
 pub use run_figures::{differing_keys, figures, RunFigures, BOOTSTRAP_RESAMPLES};
-
-/// Errors of reading or comparing telemetry CSVs.
-#[derive(Debug, thiserror::Error)]
-pub enum CompareError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {msg} (is this a `bmoe run --csv` file?)")]
-    Format {
-        path: PathBuf,
-        line: usize,
-        msg: String,
-    },
-    #[error("{path} has no decode rows (a run of at least 2 tokens is needed)")]
-    Empty { path: PathBuf },
-    #[error(
-        "{a} is {a_kind} and {b} is {b_kind}: speculated and plain runs measure different \
-         things; pass --mixed to compare them anyway"
-    )]
-    Mixed {
-        a: PathBuf,
-        a_kind: String,
-        b: PathBuf,
-        b_kind: String,
-    },
-    #[error("give at least one CSV to compare")]
-    NoRuns,
-    #[error(
-        "{path} is not a regular file (a directory, a FIFO or a device): give a CSV written by \
-         `bmoe run --csv`"
-    )]
-    NotAFile { path: PathBuf },
-}
 
 #[cfg(test)]
 mod tests {
     use std::fmt::Write as _;
     use std::path::Path;
+
+    use super::bootstrap::rate_with_ci;
 
     use super::*;
 

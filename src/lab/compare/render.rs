@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{differing_keys, figures, CompareError, RunCsv, RunFigures, BOOTSTRAP_RESAMPLES};
+use super::{
+    csv::RunCsv, error::CompareError, run_figures::differing_keys, run_figures::figures,
+    run_figures::RunFigures, run_figures::BOOTSTRAP_RESAMPLES,
+};
 
 /// The whole comparison as markdown.
 pub fn compare(runs: &[RunCsv], mixed: bool) -> Result<String, CompareError> {

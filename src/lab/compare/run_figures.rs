@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{rate_with_ci, CompareError, RateCi, RunCsv};
+use super::{bootstrap::rate_with_ci, bootstrap::RateCi, csv::RunCsv, error::CompareError};
 
 /// One row of the comparison table.
 #[derive(Debug, Clone)]

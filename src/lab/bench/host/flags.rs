@@ -2,7 +2,7 @@
 //! the thresholds, the reasons, the device-speed check against the cell's
 //! median, and the quietest of a set of runs (the baseline's reference).
 
-use super::{median, Conditions};
+use super::counters::{median, Conditions};
 
 /// Where the flags' thresholds are set: a run is flagged when a disturbance
 /// exceeds its reference run's by more than this.

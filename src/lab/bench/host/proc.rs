@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{CpuTicks, DiskCounters, OwnStat};
+use super::counters::{CpuTicks, DiskCounters, OwnStat};
 
 /// Parse the aggregate `cpu` line of `/proc/stat`.
 pub(crate) fn parse_proc_stat(text: &str) -> Option<CpuTicks> {

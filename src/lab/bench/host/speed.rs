@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{median, Conditions};
+use super::counters::{median, Conditions};
 
 /// Steps of one CPU kernel sample: a dependent multiply-add chain of about
 /// 2 ms on this host.

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::counters::{CpuTicks, DiskCounters, OwnStat};
 use super::proc::split_dev;
 use super::speed::Speeds;
 use super::*;
