@@ -281,7 +281,6 @@ pub(super) fn report(
             cache_budget_bytes: budget,
             peak_resident_bytes: peak_resident,
             peak_rss_bytes: closing.peak_rss_bytes,
-            dense_bytes: a.layout.dense_bytes(),
         },
         prefetch: prefetch(&backend, m.predicted),
         warm_lines,

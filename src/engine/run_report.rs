@@ -78,7 +78,6 @@ pub struct MemoryTotals {
     pub cache_budget_bytes: u64,
     pub(crate) peak_resident_bytes: u64,
     pub(crate) peak_rss_bytes: u64,
-    pub(crate) dense_bytes: u64,
 }
 
 /// Experts routed per token (after `--n-expert-used`), the model's own

@@ -148,7 +148,7 @@ impl RunReport {
             dh + dm,
             self.memory.peak_resident_bytes as f64 / MIB,
             self.memory.peak_rss_bytes as f64 / MIB,
-            self.memory.dense_bytes as f64 / MIB,
+            self.layout.dense_bytes() as f64 / MIB,
         )
     }
 

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use super::fast_hits::Touch;
-use super::protocol::{DemandReply, Msg, ALL_PROJ, DOWN, GATE_UP};
+use super::protocol::{DemandReply, Msg, Touch, ALL_PROJ, DOWN, GATE_UP};
 use super::residency::Residency;
-use super::{Arena, FileWatch, FlashCounters, FlashError, ReadOp, ReadStats, SliceReader, N_PROJ};
+use super::{
+    arena::Arena, arena::N_PROJ, counters::FlashCounters, error::FlashError, io::ReadOp,
+    io::ReadStats, io::SliceReader, watch::FileWatch,
+};
 use crate::cache::{ExpertCache, Requester, SlotKey};
 
 /// Passes a warm-start profile counts as in the cache's use counts: half an

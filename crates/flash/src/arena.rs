@@ -4,8 +4,8 @@
 //! read it in place. Evicting releases the pages (`madvise(MADV_DONTNEED)`), so
 //! RSS follows what the cache holds.
 
+use super::error::FlashError;
 use super::map_budget::MapBudget;
-use super::FlashError;
 use crate::proj::Proj;
 
 /// One stacked expert tensor's region.

@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::actor::{Actor, PageStock, ReadAhead};
-use super::fast_hits::{FastHits, Touch, TOUCH_CAPACITY};
+use super::fast_pins::{FastHits, TOUCH_CAPACITY};
+use super::protocol::Touch;
 use super::protocol::{Msg, REPLY_CAPACITY};
 use super::recycle::SPARE_MAX_BYTES;
 use super::residency::Residency;
 use super::stock::Stock;
 use super::{
-    open_files, Arena, DemandReply, FileWatch, FlashConfig, FlashCounters, FlashError, ReaderNote,
-    ShardFile, SliceReader, TensorSpec, CHECK_INTERVAL, N_PROJ,
+    arena::Arena, arena::TensorSpec, arena::N_PROJ, config::FlashConfig, counters::FlashCounters,
+    error::FlashError, io::SliceReader, open::ReaderNote, protocol::DemandReply,
+    shards::open_files, shards::ShardFile, watch::FileWatch, watch::CHECK_INTERVAL,
 };
 use crate::cache::{ExpertCache, Requester, SlotKey};
 

@@ -37,10 +37,10 @@ pub struct FlashCounters {
     /// Routed experts skipped by `--drop-cold-experts` (misses only).
     pub dropped_experts: AtomicU64,
     /// Bytes read for background requests
-    /// ([`FlashClient::background`](super::FlashClient::background)), also
+    /// ([`FlashClient::background`](super::client::FlashClient::background)), also
     /// in their requester's `read_bytes`.
     pub background_read_bytes: AtomicU64,
-    /// Warm start ([`Flash::warm`](super::Flash::warm)): slots read, their
+    /// Warm start ([`Flash::warm`](super::client::Flash::warm)): slots read, their
     /// bytes, those a demand then hit (used), those planned but resident or
     /// without room (skipped), and those still queued.
     pub warm_read_slots: AtomicU64,

@@ -1,71 +1,18 @@
 //! All-hit demands without the round trip: a client whose demanded experts
-//! are all resident pins them in the shared [`Residency`] and answers itself;
+//! are all resident pins them in the shared [`Residency`](super::residency::Residency) and answers itself;
 //! what the actor would have done with the demand (the policy's recency and
 //! frequency, its pins, the warm-start and prefetch bookkeeping) is queued as
-//! a [`Touch`] on a bounded queue the actor folds in, in order, before any
+//! a [`Touch`](super::protocol::Touch) on a bounded queue the actor folds in, in order, before any
 //! other message or idle step, so every eviction decision sees the same cache
 //! state as with the round trip. Hit counters are the client's (atomics).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use crossbeam_channel::Sender;
 
 use super::actor::Actor;
-use super::protocol::{Msg, ALL_PROJ};
-use super::residency::Residency;
-use super::{DemandReply, FlashClient};
+use super::fast_pins::TOUCH_CAPACITY;
+use super::protocol::{Msg, Touch, ALL_PROJ};
+use super::{client::FlashClient, protocol::DemandReply};
 use crate::cache::{Requester, SlotKey};
-
-/// Touches the queue holds; when full the client takes the round trip (the
-/// actor then folds the queue in before serving it).
-pub(super) const TOUCH_CAPACITY: usize = 1024;
-
-/// A demand answered by its client: to be folded into the cache's state.
-pub(super) struct Touch {
-    pub(super) requester: Requester,
-    pub(super) layer: u32,
-    pub(super) experts: Vec<u32>,
-}
-
-/// A client's side of the fast path.
-pub(super) struct FastHits {
-    pub(super) residency: Arc<Residency>,
-    pub(super) touches: Sender<Touch>,
-    /// A verify demand of at most this many experts is one token's routing,
-    /// counted for the warm-start profile (0: none is), as the actor counts it.
-    pub(super) single_max: u32,
-    /// Slots pinned by the last fast answer, held until the next demand.
-    pub(super) held: Vec<SlotKey>,
-}
-
-impl FastHits {
-    fn unpin_held(&mut self) {
-        for k in self.held.drain(..) {
-            self.residency.unpin(k);
-        }
-    }
-
-    /// Pin every one of `experts`, or none.
-    fn pin_all(&mut self, layer: u32, experts: &[u32]) -> bool {
-        debug_assert!(self.held.is_empty(), "pins left from an earlier answer");
-        for &expert in experts {
-            let k = SlotKey { layer, expert };
-            if !self.residency.pin(k) {
-                self.unpin_held();
-                return false;
-            }
-            self.held.push(k);
-        }
-        true
-    }
-}
-
-impl Drop for FastHits {
-    fn drop(&mut self) {
-        self.unpin_held();
-    }
-}
 
 impl FlashClient {
     /// Answer a demand of `experts` at `layer` without the flash actor when

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io::{PreadReader, RawSource, ReaderNote, SliceReader};
+use super::error::FlashError;
+use super::io::{PreadReader, RawSource, SliceReader};
+use super::open::ReaderNote;
 use super::ring::Ring;
 use super::uring::UringReader;
-use super::FlashError;
 
 /// Per-read probabilities of each fault (checked in this order), and a seed.
 /// The reader that fault injection runs under.

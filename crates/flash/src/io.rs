@@ -9,8 +9,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::uring::UringReader;
-use super::FlashError;
+use super::error::FlashError;
 
 pub(super) const ALIGN: u64 = 4096;
 const MAX_RETRIES: u32 = 8;
@@ -37,7 +36,7 @@ pub struct ReadStats {
     pub elapsed: Duration,
 }
 
-/// Reads slices into memory. Implementations: io_uring ([`UringReader`]),
+/// Reads slices into memory. Implementations: io_uring ([`super::uring::UringReader`]),
 /// plain pread ([`PreadReader`]); tests inject faults through this trait.
 pub trait SliceReader: Send {
     /// Read every op completely before returning.
@@ -86,78 +85,13 @@ impl Drop for Bounce {
     }
 }
 
-fn open(path: &Path, direct: bool) -> std::io::Result<File> {
+pub(super) fn open(path: &Path, direct: bool) -> std::io::Result<File> {
     let mut o = OpenOptions::new();
     o.read(true);
     if direct {
         o.custom_flags(libc::O_DIRECT);
     }
     o.open(path)
-}
-
-/// A fallback the reader took when it opened, for the run's summary.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReaderNote {
-    /// The filesystem refused O_DIRECT: reads go through the page cache.
-    DirectRefused { path: PathBuf },
-    /// io_uring could not be set up: reads are plain `pread`s.
-    NoUring { error: String },
-    /// `--inject-fault`: the reader fails on purpose, as the plan says.
-    FaultInjection { plan: String },
-}
-
-impl std::fmt::Display for ReaderNote {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::DirectRefused { path } => write!(
-                f,
-                "{}: the filesystem refuses O_DIRECT; reading through the page cache instead",
-                path.display()
-            ),
-            Self::NoUring { error } => write!(f, "io_uring unavailable ({error}); using pread"),
-            Self::FaultInjection { plan } => write!(f, "fault injection on ({plan})"),
-        }
-    }
-}
-
-/// Open `path` for slice reads: O_DIRECT when asked and the filesystem allows it
-/// (with a note when it falls back), io_uring when the kernel allows it (else pread).
-pub fn open_reader(
-    path: &Path,
-    want_direct: bool,
-    queue_depth: u32,
-    max_slice_bytes: u64,
-) -> Result<(Box<dyn SliceReader>, Vec<ReaderNote>), FlashError> {
-    let mut notes = Vec::new();
-    let io_err = |source| FlashError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let (file, direct) = if want_direct {
-        match open(path, true) {
-            Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                notes.push(ReaderNote::DirectRefused {
-                    path: path.to_path_buf(),
-                });
-                (open(path, false).map_err(io_err)?, false)
-            }
-            Err(e) => return Err(io_err(e)),
-        }
-    } else {
-        (open(path, false).map_err(io_err)?, false)
-    };
-    let depth = queue_depth.clamp(1, 256);
-    match UringReader::new(file, path.to_path_buf(), direct, depth, max_slice_bytes) {
-        Ok(r) => Ok((Box::new(r), notes)),
-        Err((file, e)) => {
-            notes.push(ReaderNote::NoUring {
-                error: e.to_string(),
-            });
-            let pread = PreadReader::over(Box::new(file), path, direct, max_slice_bytes)?;
-            Ok((Box::new(pread), notes))
-        }
-    }
 }
 
 pub(super) fn aligned(op: &ReadOp) -> bool {
@@ -173,7 +107,7 @@ pub(super) fn covering_range(op: &ReadOp) -> (u64, u64) {
 }
 
 /// Where a [`PreadReader`] gets its bytes: the model file, or a
-/// fault-injecting wrapper ([`super::FaultySource`]) in tests.
+/// fault-injecting wrapper ([`super::fault::FaultySource`]) in tests.
 pub trait RawSource: Send {
     /// Like `pread`: may return fewer bytes than asked, or fail.
     fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
@@ -206,7 +140,7 @@ impl PreadReader {
     }
 
     /// A reader over `source` (opened with O_DIRECT when `direct`).
-    fn over(
+    pub(super) fn over(
         file: Box<dyn RawSource>,
         path: &Path,
         direct: bool,

@@ -22,10 +22,12 @@ mod config;
 mod counters;
 mod error;
 mod fast_hits;
+mod fast_pins;
 mod fault;
 mod idle_reads;
 mod io;
 mod map_budget;
+mod open;
 mod probe;
 mod probe_fresh;
 mod protocol;
@@ -46,7 +48,8 @@ pub use error::FlashError;
 pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };
-pub use io::{open_reader, PreadReader, RawSource, ReadOp, ReadStats, ReaderNote, SliceReader};
+pub use io::{PreadReader, RawSource, ReadOp, ReadStats, SliceReader};
+pub use open::{open_reader, ReaderNote};
 pub use probe::{probe_read_bandwidth, ProbeOrder, ProbeResult, ReadSettings};
 pub use probe_fresh::probe_fresh_reads;
 pub use protocol::DemandReply;

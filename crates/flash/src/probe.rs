@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{open_reader, FlashError, ReadOp};
+use super::{error::FlashError, io::ReadOp, open::open_reader};
 
 /// One probe measurement.
 #[derive(Debug, Clone)]

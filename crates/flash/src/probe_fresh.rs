@@ -1,11 +1,11 @@
 //! Reads into memory never touched before: what a cache that is still
 //! filling costs (each slot's pages are faulted in by the read itself),
-//! unlike reads into recycled slots ([`super::probe_read_bandwidth`]).
+//! unlike reads into recycled slots ([`super::probe::probe_read_bandwidth`]).
 
 use std::path::Path;
 use std::time::Instant;
 
-use super::{open_reader, FlashError, ProbeResult, ReadOp};
+use super::{error::FlashError, io::ReadOp, open::open_reader, probe::ProbeResult};
 
 /// A fresh anonymous mapping, unmapped when dropped.
 struct Fresh {
@@ -26,10 +26,10 @@ impl Drop for Fresh {
 pub fn probe_fresh_reads(
     path: &Path,
     slices: &[(u64, u64)],
-    reads: super::ReadSettings,
+    reads: super::probe::ReadSettings,
     total_bytes: u64,
 ) -> Result<ProbeResult, FlashError> {
-    let super::ReadSettings {
+    let super::probe::ReadSettings {
         queue_depth,
         o_direct,
     } = reads;

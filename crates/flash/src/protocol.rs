@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
-use super::FlashError;
+use super::error::FlashError;
 use crate::cache::{Requester, SlotKey};
 use crate::proj::Proj;
 
@@ -71,3 +71,10 @@ pub(super) const REPLY_CAPACITY: usize = 2;
 pub(super) const GATE_UP: [Proj; 2] = [Proj::Gate, Proj::Up];
 pub(super) const DOWN: Proj = Proj::Down;
 pub(super) const ALL_PROJ: [Proj; 3] = Proj::ALL;
+
+/// A demand answered by its client: to be folded into the cache's state.
+pub(super) struct Touch {
+    pub(super) requester: Requester,
+    pub(super) layer: u32,
+    pub(super) experts: Vec<u32>,
+}

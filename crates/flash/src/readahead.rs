@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use super::actor::Actor;
+use super::io::ReadStats;
 use super::protocol::ALL_PROJ;
-use super::ReadStats;
 use crate::cache::{Requester, SlotKey};
 
 impl Actor {

@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring};
 
-/// The submission and completion queues a [`super::UringReader`] drives.
+/// The submission and completion queues a [`super::uring::UringReader`] drives.
 pub trait Ring: Send {
     /// Queue a read of `len` bytes at `offset` into `dst`, tagged `tag`.
     /// Returns false when the submission queue is full (the reader then

@@ -256,7 +256,7 @@ fn after_a_failed_read_the_same_actor_serves_the_next_demand_exactly() {
     let reader = UringReader::with_ring(Box::new(ring), f.path().into(), false, 16, slice)
         .map_err(|(_, e)| e)
         .unwrap();
-    super::tests::served_bytes_are_exact_after_failures(
+    super::tests::faults::served_bytes_are_exact_after_failures(
         Box::new(reader),
         f.path(),
         &specs,

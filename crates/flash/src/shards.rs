@@ -5,7 +5,10 @@
 
 use std::path::PathBuf;
 
-use super::{open_reader, FlashError, ReadOp, ReadStats, ReaderNote, SliceReader};
+use super::{
+    error::FlashError, io::ReadOp, io::ReadStats, io::SliceReader, open::open_reader,
+    open::ReaderNote,
+};
 
 /// One file of the model and where it starts in the address space.
 #[derive(Debug, Clone)]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::arena::page_bytes;
-use super::{FlashCounters, FlashError};
+use super::{counters::FlashCounters, error::FlashError};
 
 /// Cells at most (a tiny fixture's slices would make thousands).
 const MAX_CELLS: usize = 64;

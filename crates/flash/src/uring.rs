@@ -13,9 +13,9 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::error::FlashError;
 use super::io::{aligned, covering_range, Bounce, ReadOp, ReadStats, SliceReader, ALIGN};
 use super::ring::{KernelRing, Ring};
-use super::FlashError;
 
 mod call;
 use call::{Call, Flight};
@@ -74,7 +74,7 @@ impl UringReader {
             .map_err(|(ring, e)| (ring.into_file(), e))
     }
 
-    /// A reader over any ring (tests: [`super::FaultyRing`]).
+    /// A reader over any ring (tests: [`super::fault::FaultyRing`]).
     pub fn with_ring<R: Ring + 'static>(
         ring: Box<R>,
         path: PathBuf,

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::FlashError;
+use super::error::FlashError;
 
 /// Default time between two checks (one `stat` each).
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(200);

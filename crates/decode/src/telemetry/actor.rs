@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Row;
+use super::row::Row;
 
 /// What the handle sends the actor.
 pub(super) enum Event {

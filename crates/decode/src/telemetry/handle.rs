@@ -17,7 +17,8 @@ use crossbeam_channel::{bounded, Sender, TrySendError};
 const DONE_CAPACITY: usize = 1;
 
 use super::actor::{run, Event};
-use super::{Row, TelemetryError, COLUMNS};
+use super::error::TelemetryError;
+use super::row::{Row, COLUMNS};
 
 /// Where telemetry goes.
 #[derive(Debug, Clone, Default)]

@@ -5,13 +5,12 @@
 //! per token. Each CSV row is flushed as written, so an interrupted run keeps them.
 
 mod actor;
+mod error;
 mod handle;
 mod json;
 mod row;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
+pub use error::TelemetryError;
 pub use handle::{open_csv, CsvOut, Telemetry, TelemetryConfig};
 pub use json::{json_object, json_string};
 pub use row::{Row, COLUMNS};
@@ -19,36 +18,10 @@ pub use row::{Row, COLUMNS};
 /// Default capacity of the telemetry channel (rows in flight).
 pub const CHANNEL_CAPACITY: usize = 1024;
 
-/// Errors of the telemetry actor.
-#[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
-    #[error("cannot write the CSV {path}: {source} (choose a writable --csv path)")]
-    Csv {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "writing BMOE_PROGRESS lines to stdout failed: {0} (the reader closed the pipe, or the \
-         disk is full); generation stopped there"
-    )]
-    Progress(String),
-    #[error(
-        "writing the CSV {path} failed during the run: {source}; generation stopped there \
-         (the rows before the failure are in the file)"
-    )]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the telemetry actor did not stop within {0:?}")]
-    Timeout(Duration),
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::time::Duration;
 
     use super::*;
 

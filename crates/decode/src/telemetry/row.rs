@@ -1,7 +1,7 @@
 //! One token's accounting ([`Row`]) and its two renderings: a CSV row in
 //! [`COLUMNS`] order and the `BMOE_PROGRESS` JSON object.
 
-use super::json_string;
+use super::json::json_string;
 
 /// One token's accounting. Under a multi-token decode (prefill), the whole
 /// decode's cost is charged to its first row.

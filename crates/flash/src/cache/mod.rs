@@ -13,13 +13,7 @@ use slot_map::SlotMap;
 
 pub use policy::{reads_whole_layer, CachePolicy, UseCounts, AGE_PASSES};
 pub use reuse::ReuseModel;
-
-/// One cached unit: all projections of one expert of one layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SlotKey {
-    pub layer: u32,
-    pub expert: u32,
-}
+pub use slot_map::SlotKey;
 
 /// Who asks for experts; each has its own pins and byte counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

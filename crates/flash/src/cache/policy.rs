@@ -3,8 +3,8 @@
 
 use std::str::FromStr;
 
+use super::slot_map::SlotKey;
 use super::slot_map::SlotMap;
-use super::SlotKey;
 
 /// The eviction order of the expert cache. Slots demoted by prefetch (guessed,
 /// then not used) go first under every policy.

@@ -9,8 +9,8 @@
 //! visit routes it; the bucket's success rate is the slot's chance at its next
 //! visit. Nothing about the future is known: the table is what has happened.
 
+use super::slot_map::SlotKey;
 use super::slot_map::SlotMap;
-use super::SlotKey;
 
 /// Per visit, a slot's decayed count is multiplied by this before its use is
 /// added (a memory of about 20 visits). Tuned on the tune splits of

@@ -8,7 +8,12 @@
 //! route trace's reader against its header (at most 2^24 slots). A row grows
 //! to the largest expert id seen in its layer.
 
-use super::SlotKey;
+/// One cached unit: all projections of one expert of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotKey {
+    pub layer: u32,
+    pub expert: u32,
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct SlotMap<T> {

@@ -4,11 +4,9 @@
 mod background;
 mod demand;
 mod fast;
-mod faults;
+pub(crate) mod faults;
 mod reader;
 mod recycle;
-
-pub(super) use faults::served_bytes_are_exact_after_failures;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::error::FlashError;
 use crate::io::{ReadOp, ReadStats};
-use crate::FlashError;
 
 /// One read in flight.
 #[derive(Clone, Copy)]

@@ -6,8 +6,9 @@
 use serde_json::Value;
 
 use super::collect::Collector;
+use super::json::{json_array, json_route};
 use super::spellings::{IDS, WEIGHTS};
-use super::{json_array, json_route, ImportError, Loc};
+use super::types::{ImportError, Loc};
 
 /// Field names of the ids array, tried in order.
 const ARRAY_IDS: [&str; 5] = ["routed_experts", IDS[0], IDS[1], IDS[2], IDS[3]];

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{ImportError, ImportFormat, Imported, Loc, Summary};
+use super::types::{ImportError, ImportFormat, Imported, Loc, Summary};
 use crate::route_trace::{TraceHeader, TraceRecord, MAX_EXPERTS, MAX_EXPERT_BYTES, MAX_LAYERS};
 
 /// The expert sizes an imported trace gets.

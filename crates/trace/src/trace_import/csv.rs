@@ -6,7 +6,7 @@
 
 use super::collect::{Collector, Route};
 use super::spellings::{LAYER, TOKEN, WEIGHTS};
-use super::{ImportError, Loc};
+use super::types::{ImportError, Loc};
 
 /// Header names of the expert column.
 const EXPERT: [&str; 6] = [

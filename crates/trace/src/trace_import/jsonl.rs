@@ -9,8 +9,9 @@
 use serde_json::{Map, Value};
 
 use super::collect::{Collector, Route};
+use super::json::{json_array, json_route, pick};
 use super::spellings::{IDS, LAYER, TOKEN, WEIGHTS};
-use super::{json_array, json_route, pick, ImportError, Loc};
+use super::types::{ImportError, Loc};
 
 /// The field names of a file.
 #[derive(Clone, Copy)]

@@ -4,7 +4,7 @@
 //! shape, then the data).
 
 use super::collect::{Collector, Route};
-use super::{ImportError, Loc};
+use super::types::{ImportError, Loc};
 
 /// The file's first bytes.
 pub(super) const MAGIC: &[u8] = b"\x93NUMPY";

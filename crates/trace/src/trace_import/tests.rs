@@ -2,7 +2,7 @@
 //! trace writer and reader.
 
 use super::*;
-use crate::route_trace::{TraceReader, TraceWriter, MAX_EXPERTS};
+use crate::route_trace::{TraceHeader, TraceReader, TraceRecord, TraceWriter, MAX_EXPERTS};
 
 fn flat(n_expert: Option<u32>) -> Sizes {
     Sizes::Flat {
