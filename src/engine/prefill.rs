@@ -112,10 +112,10 @@ impl PrefillReport {
         Self {
             facts,
             tokens: row.map_or(0, |r| r.batch),
-            time: row.map_or(Duration::ZERO, |r| ms(r.wall_ms)),
-            read_bytes: row.map_or(0, |r| r.read_bytes),
-            readahead_bytes: row.map_or(0, |r| r.prefetch_bytes),
-            stall: row.map_or(Duration::ZERO, |r| ms(r.stall_ms)),
+            time: row.map_or(Duration::ZERO, |r| ms(r.cost.wall_ms)),
+            read_bytes: row.map_or(0, |r| r.reads.read_bytes),
+            readahead_bytes: row.map_or(0, |r| r.reads.prefetch_bytes),
+            stall: row.map_or(Duration::ZERO, |r| ms(r.cost.stall_ms)),
             distinct_bytes,
         }
     }
@@ -207,6 +207,7 @@ impl PrefillReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bmoe_decode::telemetry::{Cost, Reads};
 
     #[test]
     fn auto_runs_the_prompt_in_one_micro_batch_when_it_fits() {
@@ -247,10 +248,16 @@ mod tests {
     fn the_report_says_the_reads_against_the_distinct_slices() {
         let row = TokenRow {
             batch: 1384,
-            wall_ms: 2000.0,
-            stall_ms: 250.0,
-            read_bytes: 330 * 1024 * 1024,
-            prefetch_bytes: 300 * 1024 * 1024,
+            cost: Cost {
+                wall_ms: 2000.0,
+                stall_ms: 250.0,
+                ..Cost::default()
+            },
+            reads: Reads {
+                read_bytes: 330 * 1024 * 1024,
+                prefetch_bytes: 300 * 1024 * 1024,
+                ..Reads::default()
+            },
             prefill: true,
             ..TokenRow::default()
         };

@@ -110,7 +110,7 @@ impl Totals<'_> {
         let rows = self.rows;
         let (elapsed, spec) = (self.elapsed, self.spec);
         let decode: Vec<&TokenRow> = rows.iter().filter(|r| !r.prefill).collect();
-        let decode_ms: f64 = decode.iter().map(|r| r.wall_ms).sum();
+        let decode_ms: f64 = decode.iter().map(|r| r.cost.wall_ms).sum();
         let sum = |f: fn(&TokenRow) -> u64| rows.iter().map(f).sum::<u64>();
         let tok_s = decode_rate(self.generated.saturating_sub(1), self.decode_span);
         let per_token = self.generated.max(1) as f64;
@@ -126,25 +126,28 @@ impl Totals<'_> {
             ("decode_tok_s".into(), format!("{tok_s:.3}")),
             ("decode_compute_tok_s".into(), format!("{compute_tok_s:.3}")),
             ("wall_s".into(), format!("{:.3}", elapsed.as_secs_f64())),
-            ("read_bytes_total".into(), sum(|r| r.read_bytes).to_string()),
-            ("cache_hits".into(), sum(|r| r.hits).to_string()),
-            ("cache_misses".into(), sum(|r| r.misses).to_string()),
-            ("evictions".into(), sum(|r| r.evictions).to_string()),
+            (
+                "read_bytes_total".into(),
+                sum(|r| r.reads.read_bytes).to_string(),
+            ),
+            ("cache_hits".into(), sum(|r| r.reads.hits).to_string()),
+            ("cache_misses".into(), sum(|r| r.reads.misses).to_string()),
+            ("evictions".into(), sum(|r| r.reads.evictions).to_string()),
             (
                 "stall_s".into(),
                 format!(
                     "{:.3}",
-                    rows.iter().map(|r| r.stall_ms).sum::<f64>() / 1e3 + 0.0
+                    rows.iter().map(|r| r.cost.stall_ms).sum::<f64>() / 1e3 + 0.0
                 ),
             ),
-            ("majflt".into(), sum(|r| r.majflt).to_string()),
+            ("majflt".into(), sum(|r| r.cost.majflt).to_string()),
             (
                 "prefetch_bytes".into(),
-                sum(|r| r.prefetch_bytes).to_string(),
+                sum(|r| r.reads.prefetch_bytes).to_string(),
             ),
             (
                 "dropped_experts".into(),
-                sum(|r| r.dropped_experts).to_string(),
+                sum(|r| r.reads.dropped_experts).to_string(),
             ),
             ("peak_rss_bytes".into(), self.peak_rss_bytes.to_string()),
             ("mtp_drafted".into(), spec.drafted.to_string()),
@@ -213,7 +216,7 @@ impl RunReport {
     pub(crate) fn decode_bytes_per_token(&self) -> f64 {
         let (n, b) = self
             .decode_rows()
-            .fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.read_bytes));
+            .fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.reads.read_bytes));
         if n == 0 {
             0.0
         } else {
@@ -252,16 +255,23 @@ impl DecodeSplit {
 mod tests {
     use super::*;
     use crate::generate::SpecStats;
+    use bmoe_decode::telemetry::{Cost, Reads};
 
     #[test]
     fn the_trailer_totals_the_rows_and_rates_the_decodes() {
         let row = |prefill, wall_ms, read_bytes, hits, misses| TokenRow {
             prefill,
-            wall_ms,
-            read_bytes,
-            hits,
-            misses,
-            stall_ms: 10.0,
+            cost: Cost {
+                wall_ms,
+                stall_ms: 10.0,
+                ..Cost::default()
+            },
+            reads: Reads {
+                read_bytes,
+                hits,
+                misses,
+                ..Reads::default()
+            },
             ..TokenRow::default()
         };
         let rows = [

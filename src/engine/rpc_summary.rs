@@ -58,17 +58,17 @@ impl RunReport {
     pub(super) fn rpc_line(&self) -> Option<String> {
         let rows = || self.decode_rows();
         let n = rows().count();
-        let net: u64 = self.rows.iter().map(|r| r.net_bytes).sum();
-        let remote: f64 = self.rows.iter().map(|r| r.remote_ms).sum();
+        let net: u64 = self.rows.iter().map(|r| r.remote.net_bytes).sum();
+        let remote: f64 = self.rows.iter().map(|r| r.remote.remote_ms).sum();
         if net == 0 && remote == 0.0 {
             return None;
         }
-        let wall = mean(rows().map(|r| r.wall_ms).sum(), n);
-        let rem = mean(rows().map(|r| r.remote_ms).sum(), n);
-        let kib = mean(rows().map(|r| r.net_bytes as f64).sum(), n) / KIB;
+        let wall = mean(rows().map(|r| r.cost.wall_ms).sum(), n);
+        let rem = mean(rows().map(|r| r.remote.remote_ms).sum(), n);
+        let kib = mean(rows().map(|r| r.remote.net_bytes as f64).sum(), n) / KIB;
         let beside = self.payload().map(|p| p.beside(kib)).unwrap_or_default();
         let pre = self.rows.iter().find(|r| r.prefill);
-        let pre_kib = pre.map_or(0.0, |r| r.net_bytes as f64 / KIB);
+        let pre_kib = pre.map_or(0.0, |r| r.remote.net_bytes as f64 / KIB);
         let (part, prefill) = match remote {
             0.0 => (
                 format!(
@@ -84,7 +84,7 @@ impl RunReport {
                 ),
                 format!(
                     "prefill {:.1} ms remote, {pre_kib:.1} KiB",
-                    pre.map_or(0.0, |r| r.remote_ms)
+                    pre.map_or(0.0, |r| r.remote.remote_ms)
                 ),
             ),
         };

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bmoe_decode::metrics::PredictorTally;
-use bmoe_decode::telemetry::Telemetry;
+use bmoe_decode::telemetry::{Cost, Reads, Remote, Speculation, Telemetry};
 
 use super::run_report::TokenRow;
 use crate::generate::{DecodeStep, GenerationSink};
@@ -146,20 +146,36 @@ fn decode_row(
 ) -> TokenRow {
     let m = &step.metrics;
     TokenRow {
-        wall_ms: step.elapsed.as_secs_f64() * 1e3,
-        stall_ms: m.stall.as_secs_f64() * 1e3,
-        io_ms: m.io.as_secs_f64() * 1e3,
-        read_bytes: m.read_bytes,
-        hits: m.hits,
-        misses: m.misses,
-        evictions: m.evictions,
-        majflt: now.majflt - before.majflt,
-        minflt: now.minflt - before.minflt,
-        cpu_ms: now.cpu_ms - before.cpu_ms,
         batch: step.n_tokens as u64,
         prefill: step.prefill,
-        prefetch_bytes: m.prefetch_bytes,
-        dropped_experts: m.dropped,
+        cost: Cost {
+            wall_ms: step.elapsed.as_secs_f64() * 1e3,
+            stall_ms: m.stall.as_secs_f64() * 1e3,
+            io_ms: m.io.as_secs_f64() * 1e3,
+            cpu_ms: now.cpu_ms - before.cpu_ms,
+            majflt: now.majflt - before.majflt,
+            minflt: now.minflt - before.minflt,
+        },
+        reads: Reads {
+            read_bytes: m.read_bytes,
+            hits: m.hits,
+            misses: m.misses,
+            evictions: m.evictions,
+            prefetch_bytes: m.prefetch_bytes,
+            dropped_experts: m.dropped,
+        },
+        spec: speculation_columns(step, speculating),
+        remote: Remote {
+            remote_ms: m.remote.as_secs_f64() * 1e3,
+            net_bytes: m.net_bytes,
+        },
+        ..TokenRow::default()
+    }
+}
+
+/// The speculation columns of one decode (`mtp_batch` only while speculating).
+fn speculation_columns(step: &DecodeStep, speculating: bool) -> Speculation {
+    Speculation {
         mtp_batch: if speculating && !step.prefill {
             step.n_tokens as u64
         } else {
@@ -171,9 +187,6 @@ fn decode_row(
         gate_k: step.gate.map_or(0, |g| g.choice.k as u64),
         gate_predicted_ms: step.gate.map_or(0.0, |g| g.choice.predicted_s * 1e3),
         gate_source: step.gate.map_or(0, |g| g.source as u64 + 1),
-        remote_ms: m.remote.as_secs_f64() * 1e3,
-        net_bytes: m.net_bytes,
-        ..TokenRow::default()
     }
 }
 
@@ -214,17 +227,28 @@ mod tests {
             cpu_ms: 1030.0,
         };
         let r = decode_row(&step, &now, &before, true);
-        assert_eq!((r.wall_ms, r.stall_ms, r.io_ms), (40.0, 12.0, 9.0));
         assert_eq!(
-            (r.read_bytes, r.hits, r.misses, r.evictions),
+            (r.cost.wall_ms, r.cost.stall_ms, r.cost.io_ms),
+            (40.0, 12.0, 9.0)
+        );
+        assert_eq!(
+            (
+                r.reads.read_bytes,
+                r.reads.hits,
+                r.reads.misses,
+                r.reads.evictions
+            ),
             (4096, 7, 2, 1)
         );
-        assert_eq!((r.majflt, r.minflt, r.cpu_ms), (3, 50, 30.0));
-        assert_eq!((r.batch, r.mtp_batch, r.mtp_draft_ms), (3, 3, 5.0));
-        assert_eq!(r.loop_overhead_ms, 0.25);
-        assert_eq!((r.prefetch_bytes, r.dropped_experts), (1024, 1));
+        assert_eq!((r.cost.majflt, r.cost.minflt, r.cost.cpu_ms), (3, 50, 30.0));
+        assert_eq!(
+            (r.batch, r.spec.mtp_batch, r.spec.mtp_draft_ms),
+            (3, 3, 5.0)
+        );
+        assert_eq!(r.spec.loop_overhead_ms, 0.25);
+        assert_eq!((r.reads.prefetch_bytes, r.reads.dropped_experts), (1024, 1));
         assert!(!r.prefill);
         let plain = decode_row(&step, &now, &before, false);
-        assert_eq!(plain.mtp_batch, 0, "no speculation: no mtp_batch");
+        assert_eq!(plain.spec.mtp_batch, 0, "no speculation: no mtp_batch");
     }
 }

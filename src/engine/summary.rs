@@ -45,12 +45,12 @@ impl RunReport {
         let n = self.decode_rows().count();
         let per_token = |f: fn(&TokenRow) -> f64| mean(self.decode_rows().map(f).sum(), n);
         PerToken {
-            wall: per_token(|r| r.wall_ms),
-            stall: per_token(|r| r.stall_ms),
-            io: per_token(|r| r.io_ms),
-            cpu: per_token(|r| r.cpu_ms),
-            majflt: per_token(|r| r.majflt as f64),
-            minflt: per_token(|r| r.minflt as f64),
+            wall: per_token(|r| r.cost.wall_ms),
+            stall: per_token(|r| r.cost.stall_ms),
+            io: per_token(|r| r.cost.io_ms),
+            cpu: per_token(|r| r.cost.cpu_ms),
+            majflt: per_token(|r| r.cost.majflt as f64),
+            minflt: per_token(|r| r.cost.minflt as f64),
         }
     }
 
@@ -113,12 +113,12 @@ impl RunReport {
         let (mut warm_decodes, mut decodes, mut warm_tokens, mut warm_ms) = (0, 0, 0, 0.0);
         let mut in_warm = false;
         for r in self.decode_rows() {
-            if !self.spec.config.is_on() || r.mtp_batch > 0 {
+            if !self.spec.config.is_on() || r.spec.mtp_batch > 0 {
                 decodes += 1;
-                in_warm = r.misses == 0;
+                in_warm = r.reads.misses == 0;
                 if in_warm {
                     warm_decodes += 1;
-                    warm_ms += r.wall_ms;
+                    warm_ms += r.cost.wall_ms;
                 }
             }
             warm_tokens += in_warm as usize;
@@ -133,12 +133,12 @@ impl RunReport {
     }
 
     fn cache_line(&self) -> String {
-        let hits: u64 = self.rows.iter().map(|r| r.hits).sum();
-        let misses: u64 = self.rows.iter().map(|r| r.misses).sum();
-        let evictions: u64 = self.rows.iter().map(|r| r.evictions).sum();
+        let hits: u64 = self.rows.iter().map(|r| r.reads.hits).sum();
+        let misses: u64 = self.rows.iter().map(|r| r.reads.misses).sum();
+        let evictions: u64 = self.rows.iter().map(|r| r.reads.evictions).sum();
         let total = hits + misses;
         let decode = self.rows.iter().filter(|r| !r.prefill);
-        let (dh, dm) = decode.fold((0, 0), |(h, m), r| (h + r.hits, m + r.misses));
+        let (dh, dm) = decode.fold((0, 0), |(h, m), r| (h + r.reads.hits, m + r.reads.misses));
         format!(
             "moe-cache: budget {:.0} MiB, hit {:.1}% ({hits}/{total}), decode hit {:.1}% ({dh}/{}), evictions {evictions}, peak resident {:.1} MiB, \
              peak RSS during generation {:.1} MiB (dense {:.1} MiB)",
@@ -211,7 +211,7 @@ impl RunReport {
             return None;
         }
         let n = self.decode_rows().count();
-        let dropped: u64 = self.rows.iter().map(|r| r.dropped_experts).sum();
+        let dropped: u64 = self.rows.iter().map(|r| r.reads.dropped_experts).sum();
         let routed = n as u64 * self.experts.used as u64 * self.layout.n_layer as u64;
         Some(format!(
             "moe-drop: LOSSY, top-k {} of the model's {}; --drop-cold-experts {}: dropped {dropped} \
@@ -226,7 +226,7 @@ impl RunReport {
     /// `{source}:`, `{source}-cost:`, and with streamed MTP `mtp-flash:` and `mtp-head:`.
     fn speculation_lines(&self) -> Vec<String> {
         let sp = &self.generation.spec;
-        let decode_ms: f64 = self.decode_rows().map(|r| r.wall_ms).sum();
+        let decode_ms: f64 = self.decode_rows().map(|r| r.cost.wall_ms).sum();
         let draft_ms = sp.draft.as_secs_f64() * 1e3;
         let emitted = self.decode_rows().count() as f64;
         let rate = |ms: f64| if ms > 0.0 { emitted * 1e3 / ms } else { 0.0 };

@@ -1,6 +1,8 @@
 //! Tests of `summary` (beside it to keep that file on its one topic).
 use std::time::Duration;
 
+use bmoe_decode::telemetry::{Cost, Reads};
+
 use super::*;
 use crate::engine::config::SpecConfig;
 use crate::engine::run_report::{ExpertUse, FlashTotals, MemoryTotals, PrefetchReport, SpecReport};
@@ -11,12 +13,18 @@ use crate::layout::MoeLayout;
 fn streamed() -> RunReport {
     let row = |prefill, wall_ms, misses, hits| TokenRow {
         prefill,
-        wall_ms,
-        stall_ms: wall_ms / 2.0,
-        io_ms: wall_ms / 4.0,
-        misses,
-        hits,
-        read_bytes: misses * 1024 * 1024,
+        cost: Cost {
+            wall_ms,
+            stall_ms: wall_ms / 2.0,
+            io_ms: wall_ms / 4.0,
+            ..Cost::default()
+        },
+        reads: Reads {
+            misses,
+            hits,
+            read_bytes: misses * 1024 * 1024,
+            ..Reads::default()
+        },
         ..TokenRow::default()
     };
     RunReport {

@@ -51,11 +51,11 @@ fn prefetch_and_prediction_keep_every_token() {
             p.useful_bytes > 0,
             "{name}: no prefetched slice was used ({p:?})"
         );
-        let row_prefetch: u64 = r.rows.iter().map(|x| x.prefetch_bytes).sum();
+        let row_prefetch: u64 = r.rows.iter().map(|x| x.reads.prefetch_bytes).sum();
         assert!(row_prefetch <= p.read_bytes && row_prefetch > 0, "{name}");
         // Every byte read is in the flash total; rows hold all but the read-ahead
         // still in flight after the last decode.
-        let rows: u64 = r.rows.iter().map(|x| x.read_bytes).sum();
+        let rows: u64 = r.rows.iter().map(|x| x.reads.read_bytes).sum();
         assert!(rows <= r.flash.read_bytes, "{name}");
         assert!(
             rows + (p.read_bytes - row_prefetch) >= r.flash.read_bytes,

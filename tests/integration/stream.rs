@@ -67,11 +67,16 @@ fn streamed_tokens_equal_resident_tokens_for_every_cache_setting() {
             r.generation.tokens, resident.generation.tokens,
             "{name}: token ids differ from --resident"
         );
-        let hits: u64 = r.rows.iter().map(|x| x.hits).sum();
+        let hits: u64 = r.rows.iter().map(|x| x.reads.hits).sum();
         // The prompt's hits are its next-layer read-ahead; between tokens a
         // zero budget keeps nothing.
-        let decode_hits: u64 = r.rows.iter().filter(|x| !x.prefill).map(|x| x.hits).sum();
-        let evictions: u64 = r.rows.iter().map(|x| x.evictions).sum();
+        let decode_hits: u64 = r
+            .rows
+            .iter()
+            .filter(|x| !x.prefill)
+            .map(|x| x.reads.hits)
+            .sum();
+        let evictions: u64 = r.rows.iter().map(|x| x.reads.evictions).sum();
         match name {
             "cache 0" => assert_eq!(decode_hits, 0, "{name}: nothing survives a zero budget"),
             "cache 64 MiB (evicts every token)" => assert!(evictions > 0, "{name}"),

@@ -8,11 +8,13 @@ mod actor;
 mod error;
 mod handle;
 mod json;
+mod parts;
 mod row;
 
 pub use error::TelemetryError;
 pub use handle::{open_csv, CsvOut, Telemetry, TelemetryConfig};
 pub use json::{json_object, json_string};
+pub use parts::{Cost, Reads, Remote, Speculation};
 pub use row::{Row, COLUMNS};
 
 /// Default capacity of the telemetry channel (rows in flight).
@@ -29,9 +31,15 @@ mod tests {
     fn accumulating_rows_adds_costs_and_keeps_identity() {
         let one = Row {
             step: 7,
-            wall_ms: 1.5,
-            read_bytes: 10,
-            hits: 2,
+            cost: Cost {
+                wall_ms: 1.5,
+                ..Cost::default()
+            },
+            reads: Reads {
+                read_bytes: 10,
+                hits: 2,
+                ..Reads::default()
+            },
             batch: 512,
             text: "x".into(),
             ..Row::default()
@@ -44,7 +52,12 @@ mod tests {
         sum.accumulate(&one);
         sum.accumulate(&one);
         assert_eq!(
-            (sum.wall_ms, sum.read_bytes, sum.hits, sum.batch),
+            (
+                sum.cost.wall_ms,
+                sum.reads.read_bytes,
+                sum.reads.hits,
+                sum.batch
+            ),
             (3.0, 20, 4, 1024)
         );
         assert_eq!((sum.step, sum.prefill, sum.text.as_str()), (0, true, ""));
@@ -82,7 +95,10 @@ mod tests {
         for step in 0..3 {
             t.row(Row {
                 step,
-                read_bytes: 10,
+                reads: Reads {
+                    read_bytes: 10,
+                    ..Reads::default()
+                },
                 ..Default::default()
             });
         }
