@@ -72,10 +72,10 @@ pub(super) fn prefetch_report(
         layers: sc.prefetch,
         predictive: sc.predict_prefetch,
         read_bytes: ld(&c.read_bytes[Requester::Prefetch.index()]),
-        useful_bytes: ld(&c.prefetch_useful_bytes),
-        wasted_bytes: ld(&c.prefetch_wasted_bytes),
-        hints_dropped: ld(&c.prefetch_hints_dropped),
-        errors: ld(&c.prefetch_errors),
+        useful_bytes: ld(&c.prefetch.useful_bytes),
+        wasted_bytes: ld(&c.prefetch.wasted_bytes),
+        hints_dropped: ld(&c.prefetch.hints_dropped),
+        errors: ld(&c.prefetch.errors),
         predicted,
     }
 }

@@ -207,8 +207,8 @@ impl WarmSession {
     /// The summary line: what was found, planned, read and used.
     pub(crate) fn line(&self, c: &FlashCounters) -> String {
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let read = ld(&c.warm_read_slots);
-        let used = ld(&c.warm_used_slots);
+        let read = ld(&c.warm.read_slots);
+        let used = ld(&c.warm.used_slots);
         format!(
             "moe-cache-warm: {} ({}): planned {} slots {:.1} MiB, read {} ({:.1} MiB), used {} of {} \
              ({:.0}%), skipped {} (resident first or no room)",
@@ -217,7 +217,7 @@ impl WarmSession {
             self.planned_slots,
             self.planned_bytes as f64 / MIB,
             read,
-            ld(&c.warm_read_bytes) as f64 / MIB,
+            ld(&c.warm.read_bytes) as f64 / MIB,
             used,
             read,
             if read > 0 {
@@ -225,14 +225,14 @@ impl WarmSession {
             } else {
                 0.0
             },
-            ld(&c.warm_skipped_slots),
+            ld(&c.warm.skipped_slots),
         )
     }
 
     /// Fold this run's single-token routing into the profile and write it
     /// (temp file, then rename). Returns what happened, in words.
     pub(crate) fn save(&self, c: &FlashCounters) -> Result<String, StreamError> {
-        let run = c.decode_uses_snapshot();
+        let run = c.decode_uses.snapshot();
         let tokens = bmoe_flash::warm_profile::run_tokens(&self.shape, &run);
         if run.len() != self.prior.counts.len() {
             return Ok("profile not saved: the counts do not match the model's shape".into());

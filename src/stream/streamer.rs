@@ -208,14 +208,14 @@ impl Streamer {
     pub(crate) fn pretouch_line(&self) -> Option<String> {
         let c = self.flash.counters();
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let (moved, none) = (ld(&c.touched_bytes), ld(&c.touch_misses));
+        let (moved, none) = (ld(&c.touch.touched_bytes), ld(&c.touch.touch_misses));
         (moved + none > 0).then(|| {
             format!(
                 "moe-pretouch: {:.1} MiB of new slots read into pages backed ahead \
                  ({:.1} MiB backed), {none} slices found none ready; {} page faults in the reads",
                 moved as f64 / MIB as f64,
-                ld(&c.pretouched_bytes) as f64 / MIB as f64,
-                ld(&c.read_faults)
+                ld(&c.touch.pretouched_bytes) as f64 / MIB as f64,
+                ld(&c.touch.read_faults)
             )
         })
     }

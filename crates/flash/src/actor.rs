@@ -175,8 +175,8 @@ impl Actor {
                 let c = &self.counters;
                 // Counted before it leaves the queue: a reader who sees the
                 // queue empty sees every outcome.
-                c.warm_skipped_slots.fetch_add(unknown, Ordering::Relaxed);
-                c.warm_queued_slots.fetch_sub(unknown, Ordering::Relaxed);
+                c.warm.skipped_slots.fetch_add(unknown, Ordering::Relaxed);
+                c.warm.queued_slots.fetch_sub(unknown, Ordering::Relaxed);
             }
             Msg::Release(r) => {
                 let evicted = self.cache.release(r);
@@ -315,7 +315,7 @@ impl Actor {
         let faults = thread_minor_faults();
         // SAFETY: as the comment above says.
         let read = unsafe { self.reader.read_all(&self.ops) };
-        self.counters.read_faults.fetch_add(
+        self.counters.touch.read_faults.fetch_add(
             thread_minor_faults().saturating_sub(faults),
             Ordering::Relaxed,
         );

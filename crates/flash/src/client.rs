@@ -141,7 +141,8 @@ impl FlashClient {
     fn hint(&self, msg: Msg) {
         if self.tx.try_send(msg).is_err() {
             self.counters
-                .prefetch_hints_dropped
+                .prefetch
+                .hints_dropped
                 .fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -360,7 +361,8 @@ impl Flash {
             .is_some_and(|tx| tx.try_send(Msg::Warm { keys, rates }).is_ok());
         if sent {
             self.counters
-                .warm_queued_slots
+                .warm
+                .queued_slots
                 .fetch_add(n, Ordering::Relaxed);
         }
         sent

@@ -45,7 +45,7 @@ impl FlashClient {
         c.hits[r].fetch_add(n as u64, Ordering::Relaxed);
         c.requests.fetch_add(1, Ordering::Relaxed);
         if requester == Requester::Verify && fast.single_max > 0 && n <= fast.single_max as usize {
-            c.count_decode_uses(layer, experts);
+            c.decode_uses.count(layer, experts);
         }
         Some(DemandReply {
             hits: n as u32,

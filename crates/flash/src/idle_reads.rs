@@ -15,7 +15,7 @@ impl Actor {
     pub(super) fn note_demand_hits(&mut self, layer: u32, experts: &[u32], hits: &[SlotKey]) {
         let single = self.ahead.max_experts > 0 && experts.len() <= self.ahead.max_experts as usize;
         if single {
-            self.counters.count_decode_uses(layer, experts);
+            self.counters.decode_uses.count(layer, experts);
         }
         self.note_warm_used(hits);
     }
@@ -27,7 +27,8 @@ impl Actor {
         }
         let used = hits.iter().filter(|k| self.warm_unused.remove(k)).count();
         self.counters
-            .warm_used_slots
+            .warm
+            .used_slots
             .fetch_add(used as u64, Ordering::Relaxed);
     }
 
@@ -57,12 +58,12 @@ impl Actor {
             settled += rest;
             self.warm.clear();
         }
-        c.warm_skipped_slots.fetch_add(skipped, Ordering::Relaxed);
+        c.warm.skipped_slots.fetch_add(skipped, Ordering::Relaxed);
         if !admitted.is_empty() {
             self.make_room(&evicted, &admitted);
             self.warm_read(&admitted);
         }
-        c.warm_queued_slots.fetch_sub(settled, Ordering::Relaxed);
+        c.warm.queued_slots.fetch_sub(settled, Ordering::Relaxed);
     }
 
     /// The next chunk of the plan not yet resident, and how many resident
@@ -90,9 +91,11 @@ impl Actor {
         let _g = span.enter();
         match self.read_misses(admitted, &ALL_PROJ) {
             Ok(stats) => {
-                c.warm_read_bytes
+                c.warm
+                    .read_bytes
                     .fetch_add(stats.device_bytes, Ordering::Relaxed);
-                c.warm_read_slots
+                c.warm
+                    .read_slots
                     .fetch_add(admitted.len() as u64, Ordering::Relaxed);
                 c.resident_bytes
                     .store(self.cache.resident_bytes(), Ordering::Relaxed);
@@ -102,7 +105,7 @@ impl Actor {
             }
             Err(e) => {
                 tracing::debug!("warm read failed (dropped, a demand will retry): {e}");
-                c.prefetch_errors.fetch_add(1, Ordering::Relaxed);
+                c.prefetch.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -45,7 +45,8 @@ impl Actor {
             Err(e) => {
                 tracing::debug!("background read failed (dropped, a demand will retry): {e}");
                 self.counters
-                    .prefetch_errors
+                    .prefetch
+                    .errors
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -76,10 +77,10 @@ impl Actor {
         for k in judged {
             let bytes = self.ahead.prefetched.remove(&k).unwrap_or(0);
             let c = if experts.contains(&k.expert) {
-                &self.counters.prefetch_useful_bytes
+                &self.counters.prefetch.useful_bytes
             } else {
                 unused.push(k);
-                &self.counters.prefetch_wasted_bytes
+                &self.counters.prefetch.wasted_bytes
             };
             c.fetch_add(bytes, Ordering::Relaxed);
         }
@@ -142,7 +143,8 @@ impl Actor {
             Err(e) => {
                 tracing::debug!("prefetch read failed (dropped, a demand will retry): {e}");
                 self.counters
-                    .prefetch_errors
+                    .prefetch
+                    .errors
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -168,7 +170,8 @@ impl Actor {
         for k in keys {
             if let Some(b) = self.ahead.prefetched.remove(k) {
                 self.counters
-                    .prefetch_wasted_bytes
+                    .prefetch
+                    .wasted_bytes
                     .fetch_add(b, Ordering::Relaxed);
             }
         }

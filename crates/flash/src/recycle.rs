@@ -109,7 +109,10 @@ impl Actor {
         let cell = admitted.then(|| stock.ready()).flatten();
         let Some(cell) = cell else {
             if stock.has_room() {
-                self.counters.touch_misses.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .touch
+                    .touch_misses
+                    .fetch_add(1, Ordering::Relaxed);
             }
             return;
         };
@@ -122,6 +125,7 @@ impl Actor {
         };
         stock.taken(moved);
         self.counters
+            .touch
             .touched_bytes
             .fetch_add(moved as u64, Ordering::Relaxed);
     }

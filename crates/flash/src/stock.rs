@@ -255,7 +255,7 @@ fn toucher(s: &Shared, rx: &Receiver<ToToucher>) {
         let msg = if work {
             populate(s.cell(f), s.cell_bytes);
             s.filled.store(f + 1, Ordering::Release);
-            (s.counters.pretouched_bytes).fetch_add(s.cell_bytes as u64, Ordering::Relaxed);
+            (s.counters.touch.pretouched_bytes).fetch_add(s.cell_bytes as u64, Ordering::Relaxed);
             rx.try_recv().ok()
         } else {
             match rx.recv() {
@@ -347,7 +347,7 @@ mod tests {
         wait_ready(&s, 3);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(s.touched_cells(), 3, "three cells of room, three cells");
-        let backed = counters.pretouched_bytes.load(Ordering::Relaxed);
+        let backed = counters.touch.pretouched_bytes.load(Ordering::Relaxed);
         assert_eq!(backed, 3 * cell as u64, "counted");
         let c = s.ready().unwrap();
         assert_eq!((c.bytes, resident_pages(c.addr, c.bytes)), (cell, 4));

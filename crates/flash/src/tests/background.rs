@@ -38,8 +38,8 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
         "expert 0 came from the prefetch"
     );
     // Judged at layer 0's demand: expert 0 useful, expert 1 wasted.
-    assert_eq!(c.prefetch_useful_bytes.load(Ordering::Relaxed), 3 * slice);
-    assert_eq!(c.prefetch_wasted_bytes.load(Ordering::Relaxed), 3 * slice);
+    assert_eq!(c.prefetch.useful_bytes.load(Ordering::Relaxed), 3 * slice);
+    assert_eq!(c.prefetch.wasted_bytes.load(Ordering::Relaxed), 3 * slice);
     // Now layer 1's history {2, 3} is read ahead.
     wait_for("prefetch of layer 1", || pf(&c) == 12 * slice);
     let r = client.demand(1, &[2, 3]).unwrap();
@@ -76,7 +76,7 @@ fn prefetch_hints_and_cold_drops() {
     assert_eq!(r.dropped, vec![3]);
     assert_eq!((r.hits, r.misses), (2, 0));
     assert_eq!(c.dropped_experts.load(Ordering::Relaxed), 1);
-    assert_eq!(c.prefetch_useful_bytes.load(Ordering::Relaxed), 6 * slice);
+    assert_eq!(c.prefetch.useful_bytes.load(Ordering::Relaxed), 6 * slice);
     // The hint sent behind the demand is read ahead for layer 2.
     wait_for("hint behind a demand", || {
         c.read_bytes[Requester::Prefetch.index()].load(Ordering::Relaxed) == 9 * slice
@@ -115,11 +115,11 @@ fn warm_start_fills_free_budget_only_counts_use_and_decode_routing() {
     // Planned: one resident already (skipped), two that fit, then no room.
     let keys = vec![key(0, 1), key(1, 2), key(2, 3), key(2, 0), key(9, 9)];
     assert!(flash.warm(keys, vec![(key(1, 2), 0.5)]));
-    wait_for("warm reads", || ld(&c.warm_queued_slots) == 0);
-    assert_eq!(ld(&c.warm_read_slots), 2);
-    assert_eq!(ld(&c.warm_read_bytes), 2 * slot);
+    wait_for("warm reads", || ld(&c.warm.queued_slots) == 0);
+    assert_eq!(ld(&c.warm.read_slots), 2);
+    assert_eq!(ld(&c.warm.read_bytes), 2 * slot);
     assert_eq!(
-        ld(&c.warm_skipped_slots),
+        ld(&c.warm.skipped_slots),
         3,
         "no such slot, resident first, then no room"
     );
@@ -129,11 +129,11 @@ fn warm_start_fills_free_budget_only_counts_use_and_decode_routing() {
     let r = verify.demand(1, &[2, 3]).unwrap();
     assert_eq!((r.hits, r.misses), (1, 1));
     assert_eq!(verify.demand(1, &[2]).unwrap().hits, 1);
-    assert_eq!(ld(&c.warm_used_slots), 1);
+    assert_eq!(ld(&c.warm.used_slots), 1);
     // A prompt batch (wider than k) is not a token's routing: not counted.
     verify.demand(2, &[0, 1, 2, 3]).unwrap();
-    let uses = c.decode_uses_snapshot();
-    assert_eq!(c.uses_stride, 4);
+    let uses = c.decode_uses.snapshot();
+    assert_eq!(c.decode_uses.stride, 4);
     assert_eq!(&uses[0..4], &[1, 1, 0, 0]);
     assert_eq!(&uses[4..8], &[0, 0, 2, 1]);
     assert_eq!(&uses[8..12], &[0, 0, 0, 0]);

@@ -56,7 +56,7 @@ fn a_projection_of_another_size_in_the_next_layer_still_reads_into_recycled_page
     // The first pass fills fresh pages; after it, every miss takes the pages
     // of a slot just evicted, down included, whatever its layer's size.
     pass(&mut client);
-    let faults = |f: &Flash| f.counters().read_faults.load(Ordering::Relaxed);
+    let faults = |f: &Flash| f.counters().touch.read_faults.load(Ordering::Relaxed);
     let before = faults(&flash);
     pass(&mut client);
     pass(&mut client);
@@ -88,7 +88,7 @@ fn with_pages_touched_ahead_a_cache_that_grows_reads_into_them_without_faults() 
         pretouch_bytes,
         ..FlashConfig::default()
     };
-    let faults = |f: &Flash| f.counters().read_faults.load(Ordering::Relaxed);
+    let faults = |f: &Flash| f.counters().touch.read_faults.load(Ordering::Relaxed);
     let all = [0u32, 1, 2, 3];
     // Without the toucher, each fresh slot faults its pages in on the read.
     let cold = Flash::spawn(&one_file(f.path()), specs.clone(), cfg(0)).unwrap();
@@ -103,7 +103,7 @@ fn with_pages_touched_ahead_a_cache_that_grows_reads_into_them_without_faults() 
     let c = flash.counters();
     let t0 = std::time::Instant::now();
     // The toucher fills its cells while the run computes; here, before it.
-    while c.pretouched_bytes.load(Ordering::Relaxed) < 42 * 3 * PAGE {
+    while c.touch.pretouched_bytes.load(Ordering::Relaxed) < 42 * 3 * PAGE {
         assert!(
             t0.elapsed() < std::time::Duration::from_secs(10),
             "the toucher stalled"
@@ -115,7 +115,7 @@ fn with_pages_touched_ahead_a_cache_that_grows_reads_into_them_without_faults() 
         assert_eq!(r.misses, 4, "a cache that grows: layer {layer} is read");
         assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     }
-    let moved = c.touched_bytes.load(Ordering::Relaxed);
+    let moved = c.touch.touched_bytes.load(Ordering::Relaxed);
     assert!(moved >= 4 * 2 * PAGE, "{moved} bytes given touched pages");
     assert!(
         faults(&flash) * 4 <= faults(&cold),
