@@ -256,6 +256,12 @@ fn a_file_naming_its_face_is_found() {
     assert_eq!(through_the_face(&tree), ["engine::run"]);
 }
 
+/// The files `file` names in `graph` (a test's view of one node).
+fn edges_of(graph: &[(String, BTreeSet<String>)], file: &str) -> BTreeSet<String> {
+    let node = graph.iter().find(|(g, _)| g == file);
+    node.unwrap_or_else(|| panic!("{file} is no node")).1.clone()
+}
+
 #[test]
 fn a_planted_import_cycle_is_found() {
     // A dialect, the job's leaf and the routes: no cycle.
@@ -278,7 +284,7 @@ fn a_planted_import_cycle_is_found() {
     ];
     let graph = file_graph(&tree);
     assert_eq!(import_cycle(&graph), None, "{graph:?}");
-    let reached = |f: &str| graph.iter().find(|(g, _)| g == f).unwrap().1.clone();
+    let reached = |f: &str| edges_of(&graph, f);
     assert_eq!(
         reached("serve::routes"),
         ["serve::d", "serve::job"].map(String::from).into()
@@ -327,7 +333,7 @@ fn an_inline_test_module_is_a_module_of_its_own() {
     ];
     let graph = file_graph(&tree);
     assert_eq!(import_cycle(&graph), None, "{graph:?}");
-    let reached = |f: &str| graph.iter().find(|(g, _)| g == f).unwrap().1.clone();
+    let reached = |f: &str| edges_of(&graph, f);
     assert_eq!(
         reached("serve::job::tests"),
         ["serve"].map(String::from).into()
