@@ -18,9 +18,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bmoe_serve  # noqa: E402
 
 PROMPTS = [
     "Once upon a time, in a small village by the sea, there lived",
@@ -37,15 +41,9 @@ TURN2 = "Now tell me what happened to his boat the next morning."
 
 
 def start_server(binary, model, parallel, args):
-    cmd = [binary, "serve", "-m", model, "--port", "0", "--parallel", str(parallel),
-           "--queue", "8", "-c", str(args.ctx), "--cache-mb", args.cache_mb]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    for line in p.stderr:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-            return p, int(m.group(1))
-    raise SystemExit(f"server did not start: {cmd}")
+    flags = ["--parallel", str(parallel), "--queue", "8", "-c", str(args.ctx),
+             "--cache-mb", args.cache_mb]
+    return bmoe_serve.start(binary, model, flags)
 
 
 def post(port, path, body, timeout=600):
@@ -122,8 +120,7 @@ def chat_turns(binary, model, args):
         prompt = f"{turn1}{a1['choices'][0]['text']}\nQuestion: {TURN2}\nAnswer:"
         ttft, fig = first_chunk_s(port, {"prompt": prompt, "max_tokens": 16})
     finally:
-        p.terminate()
-        p.wait()
+        bmoe_serve.stop(p)
     t0 = time.monotonic()
     run = subprocess.Popen([binary, "run", "-m", model, "--cache-mb", args.cache_mb, "-c",
                             str(args.ctx), "-n", "16", "-p", prompt],
@@ -188,8 +185,7 @@ def main():
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
-                p.terminate()
-                p.wait()
+                bmoe_serve.stop(p)
     with open(os.path.join(args.out, "cells.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

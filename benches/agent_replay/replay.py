@@ -38,7 +38,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve  # noqa: E402
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import bmoe_serve as serve  # noqa: E402
 import summary  # noqa: E402
 
 CELLS = ["alone-on", "alone-off", "restart-on", "p1-on", "p1-off", "p2-on"]

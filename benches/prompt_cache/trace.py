@@ -23,16 +23,14 @@ import argparse
 import csv
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent_replay"))
-from serve import counter, stop  # noqa: E402  (the /metrics reader both benches use)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import bmoe_serve  # noqa: E402
+from bmoe_serve import counter, stop  # noqa: E402
 
 SENTENCES = [
     "Tool {i}: read_file takes a path and returns the text of the file, at most 2000 lines.",
@@ -49,15 +47,9 @@ def system_prompt(tokens):
 
 
 def start(binary, model, args, cache, warm=None):
-    cmd = [binary, "serve", "-m", model, "--port", "0", "-c", str(args.ctx), "-t", "2",
-           "--prompt-cache", cache] + (["--cache-warm", warm] if warm else [])
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    for line in p.stderr:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-            return p, int(m.group(1))
-    raise SystemExit(f"server did not start: {cmd}")
+    flags = ["-c", str(args.ctx), "-t", "2", "--prompt-cache", cache] + (
+        ["--cache-warm", warm] if warm else [])
+    return bmoe_serve.start(binary, model, flags)
 
 
 def turn(port, messages, tokens):

@@ -315,6 +315,23 @@ mod tests {
         assert_eq!(c[2].settings.n_ctx, bmoe::engine::DEFAULT_N_CTX);
     }
 
+    /// Every shipped cells file (benches/cells/) is a matrix `bmoe bench
+    /// --cells` takes: each line `bmoe run`'s own flags, the names distinct.
+    #[test]
+    fn every_shipped_cells_file_parses() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/cells");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).expect("benches/cells") {
+            let path = e.expect("an entry").path();
+            let text = std::fs::read_to_string(&path).expect("a cells file");
+            let name = path.display().to_string();
+            let c = parse_cells(&name, &text, &settle_cell).unwrap_or_else(|e| panic!("{e}"));
+            assert!(c.len() >= 2, "{name}: {} cells", c.len());
+            n += 1;
+        }
+        assert!(n >= 10, "only {n} cells files");
+    }
+
     #[test]
     fn the_probe_depths_are_the_streamed_cells_depths() {
         let c = cells(

@@ -259,7 +259,9 @@ fn a_file_naming_its_face_is_found() {
 /// The files `file` names in `graph` (a test's view of one node).
 fn edges_of(graph: &[(String, BTreeSet<String>)], file: &str) -> BTreeSet<String> {
     let node = graph.iter().find(|(g, _)| g == file);
-    node.unwrap_or_else(|| panic!("{file} is no node")).1.clone()
+    node.unwrap_or_else(|| panic!("{file} is no node"))
+        .1
+        .clone()
 }
 
 #[test]

@@ -1,6 +1,9 @@
-"""What the agent replay's scripts share: start and stop `bmoe serve`, read a
-counter from /metrics, stream one request's server-sent events."""
+"""What the serve benches share (benches/serve_load.py, prompt_cache/trace.py,
+agent_replay/): start and stop `bmoe serve`, read a counter from /metrics,
+stream one request's server-sent events. A script imports it with
+`sys.path.insert(0, <the benches folder>)`."""
 import json
+import os
 import re
 import subprocess
 import threading
@@ -8,9 +11,9 @@ import time
 import urllib.request
 
 
-def start(binary, model, flags, log_path, env=None):
-    """`bmoe serve -m MODEL --port 0 FLAGS`, its stderr appended to log_path;
-    (process, port) once it listens."""
+def start(binary, model, flags, log_path=os.devnull, env=None):
+    """`bmoe serve -m MODEL --port 0 FLAGS`, its stderr appended to log_path
+    (none kept by default); (process, port) once it listens."""
     cmd = [binary, "serve", "-m", model, "--port", "0"] + flags
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                          text=True, env=env)
