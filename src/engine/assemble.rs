@@ -12,6 +12,7 @@ use super::mode::Mode;
 use super::note::Note;
 use super::prefill::TARGET_UBATCH;
 use super::prefill::{choose_ubatch, PrefillFacts};
+use super::refusal::Refusal;
 use super::startup::Startup;
 use crate::chat::ChatTemplate;
 use crate::draft::MtpActorConfig;
@@ -340,8 +341,7 @@ fn forced_routes(
         return Ok(None);
     };
     let own = crate::stream::route_trace_header(&cfg.model, layout, k);
-    let routes =
-        route_from::load(path, &cfg.model, &own).map_err(|e| EngineError::Config(e.to_string()))?;
+    let routes = route_from::load(path, &cfg.model, &own).map_err(Refusal::from)?;
     notes.push(Note::RouteFrom {
         path: path.clone(),
         tokens: routes.tokens(),
@@ -461,6 +461,5 @@ fn check_context(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32) -> Result<(), 
         ubatch: u64::from(ubatch),
         draft_ubatch: cfg.speculation.source.head().map(|_| u64::from(MTP_UBATCH)),
     };
-    super::ctx_check::check_model(layout.ctx.as_ref(), ask)
-        .map_err(|e| EngineError::Config(e.to_string()))
+    super::ctx_check::check_model(layout.ctx.as_ref(), ask).map_err(|e| Refusal::from(e).into())
 }

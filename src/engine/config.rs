@@ -9,6 +9,7 @@ use super::error::EngineError;
 use super::mode::Mode;
 use super::note::Note;
 use super::prefill::{TARGET_UBATCH, UBATCH_MIN};
+use super::refusal::Refusal;
 use crate::layout::MoeLayout;
 use crate::stream::{StreamError, Streamer};
 
@@ -310,19 +311,22 @@ impl RunConfig {
         }
         if let Some(k) = self.n_expert_used {
             if k == 0 || k > layout.n_expert {
-                return Err(EngineError::Config(format!(
-                    "--n-expert-used {k}: this model has {} experts per layer (routes {} by default); \
-                     choose 1..={}",
-                    layout.n_expert, layout.n_expert_used, layout.n_expert
-                )));
+                return Err(Refusal::ExpertsUsed {
+                    k,
+                    n_expert: layout.n_expert,
+                    default_k: layout.n_expert_used,
+                }
+                .into());
             }
             if layout.hash_layers > 0 && k != layout.n_expert_used {
                 // llama.cpp checks the table's shape against the count at load.
-                return Err(EngineError::Config(format!(
-                    "--n-expert-used {k}: {} routes its first {} layer(s) by token id through a \
-                     table of {} experts per token (ffn_gate_tid2eid): drop --n-expert-used",
-                    layout.arch, layout.hash_layers, layout.n_expert_used
-                )));
+                return Err(Refusal::HashRouted {
+                    k,
+                    arch: layout.arch.clone(),
+                    hash_layers: layout.hash_layers,
+                    default_k: layout.n_expert_used,
+                }
+                .into());
             }
         }
         if let Speculation::Auto { head: false, .. } = self.speculation.source {
@@ -332,16 +336,13 @@ impl RunConfig {
         }
         if let Some((p_min, _)) = self.speculation.source.head() {
             if layout.n_layer_nextn == 0 {
-                return Err(EngineError::Config(format!(
-                    "--mtp needs a model with an MTP (nextn) head; {} has none (nextn_predict_layers \
-                     is 0): use --ngram for drafts without a head",
-                    self.model.display()
-                )));
+                return Err(Refusal::NoMtpHead {
+                    model: self.model.clone(),
+                }
+                .into());
             }
             if !(p_min.is_finite() && (0.0..=1.0).contains(&p_min)) {
-                return Err(EngineError::Config(format!(
-                    "--mtp-p-min {p_min}: give a probability in 0..=1"
-                )));
+                return Err(Refusal::MtpPMin { p_min }.into());
             }
         }
         Ok((mode, notes))

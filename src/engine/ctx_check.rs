@@ -67,7 +67,7 @@ impl CtxShape {
 
 /// Why a context was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum CtxRefusal {
+pub enum CtxRefusal {
     #[error("-c {n_ctx} is over the model's training context ({n_ctx_train} tokens): give -c {n_ctx_train} or less")]
     OverTraining { n_ctx: u64, n_ctx_train: u64 },
     #[error("-c {n_ctx} x {n_seq} sequence(s) needs about {need_mib} MiB of KV cache and compute buffers, but {available_mib} MiB are available (MemAvailable less {HEADROOM_MIB} MiB headroom): give -c {fits} or less{parallel_hint}")]

@@ -1,5 +1,6 @@
 //! The engine's one error type, typed across every seam it meets.
 
+use super::refusal::Refusal;
 use crate::draft::DraftError;
 use crate::generate::GenerateError;
 use crate::llama::LlamaError;
@@ -22,15 +23,16 @@ pub enum EngineError {
     Telemetry(#[from] TelemetryError),
     #[error(transparent)]
     PromptCache(#[from] crate::prompt_cache::PromptCacheError),
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error(
         "the model computed NaN for the next token's scores: tensor data is likely corrupt, in \
-         the model file here or in what the RPC hosts {0} hold; restart their `bmoe rpc-server` \
+         the model file here or in what the RPC hosts {} hold; restart their `bmoe rpc-server` \
          (with --cache it checks its files at start and removes damaged ones), and check the \
-         model file against its published checksum"
+         model file against its published checksum",
+        .endpoints.join(",")
     )]
-    NanWithRpc(String),
+    NanWithRpc { endpoints: Vec<String> },
     /// A run that failed after generation started: the cause, and the
     /// `BMOE_DONE` object of what was generated (aborted=1), so the binary can
     /// still print it.
@@ -49,7 +51,7 @@ impl EngineError {
     /// command that runs the engine exits with the usage code for these.
     pub fn is_refusal(&self) -> bool {
         match self {
-            EngineError::Config(_)
+            EngineError::Refused(_)
             | EngineError::Generate(GenerateError::PromptTooLong { .. })
             | EngineError::Generate(GenerateError::EmptyPrompt)
             | EngineError::Stream(

@@ -5,7 +5,7 @@
 //! prefill; one holding more tokens than the context, a note and a prefill.
 //! Also what names a state ([`ident_of`], used by serve).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::config::RunConfig;
 use crate::llama::{Context, Token};
@@ -36,20 +36,43 @@ pub fn ident_of(cfg: &RunConfig, n_ctx: u32, state_streams: u32) -> std::io::Res
 pub(super) fn read_within_memory(
     file: &Path,
     ident: &Ident,
-) -> Result<prompt_cache::Entry, String> {
+) -> Result<prompt_cache::Entry, StateReadError> {
     let bytes = std::fs::metadata(file)
-        .map_err(|e| format!("{}: {e}", file.display()))?
+        .map_err(|source| StateReadError::Stat {
+            file: file.to_path_buf(),
+            source,
+        })?
         .len();
     let available = crate::stream::memory::mem_available_bytes().unwrap_or(u64::MAX);
     if bytes > available {
-        return Err(format!(
-            "{} is {} MiB, more than the {} MiB of memory available: not read",
-            file.display(),
-            bytes >> 20,
-            available >> 20
-        ));
+        return Err(StateReadError::OverMemory {
+            file: file.to_path_buf(),
+            mib: bytes >> 20,
+            available_mib: available >> 20,
+        });
     }
-    prompt_cache::read_entry(file, ident).map_err(|e| e.to_string())
+    Ok(prompt_cache::read_entry(file, ident)?)
+}
+
+/// Why a saved state was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateReadError {
+    #[error("{}: {source}", .file.display())]
+    Stat {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is {mib} MiB, more than the {available_mib} MiB of memory available: not read",
+        .file.display()
+    )]
+    OverMemory {
+        file: PathBuf,
+        mib: u64,
+        available_mib: u64,
+    },
+    #[error(transparent)]
+    Entry(#[from] prompt_cache::PromptCacheError),
 }
 
 /// Put the state in `file` into sequence 0 when its tokens share a prefix
@@ -147,6 +170,8 @@ mod tests {
             settings: String::new(),
         };
         let e = read_within_memory(&file, &ident).unwrap_err();
+        assert!(matches!(e, StateReadError::OverMemory { .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains("more than the") && e.contains("not read"), "{e}");
     }
 }

@@ -16,6 +16,7 @@ use bmoe_decode::metrics::DecodeMetrics;
 use super::config::RunConfig;
 use super::error::EngineError;
 use super::note::{Note, RpcSplit};
+use super::refusal::Refusal;
 use super::rpc_config::{RpcConfig, RpcLayers};
 use crate::generate::GenerateError;
 use crate::layout::{MoeLayout, RemoteShare};
@@ -40,11 +41,7 @@ pub(super) fn attach(
 ) -> Result<Option<RpcRun>, EngineError> {
     let Some(rc) = &cfg.rpc else { return Ok(None) };
     if cfg.speculation.source.head().is_some() {
-        return Err(EngineError::Config(
-            "--rpc with --mtp: the MTP head's layer would sit on an RPC host, which bmoe does \
-             not support; drop one of them"
-                .into(),
-        ));
+        return Err(Refusal::RpcWithMtp.into());
     }
     // A count is known before the hosts are asked: a pairing it makes
     // pointless is refused without reaching them.
@@ -59,22 +56,22 @@ pub(super) fn attach(
     let blocks = match rc.layers {
         RpcLayers::Auto => layout.blocks_fitting(free),
         RpcLayers::Count(n) if n > layout.blocks() => {
-            return Err(EngineError::Config(format!(
-                "--rpc-layers {n}: {} has {} layers (blocks); choose 0..={}",
-                cfg.model.display(),
-                layout.blocks(),
-                layout.blocks()
-            )))
+            return Err(Refusal::RpcLayers {
+                n,
+                model: cfg.model.clone(),
+                blocks: layout.blocks(),
+            }
+            .into())
         }
         RpcLayers::Count(n) => n,
     };
     if layout.remote_bytes(blocks) > free {
-        return Err(EngineError::Config(format!(
-            "--rpc-layers {blocks}: those layers and the output layer take {} MiB but the RPC \
-             hosts report {} MiB free; give fewer layers, more hosts, or --rpc-layers auto",
-            mib(layout.remote_bytes(blocks)),
-            mib(free)
-        )));
+        return Err(Refusal::RpcTooSmall {
+            blocks,
+            need_mib: mib(layout.remote_bytes(blocks)),
+            free_mib: mib(free),
+        }
+        .into());
     }
     route_trace_needs_local_experts(route_trace(cfg), layout, blocks)?;
     let share = layout.hand_off(blocks).clone();
@@ -108,14 +105,12 @@ fn route_trace_needs_local_experts(
 ) -> Result<(), EngineError> {
     match trace {
         Some(t) if layout.is_moe() && !experts_stay_here(layout, remote_blocks) => {
-            Err(EngineError::Config(format!(
-                "--route-trace {} with --rpc-layers {remote_blocks}: every layer with experts \
-                 would be on the RPC hosts, so nothing streams here and there is nothing to \
-                 record; give --rpc-layers fewer than {remote_blocks} (at most {} keeps one here), \
-                 or drop --route-trace",
-                t.display(),
-                last_count_keeping_experts(layout)
-            )))
+            Err(Refusal::RouteTraceAllRemote {
+                trace: t.to_path_buf(),
+                remote_blocks,
+                most: last_count_keeping_experts(layout),
+            }
+            .into())
         }
         _ => Ok(()),
     }
@@ -137,9 +132,9 @@ fn last_count_keeping_experts(layout: &MoeLayout) -> u32 {
 pub(super) fn blame_hosts(e: EngineError, rpc: Option<&RpcConfig>) -> EngineError {
     let Some(rc) = rpc else { return e };
     match e {
-        EngineError::Generate(GenerateError::NanLogits) => {
-            EngineError::NanWithRpc(rc.endpoints.join(","))
-        }
+        EngineError::Generate(GenerateError::NanLogits) => EngineError::NanWithRpc {
+            endpoints: rc.endpoints.clone(),
+        },
         EngineError::Failed { cause, done_line } => EngineError::Failed {
             cause: Box::new(blame_hosts(*cause, rpc)),
             done_line,
@@ -310,7 +305,10 @@ mod tests {
         let t = Some(Path::new("t.bmrt"));
         assert!(route_trace_needs_local_experts(t, &l, 1).is_ok());
         let e = route_trace_needs_local_experts(t, &l, 2).unwrap_err();
-        assert!(matches!(e, EngineError::Config(_)), "{e}");
+        assert!(
+            matches!(e, EngineError::Refused(Refusal::RouteTraceAllRemote { .. })),
+            "{e}"
+        );
         let msg = e.to_string();
         assert!(
             msg.contains("nothing to record") && msg.contains("at most 1"),
@@ -337,9 +335,9 @@ mod tests {
         let EngineError::Failed { cause, .. } = blame_hosts(failed, Some(&rc)) else {
             panic!("not kept as a failure")
         };
-        assert!(matches!(*cause, EngineError::NanWithRpc(_)));
-        let other = blame_hosts(EngineError::Config("x".into()), Some(&rc));
-        assert!(matches!(other, EngineError::Config(_)));
+        assert!(matches!(*cause, EngineError::NanWithRpc { .. }));
+        let other = blame_hosts(Refusal::RpcWithMtp.into(), Some(&rc));
+        assert!(matches!(other, EngineError::Refused(_)));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::config::{RunConfig, Speculation};
 use super::error::EngineError;
 use super::note::Note;
+use super::refusal::Refusal;
 use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
 use crate::llama::{Context, Model, Target, Token};
@@ -278,15 +279,14 @@ impl Session {
     /// an error the context is left empty.
     pub fn restore_state(&mut self, file: &Path, ident: &Ident) -> Result<usize, EngineError> {
         self.reset();
-        let entry =
-            super::prompt_state::read_within_memory(file, ident).map_err(EngineError::Config)?;
+        let entry = super::prompt_state::read_within_memory(file, ident).map_err(Refusal::from)?;
         if !ident.fits(entry.tokens.len()) {
-            return Err(EngineError::Config(format!(
-                "{} holds {} tokens, more than this context's {} (-c)",
-                file.display(),
-                entry.tokens.len(),
-                ident.n_ctx
-            )));
+            return Err(Refusal::StateTooLong {
+                file: file.to_path_buf(),
+                tokens: entry.tokens.len(),
+                n_ctx: ident.n_ctx,
+            }
+            .into());
         }
         self.ctx.set_seq_state(0, &entry.state)?;
         self.kv = entry.tokens;
