@@ -289,7 +289,7 @@ impl Actor {
         projs: &[Proj],
     ) -> Result<ReadStats, FlashError> {
         if let Some(what) = self.arena.lost() {
-            return Err(FlashError::MappingLost(what.to_string()));
+            return Err(FlashError::MappingLost(what.clone()));
         }
         self.ops.clear();
         for k in misses {

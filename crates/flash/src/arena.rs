@@ -4,7 +4,7 @@
 //! read it in place. Evicting releases the pages (`madvise(MADV_DONTNEED)`), so
 //! RSS follows what the cache holds.
 
-use super::error::FlashError;
+use super::error::{FlashError, LostMapping};
 use super::map_budget::MapBudget;
 use crate::proj::Proj;
 
@@ -38,7 +38,7 @@ pub struct Arena {
     moves: MapBudget,
     /// Set when a refused move left a hole that could not be mapped again:
     /// every later read fails with it ([`Arena::lost`]).
-    lost: std::sync::OnceLock<String>,
+    lost: std::sync::OnceLock<LostMapping>,
 }
 
 // The arena only hands out raw addresses; who writes (the flash actor,
@@ -162,13 +162,14 @@ impl Arena {
                 r == Remapped::Moved
             }
             Err(e) => {
-                let what = format!(
-                    "a refused page move ({e}) left {n} bytes of layer {} {} expert {}'s \
-                     memory unmapped at {dst:#x}, and they could not be mapped again",
-                    to.0,
-                    proj.name(),
-                    to.1
-                );
+                let what = LostMapping {
+                    layer: to.0,
+                    proj,
+                    expert: to.1,
+                    bytes: n,
+                    addr: dst,
+                    cause: e.to_string(),
+                };
                 tracing::error!("{what}");
                 self.lost.get_or_init(|| what);
                 false
@@ -178,8 +179,8 @@ impl Arena {
 
     /// Why the arena's memory can no longer be read into, if a refused page
     /// move left a hole in it (see [`map_again`]).
-    pub(crate) fn lost(&self) -> Option<&str> {
-        self.lost.get().map(String::as_str)
+    pub(crate) fn lost(&self) -> Option<&LostMapping> {
+        self.lost.get()
     }
 
     /// `bytes` rounded up to whole pages.

@@ -81,7 +81,7 @@ impl FlashClient {
                 split,
                 reply,
             })
-            .map_err(|_| FlashError::Stopped("request channel closed".into()))
+            .map_err(|_| FlashError::RequestsClosed)
     }
 
     /// The general demand: the `droppable` experts may be skipped when they
@@ -148,9 +148,7 @@ impl FlashClient {
     }
 
     fn recv(&self) -> Result<DemandReply, FlashError> {
-        self.reply_rx
-            .recv()
-            .map_err(|_| FlashError::Stopped("no reply".into()))?
+        self.reply_rx.recv().map_err(|_| FlashError::NoReply)?
     }
 
     /// Block until `experts` of `layer` are resident (and pinned for this requester).

@@ -65,14 +65,20 @@ pub(super) struct Bounce {
 
 impl Bounce {
     pub(super) fn new(len: usize) -> Result<Self, FlashError> {
-        let layout = Layout::from_size_align(len.max(ALIGN as usize), ALIGN as usize)
-            .map_err(|e| FlashError::Config(format!("bounce buffer: {e}")))?;
+        let layout =
+            Layout::from_size_align(len.max(ALIGN as usize), ALIGN as usize).map_err(|_| {
+                FlashError::Alloc {
+                    what: "bounce buffer",
+                    bytes: len as u64,
+                }
+            })?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            return Err(FlashError::Config(format!(
-                "cannot allocate a {len}-byte bounce buffer"
-            )));
+            return Err(FlashError::Alloc {
+                what: "bounce buffer",
+                bytes: len as u64,
+            });
         }
         Ok(Self { ptr, layout })
     }

@@ -44,7 +44,7 @@ pub use arena::{AnonBuffer, Arena, TensorSpec, N_PROJ};
 pub use client::{Flash, FlashClient};
 pub use config::FlashConfig;
 pub use counters::{DecodeUses, FlashCounters, PrefetchCounters, TouchCounters, WarmCounters};
-pub use error::FlashError;
+pub use error::{FlashError, LostMapping};
 pub use fault::{
     open_faulty_reader, FaultCounts, FaultPlan, FaultReader, FaultyReader, FaultyRing, FaultySource,
 };

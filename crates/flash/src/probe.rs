@@ -71,19 +71,26 @@ pub fn probe_read_bandwidth(
         o_direct,
     } = reads;
     if slices.is_empty() {
-        return Err(FlashError::Config("no slices to probe".into()));
+        return Err(FlashError::NoSlices);
     }
     let max = slices.iter().map(|s| s.1).max().unwrap_or(0);
     let (mut reader, _notes) = open_reader(path, o_direct, queue_depth, max)?;
     let batch = (queue_depth as usize * 4).max(4);
     let mut bufs = Vec::with_capacity(batch);
     for _ in 0..batch {
+        let alloc_err = FlashError::Alloc {
+            what: "probe buffer",
+            bytes: max.max(4096),
+        };
         let layout = std::alloc::Layout::from_size_align(max.max(4096) as usize, 4096)
-            .map_err(|e| FlashError::Config(e.to_string()))?;
+            .map_err(|_| alloc_err)?;
         // SAFETY: non-zero size layout; freed by Aligned's Drop.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            return Err(FlashError::Config("probe buffer allocation failed".into()));
+            return Err(FlashError::Alloc {
+                what: "probe buffer",
+                bytes: max.max(4096),
+            });
         }
         bufs.push(Aligned { ptr, layout });
     }

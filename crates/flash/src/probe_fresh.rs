@@ -35,7 +35,7 @@ pub fn probe_fresh_reads(
     } = reads;
     let max = slices.iter().map(|s| s.1).max().unwrap_or(0);
     if slices.is_empty() || max == 0 {
-        return Err(FlashError::Config("no slices to probe".into()));
+        return Err(FlashError::NoSlices);
     }
     let len = total_bytes.max(max).next_multiple_of(4096) as usize;
     // SAFETY: a private anonymous mapping of `len` bytes, nothing populated.
@@ -50,7 +50,10 @@ pub fn probe_fresh_reads(
         )
     };
     if ptr == libc::MAP_FAILED {
-        return Err(FlashError::Config("cannot map the probe's memory".into()));
+        return Err(FlashError::Alloc {
+            what: "probe mapping",
+            bytes: len as u64,
+        });
     }
     let fresh = Fresh {
         ptr: ptr.cast(),

@@ -28,9 +28,7 @@ impl ShardedReader {
     /// `parts` as (base, reader); the bases must increase.
     pub fn new(parts: Vec<(u64, Box<dyn SliceReader>)>) -> Result<Self, FlashError> {
         if parts.is_empty() || parts.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(FlashError::Config(
-                "shard bases must be given in increasing order".into(),
-            ));
+            return Err(FlashError::ShardOrder);
         }
         Ok(Self {
             parts,

@@ -376,9 +376,7 @@ impl SliceReader for UringReader {
             }
             if call.in_ring() == 0 {
                 // A full queue that holds nothing: no completion will make room.
-                call.fail(FlashError::Config(
-                    "the io_uring submission queue takes no reads".into(),
-                ));
+                call.fail(FlashError::RingTakesNoReads);
                 call.drop_unsent();
                 break;
             }
