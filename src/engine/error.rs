@@ -3,7 +3,7 @@
 use super::refusal::Refusal;
 use crate::draft::DraftError;
 use crate::generate::GenerateError;
-use crate::llama::LlamaError;
+use crate::llama::{LlamaError, ObserverFailure};
 use crate::stream::StreamError;
 use bmoe_decode::telemetry::TelemetryError;
 
@@ -18,7 +18,7 @@ pub enum EngineError {
     #[error(transparent)]
     Draft(#[from] DraftError),
     #[error("streaming stopped the decode: {0}")]
-    Streaming(String),
+    Streaming(#[source] ObserverFailure),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
     #[error(transparent)]

@@ -19,6 +19,7 @@ use super::run_report::{
 };
 use crate::draft::HeadReport;
 use crate::generate::{GenerateError, Generation, StopReason};
+use crate::llama::ObserverFailure;
 use crate::stream::memory;
 
 /// What the generation produced and measured, before the run's totals.
@@ -42,38 +43,10 @@ pub(super) struct Ended {
     pub(super) metered: Metered,
     pub(super) head: HeadReport,
     /// The verify hook's first error (it aborted a decode because of it).
-    pub(super) observer_failure: Option<String>,
+    pub(super) observer_failure: Option<ObserverFailure>,
     /// The context's abort flag was raised (by the hook).
     pub(super) aborted_by_hook: bool,
     pub(super) startup: super::startup::Startup,
-}
-
-/// The run's failure, if any: a streaming error that aborted a decode, else
-/// the generation's own error.
-fn failure(
-    res: &Result<Generation, GenerateError>,
-    stream_error: Option<String>,
-    aborted_by_hook: bool,
-) -> Option<EngineError> {
-    match (res, stream_error) {
-        (_, Some(e)) if aborted_by_hook => Some(EngineError::Streaming(e)),
-        (Ok(_), _) => None,
-        (Err(e), _) => Some(EngineError::Streaming(e.to_string())),
-    }
-}
-
-/// The first error wins: a streaming failure makes llama_decode fail too, but
-/// the cause is the streaming error.
-fn cause(
-    res: Result<Generation, GenerateError>,
-    f: EngineError,
-    stream_failed: bool,
-) -> EngineError {
-    match (res, f) {
-        (_, f @ EngineError::Streaming(_)) if stream_failed => f,
-        (Err(e), _) => e.into(),
-        (Ok(_), f) => f,
-    }
 }
 
 /// Bytes the flash actor read for `r` (0 when resident).
@@ -173,11 +146,12 @@ fn prefetch(backend: &Backend, predicted: PredictorTally) -> PrefetchReport {
 }
 
 /// The generation, or the run's failure with the `BMOE_DONE` line of what
-/// was generated: the failure's cause first, then a trailer that could not
-/// be written.
+/// was generated: the failure's cause first (a streaming error that aborted
+/// a decode, which makes llama_decode fail too, else the generation's own
+/// error), then a trailer that could not be written.
 fn outcome(
     res: Result<Generation, GenerateError>,
-    failed: Option<(EngineError, bool)>,
+    hook_failure: Option<ObserverFailure>,
     finished: Result<u64, bmoe_decode::telemetry::TelemetryError>,
     done_line: &str,
 ) -> Result<Generation, EngineError> {
@@ -185,11 +159,12 @@ fn outcome(
         cause: Box::new(cause),
         done_line: done_line.to_string(),
     };
-    if let Some((f, stream_failed)) = failed {
-        return Err(fail(cause(res, f, stream_failed)));
+    if let Some(e) = hook_failure {
+        return Err(fail(EngineError::Streaming(e)));
     }
+    let generation = res.map_err(|e| fail(e.into()))?;
     finished.map_err(|e| fail(e.into()))?;
-    Ok(res?)
+    Ok(generation)
 }
 
 /// Once the context is gone (its verify hook flushed every decode's trace):
@@ -228,13 +203,13 @@ pub(super) fn report(
             summary: c.summary(),
         }
     }));
-    let stream_failed = ended.observer_failure.is_some();
-    let failed = failure(&m.res, ended.observer_failure, ended.aborted_by_hook);
+    // A hook error that aborted no decode is no failure.
+    let hook_failure = ended.observer_failure.filter(|_| ended.aborted_by_hook);
     let closing = Closing::gather(&m, &backend, a.prefill);
     let facts = TrailerFacts {
         prompt_tokens: a.tokens.len(),
         elapsed,
-        failed: failed.is_some(),
+        failed: hook_failure.is_some() || m.res.is_err(),
         dropped_events: telemetry.dropped(),
         head: &ended.head,
         startup: &ended.startup,
@@ -247,8 +222,7 @@ pub(super) fn report(
     done.push(("mode".into(), backend.kind().name().into()));
     let done_line = json_object(&done);
     let finished = telemetry.finish(trailer, Duration::from_secs(5));
-    let failed = failed.map(|f| (f, stream_failed));
-    let generation = outcome(m.res, failed, finished, &done_line)
+    let generation = outcome(m.res, hook_failure, finished, &done_line)
         .map_err(|e| super::rpc::blame_hosts(e, a.cfg.rpc.as_ref()))?;
     let kernel_read_bytes = (m.kernel_read_bytes_before)
         .zip(memory::io_read_bytes())
@@ -312,23 +286,43 @@ mod tests {
         })
     }
 
+    fn outcome_of(
+        res: Result<Generation, GenerateError>,
+        hook: Option<&str>,
+    ) -> Result<Generation, EngineError> {
+        let hook = hook.map(|m| std::sync::Arc::new(std::io::Error::other(m)) as ObserverFailure);
+        outcome(res, hook, Ok(0), "{}")
+    }
+
+    fn cause_of(r: Result<Generation, EngineError>) -> EngineError {
+        match r {
+            Err(EngineError::Failed { cause, done_line }) => {
+                assert_eq!(done_line, "{}");
+                *cause
+            }
+            other => panic!("not a failure with its done line: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_hook_error_that_aborted_the_decode_is_the_cause() {
-        let res: Result<Generation, GenerateError> = Err(GenerateError::NoLogits);
-        let f = failure(&res, Some("read failed".into()), true).expect("a failure");
-        assert_eq!(f.to_string(), "streaming stopped the decode: read failed");
-        let c = cause(res, f, true);
+        let c = cause_of(outcome_of(
+            Err(GenerateError::NoLogits),
+            Some("read failed"),
+        ));
+        assert!(matches!(c, EngineError::Streaming(_)), "{c:?}");
         assert_eq!(c.to_string(), "streaming stopped the decode: read failed");
+        let c = cause_of(outcome_of(ok(), Some("read failed")));
+        assert!(matches!(c, EngineError::Streaming(_)), "{c:?}");
     }
 
     #[test]
     fn without_a_hook_error_the_generation_decides() {
-        assert!(failure(&ok(), None, false).is_none());
-        // A hook error that did not abort anything is not a failure.
-        assert!(failure(&ok(), Some("late".into()), false).is_none());
-        let res: Result<Generation, GenerateError> = Err(GenerateError::NoLogits);
-        let f = failure(&res, None, false).expect("a failure");
-        let c = cause(res, f, false);
+        assert!(outcome_of(ok(), None).is_ok());
+        let c = cause_of(outcome_of(Err(GenerateError::NoLogits), None));
         assert!(matches!(c, EngineError::Generate(GenerateError::NoLogits)));
+        let csv = bmoe_decode::telemetry::TelemetryError::Timeout(Duration::from_secs(5));
+        let c = cause_of(outcome(ok(), None, Err(csv), "{}"));
+        assert!(matches!(c, EngineError::Telemetry(_)), "{c:?}");
     }
 }

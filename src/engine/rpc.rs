@@ -280,7 +280,7 @@ impl EvalObserver for RemoteClock {
         m
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<crate::llama::ObserverFailure> {
         self.inner.as_ref().and_then(|o| o.failure())
     }
 }

@@ -94,7 +94,7 @@ impl MtpDrafter {
     }
 
     /// The first error of the head's streaming hook.
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<crate::llama::ObserverFailure> {
         self.head.observer_failure()
     }
 

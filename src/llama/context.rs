@@ -294,7 +294,7 @@ impl Context {
     }
 
     /// The observer's first error (it aborted a decode because of it).
-    pub(crate) fn observer_failure(&self) -> Option<String> {
+    pub(crate) fn observer_failure(&self) -> Option<super::eval::ObserverFailure> {
         self._observer.as_ref().and_then(|o| o.observer.failure())
     }
 

@@ -272,10 +272,14 @@ pub trait EvalObserver {
         DecodeMetrics::default()
     }
     /// The first error that made the observer abort a decode, if any (sticky).
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<ObserverFailure> {
         None
     }
 }
+
+/// The error that made an observer abort a decode: the observer's own typed
+/// error (the seam names no observer's type), shared so every reader sees it.
+pub type ObserverFailure = std::sync::Arc<dyn std::error::Error + Send + Sync>;
 
 /// Heap cell whose address is handed to llama.cpp as the callback's user data.
 pub(crate) struct ObserverCell {

@@ -27,7 +27,7 @@ mod utf8_guard;
 pub use batch::{Batch, Token};
 pub use context::{default_threads, Context, ContextKind, ContextParams, MAX_SEQUENCES};
 pub use error::LlamaError;
-pub use eval::{llama_max_src, BatchShape, EvalObserver, NodeView};
+pub use eval::{llama_max_src, BatchShape, EvalObserver, NodeView, ObserverFailure};
 pub use grammar::{Grammar, GrammarError};
 pub use model::{ChatMessage, Model, ModelParams, RpcPlacement};
 pub use mtp::MtpHead;

@@ -93,7 +93,7 @@ impl MtpHead {
     }
 
     /// The first error of the draft context's observer.
-    pub(crate) fn observer_failure(&self) -> Option<String> {
+    pub(crate) fn observer_failure(&self) -> Option<super::eval::ObserverFailure> {
         self.draft.observer_failure()
     }
 

@@ -52,7 +52,7 @@ impl EvalObserver for PanicAt {
         self.inner.take_metrics()
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<crate::llama::ObserverFailure> {
         self.inner.failure()
     }
 }

@@ -329,14 +329,12 @@ impl RouteCursor {
 
     /// The routed ids of a demand of `n` rows at `layer`, row after row, into
     /// `out`: the decode's last `n` rows (all of them but in a prompt's last
-    /// layer). Err names a layer the trace never routes.
-    pub(crate) fn fill(&self, layer: u32, n: usize, out: &mut Vec<u16>) -> Result<(), String> {
+    /// layer). Err is the layer, one the trace never routes.
+    pub(crate) fn fill(&self, layer: u32, n: usize, out: &mut Vec<u16>) -> Result<(), u32> {
         out.clear();
         let start = self.first + (self.rows as usize).saturating_sub(n) as u64;
         for i in 0..n as u64 {
-            let row = self.routes.row(start + i, layer).ok_or_else(|| {
-                format!("--route-from: the trace routes no token at layer {layer}")
-            })?;
+            let row = self.routes.row(start + i, layer).ok_or(layer)?;
             out.extend_from_slice(row);
         }
         Ok(())

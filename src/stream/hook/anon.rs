@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bmoe_flash::AnonBuffer;
+use bmoe_flash::{AnonBuffer, FlashError};
 
 use crate::llama::NodeView;
 use crate::stream::memory;
@@ -45,7 +45,7 @@ impl DenseAnon {
 pub(super) fn anon_copy(
     shared: &SharedAnon,
     src: &NodeView<'_>,
-) -> Result<Option<*mut u8>, String> {
+) -> Result<Option<*mut u8>, FlashError> {
     let addr = src.data_addr();
     let len = src.nbytes() as usize;
     // A poisoned lock means a hook panicked while holding it: the store only
@@ -64,7 +64,7 @@ pub(super) fn anon_copy(
     // (checked above; the mapping lives as long as the model) and holds this
     // tensor's bytes.
     let copy = unsafe { AnonBuffer::copy_from(addr as *const u8, len) };
-    let copy = copy.map_err(|e| e.to_string())?;
+    let copy = copy?;
     let mut anon = lock();
     if let Some(c) = anon.copies.get(&addr) {
         // Copied meanwhile by the other context's hook: use that one.

@@ -2,6 +2,7 @@
 //! their anonymous copies ([`super::anon`]).
 
 use super::anon::anon_copy;
+use super::failure::HookError;
 use super::StreamHook;
 use crate::llama::{llama_max_src, NodeView};
 
@@ -29,7 +30,7 @@ impl StreamHook {
                     unsafe { src.rebind_data(copy) }
                 }
                 Err(e) => {
-                    self.fail(format!("--dense-weights anon: {e}"));
+                    self.fail(HookError::DenseAnon(e));
                     return;
                 }
             }

@@ -4,8 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::failure::HookError;
 use super::names::TOPK_PREFIX;
-use crate::llama::{BatchShape, EvalObserver, NodeView};
+use crate::llama::{BatchShape, EvalObserver, NodeView, ObserverFailure};
 use crate::stream::route_from::RouteCursor;
 
 /// The layer of a `ffn_moe_topk-L` node.
@@ -19,17 +20,22 @@ pub(super) fn force_node(
     cursor: &RouteCursor,
     node: &NodeView<'_>,
     buf: &mut Vec<u16>,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     let name = node.name();
-    let layer = topk_layer(name).ok_or_else(|| format!("{name}: not a routing node"))?;
+    let layer = topk_layer(name).ok_or_else(|| HookError::NotRouting {
+        node: name.to_owned(),
+    })?;
     let [k, rows, ..] = node.ne();
     if k.max(0) as usize != cursor.k() {
-        return Err(format!(
-            "{name} routes {k} experts per token, the --route-from trace {}",
-            cursor.k()
-        ));
+        return Err(HookError::RouteWidth {
+            node: name.to_owned(),
+            k,
+            trace_k: cursor.k(),
+        });
     }
-    cursor.fill(layer, rows.max(0) as usize, buf)?;
+    cursor
+        .fill(layer, rows.max(0) as usize, buf)
+        .map_err(|layer| HookError::Untraced { layer })?;
     for (i, &e) in buf.iter().enumerate() {
         let idx = [(i % cursor.k()) as u64, (i / cursor.k()) as u64, 0];
         // Observe phase of this very node: it is computed, and the nodes that
@@ -37,7 +43,10 @@ pub(super) fn force_node(
         // run yet.
         // SAFETY: as the comment above says.
         if !unsafe { node.set_i32(idx, i32::from(e)) } {
-            return Err(format!("{name}: cannot rewrite a routed id"));
+            return Err(HookError::NodeWrite {
+                node: name.to_owned(),
+                what: "rewrite a routed id",
+            });
         }
     }
     Ok(())
@@ -47,7 +56,7 @@ pub(super) fn force_node(
 pub(crate) struct ForcedRouting {
     cursor: RouteCursor,
     buf: Vec<u16>,
-    failure: Option<String>,
+    failure: Option<Arc<HookError>>,
     abort: Arc<AtomicBool>,
 }
 
@@ -73,7 +82,7 @@ impl EvalObserver for ForcedRouting {
         }
         if let Err(e) = force_node(&self.cursor, node, &mut self.buf) {
             tracing::error!("{e}");
-            self.failure = Some(e);
+            self.failure = Some(Arc::new(e));
             self.abort.store(true, Ordering::SeqCst);
         }
     }
@@ -86,8 +95,8 @@ impl EvalObserver for ForcedRouting {
         self.cursor.decode_end();
     }
 
-    fn failure(&self) -> Option<String> {
-        self.failure.clone()
+    fn failure(&self) -> Option<ObserverFailure> {
+        self.failure.clone().map(|e| e as ObserverFailure)
     }
 }
 

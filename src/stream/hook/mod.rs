@@ -6,6 +6,7 @@
 
 mod anon;
 mod dense;
+mod failure;
 mod force;
 mod forced;
 mod names;
@@ -23,10 +24,11 @@ use bmoe_decode::metrics::DecodeMetrics;
 use bmoe_flash::cache::Requester;
 use bmoe_flash::{Arena, FlashClient, FlashCounters};
 
+use self::failure::HookError;
 use self::names::{activation_layer, node_layer, TOPK_PREFIX, WEIGHTS_PREFIX};
 use super::predict::Predictor;
 use crate::layout::{MoeLayout, Proj};
-use crate::llama::{BatchShape, EvalObserver, NodeView};
+use crate::llama::{BatchShape, EvalObserver, NodeView, ObserverFailure};
 
 /// What a hook does besides serving the routed experts (the verify hook
 /// sets most; the MTP head's hook only `k`, `route_log` and `anon`).
@@ -73,7 +75,7 @@ pub(crate) struct StreamHook {
     /// What the decodes since the last [`EvalObserver::take_metrics`] cost.
     metrics: DecodeMetrics,
     /// The first error met inside a callback (the decode was aborted for it).
-    failure: Option<String>,
+    failure: Option<Arc<HookError>>,
     abort: Arc<AtomicBool>,
     opts: HookOptions,
     prefetch_bytes_seen: u64,
@@ -193,12 +195,12 @@ impl StreamHook {
 
     /// Record the first error (later ones are its consequences: logged at
     /// debug) and abort the decode.
-    fn fail(&mut self, msg: String) {
+    fn fail(&mut self, e: HookError) {
         if self.failure.is_none() {
-            tracing::error!("{msg}");
-            self.failure = Some(msg);
+            tracing::error!("{e}");
+            self.failure = Some(Arc::new(e));
         } else {
-            tracing::debug!("after the first error: {msg}");
+            tracing::debug!("after the first error: {e}");
         }
         self.abort.store(true, Ordering::SeqCst);
     }
@@ -271,8 +273,8 @@ impl EvalObserver for StreamHook {
         std::mem::take(&mut self.metrics)
     }
 
-    fn failure(&self) -> Option<String> {
-        self.failure.clone()
+    fn failure(&self) -> Option<ObserverFailure> {
+        self.failure.clone().map(|e| e as ObserverFailure)
     }
 }
 
@@ -295,7 +297,7 @@ impl StreamHook {
             return;
         };
         if let Err(e) = w.demand(layer, self.demand.ids.iter().map(|&e| e as u32)) {
-            self.fail(format!("writing the route trace: {e}"));
+            self.fail(HookError::RouteTrace(e));
         }
     }
 
@@ -310,7 +312,7 @@ impl StreamHook {
         // look like a verify, and its prompt count as generation.
         let outputs = self.decode.batch.outputs.min(rows);
         if let Err(e) = w.decode_end(rows, outputs) {
-            self.fail(format!("writing the route trace: {e}"));
+            self.fail(HookError::RouteTrace(e));
         }
     }
 

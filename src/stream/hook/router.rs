@@ -2,6 +2,7 @@
 //! lossy drop of cold experts (`--drop-cold-experts`) and the guess of the next
 //! layer's experts (`--predict-prefetch`).
 
+use super::failure::HookError;
 use super::names::{LOGITS_PREFIX, PROBS_PREFIX};
 use super::StreamHook;
 use crate::llama::{llama_max_src, NodeView};
@@ -81,13 +82,17 @@ impl StreamHook {
     /// normalization then renormalizes over the experts kept).
     pub(super) fn apply_drop(&mut self, node: &NodeView<'_>, layer: u32, dropped: &[u32]) -> bool {
         let Some(probs) = find_src(node, PROBS_PREFIX, 10) else {
-            self.fail(format!(
-                "layer {layer}: router probabilities not found for the drop"
-            ));
+            self.fail(HookError::RouterProbs {
+                layer,
+                what: "not found for the drop",
+            });
             return false;
         };
         if !probs.copy_f32_2d(&mut self.demand.row) {
-            self.fail(format!("layer {layer}: router probabilities unreadable"));
+            self.fail(HookError::RouterProbs {
+                layer,
+                what: "unreadable",
+            });
             return false;
         }
         let p = |e: i32| self.demand.row.get(e as usize).copied().unwrap_or(0.0);
@@ -107,7 +112,10 @@ impl StreamHook {
                 // nodes that read it (weights, expert matmuls) have not run yet.
                 // SAFETY: as the comment above says.
                 if !unsafe { node.set_i32([i as u64, 0, 0], top) } {
-                    self.fail(format!("{}: cannot rewrite a routed id", node.name()));
+                    self.fail(HookError::NodeWrite {
+                        node: node.name().to_owned(),
+                        what: "rewrite a routed id",
+                    });
                     return false;
                 }
                 self.dropped.zero.push(i as u64);
@@ -126,7 +134,10 @@ impl StreamHook {
             // SAFETY: as the comment above says.
             if !unsafe { node.set_f32([0, i, 0], 0.0) } {
                 let name = node.name().to_owned();
-                self.fail(format!("{name}: cannot zero a dropped expert's weight"));
+                self.fail(HookError::NodeWrite {
+                    node: name,
+                    what: "zero a dropped expert's weight",
+                });
                 return;
             }
         }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bmoe_flash::cache::reads_whole_layer;
 use bmoe_flash::DemandReply;
 
+use super::failure::HookError;
 use super::names::TOPK_PREFIX;
 use super::StreamHook;
 use crate::layout::Proj;
@@ -69,7 +70,7 @@ impl StreamHook {
             }
             Err(e) => {
                 self.demand.current = None;
-                self.fail(format!("expert down read for layer {layer:?} failed: {e}"));
+                self.fail(HookError::DownRead { layer, source: e });
             }
         }
     }
@@ -86,23 +87,23 @@ impl StreamHook {
             self.wait_down();
         }
         if self.demand.current != Some(layer) {
-            self.fail(format!(
-                "expert matmul {} of layer {layer} ran without its routing being served \
-                 (last served layer {:?}); stopping rather than computing with missing weights",
-                node.name(),
-                self.demand.current
-            ));
+            self.fail(HookError::Unserved {
+                node: node.name().to_owned(),
+                layer,
+                last: self.demand.current,
+            });
             return;
         }
         let Some(base) = self.arena.base(layer, proj) else {
-            self.fail(format!("no arena region for {}", w.name()));
+            self.fail(HookError::NoRegion {
+                tensor: w.name().to_owned(),
+            });
             return;
         };
         if self.arena.region_len(layer, proj) < w.nbytes() {
-            self.fail(format!(
-                "arena region for {} is smaller than the tensor",
-                w.name()
-            ));
+            self.fail(HookError::RegionTooSmall {
+                tensor: w.name().to_owned(),
+            });
             return;
         }
         // The routed experts of `layer` (checked above to be the layer just served)
@@ -120,13 +121,18 @@ impl StreamHook {
             return;
         };
         if !node.copy_i32_2d(&mut self.demand.ids) {
-            self.fail(format!("{} is not a readable I32 tensor", node.name()));
+            self.fail(HookError::Ids {
+                node: node.name().to_owned(),
+            });
             return;
         }
         self.demand.union.clear();
         for &id in &self.demand.ids {
             if id < 0 || id as u32 >= self.model.n_expert {
-                self.fail(format!("{}: expert id {id} out of range", node.name()));
+                self.fail(HookError::IdOutOfRange {
+                    node: node.name().to_owned(),
+                    id,
+                });
                 return;
             }
             self.demand.union.push(id as u32);
@@ -187,7 +193,7 @@ impl StreamHook {
             Ok(r) => self.served(node, layer, r, t0),
             Err(e) => {
                 self.demand.current = None;
-                self.fail(format!("expert read for layer {layer} failed: {e}"));
+                self.fail(HookError::ExpertRead { layer, source: e });
             }
         }
     }
