@@ -5,9 +5,10 @@
 //! prefill; one holding more tokens than the context, a note and a prefill.
 //! Also what names a state ([`ident_of`], used by serve).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::config::RunConfig;
+use super::refusal::StateReadError;
 use crate::llama::{Context, Token};
 use crate::prompt_cache::{self, Ident};
 
@@ -52,27 +53,6 @@ pub(super) fn read_within_memory(
         });
     }
     Ok(prompt_cache::read_entry(file, ident)?)
-}
-
-/// Why a saved state was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum StateReadError {
-    #[error("{}: {source}", .file.display())]
-    Stat {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{} is {mib} MiB, more than the {available_mib} MiB of memory available: not read",
-        .file.display()
-    )]
-    OverMemory {
-        file: PathBuf,
-        mib: u64,
-        available_mib: u64,
-    },
-    #[error(transparent)]
-    Entry(#[from] prompt_cache::PromptCacheError),
 }
 
 /// Put the state in `file` into sequence 0 when its tokens share a prefix

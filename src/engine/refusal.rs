@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::ctx_check::CtxRefusal;
-use super::prompt_state::StateReadError;
+use crate::prompt_cache::PromptCacheError;
 use crate::stream::route_from::RouteFromError;
 
 #[derive(Debug, thiserror::Error)]
@@ -78,4 +78,25 @@ pub enum Refusal {
         tokens: usize,
         n_ctx: u32,
     },
+}
+
+/// Why a saved state was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateReadError {
+    #[error("{}: {source}", .file.display())]
+    Stat {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is {mib} MiB, more than the {available_mib} MiB of memory available: not read",
+        .file.display()
+    )]
+    OverMemory {
+        file: PathBuf,
+        mib: u64,
+        available_mib: u64,
+    },
+    #[error(transparent)]
+    Entry(#[from] PromptCacheError),
 }
