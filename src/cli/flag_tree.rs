@@ -68,7 +68,7 @@ fn expected(name: &str) -> BTreeSet<String> {
             &["stop", "system", "resume"],
         ),
         "serve" => (
-            vec![PromptCacheArgs::augment_args],
+            vec![PromptCacheArgs::augment_args, ChatSpecArgs::augment_args],
             &[
                 "host",
                 "port",
@@ -137,7 +137,7 @@ fn another_commands_flag_is_a_usage_error_naming_it() {
         &["serve", "--stop", "x"],
         &["serve", "--csv", "t.csv"],
         &["serve", "--route-trace", "t.bmrt"],
-        &["serve", "--ngram"],
+        &["serve", "--mtp"],
         &["chat", "--csv", "t.csv"],
         &["chat", "--prompt-cache", "state.bpc"],
         &["chat", "--route-from", "t.trace"],

@@ -22,6 +22,8 @@ pub struct ServeArgs {
     pub streaming: StreamingArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: super::spec::ChatSpecArgs,
     #[command(flatten, next_help_heading = "Server")]
     pub tokens: super::tokens::TokensArg,
     /// Address to listen on (loopback unless told otherwise).
@@ -87,8 +89,11 @@ impl ServeArgs {
             route_trace: None,
             reserved_bytes: prompt_cache.map_or(0, |pc| pc.ram_bytes),
         };
-        self.shared()
-            .engine_config(model, String::new(), self.tokens.n_predict, extras)
+        let mut cfg =
+            self.shared()
+                .engine_config(model, String::new(), self.tokens.n_predict, extras)?;
+        cfg.speculation = self.spec.config();
+        Ok(cfg)
     }
 }
 
@@ -96,6 +101,7 @@ impl ServeArgs {
 pub fn serve(args: ServeArgs) -> Result<()> {
     super::model::warn_threads_above_cores(args.model.threads);
     super::model::shared_args(&args.shared())?;
+    args.sampling.check_speculation(args.spec.ngram)?;
     for key in &args.api_key {
         check_api_key(key)?;
     }

@@ -1,6 +1,5 @@
 //! The speculation group: `--ngram`, `--mtp`, `--spec` and their settings.
-//! Run takes all of it; chat takes the n-gram part (`ChatSpecArgs`); serve
-//! decodes without drafts.
+//! Run takes all of it; chat and serve take the n-gram part (`ChatSpecArgs`).
 
 use clap::Args;
 
@@ -107,14 +106,16 @@ impl SpecArgs {
     }
 }
 
-/// Chat's speculation: n-gram drafts only, the same flags as run's (the MTP
-/// head's draft actor and the cost gate are run's alone).
+/// Chat's and serve's speculation: n-gram drafts only, the same flags as
+/// run's (the MTP head and the cost gate read the target's hidden states,
+/// which one sequence of a context has alone: they are run's).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Speculation")]
 pub struct ChatSpecArgs {
     /// Self-speculative decoding with n-gram drafts, as `bmoe run --ngram`:
-    /// each greedy reply drafts from the conversation's earlier tokens and
-    /// keeps only tokens equal to the model's own argmax.
+    /// each greedy reply drafts from its prompt's and its own earlier tokens
+    /// and keeps only tokens equal to the model's own argmax (a request that
+    /// samples, or whose output follows a grammar, goes without).
     #[arg(long)]
     pub ngram: bool,
     /// Draft width: tokens verified per decode with --ngram (1..=8).

@@ -45,7 +45,12 @@ pub fn run(cfg: &RunConfig, on_text: impl FnMut(&str)) -> Result<RunReport, Engi
     };
     let (telemetry, metered, head, startup) =
         std::thread::scope(|scope| generate_scoped(scope, loaded, &mut target, started, on_text))?;
-    if let Some((f, id)) = pcache.filter(|_| metered.res.is_ok()) {
+    // An interrupted prompt may be only part decoded: its state is not saved.
+    let whole = metered
+        .res
+        .as_ref()
+        .is_ok_and(|g| g.stop != generate::StopReason::Interrupted);
+    if let Some((f, id)) = pcache.filter(|_| whole) {
         prompt_state::save(&mut a.ctx, &f, &id, &a.loaded.tokens);
     }
     let ended = finish::Ended {

@@ -90,8 +90,7 @@ impl TurnFigures {
 
     /// Expert cache hits among hits and misses, in percent (None when nothing streamed).
     pub fn hit_pct(&self) -> Option<f64> {
-        let (h, m) = (self.metrics.hits, self.metrics.misses);
-        (h + m > 0).then(|| 100.0 * h as f64 / (h + m) as f64)
+        bmoe_decode::metrics::hit_pct(self.metrics.hits, self.metrics.misses)
     }
 
     /// Streamed MiB per generated token.
@@ -299,6 +298,17 @@ impl Session {
         self.ctx.clear();
     }
 
+    /// `--ngram`'s drafter for a generation under `opts`, whose draft width
+    /// it sets. Drafts are checked against greedy picks, which a grammar
+    /// does not constrain: a sampled or constrained generation goes without.
+    pub(crate) fn drafter_for(&self, opts: &mut Options) -> Option<generate::NgramDrafter> {
+        let n = self
+            .ngram
+            .filter(|_| opts.sampling.is_greedy() && opts.grammar.is_none())?;
+        opts.draft_max = n.draft_max as usize;
+        Some(generate::NgramDrafter::new(n.min_match as usize))
+    }
+
     /// Generate after `prompt` under `opts` (its `cached` is set here from the
     /// KV cache; its `n_batch` is the session's), reusing the longest prefix
     /// the previous turns left in the KV cache.
@@ -309,18 +319,12 @@ impl Session {
         sink: &mut dyn GenerationSink,
     ) -> Result<Turn, EngineError> {
         let cached = self.reusable(prompt);
-        // Drafts are checked against greedy picks, which a grammar does not
-        // constrain: a sampled or constrained turn goes without.
-        let ngram = self
-            .ngram
-            .filter(|_| opts.sampling.is_greedy() && opts.grammar.is_none());
-        let mut drafter = ngram.map(|n| generate::NgramDrafter::new(n.min_match as usize));
-        let opts = Options {
+        let mut opts = Options {
             cached,
             n_batch: self.ubatch as usize,
-            draft_max: ngram.map_or(opts.draft_max, |n| n.draft_max as usize),
             ..opts.clone()
         };
+        let mut drafter = self.drafter_for(&mut opts);
         let mut metering = Metering {
             inner: sink,
             metrics: DecodeMetrics::default(),

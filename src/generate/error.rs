@@ -25,6 +25,8 @@ pub enum GenerateError {
     DraftWithGrammar,
     #[error("the output grammar allows no token here (none of the vocabulary's tokens continues it, or it is complete and the end of text is banned)")]
     GrammarDeadEnd,
+    #[error("a drafter that reads the target's hidden states (the MTP head, the speculation gate) drafts for one sequence alone: speculate without parallel sequences, or with plain --ngram")]
+    DraftNeedsOneSequence,
     #[error("every sequence of the context is generating")]
     NoFreeSequence,
     #[error("MTP draft actor: {0}")]

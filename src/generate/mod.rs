@@ -1,6 +1,8 @@
-//! Greedy generation on one context (the resident path that streaming and
+//! Generation on one context (the resident path that streaming and
 //! speculation are compared against), with optional drafts verified by the
-//! target: the types here, the loop in `verify`, the draft sources in `drafter`.
+//! target: the types here, the one loop in `multi` (its step in `step`, one
+//! generation's part in `sequence`), one generation through it in `verify`,
+//! the draft sources in `drafter`.
 
 //!
 //! This file is the room's face: its modules and what other rooms name. The
@@ -13,6 +15,8 @@ mod gated;
 mod multi;
 mod outcome;
 mod picker;
+mod sequence;
+mod step;
 mod verify;
 
 use crate::chat::ChatTemplate;
@@ -21,11 +25,12 @@ use crate::llama::{Context, Model, Token};
 pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
 pub use error::GenerateError;
 pub use gated::{GatedDrafter, Sources};
-pub(crate) use multi::{common_prefix, Finished, Multi, Request, Step};
+pub(crate) use multi::{common_prefix, Finished, Multi, Step};
 pub use outcome::{
     DecodeStep, GateStats, GateStep, Generation, GenerationSink, Limit, Options, SpecStats,
     StopReason,
 };
+pub(crate) use sequence::Request;
 pub use verify::{generate_opts, generate_with};
 
 /// Turn user text into prompt tokens: as one user message through `template`

@@ -19,8 +19,10 @@ use super::prompt_cache::Hook;
 use super::sink::JobSink;
 use crate::chat::ChatTemplate;
 use crate::engine::{RunConfig, Session, TurnFigures};
-use crate::generate::{Finished, GenerateError, Generation, Multi, StopReason};
-use crate::llama::Model;
+use crate::generate::{
+    Drafter, Finished, GenerateError, Generation, Multi, NgramDrafter, Request, StopReason,
+};
+use crate::llama::{Model, Target};
 
 /// Capacities of the worker's one-shot channels: the stop message (only
 /// [`Worker::stop`] sends it), the model's ready report, the join's "done".
@@ -176,6 +178,8 @@ fn serve_jobs(
     let template = session.chat_template();
     let (_, ubatch) = session.context();
     let mut multi = Multi::new(parallel, ubatch.max(parallel));
+    // `--ngram`: each sequence's drafter, set when its generation starts.
+    let mut drafters: Vec<Option<NgramDrafter>> = (0..parallel).map(|_| None).collect();
     let mut stopped: Option<Option<Stop>> = None;
     loop {
         if stopped.is_none() {
@@ -186,6 +190,7 @@ fn serve_jobs(
                 queue,
                 runtime,
                 &mut hook,
+                &mut drafters,
             );
             if let Err(stop) = admitted {
                 stopped = Some(stop);
@@ -199,7 +204,12 @@ fn serve_jobs(
             }
         }
         let (ctx, _) = session.context();
-        match multi.step(ctx) {
+        let mut by_seq: Vec<Option<&mut dyn Drafter<'_>>> = drafters
+            .iter_mut()
+            .map(|d| d.as_mut().map(|d| d as &mut dyn Drafter<'_>))
+            .collect();
+        let stepped = multi.step(&mut Target::new(ctx), &mut by_seq);
+        match stepped {
             Ok(step) => {
                 m::decoded(&step);
                 session.record(&TurnFigures {
@@ -219,6 +229,7 @@ fn serve_jobs(
             }
             Err(e) => {
                 let msg = format!("generation failed: {e}");
+                let (ctx, _) = session.context();
                 for f in multi.end_all(ctx, StopReason::Interrupted) {
                     f.sink.finish(Event::Failed(ApiError::server(&msg)));
                 }
@@ -237,6 +248,7 @@ fn admit_jobs(
     queue: &Queue,
     runtime: &tokio::runtime::Handle,
     hook: &mut Option<Hook>,
+    drafters: &mut [Option<NgramDrafter>],
 ) -> Result<(), Option<Stop>> {
     while multi.free() > 0 {
         let Some(job) = queue.next(multi.busy() == 0)? else {
@@ -247,7 +259,7 @@ fn admit_jobs(
             m::cancelled();
             continue;
         }
-        let request = match request_of(session, template, job, runtime) {
+        let mut request = match request_of(session, template, job, runtime) {
             Ok(Some(r)) => r,
             // Only counted: its `Started` said all there is.
             Ok(None) => continue,
@@ -256,23 +268,29 @@ fn admit_jobs(
                 continue;
             }
         };
+        let drafter = session.drafter_for(&mut request.opts);
         let (ctx, _) = session.context();
         if let Some(h) = hook.as_mut() {
             h.restore(ctx, multi, &request.prompt, request.scope);
         }
-        if let Err(refused) = multi.admit(ctx, request) {
-            let (e, req) = *refused;
-            let e = match e {
-                GenerateError::PromptTooLong {
-                    prompt_tokens,
-                    n_ctx,
-                } => ApiError::over_context(prompt_tokens, n_ctx as usize),
-                e => ApiError::invalid(Some("messages"), e.to_string()),
-            };
-            req.sink.finish(Event::Failed(e));
+        match multi.admit(ctx, request) {
+            Ok(seq) => drafters[seq as usize] = drafter,
+            Err(refused) => refuse(*refused),
         }
     }
     Ok(())
+}
+
+/// Answer a request the loop could not start with why.
+fn refuse((e, req): (GenerateError, Request<JobSink>)) {
+    let e = match e {
+        GenerateError::PromptTooLong {
+            prompt_tokens,
+            n_ctx,
+        } => ApiError::over_context(prompt_tokens, n_ctx as usize),
+        e => ApiError::invalid(Some("messages"), e.to_string()),
+    };
+    req.sink.finish(Event::Failed(e));
 }
 
 /// A generation ended: its figures to the session and the metrics, its

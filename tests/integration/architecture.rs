@@ -19,6 +19,7 @@ use syn::visit::Visit;
 mod crates;
 mod cycles;
 mod fields;
+mod one_loop;
 mod planted;
 
 /// One room of docs/architecture.md: the top-level modules it is made of and

@@ -37,6 +37,7 @@ mod serve;
 mod serve_dialects;
 mod serve_lifecycle;
 mod serve_load;
+mod serve_ngram;
 mod serve_requests;
 mod shapes;
 mod speculation;

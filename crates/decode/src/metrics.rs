@@ -124,9 +124,22 @@ impl PredictorTally {
     }
 }
 
+/// Hits over lookups (hits and misses), in percent; `None` without a lookup.
+pub fn hit_pct(hits: u64, misses: u64) -> Option<f64> {
+    let total = hits + misses;
+    (total > 0).then(|| hits as f64 * 100.0 / total as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hit_pct_is_hits_over_lookups_and_none_without_one() {
+        assert_eq!(hit_pct(0, 0), None);
+        assert_eq!(hit_pct(3, 1), Some(75.0));
+        assert_eq!(hit_pct(0, 5), Some(0.0));
+    }
 
     #[test]
     fn add_sums_every_counter_and_appends_the_routing() {

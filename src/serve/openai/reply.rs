@@ -141,7 +141,8 @@ fn extra(d: &Done) -> Value {
     let f = &d.figures;
     json!({"notes": d.notes, "prefilled_tokens": f.prefilled_tokens, "reused_tokens": f.reused_tokens,
            "decode_tok_s": f.decode_tok_s(), "flash_read_bytes": f.metrics.read_bytes,
-           "cache_hit_pct": f.hit_pct()})
+           "cache_hit_pct": f.hit_pct(), "drafted_tokens": f.drafted_tokens,
+           "accepted_tokens": f.accepted_tokens})
 }
 
 /// A whole chat reply's choice: its message (reasoning, content, calls) and

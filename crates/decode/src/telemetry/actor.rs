@@ -24,7 +24,7 @@ pub(super) enum Event {
 pub(super) fn run(
     rx: Receiver<Event>,
     mut csv: Option<BufWriter<File>>,
-    progress: Option<Arc<OnceLock<String>>>,
+    progress: Option<Arc<OnceLock<Arc<std::io::Error>>>>,
     rows: Arc<AtomicU64>,
     write_failed: Arc<AtomicBool>,
 ) {
@@ -45,7 +45,7 @@ pub(super) fn run(
                     let mut out = std::io::stdout().lock();
                     let line = format!("BMOE_PROGRESS {}\n", r.json());
                     if let Err(e) = out.write_all(line.as_bytes()).and_then(|_| out.flush()) {
-                        let _ = p.set(e.to_string());
+                        let _ = p.set(Arc::new(e));
                         write_failed.store(true, Ordering::Relaxed);
                     }
                 }

@@ -16,7 +16,7 @@ pub enum TelemetryError {
         "writing BMOE_PROGRESS lines to stdout failed: {0} (the reader closed the pipe, or the \
          disk is full); generation stopped there"
     )]
-    Progress(String),
+    Progress(#[source] std::sync::Arc<std::io::Error>),
     #[error(
         "writing the CSV {path} failed during the run: {source}; generation stopped there \
          (the rows before the failure are in the file)"

@@ -40,7 +40,7 @@ pub struct Telemetry {
     /// target untouched, when the telemetry is dropped unfinished).
     pending: Option<PendingFile>,
     /// The first failed progress line on stdout (then `write_failed` is set too).
-    progress_failed: Arc<OnceLock<String>>,
+    progress_failed: Arc<OnceLock<Arc<std::io::Error>>>,
     /// Set by the actor when a CSV write fails (generation stops at the next token).
     write_failed: Arc<AtomicBool>,
 }

@@ -51,8 +51,7 @@ impl Reads {
 
     /// Hits over lookups, in percent (`None` without a lookup).
     pub fn hit_pct(&self) -> Option<f64> {
-        let total = self.hits + self.misses;
-        (total > 0).then(|| self.hits as f64 * 100.0 / total as f64)
+        crate::metrics::hit_pct(self.hits, self.misses)
     }
 }
 

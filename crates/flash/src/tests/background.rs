@@ -37,7 +37,13 @@ fn temporal_prefetch_reads_the_next_layers_last_routing_and_counts_use() {
         (1, 1),
         "expert 0 came from the prefetch"
     );
-    // Judged at layer 0's demand: expert 0 useful, expert 1 wasted.
+    // Judged at layer 0's demand: expert 0 useful, expert 1 wasted. The
+    // actor judges after it has replied (off the demand's critical path).
+    wait_for("layer 0's prefetch judged", || {
+        c.prefetch.useful_bytes.load(Ordering::Relaxed)
+            + c.prefetch.wasted_bytes.load(Ordering::Relaxed)
+            >= 6 * slice
+    });
     assert_eq!(c.prefetch.useful_bytes.load(Ordering::Relaxed), 3 * slice);
     assert_eq!(c.prefetch.wasted_bytes.load(Ordering::Relaxed), 3 * slice);
     // Now layer 1's history {2, 3} is read ahead.
@@ -76,6 +82,9 @@ fn prefetch_hints_and_cold_drops() {
     assert_eq!(r.dropped, vec![3]);
     assert_eq!((r.hits, r.misses), (2, 0));
     assert_eq!(c.dropped_experts.load(Ordering::Relaxed), 1);
+    wait_for("layer 1's prefetch judged", || {
+        c.prefetch.useful_bytes.load(Ordering::Relaxed) >= 6 * slice
+    });
     assert_eq!(c.prefetch.useful_bytes.load(Ordering::Relaxed), 6 * slice);
     // The hint sent behind the demand is read ahead for layer 2.
     wait_for("hint behind a demand", || {
