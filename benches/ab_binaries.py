@@ -37,9 +37,10 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--prompt", default="Once upon a time, in a small village by the sea, there lived")
     ap.add_argument("--timeout", type=int, default=900)
-    ap.add_argument("flags", nargs=argparse.REMAINDER)
-    args = ap.parse_args()
-    flags = [f for f in args.flags if f != "--"]
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    flags = argv[cut + 1:]
     rates = {"A": [], "B": []}
     texts = {}
     counters = {"A": [], "B": []}

@@ -334,12 +334,6 @@ impl Chat {
 impl Chat {
     /// Write the session's KV state to `state`: what happened, for /save's line.
     fn save_state(&self, state: &Path, session: &mut Session) -> String {
-        if state.exists() && !bmoe::prompt_cache::is_cache_file(state) {
-            return format!(
-                "{} is not a KV state file: left as it is, no state saved",
-                state.display()
-            );
-        }
         let Some(ident) = &self.ident else {
             return "no KV state saved (the model file was unreadable)".into();
         };

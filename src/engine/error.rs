@@ -25,6 +25,8 @@ pub enum EngineError {
     PromptCache(#[from] crate::prompt_cache::PromptCacheError),
     #[error(transparent)]
     Refused(#[from] Refusal),
+    #[error(transparent)]
+    StateWrite(#[from] super::prompt_state::StateWriteError),
     #[error(
         "the model computed NaN for the next token's scores: tensor data is likely corrupt, in \
          the model file here or in what the RPC hosts {} hold; restart their `bmoe rpc-server` \

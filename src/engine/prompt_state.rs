@@ -1,16 +1,18 @@
-//! `bmoe run --prompt-cache-file FILE` (llama.cpp's habit): the prompt's KV state
-//! restored from FILE when the tokens it holds start the prompt (the rest is
-//! prefilled), and the prompt's state written to FILE after the run. A file
-//! of another model or bmoe, or a damaged one, is a warning and a plain
-//! prefill; one holding more tokens than the context, a note and a prefill.
-//! Also what names a state ([`ident_of`], used by serve).
+//! The one prompt-state path: a sequence's KV state taken out ([`take`])
+//! and put back ([`put`]) for serve's cache, and written to and read from a
+//! file ([`write`], [`read`]) for `bmoe chat`'s /save and --resume and for
+//! `bmoe run --prompt-cache-file FILE` (llama.cpp's habit: the prompt's state
+//! restored from FILE when the tokens it holds start the prompt, the rest
+//! prefilled, and written to FILE after the run; a file of another model or
+//! bmoe, a damaged one or one holding more tokens than the context is a
+//! warning and a plain prefill). Also what names a state ([`ident_of`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::config::RunConfig;
 use super::refusal::StateReadError;
-use crate::llama::{Context, Token};
-use crate::prompt_cache::{self, Ident};
+use crate::llama::{Context, LlamaError, Token};
+use crate::prompt_cache::{self, Ident, PromptCacheError};
 
 /// What names the states this configuration makes: the model file, `-c`,
 /// the KV streams of a state (`Context::state_streams`), the settings that
@@ -32,12 +34,37 @@ pub fn ident_of(cfg: &RunConfig, n_ctx: u32, state_streams: u32) -> std::io::Res
     })
 }
 
+/// Why a state was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateWriteError {
+    #[error(
+        "{} is not a bmoe prompt cache file: left as it is, no state saved",
+        .0.display()
+    )]
+    NotAStateFile(PathBuf),
+    #[error(transparent)]
+    Llama(#[from] LlamaError),
+    #[error(transparent)]
+    Entry(#[from] PromptCacheError),
+}
+
+/// The state of sequence `seq` cut back to the `held` tokens it holds from
+/// position 0 (a last token decoded after an end of text is not part of it):
+/// what every saved state is, in a file (run, chat) or serve's cache.
+pub(crate) fn take(ctx: &mut Context, seq: i32, held: usize) -> Result<Vec<u8>, LlamaError> {
+    ctx.trim_seq(seq, held as i32, -1);
+    ctx.seq_state(seq)
+}
+
+/// Put `state` (what [`take`] made) into sequence `seq`, in place of what it held.
+pub(crate) fn put(ctx: &mut Context, seq: i32, state: &[u8]) -> Result<(), LlamaError> {
+    ctx.set_seq_state(seq, state)
+}
+
 /// The entry in `file` (named by `ident`), read only when it fits in the
-/// memory available: a user-named file is never read past what the host has.
-pub(super) fn read_within_memory(
-    file: &Path,
-    ident: &Ident,
-) -> Result<prompt_cache::Entry, StateReadError> {
+/// memory available (a user-named file is never read past what the host
+/// has) and its tokens in a sequence of this context.
+pub(crate) fn read(file: &Path, ident: &Ident) -> Result<prompt_cache::Entry, StateReadError> {
     let bytes = std::fs::metadata(file)
         .map_err(|source| StateReadError::Stat {
             file: file.to_path_buf(),
@@ -52,31 +79,48 @@ pub(super) fn read_within_memory(
             available_mib: available >> 20,
         });
     }
-    Ok(prompt_cache::read_entry(file, ident)?)
+    let entry = prompt_cache::read_entry(file, ident)?;
+    if !ident.fits(entry.tokens.len()) {
+        return Err(StateReadError::TooLong {
+            file: file.to_path_buf(),
+            tokens: entry.tokens.len(),
+            n_ctx: ident.n_ctx,
+        });
+    }
+    Ok(entry)
 }
 
-/// Put the state in `file` into sequence 0 when its tokens share a prefix
-/// with `prompt`; how many prompt tokens it holds (0: none, said why).
+/// Write sequence `seq`'s state of its `held` tokens to `file` as an entry
+/// named by `ident` (written beside it and renamed into place): the bytes
+/// written. A file there that is not a prompt cache file is left alone.
+pub(crate) fn write(
+    ctx: &mut Context,
+    seq: i32,
+    file: &Path,
+    ident: &Ident,
+    held: &[Token],
+) -> Result<u64, StateWriteError> {
+    if file.exists() && !prompt_cache::is_cache_file(file) {
+        return Err(StateWriteError::NotAStateFile(file.to_path_buf()));
+    }
+    let state = take(ctx, seq, held.len())?;
+    Ok(prompt_cache::write_entry(file, ident, held, &state)?)
+}
+
+/// `--prompt-cache-file`: put the state in `file` into sequence 0 when its
+/// tokens share a prefix with `prompt`; how many prompt tokens it holds (0:
+/// none, said why).
 pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) -> usize {
     if !file.exists() {
         return 0;
     }
-    let entry = match read_within_memory(file, ident) {
+    let entry = match read(file, ident) {
         Ok(e) => e,
         Err(e) => {
-            crate::say!("warning: {e}; the prompt is prefilled");
+            crate::say!("warning: prompt cache: {e}; the prompt is prefilled");
             return 0;
         }
     };
-    if !ident.fits(entry.tokens.len()) {
-        crate::say!(
-            "prompt cache: {} holds {} tokens, more than this context's {} (-c): the prompt is prefilled",
-            file.display(),
-            entry.tokens.len(),
-            ident.n_ctx
-        );
-        return 0;
-    }
     let common = prompt_cache::common_prefix(&entry.tokens, prompt).min(prompt.len() - 1);
     if common == 0 {
         crate::say!(
@@ -85,7 +129,7 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
         );
         return 0;
     }
-    match ctx.set_seq_state(0, &entry.state) {
+    match put(ctx, 0, &entry.state) {
         Ok(()) => {
             crate::say!(
                 "prompt cache: {common} of {} prompt tokens restored from {}",
@@ -104,26 +148,16 @@ pub(super) fn restore(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[T
     }
 }
 
-/// Write the prompt's state (sequence 0 cut back to the prompt) to `file`.
+/// `--prompt-cache-file`: write the prompt's state (sequence 0 cut back to
+/// the prompt) to `file`, saying what happened.
 pub(super) fn save(ctx: &mut Context, file: &Path, ident: &Ident, prompt: &[Token]) {
-    if file.exists() && !prompt_cache::is_cache_file(file) {
-        crate::say!(
-            "warning: --prompt-cache-file {} is not a bmoe prompt cache file: left as it is, the state not saved",
-            file.display()
-        );
-        return;
-    }
-    ctx.trim(prompt.len() as i32, -1);
-    let written = ctx.seq_state(0).map_err(|e| e.to_string()).and_then(|s| {
-        prompt_cache::write_entry(file, ident, prompt, &s).map_err(|e| e.to_string())
-    });
-    match written {
+    match write(ctx, 0, file, ident, prompt) {
         Ok(n) => crate::say!(
             "prompt cache: the prompt's {} tokens saved to {} ({n} bytes)",
             prompt.len(),
             file.display()
         ),
-        Err(e) => crate::say!("warning: prompt cache {}: {e}; not saved", file.display()),
+        Err(e) => crate::say!("warning: --prompt-cache-file: {e}"),
     }
 }
 
@@ -149,7 +183,7 @@ mod tests {
             state_streams: 1,
             settings: String::new(),
         };
-        let e = read_within_memory(&file, &ident).unwrap_err();
+        let e = read(&file, &ident).unwrap_err();
         assert!(matches!(e, StateReadError::OverMemory { .. }), "{e}");
         let e = e.to_string();
         assert!(e.contains("more than the") && e.contains("not read"), "{e}");

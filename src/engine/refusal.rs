@@ -72,12 +72,6 @@ pub enum Refusal {
     Context(#[from] CtxRefusal),
     #[error(transparent)]
     State(#[from] StateReadError),
-    #[error("{} holds {tokens} tokens, more than this context's {n_ctx} (-c)", .file.display())]
-    StateTooLong {
-        file: PathBuf,
-        tokens: usize,
-        n_ctx: u32,
-    },
 }
 
 /// Why a saved state was not read.
@@ -99,4 +93,10 @@ pub enum StateReadError {
     },
     #[error(transparent)]
     Entry(#[from] PromptCacheError),
+    #[error("{} holds {tokens} tokens, more than this context's {n_ctx} (-c)", .file.display())]
+    TooLong {
+        file: PathBuf,
+        tokens: usize,
+        n_ctx: u32,
+    },
 }

@@ -12,6 +12,7 @@ use super::assemble::{self, Assembly, Backend, Loaded, Prompt};
 use super::config::{RunConfig, Speculation};
 use super::error::EngineError;
 use super::note::Note;
+use super::prompt_state;
 use super::refusal::Refusal;
 use crate::chat::ChatTemplate;
 use crate::generate::{self, common_prefix, DecodeStep, Generation, GenerationSink, Options};
@@ -257,18 +258,14 @@ impl Session {
     /// the one it was opened with): the model file, `-c`, the KV streams of a
     /// state, the settings that change the KV values, the bmoe version.
     pub fn state_ident(&self, cfg: &RunConfig) -> std::io::Result<Ident> {
-        super::prompt_state::ident_of(cfg, self.n_ctx(), self.ctx.state_streams())
+        prompt_state::ident_of(cfg, self.n_ctx(), self.ctx.state_streams())
     }
 
     /// Write the KV entries of the tokens the context holds to `file` (a
     /// prompt cache entry named by `ident`, written beside it and renamed into
     /// place): the tokens saved and the bytes written.
     pub fn save_state(&mut self, file: &Path, ident: &Ident) -> Result<(usize, u64), EngineError> {
-        // Positions past the known tokens (a last token decoded after an end
-        // of text) are not part of the state.
-        self.ctx.trim(self.kv.len() as i32, -1);
-        let state = self.ctx.seq_state(0)?;
-        let bytes = prompt_cache::write_entry(file, ident, &self.kv, &state)?;
+        let bytes = prompt_state::write(&mut self.ctx, 0, file, ident, &self.kv)?;
         Ok((self.kv.len(), bytes))
     }
 
@@ -278,16 +275,8 @@ impl Session {
     /// an error the context is left empty.
     pub fn restore_state(&mut self, file: &Path, ident: &Ident) -> Result<usize, EngineError> {
         self.reset();
-        let entry = super::prompt_state::read_within_memory(file, ident).map_err(Refusal::from)?;
-        if !ident.fits(entry.tokens.len()) {
-            return Err(Refusal::StateTooLong {
-                file: file.to_path_buf(),
-                tokens: entry.tokens.len(),
-                n_ctx: ident.n_ctx,
-            }
-            .into());
-        }
-        self.ctx.set_seq_state(0, &entry.state)?;
+        let entry = prompt_state::read(file, ident).map_err(Refusal::from)?;
+        prompt_state::put(&mut self.ctx, 0, &entry.state)?;
         self.kv = entry.tokens;
         Ok(self.kv.len())
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::metrics as m;
+use crate::engine::prompt_state;
 use crate::engine::RunConfig;
 use crate::engine::Session;
 use crate::generate::Multi;
@@ -96,7 +97,7 @@ impl Hook {
         let Some(hit) = self.cache.lookup(scope, prompt, held, MIN_RESTORE_TOKENS) else {
             return;
         };
-        match ctx.set_seq_state(seq, &hit.state) {
+        match prompt_state::put(ctx, seq, &hit.state) {
             Ok(()) => {
                 multi.set_held(seq, hit.tokens.to_vec(), scope);
                 self.restored[seq as usize] = hit.common.min(prompt.len() - 1).saturating_sub(held);
@@ -122,7 +123,7 @@ impl Hook {
     {
         let held = multi.held(seq);
         if held.len() >= MIN_SAVE_TOKENS {
-            match ctx.seq_state(seq) {
+            match prompt_state::take(ctx, seq, held.len()) {
                 Ok(state) => self.cache.save(multi.scope(seq), held.to_vec(), state),
                 Err(e) => tracing::warn!("prompt cache: {e}; this prompt is not kept"),
             }

@@ -20,6 +20,7 @@ mod crates;
 mod cycles;
 mod fields;
 mod one_loop;
+mod one_state_path;
 mod planted;
 
 /// One room of docs/architecture.md: the top-level modules it is made of and

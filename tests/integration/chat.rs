@@ -323,6 +323,13 @@ fn a_resumed_chat_prefills_only_its_new_message_and_writes_the_same_text() {
     );
     assert_eq!(stdout(&damaged), stdout(&second));
 
+    // In the state's place a file that is not one: left as it is, said.
+    std::fs::write(&state, "my notes").unwrap();
+    let o = chat_piped(&sys, save.as_bytes());
+    let err = stderr(&o);
+    assert!(err.contains("not a bmoe prompt cache file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "my notes");
+
     // No transcript, or not one: exit 2 naming the fix; --system with it too.
     let missing = dir.path().join("none.json");
     let o = chat_piped(&["--resume", missing.to_str().unwrap()], b"/quit\n");

@@ -59,7 +59,7 @@ impl<'ast> Visit<'ast> for Calls {
     }
 }
 
-fn calls(source: &str) -> Vec<(String, String, usize, bool)> {
+pub(super) fn calls(source: &str) -> Vec<(String, String, usize, bool)> {
     let file = syn::parse_file(source).expect("a Rust file that parses");
     let mut c = Calls::default();
     c.visit_file(&file);
@@ -79,13 +79,13 @@ fn stray_decodes(file: &str, source: &str) -> Vec<String> {
 }
 
 /// Whether function `within` of `source` calls `callee`.
-fn calls_in(source: &str, within: &str, callee: &str) -> bool {
+pub(super) fn calls_in(source: &str, within: &str, callee: &str) -> bool {
     calls(source)
         .iter()
         .any(|(w, c, _, _)| w == within && c == callee)
 }
 
-fn read(rel: &str) -> String {
+pub(super) fn read(rel: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
