@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
-use bmoe::engine::{self, Mode, RunConfig};
+use bmoe::engine::{self, Asked, RunConfig};
 use bmoe::layout::MoeLayout;
 
 use super::args::{BenchArgs, Cli, Command, ProbeArgs};
@@ -170,10 +170,7 @@ fn settle_cell(flags: &[String]) -> Result<bmoe::lab::bench::CellSettings, Strin
                 route_trace: a.outputs.route_trace.clone(),
                 reserved_bytes: 0,
             };
-            let stream = match a.streaming.mode(extras) {
-                bmoe::engine::Mode::Stream(c) => Some(c),
-                bmoe::engine::Mode::Resident => None,
-            };
+            let stream = a.streaming.mode(extras).into_stream();
             Ok(bmoe::lab::bench::CellSettings {
                 n_ctx: a.model.ctx,
                 stream,
@@ -279,7 +276,7 @@ fn probe_resident(args: &ProbeArgs, model: &Path) -> Result<()> {
     );
     cfg.job.n_predict = args.resident_tokens.max(2);
     cfg.job.ignore_eos = true;
-    cfg.mode = Mode::Resident;
+    cfg.mode = Asked::Resident;
     // With the file in the page cache, so this measures compute, not the disk.
     bmoe::lab::bench::warm_page_cache(model)
         .with_context(|| format!("read {} to warm the page cache", model.display()))?;

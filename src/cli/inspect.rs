@@ -254,12 +254,12 @@ fn resident_decode(
     tokens: u32,
     threads: Option<u32>,
 ) -> Result<bmoe::engine::DecodeSplit> {
-    use bmoe::engine::{Mode, RunConfig};
+    use bmoe::engine::{Asked, RunConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
     cfg.n_ctx = probe_ctx(l.n_ctx_train());
     cfg.job.n_predict = tokens + 1;
     cfg.job.ignore_eos = true;
-    cfg.mode = Mode::Resident;
+    cfg.mode = Asked::Resident;
     if let Some(t) = threads {
         cfg.threads = t;
     }
@@ -281,13 +281,13 @@ const MAX_PROBE_TOKENS: u32 = 64;
 /// 15-30% longer at the disk in a process with a 256-token context than with a
 /// 2,048-token one (docs/benchmarks.md, "The forecast's decode probe").
 fn decode_probe(model: &Path, l: &MoeLayout, tokens: u32) -> Result<forecast::DecodeProbe> {
-    use bmoe::engine::{Mode, RunConfig};
+    use bmoe::engine::{Asked, RunConfig};
     use bmoe::stream::{CacheSize, StreamConfig};
     let mut cfg = RunConfig::new(model.to_path_buf(), "The".into());
     cfg.n_ctx = probe_ctx(l.n_ctx_train());
     cfg.job.n_predict = tokens + 1;
     cfg.job.ignore_eos = true;
-    cfg.mode = Mode::Stream(StreamConfig {
+    cfg.mode = Asked::StreamMoe(StreamConfig {
         cache: CacheSize::Mib(0),
         ..StreamConfig::default()
     });

@@ -73,9 +73,7 @@ impl Shared<'_> {
             cfg.threads = t;
         }
         cfg.n_ctx = m.ctx;
-        cfg.resident_if_fits = self.streaming.resident_if_fits(&extras);
         cfg.mode = self.streaming.mode(extras);
-        cfg.stream_explicit = self.streaming.stream.moe_stream;
         cfg.n_expert_used = m.n_expert_used;
         cfg.ubatch = m.ubatch;
         cfg.job.sampling = self.sampling.params()?;

@@ -128,7 +128,9 @@ pub(super) fn run_config(
     cfg.telemetry.progress = outputs.progress;
     cfg.speculation = args.spec.config();
     // --head-predemand reads the head's streamed experts: it streams.
-    cfg.resident_if_fits &= !args.spec.head_predemand;
+    if args.spec.head_predemand {
+        cfg.mode = cfg.mode.always_stream();
+    }
     Ok(cfg)
 }
 
@@ -231,7 +233,7 @@ mod tests {
         let mut default = super::RunConfig::new(model, "x".into());
         default.prompt_states.model_id_memo =
             bmoe::fixture::cache_dir().ok().map(|d| d.join("model-ids"));
-        default.resident_if_fits = true;
+        default.mode = bmoe::engine::Asked::Auto(bmoe::stream::StreamConfig::default());
         assert_eq!(format!("{cfg:?}"), format!("{default:?}"));
     }
 }

@@ -258,16 +258,11 @@ mod tests {
         };
         let cfg = build(&["-n", "7"], Some(&pc));
         assert_eq!(cfg.job.n_predict, 7);
-        match &cfg.mode {
-            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 64 << 20),
-            other => panic!("streamed: {other:?}"),
-        }
-        match build(&[], None).mode {
-            bmoe::engine::Mode::Stream(sc) => assert_eq!(sc.reserved_bytes, 0),
-            other => panic!("streamed: {other:?}"),
-        }
+        let reserved = |cfg: &bmoe::engine::RunConfig| cfg.mode.stream().map(|s| s.reserved_bytes);
+        assert_eq!(reserved(&cfg), Some(64 << 20));
+        assert_eq!(reserved(&build(&[], None)), Some(0));
         let resident = build(&["--resident"], Some(&pc));
-        assert!(matches!(resident.mode, bmoe::engine::Mode::Resident));
+        assert_eq!(resident.mode, bmoe::engine::Asked::Resident);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches};
 
-use bmoe::engine::Mode;
+use bmoe::engine::Asked;
 use bmoe::stream::{CacheSize, DenseMode, StreamConfig, WarmSource};
 use bmoe_flash::cache::CachePolicy;
 
@@ -96,24 +96,27 @@ pub struct StreamExtras {
 }
 
 impl StreamingArgs {
-    /// Resident, or streamed with these flags and `extras` (which a run
-    /// without streaming flags may still turn resident: see
-    /// [`Self::resident_if_fits`]).
-    pub fn mode(&self, extras: StreamExtras) -> Mode {
+    /// Resident, or streamed with these flags and `extras`: with
+    /// `--moe-stream` always (a dense model refused), with another streaming
+    /// flag or a route trace to record as asked, and with none of them when
+    /// the model does not fit (bmoe's choice, [`Asked::Auto`]).
+    pub fn mode(&self, extras: StreamExtras) -> Asked {
         if self.resident {
-            return Mode::Resident;
+            return Asked::Resident;
         }
-        Mode::Stream(StreamConfig {
+        let auto = !self.stream_given && extras.route_trace.is_none();
+        let config = StreamConfig {
             route_trace: extras.route_trace,
             reserved_bytes: extras.reserved_bytes,
             ..self.stream.config()
-        })
-    }
-
-    /// Whether bmoe chooses the mode (resident when the model fits): no
-    /// `--resident`, no streaming flag, no route trace to record.
-    pub fn resident_if_fits(&self, extras: &StreamExtras) -> bool {
-        !self.resident && !self.stream_given && extras.route_trace.is_none()
+        };
+        if self.stream.moe_stream {
+            Asked::Stream(config)
+        } else if auto {
+            Asked::Auto(config)
+        } else {
+            Asked::StreamMoe(config)
+        }
     }
 }
 
@@ -219,6 +222,7 @@ impl StreamArgs {
 
 #[cfg(test)]
 mod tests {
+    use bmoe::engine::Asked;
     use clap::error::ErrorKind;
 
     /// `bmoe run`'s clap command.
@@ -298,13 +302,20 @@ mod tests {
         use super::StreamExtras;
         let plain = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x"]);
         assert!(!plain.streaming.stream_given);
-        assert!(plain.streaming.resident_if_fits(&StreamExtras::default()));
+        let mode = |a: &super::StreamingArgs, extras| a.mode(extras);
+        assert!(matches!(
+            mode(&plain.streaming, StreamExtras::default()),
+            Asked::Auto(_)
+        ));
         // A route trace records streamed routing: it streams.
         let traced = StreamExtras {
             route_trace: Some("/tmp/t.bmrt".into()),
             ..Default::default()
         };
-        assert!(!plain.streaming.resident_if_fits(&traced));
+        assert!(matches!(
+            mode(&plain.streaming, traced),
+            Asked::StreamMoe(_)
+        ));
         // Each flag of the group counts, at its default value too.
         let ids = group_ids();
         let run = run_command();
@@ -323,12 +334,19 @@ mod tests {
             }
             let a = crate::cli::args::parse_run(&argv);
             assert!(a.streaming.stream_given, "{argv:?}");
-            assert!(!a.streaming.resident_if_fits(&StreamExtras::default()));
+            // --moe-stream refuses a dense model; the others run it resident.
+            let want_explicit = flag == "--moe-stream";
+            match mode(&a.streaming, StreamExtras::default()) {
+                Asked::Stream(_) => assert!(want_explicit, "{argv:?}"),
+                Asked::StreamMoe(_) => assert!(!want_explicit, "{argv:?}"),
+                other => panic!("{argv:?}: {other:?}"),
+            }
         }
         let resident = crate::cli::args::parse_run(&["bmoe", "run", "-p", "x", "--resident"]);
-        assert!(!resident
-            .streaming
-            .resident_if_fits(&StreamExtras::default()));
+        assert_eq!(
+            mode(&resident.streaming, StreamExtras::default()),
+            Asked::Resident
+        );
     }
 
     #[test]

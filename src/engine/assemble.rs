@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::config::{RunConfig, MTP_UBATCH};
 use super::error::EngineError;
-use super::mode::Mode;
+use super::mode::{Asked, Mode};
 use super::note::Note;
 use super::prefill::TARGET_UBATCH;
 use super::prefill::{choose_ubatch, PrefillFacts};
@@ -85,7 +85,7 @@ pub(super) fn assemble(
     let rpc = super::rpc::attach(&cfg, &mut layout, &mut notes)?;
     if rpc.is_some() && !layout.is_moe() && mode.stream().is_some() {
         notes.push(Note::AllLayersRemote);
-        mode = Mode::Resident;
+        mode = Asked::Resident;
     }
     let mode = super::fits::choose(&cfg, &layout, n_seq, mode);
     let k = cfg.experts_used(&layout);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use bmoe_decode::telemetry::TelemetryConfig;
 
 use super::error::EngineError;
-use super::mode::Mode;
+use super::mode::{Asked, Mode};
 use super::note::Note;
 use super::prefill::{TARGET_UBATCH, UBATCH_MIN};
 use super::refusal::Refusal;
@@ -157,14 +157,9 @@ pub struct RunConfig {
     pub chat_template: Option<String>,
     pub threads: u32,
     pub n_ctx: u32,
-    pub mode: Mode,
-    /// Whether `--moe-stream` was given explicitly (a dense model is then an error).
-    pub stream_explicit: bool,
-    /// Whether bmoe chooses the mode: resident when the model file fits the
-    /// memory the run may use, else `mode` (streamed). The CLI sets it when
-    /// no streaming flag was given (see [`super::fits`]); false for a
-    /// caller that set `mode` itself.
-    pub resident_if_fits: bool,
+    /// Resident, streamed, or bmoe's choice (the CLI's when no streaming
+    /// flag was given: resident when the model file fits, see [`super::fits`]).
+    pub mode: Asked,
     /// `--csv` and `--progress`.
     pub telemetry: TelemetryConfig,
     /// `--n-expert-used K`: route each token to K experts instead of the
@@ -229,9 +224,7 @@ impl RunConfig {
             chat_template: None,
             threads: crate::llama::default_threads(),
             n_ctx: DEFAULT_N_CTX,
-            mode: Mode::Stream(crate::stream::StreamConfig::default()),
-            stream_explicit: false,
-            resident_if_fits: false,
+            mode: Asked::StreamMoe(crate::stream::StreamConfig::default()),
             telemetry: TelemetryConfig {
                 csv: None,
                 progress: false,
@@ -280,10 +273,10 @@ impl RunConfig {
     pub(crate) fn check_against(
         &self,
         layout: &MoeLayout,
-    ) -> Result<(Mode, Vec<Note>), EngineError> {
+    ) -> Result<(Asked, Vec<Note>), EngineError> {
         let mut notes = Vec::new();
         let mut mode = self.mode.clone();
-        if let Mode::Stream(_) = mode {
+        if mode.stream().is_some() {
             if layout.n_expert > 0 && !layout.is_moe() {
                 // It says it has experts, but not in a layout bmoe can stream.
                 let seen = match layout.unknown_experts.as_slice() {
@@ -298,7 +291,7 @@ impl RunConfig {
                 .into());
             }
             if !layout.is_moe() {
-                if self.stream_explicit {
+                if let Asked::Stream(_) = mode {
                     return Err(StreamError::NotMoe {
                         model: self.model.display().to_string(),
                         n_expert: layout.n_expert,
@@ -306,7 +299,7 @@ impl RunConfig {
                     .into());
                 }
                 notes.push(Note::DenseResident);
-                mode = Mode::Resident;
+                mode = Asked::Resident;
             }
         }
         if let Some(k) = self.n_expert_used {
@@ -407,8 +400,8 @@ pub(super) fn preamble(
     kv("ignore_eos", (cfg.job.ignore_eos as u8).to_string());
     kv("chat", (cfg.job.chat as u8).to_string());
     // The mode that ran: a streamed mode without a streamer (a dense model) ran resident.
-    let ran = match (&cfg.mode, streamer) {
-        (Mode::Stream(sc), Some(s)) => Mode::Stream((sc, s)),
+    let ran = match (cfg.mode.stream(), streamer) {
+        (Some(sc), Some(s)) => Mode::Stream((sc, s)),
         _ => Mode::Resident,
     };
     kv("mode", ran.name().into());

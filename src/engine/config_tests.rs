@@ -24,7 +24,7 @@ fn config(mode: Mode) -> RunConfig {
         },
         threads: 2,
         n_ctx: 512,
-        mode,
+        mode: mode.into(),
         telemetry: TelemetryConfig::default(),
         speculation: SpecConfig {
             source: Speculation::Ngram { min_match: 3 },

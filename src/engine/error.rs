@@ -26,7 +26,7 @@ pub enum EngineError {
     #[error(transparent)]
     Refused(#[from] Refusal),
     #[error(transparent)]
-    StateWrite(#[from] super::prompt_state::StateWriteError),
+    StateWrite(#[from] super::state_error::StateWriteError),
     #[error(
         "the model computed NaN for the next token's scores: tensor data is likely corrupt, in \
          the model file here or in what the RPC hosts {} hold; restart their `bmoe rpc-server` \

@@ -16,7 +16,7 @@
 use crate::layout::MoeLayout;
 
 use super::config::{RunConfig, MTP_UBATCH};
-use super::mode::Mode;
+use super::mode::{Asked, Mode};
 use super::prefill::TARGET_UBATCH;
 
 /// Kept free beyond the file and the run's own buffers: the process (its
@@ -115,19 +115,23 @@ pub(crate) fn fit_of(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32) -> Fit {
     }
 }
 
-/// The mode to run: `mode` unless the configuration left the choice to
-/// bmoe ([`RunConfig::resident_if_fits`]) on a model that streams, then
-/// resident when it fits. Says the decision on stderr, once.
-pub(crate) fn choose(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32, mode: Mode) -> Mode {
-    if !cfg.resident_if_fits || mode.stream().is_none() || !layout.is_moe() {
-        return mode;
-    }
-    let fit = fit_of(cfg, layout, n_seq);
-    crate::say!("{}", fit.line());
-    if fit.fits() {
-        Mode::Resident
-    } else {
-        mode
+/// The mode to run: what `asked` says, and where it left the choice to bmoe
+/// ([`Asked::Auto`]) on a model that streams, resident when it fits. Says
+/// that decision on stderr, once.
+pub(crate) fn choose(cfg: &RunConfig, layout: &MoeLayout, n_seq: u32, asked: Asked) -> Mode {
+    match asked {
+        Asked::Resident => Mode::Resident,
+        Asked::Stream(s) | Asked::StreamMoe(s) => Mode::Stream(s),
+        Asked::Auto(_) if !layout.is_moe() => Mode::Resident,
+        Asked::Auto(s) => {
+            let fit = fit_of(cfg, layout, n_seq);
+            crate::say!("{}", fit.line());
+            if fit.fits() {
+                Mode::Resident
+            } else {
+                Mode::Stream(s)
+            }
+        }
     }
 }
 

@@ -28,6 +28,7 @@ mod run_report;
 mod session;
 mod sink;
 mod startup;
+mod state_error;
 mod summary;
 
 pub use config::{
@@ -35,7 +36,7 @@ pub use config::{
     DEFAULT_N_PREDICT, MAX_DRAFT, MTP_UBATCH,
 };
 pub use error::EngineError;
-pub use mode::Mode;
+pub use mode::{Asked, Mode};
 pub use note::{Note, RpcSplit};
 pub use prefill::{choose_ubatch, PrefillReport, Ubatch, TARGET_UBATCH, UBATCH_MAX};
 pub use refusal::Refusal;

@@ -53,3 +53,58 @@ impl<S> PartialEq<&str> for Mode<S> {
         self.name() == *name
     }
 }
+
+/// The run mode a configuration asks for, before the model's layout and the
+/// memory decide ([`super::RunConfig::check_against`], `engine::fits`): one
+/// field for resident, streamed (and how firmly), or bmoe's choice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    /// `--resident`: llama.cpp's own mmap path.
+    Resident,
+    /// `--moe-stream`: streamed even when the file fits; a dense model is refused.
+    Stream(StreamConfig),
+    /// Another streaming flag, or a caller that chose streaming: streamed; a
+    /// dense model runs resident, said.
+    StreamMoe(StreamConfig),
+    /// No streaming flag: resident when the model file fits in the memory
+    /// the run may use, else streamed with these settings.
+    Auto(StreamConfig),
+}
+
+impl Asked {
+    /// The streaming settings, when streaming may be the mode.
+    pub fn stream(&self) -> Option<&StreamConfig> {
+        match self {
+            Asked::Resident => None,
+            Asked::Stream(s) | Asked::StreamMoe(s) | Asked::Auto(s) => Some(s),
+        }
+    }
+
+    /// [`Self::stream`], owned.
+    pub fn into_stream(self) -> Option<StreamConfig> {
+        match self {
+            Asked::Resident => None,
+            Asked::Stream(s) | Asked::StreamMoe(s) | Asked::Auto(s) => Some(s),
+        }
+    }
+
+    /// Streamed whether or not the file fits (what reads the streamed
+    /// experts, such as `--head-predemand`, needs): bmoe's choice becomes streaming.
+    pub fn always_stream(self) -> Self {
+        match self {
+            Asked::Auto(s) => Asked::StreamMoe(s),
+            other => other,
+        }
+    }
+}
+
+/// A caller that sets the mode itself: resident, or streamed (a dense model
+/// then runs resident).
+impl From<Mode> for Asked {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Resident => Asked::Resident,
+            Mode::Stream(s) => Asked::StreamMoe(s),
+        }
+    }
+}

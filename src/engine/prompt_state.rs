@@ -7,12 +7,12 @@
 //! bmoe, a damaged one or one holding more tokens than the context is a
 //! warning and a plain prefill). Also what names a state ([`ident_of`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::config::RunConfig;
-use super::refusal::StateReadError;
+use super::state_error::{StateReadError, StateWriteError};
 use crate::llama::{Context, LlamaError, Token};
-use crate::prompt_cache::{self, Ident, PromptCacheError};
+use crate::prompt_cache::{self, Ident};
 
 /// What names the states this configuration makes: the model file, `-c`,
 /// the KV streams of a state (`Context::state_streams`), the settings that
@@ -32,20 +32,6 @@ pub fn ident_of(cfg: &RunConfig, n_ctx: u32, state_streams: u32) -> std::io::Res
         state_streams,
         settings: format!("--n-expert-used {k}, --drop-cold-experts {drop_cold}"),
     })
-}
-
-/// Why a state was not written.
-#[derive(Debug, thiserror::Error)]
-pub enum StateWriteError {
-    #[error(
-        "{} is not a bmoe prompt cache file: left as it is, no state saved",
-        .0.display()
-    )]
-    NotAStateFile(PathBuf),
-    #[error(transparent)]
-    Llama(#[from] LlamaError),
-    #[error(transparent)]
-    Entry(#[from] PromptCacheError),
 }
 
 /// The state of sequence `seq` cut back to the `held` tokens it holds from

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::ctx_check::CtxRefusal;
-use crate::prompt_cache::PromptCacheError;
+use super::state_error::StateReadError;
 use crate::stream::route_from::RouteFromError;
 
 #[derive(Debug, thiserror::Error)]
@@ -72,31 +72,4 @@ pub enum Refusal {
     Context(#[from] CtxRefusal),
     #[error(transparent)]
     State(#[from] StateReadError),
-}
-
-/// Why a saved state was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum StateReadError {
-    #[error("{}: {source}", .file.display())]
-    Stat {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{} is {mib} MiB, more than the {available_mib} MiB of memory available: not read",
-        .file.display()
-    )]
-    OverMemory {
-        file: PathBuf,
-        mib: u64,
-        available_mib: u64,
-    },
-    #[error(transparent)]
-    Entry(#[from] PromptCacheError),
-    #[error("{} holds {tokens} tokens, more than this context's {n_ctx} (-c)", .file.display())]
-    TooLong {
-        file: PathBuf,
-        tokens: usize,
-        n_ctx: u32,
-    },
 }

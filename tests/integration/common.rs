@@ -246,7 +246,7 @@ pub fn e8k2_config(mode: bmoe::engine::Mode, n: u32) -> bmoe::engine::RunConfig 
     cfg.job.n_predict = n;
     cfg.threads = 2;
     cfg.n_ctx = 512;
-    cfg.mode = mode;
+    cfg.mode = mode.into();
     cfg
 }
 

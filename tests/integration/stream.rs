@@ -181,7 +181,8 @@ fn a_cache_larger_than_memory_is_refused_with_what_fits() {
         cache: CacheSize::Auto,
         cache_ceil_mb: Some(100),
         ..StreamConfig::default()
-    });
+    })
+    .into();
     let r = engine::run(&big, |_| {}).unwrap();
     assert_eq!(r.memory.cache_budget_bytes, 100 * 1024 * 1024);
     let how = r.notes.iter().find_map(|n| match n {
