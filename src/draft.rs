@@ -41,7 +41,9 @@ use crossbeam_channel::{bounded, Receiver, SendError, Sender};
 use bmoe_decode::metrics::DecodeMetrics;
 use bmoe_flash::FlashClient;
 
-use crate::generate::{Accepted, Drafted, Drafter, Follow, GenerateError, MtpDrafter};
+use crate::generate::{
+    Accepted, DraftActorError, Drafted, Drafter, Follow, GenerateError, MtpDrafter,
+};
 use crate::llama::{
     Batch, Context, ContextKind, ContextParams, LlamaError, Model, MtpHead, Target, TargetTurn,
     Token,
@@ -213,7 +215,7 @@ impl<'t> MtpActor<'_, 't> {
     /// One request with the target lent for it; returns the actor's reply
     /// once the target is back.
     fn call(&mut self, target: &mut Target<'t>, req: Request) -> Reply {
-        let stopped = || GenerateError::DraftActor("the draft actor stopped".into());
+        let stopped = || GenerateError::from(DraftActorError::Stopped);
         let tx = self.tx.as_ref().ok_or_else(stopped)?;
         let turn = target.lend()?;
         if let Err(SendError(call)) = tx.send(Call { req, turn }) {
@@ -324,20 +326,19 @@ impl Actor {
     }
 
     fn run<'t>(&mut self, rx: Receiver<Call<'t>>, tx: Sender<Answer<'t>>) -> HeadReport {
-        // After the first failure every later call is answered with it, so the
-        // actor (and the draft context) is torn down only inside `finish`'s
-        // join, never while the verify thread runs on.
-        let mut failed: Option<String> = None;
+        // After the first failure every later call is refused (that reply
+        // carried the cause), so the actor (and the draft context) is torn
+        // down only inside `finish`'s join, never while the verify thread
+        // runs on.
+        let mut failed = false;
         while let Ok(Call { req, mut turn }) = rx.recv() {
             let drafting = matches!(req, Request::Draft { .. });
-            let reply = self.answer(req, &mut turn, &failed);
-            if let Err(e) = &reply {
-                failed.get_or_insert_with(|| e.to_string());
-            }
+            let reply = self.answer(req, &mut turn, failed);
+            failed |= reply.is_err();
             if tx.send((reply, turn)).is_err() {
                 break;
             }
-            if drafting && failed.is_none() {
+            if drafting && !failed {
                 // The verify decode runs now: read the catch-up's experts meanwhile.
                 self.predemand();
             }
@@ -360,28 +361,22 @@ impl Actor {
         report
     }
 
-    /// Serve one call (or repeat the first failure), with the target lent
-    /// for it (the turn goes back with the reply).
-    fn answer(
-        &mut self,
-        req: Request,
-        turn: &mut TargetTurn<'_>,
-        failed: &Option<String>,
-    ) -> Reply {
+    /// Serve one call (or, after a failure, refuse it), with the target
+    /// lent for it (the turn goes back with the reply).
+    fn answer(&mut self, req: Request, turn: &mut TargetTurn<'_>, failed: bool) -> Reply {
         let span = tracing::debug_span!("draft.step", source = "mtp", req = req.name());
         let _g = span.enter();
         let drafting = matches!(req, Request::Draft { .. });
-        let reply = match failed {
-            Some(msg) => Err(GenerateError::DraftActor(msg.clone())),
-            None => self.serve(turn, req),
+        let reply = if failed {
+            Err(DraftActorError::FailedEarlier.into())
+        } else {
+            self.serve(turn, req)
         };
         self.account(drafting);
         // The head's hook aborts its decode on a failed read and keeps the
         // first error: that, not llama.cpp's status code, is the cause.
         match (reply, self.drafter.failure()) {
-            (_, Some(e)) => Err(GenerateError::DraftActor(format!(
-                "the MTP head's expert streaming failed: {e}"
-            ))),
+            (_, Some(e)) => Err(DraftActorError::HeadStreaming(e).into()),
             (r, None) => r,
         }
     }

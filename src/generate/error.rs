@@ -1,7 +1,7 @@
 //! Why a generation failed.
 
 use crate::chat::TemplateError;
-use crate::llama::LlamaError;
+use crate::llama::{LlamaError, ObserverFailure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
@@ -30,5 +30,19 @@ pub enum GenerateError {
     #[error("every sequence of the context is generating")]
     NoFreeSequence,
     #[error("MTP draft actor: {0}")]
-    DraftActor(String),
+    DraftActor(#[from] DraftActorError),
+}
+
+/// Why the MTP draft actor answered a call without what it asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum DraftActorError {
+    #[error("the draft actor stopped")]
+    Stopped,
+    /// The head's hook aborted its decode and kept the first error: that,
+    /// not llama.cpp's status code, is the cause.
+    #[error("the MTP head's expert streaming failed: {0}")]
+    HeadStreaming(#[source] ObserverFailure),
+    /// A call after the actor's first failure, which that call's reply carried.
+    #[error("it failed earlier and answers no more calls")]
+    FailedEarlier,
 }

@@ -23,7 +23,7 @@ use crate::chat::ChatTemplate;
 use crate::llama::{Context, Model, Token};
 
 pub use drafter::{Accepted, Drafted, Drafter, Follow, MtpDrafter, NgramDrafter};
-pub use error::GenerateError;
+pub use error::{DraftActorError, GenerateError};
 pub use gated::{GatedDrafter, Sources};
 pub(crate) use multi::{common_prefix, Finished, Multi, Step};
 pub use outcome::{
