@@ -90,23 +90,30 @@ pub(super) fn read(rel: &str) -> String {
     std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-#[test]
-fn only_the_loops_step_decodes_a_generation_and_every_command_reaches_it() {
+/// Every file of src/ outside the FFI room (src/llama/), as its path from
+/// the root and its source.
+pub(super) fn src_outside_ffi() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
-    let mut stray = Vec::new();
-    for f in &files {
-        let rel = f.strip_prefix(root).expect("under the root");
-        let rel = rel.to_string_lossy().replace('\\', "/");
-        if rel.starts_with("src/llama/") || NOT_GENERATION.contains(&rel.as_str()) {
-            continue;
-        }
-        stray.extend(stray_decodes(
-            &rel,
-            &std::fs::read_to_string(f).expect("read"),
-        ));
-    }
+    files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(root).expect("under the root");
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            let source = || std::fs::read_to_string(f).expect("read");
+            (!rel.starts_with("src/llama/")).then(|| (rel, source()))
+        })
+        .collect()
+}
+
+#[test]
+fn only_the_loops_step_decodes_a_generation_and_every_command_reaches_it() {
+    let stray: Vec<String> = src_outside_ffi()
+        .iter()
+        .filter(|(rel, _)| !NOT_GENERATION.contains(&rel.as_str()))
+        .flat_map(|(rel, source)| stray_decodes(rel, source))
+        .collect();
     assert!(stray.is_empty(), "decodes outside {STEP:?}: {stray:#?}");
     assert!(
         calls_in(&read(STEP.0), STEP.1, "decode"),

@@ -3,10 +3,7 @@
 //! run's `--prompt-cache-file`, chat's /save and --resume and serve's cache
 //! each go through it.
 
-use std::path::Path;
-
-use super::one_loop::{calls, calls_in, read};
-use super::rust_files;
+use super::one_loop::{calls, calls_in, read, src_outside_ffi};
 
 /// The path's file and the functions that move a state out of and into a sequence.
 const PATH: (&str, [&str; 2]) = ("src/engine/prompt_state.rs", ["take", "put"]);
@@ -27,19 +24,10 @@ fn stray_state_calls(file: &str, source: &str) -> Vec<String> {
 
 #[test]
 fn a_sequences_state_moves_only_through_the_prompt_state_path() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    let mut stray = Vec::new();
-    for f in &files {
-        let rel = f.strip_prefix(root).expect("under the root");
-        let rel = rel.to_string_lossy().replace('\\', "/");
-        if rel.starts_with("src/llama/") {
-            continue;
-        }
-        let source = std::fs::read_to_string(f).expect("read");
-        stray.extend(stray_state_calls(&rel, &source));
-    }
+    let stray: Vec<String> = src_outside_ffi()
+        .iter()
+        .flat_map(|(rel, source)| stray_state_calls(rel, source))
+        .collect();
     assert!(stray.is_empty(), "states moved off {PATH:?}: {stray:#?}");
     let path = read(PATH.0);
     assert!(calls_in(&path, "take", "seq_state"));
